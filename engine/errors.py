@@ -1,0 +1,32 @@
+"""Errors the user can hit. Each carries a one-line message meant for people.
+
+The CLI prints ``str(err)`` and exits non-zero without a traceback; the window
+shows the same text in a dialog or status line.
+"""
+from __future__ import annotations
+
+
+class HearthError(Exception):
+    """Base class for every expected, user-facing failure."""
+
+    exit_code = 2
+
+
+class ModelFileError(HearthError):
+    """The model file is missing, unreadable, not GGUF, truncated or corrupt."""
+
+
+class UnsupportedModelError(HearthError):
+    """The file is valid but describes a model this build cannot run."""
+
+
+class ModelLoadError(HearthError):
+    """The backend failed to load a model (out of memory, bad tensors...)."""
+
+
+class PromptTooLongError(HearthError):
+    """The rendered prompt does not fit in the context window."""
+
+
+class TemplateError(HearthError):
+    """The model's chat template failed to render or tried something unsafe."""

@@ -1,0 +1,96 @@
+"""Small value types shared across the engine.
+
+Every dataclass validates itself in ``__post_init__`` so a bad value fails at
+the edge (CLI flag, settings file) with a clear message instead of deep inside
+the decode loop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .errors import HearthError
+
+Role = Literal["system", "user", "assistant", "tool"]
+_ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(slots=True, frozen=True)
+class Message:
+    role: str
+    content: str
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise HearthError(f"unknown message role {self.role!r}; expected one of {', '.join(_ROLES)}")
+        if not isinstance(self.content, str):
+            raise HearthError("message content must be text")
+
+    def as_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(slots=True, frozen=True)
+class SamplingParams:
+    """How to pick each next token.
+
+    ``temperature == 0`` means greedy (argmax); every other filter is then
+    irrelevant except the penalties, which change the logits before argmax.
+    Disabled values: ``top_k=0``, ``top_p=1.0``, ``min_p=0.0``,
+    ``repeat_penalty=1.0``, ``presence_penalty=0``, ``frequency_penalty=0``.
+    """
+
+    temperature: float = 0.7
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_last_n: int = 64  # how many recent tokens the penalties look at; -1 = all
+    seed: int | None = None
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # benchmarks only: keep decoding past end-of-turn
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0):
+            raise HearthError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise HearthError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise HearthError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not (0.0 <= self.min_p < 1.0):
+            raise HearthError(f"min_p must be in [0, 1), got {self.min_p}")
+        if not (self.repeat_penalty > 0.0):
+            raise HearthError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
+        if self.penalty_last_n < -1:
+            raise HearthError(f"penalty_last_n must be >= -1, got {self.penalty_last_n}")
+        if self.max_tokens < 1:
+            raise HearthError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
+            raise HearthError("stop must be a sequence of non-empty strings")
+        object.__setattr__(self, "stop", tuple(self.stop))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+FinishReason = Literal["eos", "stop_string", "max_tokens", "cancelled", "context_full"]
+
+
+@dataclass(slots=True)
+class StreamEvent:
+    """One thing the engine tells its caller.
+
+    ``kind == "delta"``: ``text`` is new text to append.
+    ``kind == "final"``: ``finish_reason`` and ``stats`` are set; ``text`` is
+    the whole reply (the concatenation of every delta).
+    """
+
+    kind: Literal["delta", "final"]
+    text: str = ""
+    finish_reason: str | None = None
+    stats: object | None = None  # metrics.GenerationStats on the final event
+    token_ids: list[int] = field(default_factory=list)
