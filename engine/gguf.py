@@ -1,0 +1,350 @@
+"""A small, strict GGUF header reader.
+
+We read GGUF metadata ourselves rather than through llama.cpp because the
+sizing planner, the draft-compatibility check and ``python -m engine info``
+need it *before* (or without) loading weights, and because a truncated or
+corrupt file must produce a clear message instead of a crash inside C code.
+
+Only the header is parsed (metadata + tensor table); tensor data is never
+read, but its extent is checked against the file size so a truncated download
+is caught here.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelFileError
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+
+# ggml tensor type id -> (name, elements per block, bytes per block)
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
+}
+
+# llama_ftype as stored in general.file_type (the quantization the file was made as)
+FILE_TYPES: dict[int, str] = {
+    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+    10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
+    16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
+    22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
+    28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
+    37: "TQ2_0", 38: "MXFP4_MOE",
+}
+
+# GGUF metadata value types: id -> struct format (scalars only)
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+            10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+# Hard limits that no real model reaches; beyond them the header is garbage.
+_MAX_TENSORS = 1_000_000
+_MAX_KV = 100_000
+_MAX_DIMS = 8
+
+
+@dataclass(slots=True, frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    type_id: int
+    offset: int  # relative to the start of the data section
+
+    @property
+    def type_name(self) -> str:
+        return GGML_TYPES.get(self.type_id, (f"type{self.type_id}", 1, 0))[0]
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        _, block, size = GGML_TYPES[self.type_id]
+        return self.n_elements // block * size
+
+
+@dataclass(slots=True)
+class GGUFFile:
+    """Raw parse result: every metadata key and the tensor table."""
+
+    path: Path
+    version: int
+    metadata: dict[str, Any]
+    tensors: list[TensorInfo]
+    data_offset: int
+    file_size: int
+
+
+class _Reader:
+    __slots__ = ("buf", "pos", "size", "path")
+
+    def __init__(self, buf: mmap.mmap | bytes, path: Path) -> None:
+        self.buf, self.pos, self.size, self.path = buf, 0, len(buf), path
+
+    def need(self, n: int) -> None:
+        if n < 0 or self.pos + n > self.size:
+            raise ModelFileError(
+                f"{self.path.name}: GGUF header is truncated or corrupt "
+                f"(needed {n} bytes at offset {self.pos}, file has {self.size})"
+            )
+
+    def scalar(self, fmt: str) -> Any:
+        n = struct.calcsize(fmt)
+        self.need(n)
+        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += n
+        return v
+
+    def string(self) -> str:
+        n = self.scalar("<Q")
+        self.need(n)
+        raw = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def value(self, vtype: int) -> Any:
+        if vtype in _SCALARS:
+            return self.scalar(_SCALARS[vtype])
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            etype = self.scalar("<I")
+            count = self.scalar("<Q")
+            if etype in _SCALARS:
+                fmt = _SCALARS[etype]
+                width = struct.calcsize(fmt)
+                self.need(count * width)
+                out = list(struct.unpack_from(f"<{count}{fmt[1]}", self.buf, self.pos))
+                self.pos += count * width
+                return out
+            if etype == _STRING:
+                return self._string_array(count)
+            if etype == _ARRAY:
+                return [self.value(_ARRAY) for _ in range(count)]
+            raise ModelFileError(f"{self.path.name}: unknown GGUF array element type {etype}")
+        raise ModelFileError(f"{self.path.name}: unknown GGUF value type {vtype}")
+
+    def _string_array(self, count: int) -> list[str]:
+        # Vocabularies have 50k-250k entries; keep this loop tight.
+        buf, pos, size = self.buf, self.pos, self.size
+        unpack = struct.Struct("<Q").unpack_from
+        out: list[str] = []
+        append = out.append
+        for _ in range(count):
+            if pos + 8 > size:
+                self.pos = pos
+                self.need(8)
+            (n,) = unpack(buf, pos)
+            pos += 8
+            if pos + n > size:
+                self.pos = pos
+                self.need(n)
+            append(buf[pos:pos + n].decode("utf-8", errors="replace"))
+            pos += n
+        self.pos = pos
+        return out
+
+
+def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+    """Parse a GGUF file's header. Raises ModelFileError with a clear message."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelFileError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelFileError(f"{p} is a folder, not a GGUF file")
+    try:
+        fh = open(p, "rb")
+    except OSError as e:
+        raise ModelFileError(f"cannot open model file {p}: {e.strerror or e}") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size < 24:
+            raise ModelFileError(f"{p.name} is not a GGUF model file (only {size} bytes)")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if mm[:4] != GGUF_MAGIC:
+                raise ModelFileError(f"{p.name} is not a GGUF model file (bad magic {bytes(mm[:4])!r})")
+            return _parse(_Reader(mm, p), size)
+
+
+def _parse(r: _Reader, size: int) -> GGUFFile:
+    r.pos = 4
+    version = r.scalar("<I")
+    if version not in (2, 3):
+        raise ModelFileError(f"{r.path.name}: unsupported GGUF version {version} (expected 2 or 3)")
+    n_tensors = r.scalar("<Q")
+    n_kv = r.scalar("<Q")
+    if n_tensors > _MAX_TENSORS or n_kv > _MAX_KV:
+        raise ModelFileError(f"{r.path.name}: GGUF header is corrupt (tensor/key counts out of range)")
+    meta: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = r.string()
+        meta[key] = r.value(r.scalar("<I"))
+    tensors: list[TensorInfo] = []
+    for _ in range(n_tensors):
+        name = r.string()
+        n_dims = r.scalar("<I")
+        if n_dims > _MAX_DIMS:
+            raise ModelFileError(f"{r.path.name}: tensor {name!r} has {n_dims} dimensions; header is corrupt")
+        shape = tuple(r.scalar("<Q") for _ in range(n_dims))
+        type_id = r.scalar("<I")
+        offset = r.scalar("<Q")
+        if type_id not in GGML_TYPES:
+            raise ModelFileError(f"{r.path.name}: tensor {name!r} has unknown type id {type_id}")
+        tensors.append(TensorInfo(name, shape, type_id, offset))
+    align = int(meta.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
+    data_offset = (r.pos + align - 1) // align * align
+    end = max((data_offset + t.offset + t.nbytes for t in tensors), default=data_offset)
+    if end > size:
+        missing = end - size
+        raise ModelFileError(
+            f"{r.path.name} is truncated: tensor data needs {end:,} bytes but the file has "
+            f"{size:,} ({missing:,} missing). Download it again."
+        )
+    return GGUFFile(r.path, version, meta, tensors, data_offset, size)
+
+
+@dataclass(slots=True)
+class ModelInfo:
+    """What sizing, the draft check and ``engine info`` need to know about a model."""
+
+    path: Path
+    name: str
+    architecture: str
+    file_size: int
+    n_layers: int
+    n_embd: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int          # key head size
+    head_dim_v: int        # value head size
+    n_ctx_train: int
+    n_vocab: int
+    file_type: str         # from general.file_type, e.g. "Q4_K_M"
+    tensor_types: dict[str, int]  # ggml type name -> tensor count
+    weight_bytes: int
+    layer_bytes: list[int]  # bytes of weights per transformer block
+    other_bytes: int        # embeddings, output head, norms outside blocks
+    chat_template: str | None
+    bos_token_id: int | None
+    eos_token_id: int | None
+    eot_token_id: int | None
+    special_tokens: dict[str, str] = field(default_factory=dict)
+    tokens: list[str] = field(default_factory=list, repr=False)
+    tokenizer_model: str = ""
+
+    def kv_bytes_per_token(self, bytes_per_elem: float = 2.0) -> float:
+        """K and V for every layer: 2 x layers x kv_heads x head_dim (GQA-aware)."""
+        return self.n_layers * self.n_kv_heads * (self.head_dim + self.head_dim_v) * bytes_per_elem
+
+    def summary(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in (
+            "name", "architecture", "file_size", "file_type", "n_layers", "n_embd", "n_heads",
+            "n_kv_heads", "head_dim", "head_dim_v", "n_ctx_train", "n_vocab", "weight_bytes",
+            "other_bytes", "tensor_types", "bos_token_id", "eos_token_id", "eot_token_id",
+            "special_tokens", "tokenizer_model")}
+        d["path"] = str(self.path)
+        d["layer_bytes_mean"] = int(sum(self.layer_bytes) / len(self.layer_bytes)) if self.layer_bytes else 0
+        d["kv_bytes_per_token_f16"] = int(self.kv_bytes_per_token(2.0))
+        d["chat_template"] = self.chat_template
+        return d
+
+
+def _first_int(v: Any) -> int:
+    # Some architectures store per-layer head counts as an array; take the max,
+    # which is what memory planning must budget for.
+    if isinstance(v, list):
+        return int(max(v)) if v else 0
+    return int(v)
+
+
+def model_info(path: str | os.PathLike[str]) -> ModelInfo:
+    """Read a GGUF file and distill the fields the rest of Hearth uses."""
+    g = read_gguf(path)
+    m = g.metadata
+    arch = m.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ModelFileError(f"{g.path.name}: GGUF has no general.architecture; not a model file")
+
+    def key(name: str, default: Any = None) -> Any:
+        return m.get(f"{arch}.{name}", default)
+
+    n_layers = int(key("block_count", 0))
+    n_embd = int(key("embedding_length", 0))
+    n_heads = _first_int(key("attention.head_count", 0))
+    n_kv = _first_int(key("attention.head_count_kv", n_heads))
+    head_dim = int(key("attention.key_length", n_embd // n_heads if n_heads else 0))
+    head_dim_v = int(key("attention.value_length", head_dim))
+    tokens = m.get("tokenizer.ggml.tokens") or []
+    n_vocab = int(key("vocab_size", len(tokens)))
+
+    layer_bytes = [0] * n_layers
+    other = 0
+    types: dict[str, int] = {}
+    for t in g.tensors:
+        types[t.type_name] = types.get(t.type_name, 0) + 1
+        parts = t.name.split(".")
+        if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) < n_layers:
+            layer_bytes[int(parts[1])] += t.nbytes
+        else:
+            other += t.nbytes
+
+    ftype_id = m.get("general.file_type")
+    if ftype_id is None:
+        file_type = max(types, key=types.get) if types else "unknown"
+    else:
+        file_type = FILE_TYPES.get(int(ftype_id), f"ftype{ftype_id}")
+
+    def tok_id(name: str) -> int | None:
+        v = m.get(f"tokenizer.ggml.{name}_token_id")
+        return int(v) if v is not None else None
+
+    special: dict[str, str] = {}
+    for nm in ("bos", "eos", "eot", "eom", "unknown", "padding", "sep"):
+        i = tok_id(nm)
+        if i is not None and 0 <= i < len(tokens):
+            special[nm] = tokens[i]
+
+    return ModelInfo(
+        path=g.path,
+        name=str(m.get("general.name") or g.path.stem),
+        architecture=arch,
+        file_size=g.file_size,
+        n_layers=n_layers,
+        n_embd=n_embd,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        head_dim_v=head_dim_v,
+        n_ctx_train=int(key("context_length", 0)),
+        n_vocab=n_vocab,
+        file_type=file_type,
+        tensor_types=dict(sorted(types.items(), key=lambda kv: -kv[1])),
+        weight_bytes=sum(layer_bytes) + other,
+        layer_bytes=layer_bytes,
+        other_bytes=other,
+        chat_template=m.get("tokenizer.chat_template"),
+        bos_token_id=tok_id("bos"),
+        eos_token_id=tok_id("eos"),
+        eot_token_id=tok_id("eot"),
+        special_tokens=special,
+        tokens=list(tokens),
+        tokenizer_model=str(m.get("tokenizer.ggml.model", "")),
+    )
