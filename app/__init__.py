@@ -1,0 +1,1 @@
+"""Hearth's desktop window (PySide6). Qt-free parts: store.py, settings.py, paths.py."""

@@ -1,0 +1,71 @@
+"""``python -m app``: start Hearth's window (or ``--self-test`` / ``--screenshot PATH``)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+from .paths import ENV_DATA_DIR
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m app", description="Hearth: chat with a local LLM")
+    p.add_argument("--data-dir", help="keep conversations and settings in this folder "
+                                      f"(default: the platform's folders, or ${ENV_DATA_DIR})")
+    p.add_argument("--self-test", action="store_true",
+                   help="offscreen: send one message to the bundled model, print one JSON line, exit")
+    p.add_argument("--max-tokens", type=int, default=32, help="reply length for --self-test")
+    p.add_argument("--screenshot", metavar="PATH",
+                   help="hold a short real conversation and save a PNG of the window (use a display, e.g. Xvfb)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    scratch = None
+    if args.self_test:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if args.data_dir:
+        os.environ[ENV_DATA_DIR] = args.data_dir
+    elif args.self_test or args.screenshot:
+        # Never write test conversations into the user's real history.
+        scratch = tempfile.TemporaryDirectory(prefix="hearth-selftest-")
+        os.environ[ENV_DATA_DIR] = scratch.name
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from . import theme
+    from .store import StoreError
+
+    app = QApplication(sys.argv[:1])
+    app.setApplicationName("Hearth")
+    app.setApplicationDisplayName("Hearth")
+    app.setDesktopFileName("hearth")
+    app.setWindowIcon(theme.app_icon())
+    try:
+        if args.self_test:
+            from .selftest import run_self_test
+            return run_self_test(max_tokens=args.max_tokens)
+        if args.screenshot:
+            from .selftest import take_screenshot
+            return take_screenshot(args.screenshot)
+
+        from .main_window import MainWindow
+        try:
+            win = MainWindow()
+        except (StoreError, OSError) as e:
+            QMessageBox.critical(None, "Hearth cannot start", str(e))
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        win.show()
+        QTimer.singleShot(0, win.start)  # load after the window is on screen
+        return app.exec()
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""One message in the chat: its text (Markdown for replies), actions and metrics.
+
+Streaming text is appended to a buffer and re-rendered at most every
+RENDER_MS, because re-parsing Markdown on every token would stall the event
+loop on long replies.
+"""
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QTextBlockFormat, QTextCursor, QTextFormat
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextBrowser,
+                               QToolButton, QVBoxLayout, QWidget)
+
+from .text_utils import code_blocks, finish_note, metrics_line
+
+RENDER_MS = 40
+
+
+def _is_code(block) -> bool:
+    fmt = block.blockFormat()
+    return fmt.hasProperty(QTextFormat.Property.BlockCodeFence) or \
+        fmt.hasProperty(QTextFormat.Property.BlockCodeLanguage)
+
+
+class AutoHeightBrowser(QTextBrowser):
+    """A read-only text view as tall as its document, so the page scrolls, not each message."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWordWrapMode(self.wordWrapMode().WrapAtWordBoundaryOrAnywhere)
+        self.setOpenExternalLinks(True)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.viewport().setAutoFillBackground(False)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.customContextMenuRequested.connect(self._menu)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.code_background = QColor("#f1efeb")
+
+    def _fit(self, *_args) -> None:
+        m = self.contentsMargins()
+        h = int(self.document().size().height() + 0.999) + m.top() + m.bottom()
+        if h != self.height():
+            self.setFixedHeight(max(h, 20))
+
+    def resizeEvent(self, e) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(e)
+        self._fit()
+
+    def set_markdown(self, text: str) -> None:
+        self.setMarkdown(text)
+        self._shade_code()
+
+    def _shade_code(self) -> None:
+        # Qt's Markdown import marks fenced blocks but gives them no background.
+        doc = self.document()
+        block = doc.begin()
+        cursor = QTextCursor(doc)
+        while block.isValid():
+            if _is_code(block):
+                fmt = QTextBlockFormat()
+                fmt.setBackground(self.code_background)
+                cursor.setPosition(block.position())
+                cursor.mergeBlockFormat(fmt)
+            block = block.next()
+
+    def code_at(self, pos: QPoint) -> str | None:
+        """The whole code block under ``pos`` (viewport coordinates), or None."""
+        block = self.cursorForPosition(pos).block()
+        if not _is_code(block):
+            return None
+        first = block
+        while first.previous().isValid() and _is_code(first.previous()):
+            first = first.previous()
+        lines, b = [], first
+        while b.isValid() and _is_code(b):
+            lines.append(b.text())
+            b = b.next()
+        return "\n".join(lines)
+
+    def _menu(self, pos: QPoint) -> None:
+        menu = self.createStandardContextMenu(pos)
+        code = self.code_at(pos)
+        if code is not None:
+            act = menu.addAction("Copy code block")
+            act.triggered.connect(lambda: QGuiApplication.clipboard().setText(code))
+            menu.insertAction(menu.actions()[0], act)
+        menu.exec(self.viewport().mapToGlobal(pos))
+
+
+class MessageWidget(QFrame):
+    copy_requested = Signal(str)
+    edit_requested = Signal(int)         # message id (user messages)
+    regenerate_requested = Signal(int)   # message id (the last reply)
+
+    def __init__(self, mid: int, role: str, content: str, *, colors: dict[str, str],
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.mid = mid
+        self.role = role
+        self.text = content
+        self.metrics: dict | None = None
+        self.streaming = False
+        self.setObjectName("message")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(12, 8, 12, 8)
+        lay.setSpacing(4)
+        head = QHBoxLayout()
+        self.who = QLabel("You" if role == "user" else "Hearth" if role == "assistant" else role.title())
+        self.who.setStyleSheet("font-weight: 600;")
+        head.addWidget(self.who)
+        head.addStretch(1)
+        self.btn_details = self._button("Details", "Show this reply's metrics", self._toggle_details)
+        self.btn_details.setCheckable(True)
+        self.btn_code = self._button("Copy code", "Copy a code block from this message", self._copy_code)
+        self.btn_copy = self._button("Copy", "Copy this message as Markdown",
+                                     lambda: self.copy_requested.emit(self.text))
+        self.btn_edit = self._button("Edit", "Edit this message and resend it (later messages are replaced)",
+                                     lambda: self.edit_requested.emit(self.mid))
+        self.btn_regen = self._button("Regenerate", "Write this reply again",
+                                      lambda: self.regenerate_requested.emit(self.mid))
+        for b in (self.btn_details, self.btn_code, self.btn_copy, self.btn_edit, self.btn_regen):
+            head.addWidget(b)
+        lay.addLayout(head)
+
+        self.body = AutoHeightBrowser(self)
+        lay.addWidget(self.body)
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
+        lay.addWidget(self.note)
+        self.details = QLabel()
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details.setStyleSheet("color: palette(placeholder-text); font-size: 11px;")
+        self.details.hide()
+        lay.addWidget(self.details)
+
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(RENDER_MS)
+        self._render_timer.timeout.connect(self._render)
+
+        self.btn_edit.setVisible(role == "user")
+        self.btn_regen.setVisible(False)
+        self.btn_details.setVisible(role == "assistant")
+        self.apply_colors(colors)
+        self._render()
+
+    def _button(self, text: str, tip: str, slot) -> QToolButton:
+        b = QToolButton(self)
+        b.setText(text)
+        b.setToolTip(tip)
+        b.setAutoRaise(True)
+        b.clicked.connect(slot)
+        return b
+
+    def apply_colors(self, colors: dict[str, str]) -> None:
+        bg = colors["user"] if self.role == "user" else colors["assistant"]
+        self.setStyleSheet(f"QFrame#message {{ background: {bg}; border: 1px solid {colors['border']};"
+                           f" border-radius: 10px; }}")
+        self.body.code_background = QColor(colors["code"])
+        self._render()
+
+    # -- content ------------------------------------------------------------
+
+    def _render(self) -> None:
+        if self.role == "assistant":
+            shown = self.text if self.text or not self.streaming else "…"
+            self.body.set_markdown(shown)
+        else:
+            # What the user typed is shown exactly as typed, not reinterpreted as Markdown.
+            self.body.setPlainText(self.text)
+        self.btn_code.setVisible(bool(code_blocks(self.text)) and not self.streaming)
+
+    def append(self, text: str) -> None:
+        self.text += text
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def set_streaming(self, on: bool) -> None:
+        self.streaming = on
+        if on:
+            self.note.setText("Writing…")
+            self.note.show()
+        self._render()
+
+    def set_result(self, text: str, *, complete: bool, finish_reason: str | None,
+                   error: str | None = None, metrics: dict | None = None) -> None:
+        """Show a reply's final state (or the state it was left in)."""
+        self._render_timer.stop()
+        self.streaming = False
+        self.text = text
+        self.metrics = metrics
+        note = finish_note(complete, finish_reason, error)
+        self.note.setText(note)
+        self.note.setVisible(bool(note))
+        line = metrics_line(metrics)
+        self.details.setText(line)
+        self.btn_details.setToolTip(line)
+        self.btn_details.setEnabled(metrics is not None)
+        self._render()
+
+    def set_can_regenerate(self, on: bool) -> None:
+        self.btn_regen.setVisible(on)
+
+    def _toggle_details(self, on: bool) -> None:
+        self.details.setVisible(on)
+
+    def _copy_code(self) -> None:
+        blocks = code_blocks(self.text)
+        if len(blocks) == 1:
+            self.copy_requested.emit(blocks[0])
+            return
+        menu = QMenu(self)
+        for i, code in enumerate(blocks, 1):
+            first = next((ln for ln in code.splitlines() if ln.strip()), "")[:40]
+            act = menu.addAction(f"Block {i}: {first}")
+            act.triggered.connect(lambda _=False, c=code: self.copy_requested.emit(c))
+        menu.exec(self.btn_code.mapToGlobal(self.btn_code.rect().bottomLeft()))

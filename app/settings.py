@@ -1,0 +1,203 @@
+"""The one place settings are read, validated and written. Qt-free.
+
+``settings.json`` lives in the platform config folder (or ``HEARTH_DATA_DIR``).
+Writes are atomic (temp file, fsync, ``os.replace``), so a crash mid-write
+leaves the old file intact. A file that cannot be parsed or validated is moved
+aside with a message, never overwritten. The model choice that last loaded
+successfully is kept under ``last_working`` so a failed load can roll back.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from engine import HearthError, SamplingParams
+
+from .paths import config_dir, move_aside
+
+FILE_NAME = "settings.json"
+FORMAT_VERSION = 1
+BUNDLED = "bundled"
+THEMES = ("system", "light", "dark")
+DRAFTS = ("auto", "none")
+MAX_CONTEXT = 1 << 20
+
+# The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
+                 "frequency_penalty", "penalty_last_n", "seed", "max_tokens")
+
+DEFAULT_PRESETS = (
+    {"name": "None", "prompt": ""},
+    {"name": "Helpful assistant", "prompt": "You are a helpful, concise assistant."},
+    {"name": "Programmer", "prompt": "You are an expert programmer. Answer with short explanations "
+                                     "and put code in fenced Markdown code blocks."},
+    {"name": "Translator", "prompt": "Translate the user's text into English. Reply with the "
+                                     "translation only."},
+)
+
+
+class SettingsError(ValueError):
+    """A settings value is invalid; the message names the field and the rule."""
+
+
+def _default_sampling() -> dict[str, Any]:
+    d = SamplingParams()
+    return {k: getattr(d, k) for k in SAMPLING_KEYS}
+
+
+@dataclass(slots=True)
+class Settings:
+    model: str = BUNDLED            # "bundled" or the path of a .gguf file
+    context: int | None = None      # None = Auto (the engine picks)
+    draft: str = "auto"             # "auto" | "none" (a chosen draft model arrives with speculative.py)
+    n_threads: int | None = None    # None = the engine's default
+    sampling: dict[str, Any] = field(default_factory=_default_sampling)
+    presets: list[dict[str, str]] = field(default_factory=lambda: [dict(p) for p in DEFAULT_PRESETS])
+    default_preset: str = "None"    # preset a new conversation starts with
+    theme: str = "system"
+
+    # -- validation ---------------------------------------------------------
+
+    def validate(self) -> "Settings":
+        """Raise SettingsError for the first bad value; return self for chaining."""
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise SettingsError("model: choose the bundled model or a .gguf file")
+        if self.context is not None:
+            if not isinstance(self.context, int) or isinstance(self.context, bool) or \
+                    not 256 <= self.context <= MAX_CONTEXT:
+                raise SettingsError(f"context: must be Auto or a whole number from 256 to {MAX_CONTEXT}, "
+                                    f"got {self.context!r}")
+        if self.draft not in DRAFTS:
+            raise SettingsError(f"draft: must be one of {', '.join(DRAFTS)}, got {self.draft!r}")
+        if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
+            raise SettingsError(f"n_threads: must be a positive whole number, got {self.n_threads!r}")
+        if self.theme not in THEMES:
+            raise SettingsError(f"theme: must be one of {', '.join(THEMES)}, got {self.theme!r}")
+        unknown = set(self.sampling) - set(SAMPLING_KEYS)
+        if unknown:
+            raise SettingsError(f"sampling: unknown setting {sorted(unknown)[0]!r}")
+        try:
+            self.sampling_params()
+        except (HearthError, TypeError) as e:
+            raise SettingsError(f"sampling: {e}") from None
+        if not isinstance(self.presets, list) or not all(
+                isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"].strip()
+                and isinstance(p.get("prompt"), str) for p in self.presets):
+            raise SettingsError("presets: each preset needs a non-empty name and a prompt text")
+        names = [p["name"] for p in self.presets]
+        if len(set(names)) != len(names):
+            raise SettingsError("presets: two presets have the same name")
+        if self.default_preset not in names:
+            raise SettingsError(f"default_preset: no preset is called {self.default_preset!r}")
+        return self
+
+    # -- derived values -----------------------------------------------------
+
+    def sampling_params(self) -> SamplingParams:
+        s = {**_default_sampling(), **self.sampling}
+        return SamplingParams(**s)
+
+    def preset_prompt(self, name: str) -> str | None:
+        return next((p["prompt"] for p in self.presets if p["name"] == name), None)
+
+    def load_key(self) -> dict[str, Any]:
+        """The part of the settings that decides which model is loaded and how."""
+        return {"model": self.model, "context": self.context, "draft": self.draft,
+                "n_threads": self.n_threads}
+
+    def with_load_key(self, key: dict[str, Any]) -> "Settings":
+        return replace(self, **{k: key[k] for k in ("model", "context", "draft", "n_threads") if k in key})
+
+    @property
+    def is_bundled(self) -> bool:
+        return self.model == BUNDLED
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Settings":
+        if not isinstance(d, dict):
+            raise SettingsError("the file does not hold a settings object")
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if "sampling" in kwargs and not isinstance(kwargs["sampling"], dict):
+            raise SettingsError("sampling: must be an object")
+        return cls(**kwargs).validate()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` so that ``path`` holds either the old or the new content, never a mix."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    # Make the rename itself durable (POSIX); Windows has no directory fds.
+    if hasattr(os, "O_DIRECTORY"):
+        dfd = os.open(path.parent, os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+class SettingsFile:
+    """Reads and writes ``settings.json``; remembers the last model set-up that loaded."""
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else config_dir() / FILE_NAME
+        self.last_working: dict[str, Any] | None = None
+
+    def load(self) -> tuple[Settings, str | None]:
+        """Return the settings and a message for the user (or None).
+
+        A missing file gives the defaults. A damaged or invalid one is moved
+        aside and the defaults are used, with a message saying where it went.
+        """
+        if not self.path.exists():
+            return Settings(), None
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            settings = Settings.from_dict(raw)
+            lw = raw.get("last_working")
+            if lw is not None:
+                Settings().with_load_key(lw).validate()  # a bad rollback target is as bad as a bad file
+            self.last_working = lw
+            return settings, None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, SettingsError, TypeError) as e:
+            reason = e if isinstance(e, SettingsError) else f"{type(e).__name__}: {e}"
+            moved = move_aside(self.path, "invalid")
+            self.last_working = None
+            return Settings(), (f"The settings file could not be used ({reason}), so Hearth started "
+                                f"with default settings. The old file was kept as {moved}.")
+
+    def save(self, settings: Settings) -> None:
+        settings.validate()
+        data = settings.to_dict()
+        data["version"] = FORMAT_VERSION
+        if self.last_working is not None:
+            data["last_working"] = self.last_working
+        atomic_write_text(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def mark_working(self, settings: Settings) -> None:
+        """Record that ``settings``' model set-up loaded successfully."""
+        self.last_working = settings.load_key()
+        self.save(settings)
+
+    def rolled_back(self, settings: Settings) -> Settings:
+        """``settings`` with the model set-up that last worked (the bundled model if none did)."""
+        key = self.last_working or Settings().load_key()
+        return settings.with_load_key(key)

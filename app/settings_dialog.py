@@ -1,0 +1,353 @@
+"""Settings: model, backend, quantization, draft, context, sampling, presets, theme.
+
+The dialog edits a copy of the settings and only hands it back when it
+validates. Before the user confirms it shows a memory estimate for the chosen
+model and context and whether that fits in the RAM available now.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDialog, QDialogButtonBox,
+                               QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
+                               QLineEdit, QListWidget, QMessageBox, QPlainTextEdit, QPushButton,
+                               QRadioButton, QSpinBox, QTabWidget, QVBoxLayout, QWidget)
+
+from engine import HearthError
+from engine.models import BUNDLED_NAME, bundled_model_path
+
+from .memory import estimate
+from .settings import BUNDLED, DRAFTS, MAX_CONTEXT, THEMES, Settings, SettingsError, _default_sampling
+from .text_utils import human_bytes
+
+HF_TIP = "arrives with the transformers backend"
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Hearth settings")
+        self.setMinimumWidth(560)
+        self._orig = settings
+        self._presets = copy.deepcopy(settings.presets)
+        self._info_cache: dict[str, object] = {}
+        self.result_settings: Settings | None = None
+
+        lay = QVBoxLayout(self)
+        tabs = QTabWidget()
+        tabs.addTab(self._model_tab(settings), "Model")
+        tabs.addTab(self._sampling_tab(settings), "Sampling")
+        tabs.addTab(self._presets_tab(settings), "System prompts")
+        tabs.addTab(self._look_tab(settings), "Appearance")
+        lay.addWidget(tabs)
+        self.error = QLabel()
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #d9480f;")
+        self.error.hide()
+        lay.addWidget(self.error)
+        box = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        box.accepted.connect(self.accept)
+        box.rejected.connect(self.reject)
+        lay.addWidget(box)
+        self.refresh_model()
+
+    # -- model --------------------------------------------------------------
+
+    def _model_tab(self, s: Settings) -> QWidget:
+        w = QWidget()
+        form = QFormLayout(w)
+        self.rb_bundled = QRadioButton(f"Bundled: {BUNDLED_NAME}")
+        self.rb_file = QRadioButton("Local GGUF file:")
+        self.rb_hf = QRadioButton("Hugging Face folder")
+        self.rb_hub = QRadioButton("Hugging Face Hub id")
+        for rb in (self.rb_hf, self.rb_hub):
+            rb.setEnabled(False)
+            rb.setToolTip(HF_TIP)
+        self._group = QButtonGroup(self)
+        for rb in (self.rb_bundled, self.rb_file, self.rb_hf, self.rb_hub):
+            self._group.addButton(rb)
+        self.path_edit = QLineEdit("" if s.is_bundled else s.model)
+        self.path_edit.setPlaceholderText("/path/to/model.gguf")
+        self.browse = QPushButton("Browse…")
+        self.browse.clicked.connect(self._browse)
+        (self.rb_bundled if s.is_bundled else self.rb_file).setChecked(True)
+        models = QVBoxLayout()
+        models.addWidget(self.rb_bundled)
+        file_row = QHBoxLayout()
+        file_row.addWidget(self.rb_file)
+        file_row.addWidget(self.path_edit, 1)
+        file_row.addWidget(self.browse)
+        models.addLayout(file_row)
+        models.addWidget(self.rb_hf)
+        models.addWidget(self.rb_hub)
+        form.addRow("Model", models)
+
+        self.backend_label = QLabel()
+        self.backend_label.setToolTip("The backend follows the model type")
+        form.addRow("Backend", self.backend_label)
+        self.quant_label = QLabel()
+        self.quant_label.setToolTip("Read from the GGUF file's metadata")
+        form.addRow("Quantization", self.quant_label)
+        self.draft = QComboBox()
+        self.draft.addItems([d.title() for d in DRAFTS])
+        self.draft.setCurrentIndex(DRAFTS.index(s.draft))
+        self.draft.setToolTip("Auto picks a known draft model for speculative decoding when one is "
+                              "available; until then it uses none")
+        form.addRow("Draft model", self.draft)
+        ctx_row = QHBoxLayout()
+        self.ctx_auto = QCheckBox("Auto")
+        self.ctx_auto.setChecked(s.context is None)
+        self.ctx = QSpinBox()
+        self.ctx.setRange(256, MAX_CONTEXT)
+        self.ctx.setSingleStep(256)
+        self.ctx.setValue(s.context or 4096)
+        self.ctx.setEnabled(s.context is not None)
+        self.ctx_auto.toggled.connect(lambda on: self.ctx.setEnabled(not on))
+        ctx_row.addWidget(self.ctx_auto)
+        ctx_row.addWidget(self.ctx, 1)
+        form.addRow("Context length", ctx_row)
+        self.memory = QLabel()
+        self.memory.setWordWrap(True)
+        self.memory.setTextFormat(Qt.TextFormat.RichText)
+        form.addRow("Memory", self.memory)
+
+        for sig in (self.rb_bundled.toggled, self.ctx_auto.toggled, self.ctx.valueChanged):
+            sig.connect(self.refresh_model)
+        self.path_edit.editingFinished.connect(self.refresh_model)
+        self.rb_file.toggled.connect(lambda on: self.path_edit.setFocus() if on else None)
+        return w
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF model", str(Path.home()),
+                                              "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.path_edit.setText(path)
+            self.rb_file.setChecked(True)
+            self.refresh_model()
+
+    def chosen_model(self) -> str:
+        return BUNDLED if self.rb_bundled.isChecked() else self.path_edit.text().strip()
+
+    def _info(self, model: str):
+        """GGUF metadata for the chosen model (cached); raises HearthError with a clear message."""
+        from engine.gguf import model_info
+
+        if model not in self._info_cache:
+            if not model:
+                raise HearthError("choose a .gguf file")
+            path = bundled_model_path() if model == BUNDLED else Path(model).expanduser()
+            if not path.is_file():
+                raise HearthError(f"model file not found: {path}")
+            self._info_cache[model] = model_info(path)
+        return self._info_cache[model]
+
+    def refresh_model(self) -> None:
+        """Update backend, quantization and the memory estimate for the current choices."""
+        try:
+            info = self._info(self.chosen_model())
+        except HearthError as e:
+            self.backend_label.setText("llama.cpp (GGUF)")
+            self.quant_label.setText("—")
+            self.memory.setText(f"<span style='color:#d9480f'>Cannot read this model: {e}</span>")
+            self._estimate = None
+            return
+        self.backend_label.setText("llama.cpp (GGUF)")
+        self.quant_label.setText(f"{info.file_type} (from the file's metadata)")
+        est = estimate(info, None if self.ctx_auto.isChecked() else self.ctx.value())
+        self._estimate = est
+        verdict = ("<b>fits</b>" if est.fits else
+                   "<b style='color:#d9480f'>may not fit</b> — choose a smaller context or model")
+        self.memory.setText(
+            f"Estimate for {est.n_ctx:,} tokens of context: weights {human_bytes(est.weights)} + "
+            f"KV cache {human_bytes(est.kv)} + compute ≈{human_bytes(est.compute)} = "
+            f"<b>{human_bytes(est.total)}</b>.<br>System RAM available now: "
+            f"{human_bytes(est.available)} — {verdict}.<br>"
+            "<i>An estimate; the status bar shows what the loaded model really uses.</i>")
+
+    # -- sampling -----------------------------------------------------------
+
+    def _dspin(self, lo: float, hi: float, step: float, value: float, decimals: int = 2) -> QDoubleSpinBox:
+        sp = QDoubleSpinBox()
+        sp.setRange(lo, hi)
+        sp.setSingleStep(step)
+        sp.setDecimals(decimals)
+        sp.setValue(value)
+        return sp
+
+    def _ispin(self, lo: int, hi: int, value: int) -> QSpinBox:
+        sp = QSpinBox()
+        sp.setRange(lo, hi)
+        sp.setValue(value)
+        return sp
+
+    def _sampling_tab(self, s: Settings) -> QWidget:
+        w = QWidget()
+        form = QFormLayout(w)
+        v = {**_default_sampling(), **s.sampling}
+        self.sp = {
+            "temperature": self._dspin(0.0, 5.0, 0.05, v["temperature"]),
+            "top_p": self._dspin(0.01, 1.0, 0.01, v["top_p"]),
+            "top_k": self._ispin(0, 100000, v["top_k"]),
+            "min_p": self._dspin(0.0, 0.99, 0.01, v["min_p"]),
+            "repeat_penalty": self._dspin(0.05, 5.0, 0.05, v["repeat_penalty"]),
+            "presence_penalty": self._dspin(-2.0, 2.0, 0.1, v["presence_penalty"]),
+            "frequency_penalty": self._dspin(-2.0, 2.0, 0.1, v["frequency_penalty"]),
+            "penalty_last_n": self._ispin(-1, 1 << 20, v["penalty_last_n"]),
+            "max_tokens": self._ispin(1, 1 << 20, v["max_tokens"]),
+        }
+        tips = {"temperature": "0 = always the most likely token (greedy)", "top_k": "0 disables",
+                "top_p": "1.0 disables", "min_p": "0 disables", "repeat_penalty": "1.0 disables",
+                "penalty_last_n": "how many recent tokens the penalties look at; -1 = all",
+                "max_tokens": "the longest reply, in tokens"}
+        labels = {"top_p": "Top-p", "top_k": "Top-k", "min_p": "Min-p", "max_tokens": "Max tokens"}
+        for k, widget in self.sp.items():
+            widget.setToolTip(tips.get(k, ""))
+            form.addRow(labels.get(k, k.replace("_", " ").capitalize()), widget)
+        seed_row = QHBoxLayout()
+        self.seed_random = QCheckBox("Random")
+        self.seed_random.setChecked(v["seed"] is None)
+        self.seed = self._ispin(0, 2**31 - 1, v["seed"] or 0)
+        self.seed.setEnabled(v["seed"] is not None)
+        self.seed_random.toggled.connect(lambda on: self.seed.setEnabled(not on))
+        seed_row.addWidget(self.seed_random)
+        seed_row.addWidget(self.seed, 1)
+        form.addRow("Seed", seed_row)
+        reset = QPushButton("Reset to defaults")
+        reset.clicked.connect(self._reset_sampling)
+        form.addRow("", reset)
+        return w
+
+    def _reset_sampling(self) -> None:
+        d = _default_sampling()
+        for k, widget in self.sp.items():
+            widget.setValue(d[k])
+        self.seed_random.setChecked(d["seed"] is None)
+
+    # -- presets ------------------------------------------------------------
+
+    def _presets_tab(self, s: Settings) -> QWidget:
+        w = QWidget()
+        lay = QHBoxLayout(w)
+        left = QVBoxLayout()
+        self.preset_list = QListWidget()
+        left.addWidget(self.preset_list, 1)
+        row = QHBoxLayout()
+        add, remove = QPushButton("Add"), QPushButton("Remove")
+        add.clicked.connect(self._add_preset)
+        remove.clicked.connect(self._remove_preset)
+        row.addWidget(add)
+        row.addWidget(remove)
+        left.addLayout(row)
+        lay.addLayout(left, 1)
+        right = QFormLayout()
+        self.preset_name = QLineEdit()
+        self.preset_text = QPlainTextEdit()
+        self.default_preset = QComboBox()
+        right.addRow("Name", self.preset_name)
+        right.addRow("Prompt", self.preset_text)
+        right.addRow("New conversations use", self.default_preset)
+        lay.addLayout(right, 2)
+        self.preset_list.currentRowChanged.connect(self._show_preset)
+        self.preset_name.textEdited.connect(self._preset_edited)
+        self.preset_text.textChanged.connect(self._preset_edited)
+        self._fill_presets(s.default_preset)
+        return w
+
+    def _fill_presets(self, default: str) -> None:
+        self.preset_list.blockSignals(True)
+        self.preset_list.clear()
+        self.preset_list.addItems([p["name"] for p in self._presets])
+        self.preset_list.blockSignals(False)
+        self.default_preset.clear()
+        self.default_preset.addItems([p["name"] for p in self._presets])
+        idx = self.default_preset.findText(default)
+        self.default_preset.setCurrentIndex(max(idx, 0))
+        if self._presets:
+            self.preset_list.setCurrentRow(0)
+            self._show_preset(0)
+
+    def _show_preset(self, row: int) -> None:
+        self._showing = True
+        ok = 0 <= row < len(self._presets)
+        self.preset_name.setText(self._presets[row]["name"] if ok else "")
+        self.preset_text.setPlainText(self._presets[row]["prompt"] if ok else "")
+        self._showing = False
+
+    def _preset_edited(self) -> None:
+        row = self.preset_list.currentRow()
+        if getattr(self, "_showing", False) or not 0 <= row < len(self._presets):
+            return
+        old = self._presets[row]["name"]
+        self._presets[row] = {"name": self.preset_name.text(), "prompt": self.preset_text.toPlainText()}
+        self.preset_list.item(row).setText(self.preset_name.text())
+        i = self.default_preset.findText(old)
+        if i >= 0:
+            self.default_preset.setItemText(i, self.preset_name.text())
+
+    def _add_preset(self) -> None:
+        names = {p["name"] for p in self._presets}
+        n = 1
+        while f"Preset {n}" in names:
+            n += 1
+        self._presets.append({"name": f"Preset {n}", "prompt": ""})
+        self._fill_presets(self.default_preset.currentText())
+        self.preset_list.setCurrentRow(len(self._presets) - 1)
+
+    def _remove_preset(self) -> None:
+        row = self.preset_list.currentRow()
+        if 0 <= row < len(self._presets) and len(self._presets) > 1:
+            del self._presets[row]
+            self._fill_presets(self.default_preset.currentText())
+
+    # -- appearance ---------------------------------------------------------
+
+    def _look_tab(self, s: Settings) -> QWidget:
+        w = QWidget()
+        form = QFormLayout(w)
+        self.theme = QComboBox()
+        self.theme.addItems([t.title() for t in THEMES])
+        self.theme.setCurrentIndex(THEMES.index(s.theme))
+        self.theme.setToolTip("System follows your desktop's light or dark setting where Qt can tell")
+        form.addRow("Theme", self.theme)
+        return w
+
+    # -- result -------------------------------------------------------------
+
+    def build(self) -> Settings:
+        """The settings as edited; raises SettingsError with a message for the user."""
+        sampling = {k: (w.value() if isinstance(w, QSpinBox) else round(w.value(), 4))
+                    for k, w in self.sp.items()}
+        sampling["seed"] = None if self.seed_random.isChecked() else self.seed.value()
+        s = Settings(model=self.chosen_model(),
+                     context=None if self.ctx_auto.isChecked() else self.ctx.value(),
+                     draft=DRAFTS[self.draft.currentIndex()], n_threads=self._orig.n_threads,
+                     sampling=sampling, presets=copy.deepcopy(self._presets),
+                     default_preset=self.default_preset.currentText(),
+                     theme=THEMES[self.theme.currentIndex()])
+        s.validate()
+        try:
+            self._info(s.model)
+        except HearthError as e:
+            raise SettingsError(f"model: {e}") from None
+        return s
+
+    def accept(self) -> None:  # noqa: D401 (Qt override)
+        try:
+            s = self.build()
+        except SettingsError as e:
+            self.error.setText(str(e))
+            self.error.show()
+            return
+        est = getattr(self, "_estimate", None)
+        if est is not None and not est.fits and s.load_key() != self._orig.load_key():
+            answer = QMessageBox.warning(
+                self, "Model may not fit",
+                f"The estimate ({human_bytes(est.total)}) is more than the RAM available now "
+                f"({human_bytes(est.available)}). Load it anyway?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        self.result_settings = s
+        super().accept()

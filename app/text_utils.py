@@ -1,0 +1,74 @@
+"""Small Qt-free helpers for what the window shows: code blocks, metrics lines, reply notes."""
+from __future__ import annotations
+
+import re
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+# What each way a reply can end means to the user. Replies that ended any way
+# other than naturally (eos / stop string) are "incomplete" and keep this note.
+FINISH_NOTES = {
+    "cancelled": "Stopped — this reply is incomplete.",
+    "max_tokens": "Reached the reply length limit (Max tokens in Settings) — incomplete.",
+    "context_full": "The context window is full — start a new conversation or raise the context length.",
+    "error": "Failed — this reply is incomplete.",
+}
+COMPLETE_REASONS = ("eos", "stop_string")
+
+
+def code_blocks(markdown: str) -> list[str]:
+    """The contents of every fenced code block, in order (an unclosed fence runs to the end)."""
+    blocks: list[str] = []
+    fence: str | None = None
+    body: list[str] = []
+    for line in markdown.splitlines():
+        m = _FENCE.match(line)
+        if fence is None:
+            if m:
+                fence, body = m.group(1), []
+        elif m and line.strip().startswith(fence[0] * len(fence)) and not line.strip().strip(fence[0]):
+            blocks.append("\n".join(body))
+            fence = None
+        else:
+            body.append(line)
+    if fence is not None:
+        blocks.append("\n".join(body))
+    return blocks
+
+
+def finish_note(complete: bool, finish_reason: str | None, error: str | None) -> str:
+    """The line shown under a reply that did not end naturally ('' when it did)."""
+    if complete:
+        return ""
+    if finish_reason is None:
+        return "Interrupted — Hearth closed while this reply was being written; it is incomplete."
+    if finish_reason == "error" and error:
+        return f"Failed: {error} — this reply is incomplete."
+    return FINISH_NOTES.get(finish_reason, f"Incomplete ({finish_reason}).")
+
+
+def metrics_line(m: dict | None) -> str:
+    """One readable line of a reply's metrics (GenerationStats.as_dict())."""
+    if not m:
+        return "No metrics for this message."
+    parts = [f"{m.get('generated_tokens', 0)} tokens",
+             f"{m.get('decode_tok_s', 0.0):.1f} tok/s",
+             f"TTFT {m.get('ttft_ms', 0.0):.0f} ms",
+             f"prompt {m.get('prompt_tokens', 0)} (cached {m.get('cached_tokens', 0)})",
+             f"prefill {m.get('prefill_ms', 0.0):.0f} ms",
+             f"total {m.get('e2e_ms', 0.0) / 1000:.2f} s",
+             f"ended: {m.get('finish_reason', '?')}"]
+    spec = m.get("spec")
+    if spec and spec.get("acceptance_rate") is not None:
+        parts.append(f"draft acceptance {100 * spec['acceptance_rate']:.0f}%")
+    if m.get("backend"):
+        parts.append(m["backend"])
+    return " · ".join(parts)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KiB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"

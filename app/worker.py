@@ -1,0 +1,327 @@
+"""Model loading and generation off the GUI thread.
+
+Both workers live on one "engine thread", so a load and a generation can
+never overlap (the engine allows one stream at a time, and a new model should
+replace the old one, not sit next to it in memory). They only emit signals;
+they never touch widgets. Stopping sets a ``threading.Event`` that the engine
+checks between tokens; the thread is never killed.
+
+The generation worker writes the reply to the database itself, on its own
+connection, as it streams (throttled). So the stream keeps saving to *its*
+conversation whatever the window is showing, and a crash loses at most the
+last half second.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from engine import HearthError, Message, SamplingParams
+
+from .store import Store
+from .text_utils import COMPLETE_REASONS
+
+FLUSH_SECONDS = 0.5   # commit partial text at least this often...
+FLUSH_DELTAS = 32     # ...or after this many deltas, whichever comes first
+PROGRESS_SECONDS = 0.25
+
+
+@dataclass(slots=True)
+class LoadRequest:
+    key: dict[str, Any]  # Settings.load_key(): model, context, draft, n_threads
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(slots=True)
+class GenerationJob:
+    conversation_id: int
+    message_id: int
+    messages: list[Message]
+    params: SamplingParams
+    db_path: Path
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+def app_threads() -> int:
+    """CPU threads for generation when the settings say Auto: the physical cores less one.
+
+    llama.cpp's worker threads spin-wait at every barrier, so when they use
+    every core, anything else that wants a core (the GUI thread, the OS, a
+    compiler in the background) stalls a whole barrier: on a busy 2-core
+    machine we measured 1-21 tok/s with 2 threads and a steady 60-70 tok/s
+    with 1. Leaving a core free keeps the window responsive too.
+    """
+    from engine.backends.llama_cpp import default_threads
+
+    return max(1, default_threads() - 1)
+
+
+class _Shared:
+    """The loaded engine, touched only on the engine thread."""
+
+    engine = None
+
+
+def _memory_in_use(report: dict[str, int]) -> int:
+    # Per-device keys ("kv@CPU") repeat the totals; model_size repeats weights.
+    return sum(v for k, v in report.items() if "@" not in k and k != "model_size")
+
+
+def describe(engine) -> dict[str, Any]:
+    """What the window shows about a loaded engine (plain data, safe to send across threads)."""
+    b = engine.backend
+    report = b.memory_report()
+    info = b.info
+    return {"label": engine.model.label if engine.model else info.name,
+            "path": str(engine.model.path) if engine.model else "",
+            "bundled": bool(engine.model and engine.model.is_bundled),
+            "backend": b.name, "n_ctx": b.n_ctx, "n_threads": getattr(b, "n_threads", None), "quant": info.file_type,
+            "memory": report, "memory_total": _memory_in_use(report)}
+
+
+class LoadWorker(QObject):
+    started = Signal(str)          # what is being loaded
+    loaded = Signal(dict)          # describe(engine) + load_ms
+    failed = Signal(str)           # one-line message
+    cancelled = Signal()
+
+    def __init__(self, shared: _Shared) -> None:
+        super().__init__()
+        self._shared = shared
+
+    @Slot(object)
+    def load(self, req: LoadRequest) -> None:
+        from engine import Engine  # imported here so the window can appear first
+
+        key = req.key
+        model = None if key.get("model") in (None, "", "bundled") else key["model"]
+        self.started.emit("the bundled model" if model is None else Path(model).name)
+        # Free the old model first: two models side by side may not fit.
+        self._close_engine()
+        t0 = time.perf_counter()
+        try:
+            engine = Engine.load(model, n_ctx=key.get("context"),
+                                 n_threads=key.get("n_threads") or app_threads())
+        except HearthError as e:
+            self.failed.emit(str(e))
+            return
+        except Exception as e:  # a bug or an unexpected native failure: still a message, never silence
+            traceback.print_exc()
+            self.failed.emit(f"unexpected error while loading the model: {type(e).__name__}: {e}")
+            return
+        if req.cancel.is_set():
+            # Loading is one native call that cannot be interrupted; cancelling
+            # means throwing the result away as soon as it returns.
+            engine.close()
+            self.cancelled.emit()
+            return
+        self._shared.engine = engine
+        info = describe(engine)
+        info["load_ms"] = (time.perf_counter() - t0) * 1e3
+        self.loaded.emit(info)
+
+    @Slot()
+    def close_engine(self) -> None:
+        self._close_engine()
+
+    def _close_engine(self) -> None:
+        if self._shared.engine is not None:
+            self._shared.engine.close()
+            self._shared.engine = None
+
+
+class GenerationWorker(QObject):
+    delta = Signal(int, str)         # message id, new text
+    progress = Signal(int, dict)     # message id, live numbers (tokens, tok_s, ttft_ms)
+    finished = Signal(int, dict)     # message id, {text, finish_reason, complete, metrics}
+    failed = Signal(int, str, str)   # message id, error message, partial text
+
+    def __init__(self, shared: _Shared) -> None:
+        super().__init__()
+        self._shared = shared
+        self._stores: dict[Path, Store] = {}
+
+    def _store(self, path: Path) -> Store:
+        # One connection per database, opened on this thread (sqlite3's rule).
+        if path not in self._stores:
+            self._stores[path] = Store(path, recover=False)
+        return self._stores[path]
+
+    @Slot(object)
+    def generate(self, job: GenerationJob) -> None:
+        mid = job.message_id
+        parts: list[str] = []
+        store = None
+        try:
+            store = self._store(job.db_path)
+            engine = self._shared.engine
+            if engine is None:
+                raise HearthError("no model is loaded")
+            t0 = time.perf_counter()
+            t_first = None
+            last_flush = last_progress = t0
+            unflushed = 0
+            for ev in engine.stream(job.messages, job.params, cancel=job.cancel):
+                if ev.kind == "delta":
+                    now = time.perf_counter()
+                    if t_first is None:
+                        t_first = now
+                    parts.append(ev.text)
+                    unflushed += 1
+                    self.delta.emit(mid, ev.text)
+                    if unflushed >= FLUSH_DELTAS or now - last_flush >= FLUSH_SECONDS:
+                        store.update_reply(mid, "".join(parts))
+                        unflushed, last_flush = 0, now
+                    if now - last_progress >= PROGRESS_SECONDS:
+                        last_progress = now
+                        n = len(parts)  # one delta is about one token; the final metrics are exact
+                        rate = (n - 1) / (now - t_first) if n > 1 and now > t_first else 0.0
+                        self.progress.emit(mid, {"tokens": n, "tok_s": rate,
+                                                 "ttft_ms": (t_first - t0) * 1e3})
+                else:
+                    complete = ev.finish_reason in COMPLETE_REASONS
+                    metrics = ev.stats.as_dict() if ev.stats is not None else None
+                    store.finish_reply(mid, ev.text, complete=complete,
+                                       finish_reason=ev.finish_reason, metrics=metrics)
+                    self.finished.emit(mid, {"text": ev.text, "finish_reason": ev.finish_reason,
+                                             "complete": complete, "metrics": metrics})
+                    return
+            raise HearthError("the engine ended the reply without a final event")
+        except Exception as e:
+            if not isinstance(e, HearthError):
+                traceback.print_exc()
+            msg = str(e) if isinstance(e, HearthError) else f"unexpected error: {type(e).__name__}: {e}"
+            partial = "".join(parts)
+            if store is not None:
+                try:
+                    store.finish_reply(mid, partial, complete=False, finish_reason="error", error=msg)
+                except Exception as db_err:  # keep the first error; the window still gets the text
+                    msg += f" (and saving the partial reply failed: {db_err})"
+            self.failed.emit(mid, msg, partial)
+
+    @Slot()
+    def close_stores(self) -> None:
+        for s in self._stores.values():
+            s.close()
+        self._stores.clear()
+
+
+class EngineHost(QObject):
+    """The window's handle on the engine thread. Lives on the GUI thread."""
+
+    load_started = Signal(str)
+    loaded = Signal(dict)
+    load_failed = Signal(str)
+    load_cancelled = Signal()
+    delta = Signal(int, str)
+    progress = Signal(int, dict)
+    finished = Signal(int, dict)
+    failed = Signal(int, str, str)
+
+    _request_load = Signal(object)
+    _request_generate = Signal(object)
+    _request_close = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._shared = _Shared()
+        self._thread = QThread()
+        self._thread.setObjectName("hearth-engine")
+        self._loader = LoadWorker(self._shared)
+        self._generator = GenerationWorker(self._shared)
+        for w in (self._loader, self._generator):
+            w.moveToThread(self._thread)
+        # Cross-thread connections are queued: the slots run on the engine thread.
+        self._request_load.connect(self._loader.load)
+        self._request_generate.connect(self._generator.generate)
+        self._request_close.connect(self._generator.close_stores)
+        self._request_close.connect(self._loader.close_engine)
+        self._loader.started.connect(self.load_started)
+        self._loader.loaded.connect(self._on_loaded)
+        self._loader.failed.connect(self._on_load_failed)
+        self._loader.cancelled.connect(self._on_load_cancelled)
+        self._generator.delta.connect(self.delta)
+        self._generator.progress.connect(self.progress)
+        self._generator.finished.connect(self._on_finished)
+        self._generator.failed.connect(self._on_failed)
+        self._thread.start()
+        self.model: dict | None = None       # describe() of the loaded model
+        self._load: LoadRequest | None = None
+        self._job: GenerationJob | None = None
+
+    # -- state --------------------------------------------------------------
+
+    @property
+    def loading(self) -> bool:
+        return self._load is not None
+
+    @property
+    def ready(self) -> bool:
+        return self.model is not None and self._load is None
+
+    @property
+    def job(self) -> GenerationJob | None:
+        """The generation in flight, if any."""
+        return self._job
+
+    # -- loading ------------------------------------------------------------
+
+    def load(self, key: dict[str, Any]) -> None:
+        if self._load is not None:
+            self._load.cancel.set()
+        self.model = None
+        self._load = LoadRequest(dict(key))
+        self._request_load.emit(self._load)
+
+    def cancel_load(self) -> None:
+        if self._load is not None:
+            self._load.cancel.set()
+
+    def _on_loaded(self, info: dict) -> None:
+        self._load = None
+        self.model = info
+        self.loaded.emit(info)
+
+    def _on_load_failed(self, msg: str) -> None:
+        self._load = None
+        self.load_failed.emit(msg)
+
+    def _on_load_cancelled(self) -> None:
+        self._load = None
+        self.load_cancelled.emit()
+
+    # -- generation ---------------------------------------------------------
+
+    def generate(self, job: GenerationJob) -> None:
+        if self._job is not None:
+            raise HearthError("a reply is already being written")
+        if not self.ready:
+            raise HearthError("the model is not loaded yet")
+        self._job = job
+        self._request_generate.emit(job)
+
+    def stop(self) -> None:
+        if self._job is not None:
+            self._job.cancel.set()
+
+    def _on_finished(self, mid: int, result: dict) -> None:
+        self._job = None
+        self.finished.emit(mid, result)
+
+    def _on_failed(self, mid: int, msg: str, partial: str) -> None:
+        self._job = None
+        self.failed.emit(mid, msg, partial)
+
+    def shutdown(self) -> None:
+        """Stop any reply, free the model and end the thread (waits for a load in progress)."""
+        self.stop()
+        self.cancel_load()
+        self._request_close.emit()
+        self._thread.quit()
+        self._thread.wait()
