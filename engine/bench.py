@@ -1,0 +1,111 @@
+"""Benchmarks. Each runs its reference side by side in the same process and
+reports ratios, because absolute times on shared machines are noisy."""
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+
+import numpy as np
+
+from .types import Message, SamplingParams
+
+BENCH_PROMPT = [Message("user", "Write a long, detailed story about a lighthouse keeper who finds a "
+                                "message in a bottle. Describe the sea, the weather and the town.")]
+
+
+def measure_read_bandwidth(n_threads: int, mib: int = 512, repeats: int = 3) -> float:
+    """Memory bandwidth in bytes/s: n_threads threads copy disjoint slices of a
+    buffer far larger than any cache; a copy reads and writes each byte."""
+    src = np.ones(mib * 1024 * 1024 // 8, dtype=np.float64)
+    dst = np.empty_like(src)
+    parts = np.array_split(np.arange(src.size), n_threads)
+    bounds = [(p[0], p[-1] + 1) for p in parts if len(p)]
+
+    def work(lo: int, hi: int) -> None:
+        np.copyto(dst[lo:hi], src[lo:hi])  # numpy releases the GIL here
+
+    best = float("inf")
+    for _ in range(repeats):
+        ts = [threading.Thread(target=work, args=b) for b in bounds]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * src.nbytes / best
+
+
+def bench_overhead(a: argparse.Namespace) -> dict:
+    """Hearth's streaming loop vs llama-cpp-python's own Llama.generate, greedy."""
+    from llama_cpp import Llama
+
+    from .backends.llama_cpp import default_threads
+    from .engine import Engine
+    from .models import resolve
+
+    n_tok = a.tokens
+    threads = a.threads or default_threads()
+    path = resolve(a.model).path
+    n_ctx = 1024 + n_tok
+    engine = Engine.load(path, n_ctx=n_ctx, n_threads=threads)
+    ref = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                n_batch=512, verbose=False)
+    prompt = engine.prompt_tokens(BENCH_PROMPT)
+    params = SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=n_tok,
+                            ignore_eos=True)
+
+    def run_reference() -> float:
+        ref.reset()
+        n = 0
+        t_first = t_last = 0.0
+        for _tok in ref.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+            n += 1
+            t_last = time.perf_counter()
+            if n == 1:
+                t_first = t_last
+            if n == n_tok:
+                break
+        return (n - 1) / (t_last - t_first)
+
+    def run_hearth() -> float:
+        engine.reset()
+        for ev in engine.stream(BENCH_PROMPT, params):
+            if ev.kind == "final":
+                assert ev.stats.generated_tokens == n_tok, ev.stats
+                return ev.stats.decode_tok_s
+        raise RuntimeError("no final event")
+
+    run_reference(), run_hearth()  # warm-up: page in weights, build caches
+    hearth, reference = [], []
+    for i in range(a.rounds):
+        # Alternate which side goes first so drift on the machine hits both.
+        order = (run_hearth, run_reference) if i % 2 == 0 else (run_reference, run_hearth)
+        for fn in order:
+            (hearth if fn is run_hearth else reference).append(fn())
+    bw = measure_read_bandwidth(threads)
+    h_med, r_med = statistics.median(hearth), statistics.median(reference)
+    model_bytes = engine.backend.info.weight_bytes
+    engine.close()
+    return {
+        "ratio": round(statistics.median(h / r for h, r in zip(hearth, reference)), 4),
+        "decode_tok_s": round(h_med, 2),
+        "reference_tok_s": round(r_med, 2),
+        "roofline_fraction": round(model_bytes * h_med / bw, 4),
+        "mem_bandwidth_gb_s": round(bw / 1e9, 2),
+        "model_bytes": model_bytes,
+        "tokens": n_tok,
+        "rounds": a.rounds,
+        "threads": threads,
+        "hearth_tok_s_all": [round(x, 2) for x in hearth],
+        "reference_tok_s_all": [round(x, 2) for x in reference],
+    }
+
+
+BENCHES = {"overhead": bench_overhead}
+
+
+def run(which: str, a: argparse.Namespace) -> dict:
+    return BENCHES[which](a)

@@ -1,0 +1,162 @@
+"""``python -m engine chat|info|bench``: the terminal face of the engine.
+
+Expected failures (bad file, prompt too long, ...) print one line and exit
+non-zero; tracebacks are for bugs only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from .errors import HearthError
+from .types import Message, SamplingParams
+
+
+def _add_sampling_flags(p: argparse.ArgumentParser) -> None:
+    d = SamplingParams()
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temp", type=float, default=d.temperature, help="temperature; 0 = greedy")
+    g.add_argument("--top-k", type=int, default=d.top_k, help="0 disables")
+    g.add_argument("--top-p", type=float, default=d.top_p, help="1.0 disables")
+    g.add_argument("--min-p", type=float, default=d.min_p, help="0 disables")
+    g.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty, help="1.0 disables")
+    g.add_argument("--presence-penalty", type=float, default=d.presence_penalty)
+    g.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--max-tokens", type=int, default=d.max_tokens)
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def _sampling(a: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
+                          repeat_penalty=a.repeat_penalty, presence_penalty=a.presence_penalty,
+                          frequency_penalty=a.frequency_penalty, seed=a.seed,
+                          max_tokens=a.max_tokens, stop=tuple(a.stop))
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="path of a .gguf file (default: the bundled model)")
+    p.add_argument("--ctx", type=int, default=None, help="context length (default: auto)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+
+
+def cmd_info(a: argparse.Namespace) -> int:
+    from .gguf import model_info
+    from .models import resolve
+
+    info = model_info(resolve(a.path).path)
+    d = info.summary()
+    if a.json:
+        print(json.dumps(d, indent=2))
+        return 0
+    tmpl = d.pop("chat_template") or "(none: ChatML fallback)"
+    for k, v in d.items():
+        print(f"{k:24} {v}")
+    print(f"{'chat_template':24} {len(tmpl)} chars: {tmpl[:120]!r}...")
+    return 0
+
+
+def _print_stats(st) -> None:
+    cached = f", cached {st.cached_tokens}/{st.prompt_tokens}" if st.prompt_tokens else ""
+    print(f"\x1b[2m[{st.generated_tokens} tok, {st.decode_tok_s:.1f} tok/s, TTFT {st.ttft_ms:.0f} ms"
+          f"{cached}, {st.finish_reason}]\x1b[0m", file=sys.stderr, flush=True)
+
+
+def cmd_chat(a: argparse.Namespace) -> int:
+    from .engine import Engine
+
+    params = _sampling(a)
+    print("loading model...", file=sys.stderr, flush=True)
+    engine = Engine.load(a.model, n_ctx=a.ctx, n_threads=a.threads)
+    label = engine.model.label if engine.model else "model"
+    print(f"{label}, context {engine.backend.n_ctx}. /reset clears the conversation, /quit leaves.",
+          file=sys.stderr, flush=True)
+    history: list[Message] = [Message("system", a.system)] if a.system else []
+    interactive = sys.stdin.isatty()
+    while True:
+        try:
+            line = input("you> " if interactive else "")
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            print()
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/quit", "/exit"):
+            break
+        if text == "/reset":
+            history = history[:1] if a.system else []
+            engine.reset()
+            print("(conversation cleared)", file=sys.stderr)
+            continue
+        history.append(Message("user", line))
+        reply: list[str] = []
+        events = engine.stream(history, params)
+        try:
+            if interactive:
+                print("bot> ", end="", flush=True)
+            for ev in events:
+                if ev.kind == "delta":
+                    reply.append(ev.text)
+                    print(ev.text, end="", flush=True)
+                else:
+                    print(flush=True)
+                    _print_stats(ev.stats)
+        except KeyboardInterrupt:
+            events.close()
+            print("\n(stopped)", file=sys.stderr, flush=True)
+        except HearthError as e:
+            history.pop()  # keep the conversation usable; the user still sees their text
+            print(f"\nerror: {e}", file=sys.stderr, flush=True)
+            continue
+        history.append(Message("assistant", "".join(reply)))
+    engine.close()
+    return 0
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from . import bench
+
+    result = bench.run(a.which, a)
+    print(json.dumps(result, indent=None if a.json else 2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m engine", description="Hearth inference engine")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("chat", help="streaming terminal chat")
+    _model_flags(p)
+    _add_sampling_flags(p)
+    p.add_argument("--system", default=None, help="system prompt")
+    p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("info", help="print a GGUF file's metadata")
+    p.add_argument("path", nargs="?", default=None, help="a .gguf file (default: the bundled model)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("bench", help="benchmarks that print ratios against a reference")
+    p.add_argument("which", choices=["overhead"])
+    _model_flags(p)
+    p.add_argument("--json", action="store_true", help="one-line JSON")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--tokens", type=int, default=256)
+    p.set_defaults(func=cmd_bench)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HearthError as e:
+        print(f"hearth: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,168 @@
+"""Engine: messages in, streamed text out, one backend underneath.
+
+The engine owns the conversation-independent state: the loaded backend, the
+chat template and which tokens the backend's KV cache currently holds. It
+reuses the longest common prefix of that KV with each new prompt, so the next
+turn of the same conversation only prefills the new tokens.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Iterator, Mapping, Sequence
+
+from .backends.base import Backend
+from .chat_template import CHATML_FALLBACK, ChatTemplate
+from .errors import HearthError, PromptTooLongError
+from .generate import generate_step, stream_tokens
+from .metrics import GenerationStats
+from .models import ModelRef, resolve
+from .prefix_cache import DEFAULT_BUDGET, PrefixCache
+from .sampling import make_sampler
+from .types import Message, SamplingParams, StreamEvent
+
+DEFAULT_CTX = 8192
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Engine:
+    def __init__(self, backend: Backend, *, model: ModelRef | None = None,
+                 cache_budget: int = DEFAULT_BUDGET) -> None:
+        self.backend = backend
+        self.model = model
+        # budget 0 disables the snapshot cache; the live-KV prefix is always reused.
+        self.cache = PrefixCache(cache_budget)
+        self.template = ChatTemplate(backend.chat_template or CHATML_FALLBACK,
+                                     bos_token=backend.bos_token, eos_token=backend.eos_token)
+        self._kv_tokens: list[int] = []   # exactly the tokens the backend's KV holds
+        self._live_prompt_len = 0         # prompt part of _kv_tokens' last request
+        self._busy = threading.Lock()
+
+    @classmethod
+    def load(cls, model: str | os.PathLike[str] | None = None, *, n_ctx: int | None = None,
+             n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
+             cache_budget: int = DEFAULT_BUDGET) -> "Engine":
+        """Load a GGUF model (the bundled one by default) on the llama.cpp backend."""
+        ref = resolve(model)
+        from .backends.llama_cpp import LlamaCppBackend  # native library: load only when asked
+        from .gguf import model_info
+
+        info = model_info(ref.path)
+        if n_ctx is None:
+            n_ctx = min(info.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
+        backend = LlamaCppBackend(ref.path, n_ctx=n_ctx, n_threads=n_threads,
+                                  n_gpu_layers=n_gpu_layers, kv_type=kv_type, info=info)
+        return cls(backend, model=ref, cache_budget=cache_budget)
+
+    # -- prompt -------------------------------------------------------------
+
+    def render(self, messages: Sequence[Message | Mapping[str, str]]) -> str:
+        return self.template.render(messages, add_generation_prompt=True)
+
+    def prompt_tokens(self, messages: Sequence[Message | Mapping[str, str]]) -> list[int]:
+        text = self.render(messages)
+        b = self.backend
+        # Templates that write the BOS text themselves must not get a second BOS.
+        add_bos = getattr(b, "add_bos", False) and not (b.bos_token and text.startswith(b.bos_token))
+        return b.tokenize(text, add_bos=add_bos, special=True)
+
+    # -- generation ---------------------------------------------------------
+
+    def stream(self, messages: Sequence[Message | Mapping[str, str]],
+               params: SamplingParams | None = None, *,
+               cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+        """Yield text deltas, then one final event with the finish reason and metrics.
+
+        Raises PromptTooLongError before any work if the prompt cannot fit.
+        """
+        params = params or SamplingParams()
+        if not self._busy.acquire(blocking=False):
+            raise HearthError("the engine is already generating a reply")
+        try:
+            t_start = time.perf_counter()
+            prompt = self.prompt_tokens(messages)
+            checkpoints = self._checkpoints(messages, prompt)
+            yield from self._run(prompt, params, cancel, t_start, checkpoints)
+        finally:
+            self._busy.release()
+
+    def _checkpoints(self, messages: Sequence[Message | Mapping[str, str]], prompt: list[int]) -> list[int]:
+        """Prompt lengths worth snapshotting on the way through prefill.
+
+        The end of the system prompt is shared by every conversation that uses
+        it, so it is cached once (pinned) and restored for each of them.
+        """
+        if self.cache.budget_bytes <= 0 or not messages:
+            return []
+        first = messages[0]
+        role = first.role if isinstance(first, Message) else first.get("role")
+        if role != "system":
+            return []
+        sys_text = self.template.render(messages[:1], add_generation_prompt=False)
+        n = common_prefix_len(self.backend.tokenize(sys_text, special=True), prompt)
+        return [n] if self.cache.block <= n < len(prompt) - 1 else []
+
+    def _run(self, prompt: list[int], params: SamplingParams, cancel: threading.Event | None,
+             t_start: float, checkpoints: Sequence[int] = ()) -> Iterator[StreamEvent]:
+        b = self.backend
+        if len(prompt) >= b.n_ctx:
+            raise PromptTooLongError(
+                f"the conversation is {len(prompt)} tokens but the context holds {b.n_ctx}; "
+                "start a new conversation, shorten the message, or raise the context length")
+        # The last prompt token is always recomputed: its logits start decoding.
+        keep = min(common_prefix_len(self._kv_tokens, prompt), len(prompt) - 1)
+        if keep < self._live_prompt_len - 1:
+            # Diverging inside the last *prompt* means another conversation (or an
+            # edit), not a regenerate: keep the live state for a switch back.
+            self._save_live_kv()
+        n_cached, state = self.cache.lookup(prompt, longer_than=keep)
+        if state is not None:
+            b.restore(state)
+            keep = n_cached
+        b.truncate(keep)
+        self._kv_tokens = prompt[:keep]
+        # Prefill up to each checkpoint and snapshot it, so the shared system
+        # prompt lands in the cache even on this first, cold request.
+        for cp in checkpoints:
+            if cp > b.kv_len:
+                b.forward(prompt[b.kv_len:cp])
+                self._kv_tokens = prompt[:cp]
+                self.cache.insert(self._kv_tokens, b.snapshot, b.nbytes, pinned=True)
+        self._live_prompt_len = len(prompt)
+        history = list(prompt)
+        stats = GenerationStats(backend=b.name)
+        steps = generate_step(b, prompt[b.kv_len:], make_sampler(params), history)
+        try:
+            yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
+                                     stats=stats, t_start=t_start, cancel=cancel)
+        finally:
+            # Whatever happened (stop, cancel, error, abandoned generator), record
+            # what the KV really holds so the next request can reuse it safely.
+            self._kv_tokens = history[:b.kv_len]
+
+    def _save_live_kv(self) -> None:
+        """Snapshot the live KV before a different prompt overwrites it, so
+        switching back to that conversation costs a restore, not a prefill."""
+        if self.cache.budget_bytes > 0 and len(self._kv_tokens) >= self.cache.block:
+            self.cache.insert(self._kv_tokens, self.backend.snapshot, self.backend.nbytes)
+
+    def cache_stats(self) -> dict[str, float]:
+        """Hit rate and bytes of the prefix cache, for the window and the CLI."""
+        return self.cache.stats()
+
+    def reset(self) -> None:
+        """Forget the KV cache (e.g. ``/reset`` in the CLI)."""
+        self.backend.truncate(0)
+        self._kv_tokens = []
+        self._live_prompt_len = 0
+
+    def close(self) -> None:
+        self.backend.close()

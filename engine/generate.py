@@ -1,0 +1,96 @@
+"""The decode loop and the streaming wrapper around it.
+
+``generate_step`` is the whole hot loop: forward, sample, yield. Everything
+else (detokenizing, stop strings, cancel, timing) wraps it from outside, so
+the loop itself never branches on mode or backend.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from .backends.base import Backend
+from .detokenize import IncrementalDetokenizer
+from .metrics import GenerationStats
+from .types import SamplingParams, StreamEvent
+
+Sampler = Callable[[Sequence[int], np.ndarray], int]
+
+
+def generate_step(backend: Backend, pending: Sequence[int], sampler: Sampler,
+                  history: list[int]) -> Iterator[int]:
+    """Prefill ``pending`` then yield sampled tokens forever.
+
+    ``history`` holds every token so far (the prompt, then each yielded token
+    is appended); penalties read it. The caller stops by not asking for more:
+    the token just yielded is forwarded only when the next one is requested,
+    so stopping never wastes a forward pass.
+    """
+    logits = backend.forward(pending)
+    while True:
+        tok = sampler(history, logits)
+        history.append(tok)
+        yield tok
+        logits = backend.forward((tok,))
+
+
+def stream_tokens(backend: Backend, steps: Iterator[int], *, prompt_len: int, cached: int,
+                  params: SamplingParams, stats: GenerationStats, t_start: float,
+                  cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+    """Turn a token generator into text events, applying every stop rule.
+
+    Works for any step generator with the ``generate_step`` yield shape, so
+    speculative decoding can plug in unchanged.
+    """
+    detok = IncrementalDetokenizer(backend.token_bytes, params.stop)
+    eos = frozenset() if params.ignore_eos else backend.eos_ids
+    n_ctx = backend.n_ctx
+    stats.prompt_tokens = prompt_len
+    stats.cached_tokens = cached
+    stats.prefill_tokens = prompt_len - cached
+    generated: list[int] = []
+    t_first_text = t_first_tok = t_last_tok = None
+    reason = "max_tokens"
+    try:
+        for tok in steps:
+            now = time.perf_counter()
+            if t_first_tok is None:
+                t_first_tok = now
+                stats.prefill_ms = (now - t_start) * 1e3
+            t_last_tok = now
+            generated.append(tok)
+            if tok in eos:
+                reason = "eos"
+                break
+            text = detok.push(tok)
+            if text:
+                if t_first_text is None:
+                    t_first_text = time.perf_counter()
+                yield StreamEvent("delta", text)
+            if detok.stopped:
+                reason = "stop_string"
+                break
+            if len(generated) >= params.max_tokens:
+                reason = "max_tokens"
+                break
+            if cancel is not None and cancel.is_set():
+                reason = "cancelled"
+                break
+            if backend.kv_len >= n_ctx:
+                reason = "context_full"
+                break
+    finally:
+        steps.close()
+    tail = detok.flush()
+    if tail:
+        if t_first_text is None:
+            t_first_text = time.perf_counter()
+        yield StreamEvent("delta", tail)
+    stats.generated_tokens = len(generated)
+    stats.finish_reason = reason
+    stats.finish(t_start=t_start, t_first_text=t_first_text, t_first_token=t_first_tok,
+                 t_last_token=t_last_tok, t_end=time.perf_counter())
+    yield StreamEvent("final", detok.text, finish_reason=reason, stats=stats, token_ids=generated)

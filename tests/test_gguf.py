@@ -1,0 +1,103 @@
+"""GGUF metadata and the clear errors for bad model files."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from engine.errors import ModelFileError
+from engine.gguf import model_info, read_gguf
+from gguf_writer import write_gguf
+
+
+def test_bundled_model_metadata(bundled_path):
+    info = model_info(bundled_path)
+    # Values published for SmolLM2-135M: 30 layers, 576 wide, 9 heads, 3 KV heads (GQA).
+    assert info.architecture == "llama"
+    assert (info.n_layers, info.n_embd, info.n_heads, info.n_kv_heads, info.head_dim) == (30, 576, 9, 3, 64)
+    assert info.n_ctx_train == 8192
+    assert info.n_vocab == 49152 == len(info.tokens)
+    assert info.file_type == "Q4_1"
+    assert info.tensor_types["Q4_1"] > info.tensor_types.get("F32", 0) / 2
+    assert "<|im_start|>" in info.chat_template
+    assert info.special_tokens["eos"] == "<|im_end|>"
+    assert info.weight_bytes < info.file_size < info.weight_bytes + 8 * 1024 * 1024
+    assert sum(info.layer_bytes) + info.other_bytes == info.weight_bytes
+    # GQA-aware KV size: 2 x layers x kv_heads x head_dim x 2 bytes (f16)
+    assert info.kv_bytes_per_token(2.0) == 2 * 30 * 3 * 64 * 2
+
+
+def test_missing_file():
+    with pytest.raises(ModelFileError, match="not found"):
+        read_gguf("/nonexistent/model.gguf")
+
+
+def test_not_a_gguf(tmp_path):
+    p = tmp_path / "notes.gguf"
+    p.write_text("this is not a model, just some text that is long enough")
+    with pytest.raises(ModelFileError, match="not a GGUF"):
+        read_gguf(p)
+
+
+def test_truncated_tensor_data(tmp_path, bundled_path):
+    p = tmp_path / "cut.gguf"
+    with open(bundled_path, "rb") as src, open(p, "wb") as dst:
+        dst.write(src.read(20_000_000))
+    with pytest.raises(ModelFileError, match="truncated.*missing"):
+        read_gguf(p)
+
+
+def test_truncated_header(tmp_path, bundled_path):
+    p = tmp_path / "head.gguf"
+    with open(bundled_path, "rb") as src, open(p, "wb") as dst:
+        dst.write(src.read(5000))
+    with pytest.raises(ModelFileError, match="truncated or corrupt"):
+        read_gguf(p)
+
+
+def test_corrupt_counts(tmp_path):
+    p = tmp_path / "bad.gguf"
+    p.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (2**60).to_bytes(8, "little") * 2 + b"\0" * 64)
+    with pytest.raises(ModelFileError, match="corrupt"):
+        read_gguf(p)
+
+
+def test_written_header_round_trips(tmp_path):
+    p = write_gguf(tmp_path / "t.gguf", {"general.architecture": "llama", "llama.block_count": 2,
+                                         "tokenizer.ggml.tokens": ["a", "b"]},
+                   tensors=[("blk.0.w", (8, 4), 0), ("blk.1.w", (8, 4), 0), ("out", (4,), 0)])
+    info = model_info(p)
+    assert info.layer_bytes == [128, 128] and info.other_bytes == 16
+    assert info.tokens == ["a", "b"]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_info_prints_metadata(bundled_path):
+    r = _cli("info", str(bundled_path))
+    assert r.returncode == 0, r.stderr
+    assert "n_kv_heads" in r.stdout and "Q4_1" in r.stdout
+
+
+@pytest.mark.parametrize("kind", ["missing", "text", "truncated", "arch"])
+def test_cli_errors_are_one_line_without_traceback(tmp_path, bundled_path, kind):
+    p = tmp_path / "m.gguf"
+    if kind == "text":
+        p.write_text("hello " * 100)
+    elif kind == "truncated":
+        with open(bundled_path, "rb") as src:
+            p.write_bytes(src.read(30_000_000))
+    elif kind == "arch":
+        write_gguf(p, {"general.architecture": "frobnicator", "frobnicator.block_count": 1})
+    r = _cli("chat", "--model", str(p))
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    err_lines = [ln for ln in r.stderr.splitlines() if ln.startswith("hearth: error:")]
+    assert len(err_lines) == 1, r.stderr
+    expect = {"missing": "not found", "text": "not a GGUF", "truncated": "truncated",
+              "arch": "architecture 'frobnicator' is not supported"}[kind]
+    assert expect in err_lines[0]
