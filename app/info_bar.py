@@ -72,6 +72,7 @@ class InfoArea(QWidget):
         if action is not None:
             bar.add_action(*action)
         self._lay.addWidget(bar)
+        bar.show()  # a layout shows new children only on the next event-loop pass
         self._bars.append(bar)
         bar.destroyed.connect(lambda *_: self._forget(bar))
         if timeout_ms:

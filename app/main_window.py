@@ -155,6 +155,7 @@ class MainWindow(QMainWindow):
             self.host.stop()  # the load waits for the reply to end; make that quick
         self._load_key = dict(key)
         self.monitor.begin("loading")
+        self._on_load_started(self._describe_key(key))  # say so now, not when the thread gets to it
         self.host.load(key)
 
     def cancel_load(self) -> None:
@@ -332,11 +333,11 @@ class MainWindow(QMainWindow):
         self._refresh_list(select=cid)
 
     def _save_system_prompt(self, text: str) -> None:
-        if self.current is not None:
+        if self.current is not None and not self._closed:
             self.store.set_system_prompt(self.current, text)
 
     def _save_draft(self, text: str) -> None:
-        if self.current is not None:
+        if self.current is not None and not self._closed:
             self.store.set_draft(self.current, text)
 
     # -- sending ------------------------------------------------------------
@@ -498,8 +499,8 @@ class MainWindow(QMainWindow):
     def closeEvent(self, e) -> None:  # noqa: N802 (Qt override)
         if self._closed:
             return super().closeEvent(e)
-        self._closed = True
         self._leave_current()
+        self._closed = True
         self.hide()
         self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
         self.store.close()

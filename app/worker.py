@@ -87,7 +87,7 @@ def describe(engine) -> dict[str, Any]:
 
 class LoadWorker(QObject):
     started = Signal(str)          # what is being loaded
-    loaded = Signal(dict)          # describe(engine) + load_ms
+    loaded = Signal(object)          # describe(engine) + load_ms
     failed = Signal(str)           # one-line message
     cancelled = Signal()
 
@@ -138,8 +138,8 @@ class LoadWorker(QObject):
 
 class GenerationWorker(QObject):
     delta = Signal(int, str)         # message id, new text
-    progress = Signal(int, dict)     # message id, live numbers (tokens, tok_s, ttft_ms)
-    finished = Signal(int, dict)     # message id, {text, finish_reason, complete, metrics}
+    progress = Signal(int, object)     # message id, live numbers (tokens, tok_s, ttft_ms)
+    finished = Signal(int, object)     # message id, {text, finish_reason, complete, metrics}
     failed = Signal(int, str, str)   # message id, error message, partial text
 
     def __init__(self, shared: _Shared) -> None:
@@ -216,12 +216,12 @@ class EngineHost(QObject):
     """The window's handle on the engine thread. Lives on the GUI thread."""
 
     load_started = Signal(str)
-    loaded = Signal(dict)
+    loaded = Signal(object)
     load_failed = Signal(str)
     load_cancelled = Signal()
     delta = Signal(int, str)
-    progress = Signal(int, dict)
-    finished = Signal(int, dict)
+    progress = Signal(int, object)
+    finished = Signal(int, object)
     failed = Signal(int, str, str)
 
     _request_load = Signal(object)

@@ -1,0 +1,99 @@
+"""app/settings.py and the small Qt-free helpers the window uses."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.memory import auto_context, estimate
+from app.settings import Settings, SettingsError, SettingsFile
+from app.text_utils import code_blocks, finish_note, human_bytes, metrics_line
+
+
+def test_defaults_validate_and_round_trip(tmp_path):
+    f = SettingsFile(tmp_path / "settings.json")
+    s, notice = f.load()
+    assert notice is None and s == Settings()
+    s.sampling["temperature"] = 0.0
+    s.context = 2048
+    f.save(s)
+    again, notice = SettingsFile(tmp_path / "settings.json").load()
+    assert notice is None and again == s
+    assert again.sampling_params().greedy
+    assert not list(tmp_path.glob(".settings.json.*"))  # no temp files left behind
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"context": 10}, "context"),
+    ({"context": "big"}, "context"),
+    ({"theme": "neon"}, "theme"),
+    ({"draft": "maybe"}, "draft"),
+    ({"sampling": {"temperature": -1}}, "sampling"),
+    ({"sampling": {"top_p": 0}}, "sampling"),
+    ({"sampling": {"warp": 9}}, "sampling"),
+    ({"default_preset": "Nope"}, "default_preset"),
+    ({"presets": [{"name": "", "prompt": ""}]}, "presets"),
+    ({"model": ""}, "model"),
+])
+def test_invalid_values_get_a_clear_error(change, field):
+    d = Settings().to_dict()
+    d.update(change)
+    with pytest.raises(SettingsError, match=f"^{field}"):
+        Settings.from_dict(d)
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", json.dumps({"sampling": {"top_k": -5}})])
+def test_malformed_file_is_moved_aside_with_a_message(tmp_path, content):
+    path = tmp_path / "settings.json"
+    path.write_text(content)
+    s, notice = SettingsFile(path).load()
+    assert s == Settings()
+    assert notice and "kept as" in notice
+    moved = list(tmp_path.glob("settings.json.invalid-*"))
+    assert len(moved) == 1 and moved[0].read_text() == content  # kept, never overwritten
+    assert not path.exists()
+
+
+def test_last_working_model_is_the_rollback_target(tmp_path):
+    f = SettingsFile(tmp_path / "settings.json")
+    good = Settings(context=2048)
+    f.mark_working(good)
+    bad = Settings(model="/nowhere/missing.gguf", context=4096)
+    f.save(bad)
+    f2 = SettingsFile(tmp_path / "settings.json")
+    loaded, _ = f2.load()
+    assert loaded.model == "/nowhere/missing.gguf"
+    back = f2.rolled_back(loaded)
+    assert (back.model, back.context) == ("bundled", 2048)
+    assert back.sampling == loaded.sampling  # only the model set-up rolls back
+
+
+def test_rollback_without_history_is_the_bundled_model(tmp_path):
+    f = SettingsFile(tmp_path / "settings.json")
+    assert f.rolled_back(Settings(model="/x.gguf")).model == "bundled"
+
+
+def test_code_blocks_and_notes():
+    md = "text\n```python\nprint(1)\n```\nmore\n~~~\nraw\n~~~\n```\nunclosed"
+    assert code_blocks(md) == ["print(1)", "raw", "unclosed"]
+    assert code_blocks("no code") == []
+    assert finish_note(True, "eos", None) == ""
+    assert "Stopped" in finish_note(False, "cancelled", None)
+    assert "Interrupted" in finish_note(False, None, None)
+    assert "boom" in finish_note(False, "error", "boom")
+    line = metrics_line({"generated_tokens": 5, "decode_tok_s": 50.0, "ttft_ms": 20, "prompt_tokens": 9,
+                         "cached_tokens": 4, "finish_reason": "eos"})
+    assert "5 tokens" in line and "50.0 tok/s" in line and "cached 4" in line
+    assert human_bytes(3 * 1024 * 1024) == "3.0 MiB"
+
+
+def test_memory_estimate_for_the_bundled_model(bundled_path):
+    from engine.gguf import model_info
+
+    info = model_info(bundled_path)
+    est = estimate(info, 2048)
+    assert est.n_ctx == 2048
+    assert est.weights == info.weight_bytes
+    assert est.kv == int(info.kv_bytes_per_token(2.0) * 2048)
+    assert est.fits  # 135M parameters fit anywhere this test runs
+    assert estimate(info, None).n_ctx == auto_context(info.n_ctx_train)

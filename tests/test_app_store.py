@@ -1,0 +1,126 @@
+"""app/store.py: conversations, messages, partial replies, soft deletes, damaged files."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from app.store import DEFAULT_TITLE, SCHEMA_VERSION, Store, StoreError, title_from
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "h.sqlite3")
+    yield s
+    s.close()
+
+
+def test_new_database_is_wal_with_schema_version(store):
+    assert store.journal_mode().lower() == "wal"
+    assert store.schema_version() == SCHEMA_VERSION
+    assert store.notice is None
+
+
+def test_conversation_crud_search_and_soft_delete(store):
+    a = store.create_conversation(system_prompt="be brief")
+    b = store.create_conversation()
+    store.rename_conversation(b.id, "  Bread   recipes ")
+    assert store.conversation(b.id).title == "Bread recipes"
+    assert store.conversation(a.id).system_prompt == "be brief"
+    assert [c.title for c in store.list_conversations("bread")] == ["Bread recipes"]
+    assert store.list_conversations("100%_") == []  # LIKE wildcards are taken literally
+    with pytest.raises(ValueError):
+        store.rename_conversation(a.id, "   ")
+    store.delete_conversation(b.id)
+    assert [c.id for c in store.list_conversations()] == [a.id]
+    store.restore_conversation(b.id)
+    assert {c.id for c in store.list_conversations()} == {a.id, b.id}
+    store.delete_conversation(b.id)
+    assert store.purge_deleted() == 1
+    with pytest.raises(KeyError):
+        store.conversation(b.id)
+
+
+def test_first_user_message_names_the_conversation_unless_renamed(store):
+    c = store.create_conversation()
+    assert c.title == DEFAULT_TITLE
+    store.add_message(c.id, "user", "\n  How do I bake bread?\nmore")
+    assert store.conversation(c.id).title == "How do I bake bread?"
+    d = store.create_conversation()
+    store.rename_conversation(d.id, "Mine")
+    store.add_message(d.id, "user", "hello")
+    assert store.conversation(d.id).title == "Mine"
+    assert len(title_from("x" * 500)) <= 60
+
+
+def test_partial_reply_then_finish_keeps_metrics(store):
+    c = store.create_conversation()
+    store.add_message(c.id, "user", "hi")
+    mid = store.begin_reply(c.id)
+    m = store.message(mid)
+    assert (m.content, m.complete, m.interrupted) == ("", False, True)
+    store.update_reply(mid, "Hel")
+    assert store.message(mid).content == "Hel"
+    store.finish_reply(mid, "Hello", complete=True, finish_reason="eos", metrics={"ttft_ms": 12.5})
+    m = store.message(mid)
+    assert (m.content, m.complete, m.finish_reason, m.metrics) == ("Hello", True, "eos", {"ttft_ms": 12.5})
+    assert not m.interrupted
+
+
+def test_hide_from_keeps_rows_but_hides_them(store):
+    c = store.create_conversation()
+    ids = [store.add_message(c.id, r, t) for r, t in (("user", "a"), ("assistant", "b"), ("user", "c"))]
+    store.hide_from(c.id, ids[1])
+    assert [m.content for m in store.messages(c.id)] == ["a"]
+    assert store.message(ids[2]).content == "c"  # still there, only hidden
+
+
+def test_draft_is_saved(store):
+    c = store.create_conversation()
+    store.set_draft(c.id, "half a thought")
+    assert store.conversation(c.id).draft == "half a thought"
+
+
+def test_corrupt_database_is_moved_aside_with_a_notice(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    path.write_bytes(b"this is not a database, it is a shopping list" * 100)
+    s = Store(path)
+    try:
+        assert s.notice and "damaged" in s.notice
+        moved = [p for p in tmp_path.iterdir() if p.name.startswith("h.sqlite3.corrupt-")]
+        assert len(moved) == 1
+        assert moved[0].read_bytes().startswith(b"this is not a database")  # never overwritten
+        assert s.list_conversations() == []
+        s.create_conversation()
+    finally:
+        s.close()
+
+
+def test_worker_connection_does_not_recover(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    path.write_bytes(b"garbage" * 1000)
+    with pytest.raises(StoreError):
+        Store(path, recover=False)
+    assert path.read_bytes().startswith(b"garbage")
+
+
+def test_database_from_a_newer_hearth_is_refused_not_replaced(tmp_path):
+    path = tmp_path / "h.sqlite3"
+    Store(path).close()
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE schema_version SET version = 999")
+    with pytest.raises(StoreError, match="newer Hearth"):
+        Store(path)
+    assert path.exists()
+
+
+def test_two_connections_see_each_others_commits(tmp_path):
+    a, b = Store(tmp_path / "h.sqlite3"), Store(tmp_path / "h.sqlite3", recover=False)
+    try:
+        c = a.create_conversation()
+        mid = a.begin_reply(c.id)
+        b.update_reply(mid, "written by the worker")
+        assert a.message(mid).content == "written by the worker"
+    finally:
+        a.close()
+        b.close()

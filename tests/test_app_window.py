@@ -1,0 +1,336 @@
+"""The real window, offscreen, with the real bundled model (greedy, short replies)."""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtTest import QTest
+
+from app.loop_monitor import BUDGET_MS
+from app.theme import BUBBLES
+from app.main_window import MainWindow
+from app.selftest import wait_until, write_settings
+from app.settings import Settings, SettingsFile
+
+LONG = "Write a very long story about a dragon who learns to bake bread."
+SHORT = "What is the capital of France?"
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def make_window(qtbot, data_dir):
+    """make_window(start=True, **sampling) -> a shown MainWindow (model loaded if start)."""
+    made: list[MainWindow] = []
+
+    def make(start: bool = True, write: bool = True, **sampling) -> MainWindow:
+        if write:
+            write_settings(**{"max_tokens": 24, **sampling})
+        w = MainWindow()
+        made.append(w)
+        w.show()
+        if start:
+            w.start()
+            qtbot.waitUntil(lambda: w.host.ready or not w.host.loading, timeout=60_000)
+            assert w.host.ready, w.info.messages()
+        return w
+
+    yield make
+    for w in made:
+        w.close()
+
+
+def type_and_enter(w: MainWindow, text: str) -> None:
+    w.chat.input.setPlainText(text)
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+
+
+def wait_reply(qtbot, w: MainWindow, timeout: int = 60_000) -> None:
+    qtbot.waitUntil(lambda: w.stream is None, timeout=timeout)
+
+
+def test_window_appears_before_the_model_and_sending_early_keeps_the_text(qtbot, make_window):
+    w = make_window(start=False)
+    w.start()
+    # The window is up and the load runs in the background.
+    assert w.isVisible() and w.host.loading and not w.host.ready
+    assert w.model_label.text().startswith("Loading")
+    type_and_enter(w, "hello there")
+    assert w.chat.input_text() == "hello there"  # nothing the user typed is lost
+    assert any("still loading" in m for m in w.info.messages())
+    assert w.store.messages(w.current) == []
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    assert "Q4_1" in w.model_label.text()
+    assert w.memory_label.text().startswith("Memory")
+    assert "torch" not in sys.modules
+
+
+def test_enter_sends_and_shift_enter_adds_a_line(qtbot, make_window):
+    w = make_window()
+    w.chat.input.setPlainText("line one")
+    w.chat.input.moveCursor(w.chat.input.textCursor().MoveOperation.End)
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    QTest.keyClicks(w.chat.input, "line two")
+    assert w.chat.input_text() == "line one\nline two" and w.stream is None
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+    assert w.stream is not None and w.chat.input_text() == ""
+    wait_reply(qtbot, w)
+    assert w.store.messages(w.current)[0].content == "line one\nline two"
+
+
+def test_text_streams_into_the_view_and_metrics_are_kept(qtbot, make_window):
+    w = make_window(max_tokens=64)
+    lengths: list[int] = []
+    rendered_mid_stream: list[str] = []
+
+    def on_delta(mid, _text):
+        lengths.append(len(w.chat.widget(mid).text))
+        body = w.chat.widget(mid).body.toPlainText()
+        if body.strip("…"):
+            rendered_mid_stream.append(body)
+
+    w.host.delta.connect(on_delta)
+    type_and_enter(w, LONG)
+    mid = w.stream["mid"]
+    assert wait_until(lambda: w.stream is None, 60)  # the real event loop, as the app runs it
+    assert len(lengths) > 10 and lengths == sorted(lengths)
+    assert rendered_mid_stream, "nothing was rendered while the reply streamed"
+    stored = w.store.message(mid)
+    view = w.chat.widget(mid)
+    assert view.text == stored.content and stored.content.strip()
+    assert stored.finish_reason == "max_tokens" and stored.metrics["generated_tokens"] == 64
+    assert "tok/s" in w.stats_label.text() and "TTFT" in w.stats_label.text()
+    assert "cached" in w.stats_label.text()
+    view.btn_details.click()
+    assert view.details.isVisible() and "64 tokens" in view.details.text()
+    gaps = w.monitor.worst_ms
+    assert w.monitor.ticks["streaming"] > 10
+    assert gaps["loading"] < BUDGET_MS and gaps["streaming"] < BUDGET_MS, gaps
+
+
+def test_stop_ends_the_reply_quickly_and_keeps_partial_text(qtbot, make_window):
+    w = make_window(max_tokens=2000)
+    type_and_enter(w, LONG)
+    mid = w.stream["mid"]
+    deltas: list[str] = []
+    w.host.delta.connect(lambda m, t: deltas.append(t))
+    qtbot.waitUntil(lambda: len(deltas) >= 15, timeout=60_000)
+    assert w.chat.stop_button.isVisible()
+    t0 = time.perf_counter()
+    w.chat.stop_button.click()
+    qtbot.waitUntil(lambda: w.stream is None, timeout=5_000)
+    assert time.perf_counter() - t0 < 0.5
+    stored = w.store.message(mid)
+    assert stored.finish_reason == "cancelled" and not stored.complete
+    assert stored.content.startswith("".join(deltas)) and len(stored.content) > 20
+    view = w.chat.widget(mid)
+    assert view.text == stored.content
+    assert "Stopped" in view.note.text() and not view.note.isHidden()
+    assert not w.chat.stop_button.isVisible()
+
+
+def test_regenerate_and_edit_and_resend(qtbot, make_window):
+    w = make_window(max_tokens=16)
+    type_and_enter(w, SHORT)
+    wait_reply(qtbot, w)
+    first = w.store.messages(w.current)
+    assert [m.role for m in first] == ["user", "assistant"]
+    last = w.chat.widget(first[1].id)
+    assert last.btn_regen.isVisibleTo(w)
+    last.btn_regen.click()
+    assert w.stream is not None
+    wait_reply(qtbot, w)
+    again = w.store.messages(w.current)
+    assert [m.role for m in again] == ["user", "assistant"]
+    assert again[1].id != first[1].id
+    assert again[1].content == first[1].content  # greedy: the same reply again
+    assert len(w.chat.message_widgets()) == 2
+
+    user_widget = w.chat.widget(again[0].id)
+    w.chat.set_input_text("my unsent draft")
+    user_widget.btn_edit.click()
+    assert w.chat.editing == again[0].id and w.chat.input_text() == SHORT
+    type_and_enter(w, "What is 2+2?")
+    wait_reply(qtbot, w)
+    final = w.store.messages(w.current)
+    assert [m.content for m in final][0] == "What is 2+2?"
+    assert [m.role for m in final] == ["user", "assistant"] and final[1].content
+    assert w.chat.input_text() == "my unsent draft"  # the draft came back after the edit
+    assert w.store.message(first[0].id).content == SHORT  # the old branch is hidden, not destroyed
+
+
+def test_switching_conversations_during_a_stream_neither_mixes_nor_loses_text(qtbot, make_window):
+    w = make_window(max_tokens=160)
+    a = w.current
+    type_and_enter(w, LONG)
+    mid = w.stream["mid"]
+    deltas: list[str] = []
+    results: list[dict] = []
+    w.host.delta.connect(lambda m, t: deltas.append(t))
+    w.host.finished.connect(lambda m, r: results.append(r))
+    qtbot.waitUntil(lambda: len(deltas) >= 5, timeout=60_000)
+
+    w.conversations.new_button.click()
+    b = w.current
+    assert b != a and w.chat.message_widgets() == []
+    type_and_enter(w, "am I blocked?")  # only one reply at a time: refused, text kept
+    assert w.chat.input_text() == "am I blocked?"
+    assert any("still being written" in m for m in w.info.messages())
+    qtbot.waitUntil(lambda: len(deltas) >= 25, timeout=60_000)
+    assert w.chat.message_widgets() == []  # nothing from A leaked into B
+
+    w.select_conversation(a)  # back to A while it still streams: the live text is all there
+    assert w.stream is not None
+    view = w.chat.widget(mid)
+    assert view.text == "".join(deltas)
+    wait_reply(qtbot, w)
+    assert results and view.text == results[0]["text"] == "".join(deltas)
+    assert w.store.message(mid).content == results[0]["text"]
+    assert w.store.messages(b) == []
+    assert w.store.conversation(b).draft == "am I blocked?"  # B's draft was saved when we left it
+
+
+def test_a_send_that_fails_puts_the_text_back(qtbot, make_window, data_dir):
+    s = Settings(context=256)
+    s.sampling.update(temperature=0.0, max_tokens=8)
+    SettingsFile().save(s)
+    w = make_window(write=False)
+    long_text = "Please summarise this: " + "bread and butter " * 200
+    type_and_enter(w, long_text)
+    wait_reply(qtbot, w)
+    assert w.chat.input_text() == long_text
+    assert any("not sent" in m and "context" in m for m in w.info.messages())
+    assert w.store.messages(w.current) == []
+    assert w.chat.message_widgets() == []
+
+
+def test_damaged_database_and_settings_are_moved_aside_with_messages(qtbot, make_window, data_dir):
+    (data_dir / "hearth.sqlite3").write_bytes(b"not sqlite" * 200)
+    (data_dir / "settings.json").write_text("{ broken json")
+    w = make_window(start=False, write=False)
+    msgs = " ".join(w.info.messages())
+    assert "database was damaged" in msgs and "settings file could not be used" in msgs
+    assert list(data_dir.glob("hearth.sqlite3.corrupt-*"))
+    assert list(data_dir.glob("settings.json.invalid-*"))
+    assert w.current is not None  # a fresh, usable conversation
+
+
+def test_failed_model_load_rolls_back_to_the_last_that_worked(qtbot, make_window, data_dir):
+    bad = data_dir / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 64)
+    f = SettingsFile()
+    f.mark_working(Settings())  # the bundled model worked before
+    f.save(Settings(model=str(bad)))
+    w = make_window(start=False, write=False)
+    w.start()
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    msgs = " ".join(w.info.messages())
+    assert "Could not load broken.gguf" in msgs and "Went back to the bundled model" in msgs
+    assert w.settings.model == "bundled"
+    saved, _ = SettingsFile().load()
+    assert saved.model == "bundled"
+
+
+def test_conversation_list_new_rename_delete_undo_search(qtbot, make_window):
+    w = make_window(start=False)
+    first = w.current
+    w.new_conversation()
+    second = w.current
+    w.rename_conversation(second, "Bread recipes")
+    assert w.chat.title.text() == "Bread recipes"
+    assert w.conversations.titles()[0] == "Bread recipes"
+    w.conversations.search.setText("bread")
+    assert w.conversations.ids() == [second]
+    w.conversations.search.setText("")
+    w.conversations.list.setCurrentRow(0)
+    w.conversations.delete_button.click()
+    assert second not in w.conversations.ids() and w.current == first
+    bar = next(b for b in w.info.bars() if "Deleted" in b.text())
+    bar.action_button.click()  # Undo
+    assert second in w.conversations.ids() and w.current == second
+    item = w.conversations.list.item(w.conversations.ids().index(second))
+    item.setText("Sourdough")  # what an in-place edit does
+    assert w.store.conversation(second).title == "Sourdough"
+
+
+def test_system_prompt_presets_are_per_conversation(qtbot, make_window):
+    w = make_window(start=False)
+    bar = w.chat.system
+    idx = bar.combo.findText("Programmer")
+    bar.combo.setCurrentIndex(idx)
+    bar.combo.activated.emit(idx)
+    assert "programmer" in w.store.conversation(w.current).system_prompt
+    first = w.current
+    w.new_conversation()
+    assert w.store.conversation(w.current).system_prompt == ""
+    bar.toggle.setChecked(True)
+    bar.editor.setPlainText("Talk like a pirate.")
+    bar.flush()
+    assert bar.combo.currentText() == "Custom"
+    w.select_conversation(first)
+    assert bar.combo.currentText() == "Programmer"
+    assert w.store.conversation(w.current).system_prompt.startswith("You are an expert programmer")
+
+
+def test_copy_message_and_code_block(qtbot, make_window):
+    w = make_window(start=False)
+    cid = w.current
+    w.store.add_message(cid, "user", "code please")
+    mid = w.store.add_message(cid, "assistant", "Here:\n\n```python\nprint('hi')\n```\n")
+    w.current = None
+    w.select_conversation(cid)
+    view = w.chat.widget(mid)
+    assert not view.btn_code.isHidden()
+    view.btn_code.click()
+    assert QGuiApplication.clipboard().text() == "print('hi')"
+    view.btn_copy.click()
+    assert QGuiApplication.clipboard().text().startswith("Here:")
+    # The rendered code block is shaded and can be copied from its context menu.
+    qtbot.waitUntil(lambda: view.body.height() > 40)  # laid out
+    block = view.body.document().begin()
+    while block.isValid() and "print" not in block.text():
+        block = block.next()
+    rect = view.body.document().documentLayout().blockBoundingRect(block)
+    assert view.body.code_at(rect.center().toPoint()) == "print('hi')"
+
+
+def test_settings_dialog_shows_quantization_estimate_and_disabled_hf_options(qtbot, make_window, data_dir):
+    from app.settings_dialog import HF_TIP, SettingsDialog
+    from app.settings import SettingsError
+
+    w = make_window(start=False)
+    dlg = SettingsDialog(w.settings, w)
+    qtbot.addWidget(dlg)
+    assert dlg.quant_label.text().startswith("Q4_1")
+    assert "Estimate" in dlg.memory.text() and "fits" in dlg.memory.text()
+    assert not dlg.rb_hf.isEnabled() and dlg.rb_hf.toolTip() == HF_TIP
+    assert not dlg.rb_hub.isEnabled()
+    dlg.ctx_auto.setChecked(False)
+    dlg.ctx.setValue(1024)
+    assert "1,024 tokens" in dlg.memory.text()
+    built = dlg.build()
+    assert built.context == 1024 and built.model == "bundled"
+    dlg.rb_file.setChecked(True)
+    dlg.path_edit.setText(str(data_dir / "missing.gguf"))
+    dlg.refresh_model()
+    assert "Cannot read this model" in dlg.memory.text()
+    with pytest.raises(SettingsError, match="not found"):
+        dlg.build()
+    dlg.accept()
+    assert dlg.error.isVisibleTo(dlg) and "not found" in dlg.error.text()
+
+
+def test_dark_theme(qtbot, make_window):
+    w = make_window(start=False)
+    s = Settings(**{**w.settings.to_dict(), "theme": "dark"})
+    w.apply_settings(s)
+    assert w.scheme == "dark"
+    qtbot.waitUntil(lambda: w.palette().window().color().lightness() < 80)
+    assert w.chat.colors == BUBBLES["dark"]
