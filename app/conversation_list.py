@@ -31,6 +31,8 @@ class ConversationList(QWidget):
         self.search.textChanged.connect(self.search_changed)
         lay.addWidget(self.search)
         self.list = QListWidget()
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)  # long titles end in "…"; full title in the tooltip
         self.list.setEditTriggers(QListWidget.EditTrigger.EditKeyPressed
                                   | QListWidget.EditTrigger.DoubleClicked)
         self.list.currentItemChanged.connect(self._current_changed)

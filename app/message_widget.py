@@ -132,6 +132,7 @@ class MessageWidget(QFrame):
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
+        self.note.hide()
         lay.addWidget(self.note)
         self.details = QLabel()
         self.details.setWordWrap(True)
@@ -148,6 +149,7 @@ class MessageWidget(QFrame):
         self.btn_edit.setVisible(role == "user")
         self.btn_regen.setVisible(False)
         self.btn_details.setVisible(role == "assistant")
+        self.btn_details.setEnabled(False)  # until the reply's metrics exist
         self.apply_colors(colors)
         self._render()
 
@@ -185,6 +187,7 @@ class MessageWidget(QFrame):
     def set_streaming(self, on: bool) -> None:
         self.streaming = on
         if on:
+            self.btn_details.setEnabled(False)
             self.note.setText("Writing…")
             self.note.show()
         self._render()
