@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("bench", help="benchmarks that print ratios against a reference")
-    p.add_argument("which", choices=["overhead"])
+    p.add_argument("which", choices=["overhead", "prefix"])
+    p.add_argument("--backend", choices=["llama_cpp", "hf"], default="llama_cpp")
     _model_flags(p)
     p.add_argument("--json", action="store_true", help="one-line JSON")
     p.add_argument("--rounds", type=int, default=5)

@@ -1,0 +1,207 @@
+"""Prefix cache: unit rules on fake states, then exactness on the real model."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.engine import Engine
+from engine.prefix_cache import PrefixCache, block_hashes
+from engine.types import Message, SamplingParams
+
+# -- unit rules ------------------------------------------------------------------
+
+
+def _insert(cache, toks, size=100, pinned=False):
+    return cache.insert(toks, lambda: ("state", tuple(toks)), lambda s: size, pinned=pinned)
+
+
+def test_chained_hashes_depend_on_the_whole_prefix():
+    a = block_hashes([1, 2, 3, 4, 5, 6, 7, 8], 4)
+    b = block_hashes([9, 9, 9, 9, 5, 6, 7, 8], 4)
+    assert len(a) == 2 and a[0] != b[0]
+    assert a[1] != b[1]  # same second block, different parent -> different key
+    assert block_hashes([1, 2, 3], 4) == []
+
+
+def test_longest_prefix_wins_and_last_token_is_never_served():
+    c = PrefixCache(10_000, block=4)
+    _insert(c, list(range(8)))
+    _insert(c, list(range(12)))
+    n, st = c.lookup(list(range(20)))
+    assert n == 12 and st == ("state", tuple(range(12)))
+    # A prompt equal to a cached entry: that entry would leave no token to compute.
+    n, st = c.lookup(list(range(12)))
+    assert n == 8
+    n, st = c.lookup(list(range(8)))
+    assert (n, st) == (0, None)
+
+
+def test_entries_shorter_than_a_block_and_diverging_prompts():
+    c = PrefixCache(10_000, block=4)
+    _insert(c, [5, 6])
+    assert c.lookup([5, 6, 7])[0] == 2
+    assert c.lookup([5, 7, 7])[0] == 0
+    _insert(c, [1, 2, 3, 4, 5, 6])
+    assert c.lookup([1, 2, 3, 4, 5, 9, 9])[0] == 0  # same block key, tokens differ after it
+
+
+def test_hash_match_alone_is_not_trusted():
+    c = PrefixCache(10_000, block=4)
+    _insert(c, [1, 2, 3, 4, 5])
+    (entry,) = c._entries.values()
+    entry.tokens[4] = 99  # as if another prefix collided on the same key
+    assert c.lookup([1, 2, 3, 4, 5, 6])[0] == 0
+
+
+def test_lru_eviction_by_bytes_and_pinned_last():
+    c = PrefixCache(320, block=2)  # three entries of 90 + 12 bytes of tokens fit
+    _insert(c, [1, 1, 1], size=90, pinned=True)
+    _insert(c, [2, 2, 2], size=90)
+    _insert(c, [3, 3, 3], size=90)
+    c.lookup([2, 2, 2, 0])                  # touch 2: now 3 is least recently used
+    _insert(c, [4, 4, 4], size=90)          # needs room: evicts 3, not pinned 1
+    assert c.contains([1, 1, 1]) and c.contains([2, 2, 2]) and c.contains([4, 4, 4])
+    assert not c.contains([3, 3, 3])
+    assert c.bytes_used <= 320 and c.evictions == 1
+    assert not _insert(c, [5, 5, 5], size=10_000)  # bigger than the whole budget
+    c.set_budget(110)
+    assert [e[0] for e in c.entries()] == [3] and c.entries()[0][2]  # only the pinned one left
+
+
+def test_snapshot_taken_only_for_new_entries():
+    c = PrefixCache(10_000, block=4)
+    calls = []
+    snap = lambda: calls.append(1) or "s"  # noqa: E731
+    c.insert([1, 2, 3, 4, 5], snap, lambda s: 10)
+    c.insert([1, 2, 3, 4, 5], snap, lambda s: 10)
+    assert len(calls) == 1
+
+
+def test_disabled_cache_never_serves():
+    c = PrefixCache(0)
+    assert not _insert(c, [1, 2, 3])
+    assert c.lookup([1, 2, 3, 4]) == (0, None)
+
+
+# -- the real model: cached output equals uncached output --------------------------
+
+LONG_SYSTEM = (Path(__file__).parent.parent / "engine" / "data" / "system_prompt_long.txt").read_text()
+SHORT_SYSTEM = "You are a concise assistant. Answer in one sentence. " * 4
+G = SamplingParams(temperature=0.0, max_tokens=24)
+
+
+def run(engine, messages, params=G):
+    for ev in engine.stream(messages, params):
+        if ev.kind == "final":
+            return ev
+
+
+@pytest.fixture(scope="module")
+def cold(bundled_path):
+    """Reference engine with the snapshot cache off; reset before each use = no reuse at all."""
+    e = Engine.load(bundled_path, n_ctx=2048, n_threads=2, cache_budget=0)
+    yield e
+    e.close()
+
+
+def fresh(cold, messages):
+    cold.reset()
+    return run(cold, messages)
+
+
+@pytest.fixture()
+def warm(bundled_path):
+    e = Engine.load(bundled_path, n_ctx=2048, n_threads=2)
+    yield e
+    e.close()
+
+
+def test_system_prompt_is_cached_once_and_shared(warm, cold):
+    a = [Message("system", SHORT_SYSTEM), Message("user", "What is rain?")]
+    b = [Message("system", SHORT_SYSTEM), Message("user", "Why is the sky blue?")]
+    ra = run(warm, a)
+    assert ra.stats.cached_tokens == 0
+    warm.reset()  # drop the live KV: only the snapshot can serve now
+    rb = run(warm, b)
+    sys_len = len(warm.backend.tokenize(warm.template.render(a[:1], add_generation_prompt=False)))
+    assert rb.stats.cached_tokens == sys_len
+    assert warm.cache_stats()["hits"] == 1
+    assert rb.token_ids == fresh(cold, b).token_ids
+    assert ra.token_ids == fresh(cold, a).token_ids
+
+
+def test_third_turn_prefills_only_the_new_message(warm, cold):
+    conv = [Message("system", SHORT_SYSTEM), Message("user", "Name a fruit.")]
+    r1 = run(warm, conv)
+    conv += [Message("assistant", r1.text), Message("user", "Name a vegetable.")]
+    r2 = run(warm, conv)
+    conv += [Message("assistant", r2.text), Message("user", "Name a colour.")]
+    before = len(warm._kv_tokens)
+    r3 = run(warm, conv)
+    assert r3.stats.cached_tokens == before
+    assert r3.stats.prefill_tokens == r3.stats.prompt_tokens - before
+    assert r3.token_ids == fresh(cold, conv).token_ids
+    assert r2.token_ids == fresh(cold, conv[:4]).token_ids
+
+
+def test_switching_conversations_restores_and_does_not_leak(warm, cold):
+    a = [Message("system", SHORT_SYSTEM), Message("user", "Tell me about cats.")]
+    b = [Message("user", "Count to five.")]
+    ra1 = run(warm, a)
+    rb1 = run(warm, b)                       # overwrites the live KV with B
+    a2 = a + [Message("assistant", ra1.text), Message("user", "And dogs?")]
+    ra2 = run(warm, a2)                      # A's state comes back from the cache
+    assert ra2.stats.cached_tokens >= ra1.stats.prompt_tokens
+    b2 = b + [Message("assistant", rb1.text), Message("user", "Now to ten.")]
+    rb2 = run(warm, b2)
+    assert rb1.token_ids == fresh(cold, b).token_ids
+    assert ra2.token_ids == fresh(cold, a2).token_ids
+    assert rb2.token_ids == fresh(cold, b2).token_ids
+
+
+def test_after_eviction_output_is_unchanged(bundled_path, cold):
+    e = Engine.load(bundled_path, n_ctx=2048, n_threads=2)
+    try:
+        convs = [[Message("system", f"{SHORT_SYSTEM} Topic {i}."), Message("user", "Say something.")]
+                 for i in range(3)]
+        run(e, convs[0])
+        one = e.cache.bytes_used
+        e.cache.set_budget(int(one * 1.5))   # room for one system prompt snapshot only
+        outs = [run(e, c) for c in convs[1:]] + [run(e, convs[0])]
+        assert e.cache.evictions >= 1
+        for c, r in zip(convs[1:] + convs[:1], outs):
+            assert r.token_ids == fresh(cold, c).token_ids
+    finally:
+        e.close()
+
+
+def test_stop_mid_reply_then_continue(warm, cold):
+    import threading
+
+    conv = [Message("system", SHORT_SYSTEM), Message("user", "Describe the ocean.")]
+    cancel = threading.Event()
+    text = []
+    for ev in warm.stream(conv, SamplingParams(temperature=0, max_tokens=64), cancel=cancel):
+        if ev.kind == "delta":
+            text.append(ev.text)
+            if len(text) == 4:
+                cancel.set()
+        else:
+            assert ev.finish_reason == "cancelled"
+    conv += [Message("assistant", "".join(text)), Message("user", "Shorter please.")]
+    kv_before = len(warm._kv_tokens)
+    r = run(warm, conv)
+    assert r.stats.cached_tokens >= kv_before - 1  # at most a re-tokenised boundary token
+    assert r.token_ids == fresh(cold, conv).token_ids
+
+
+def test_long_system_prompt_snapshot_is_bounded(warm):
+    r = run(warm, [Message("system", LONG_SYSTEM), Message("user", "Hi")], SamplingParams(temperature=0, max_tokens=2))
+    st = warm.cache_stats()
+    assert st["entries"] == 1
+    # The snapshot holds ~1.5k tokens of KV: 2 x 30 layers x 3 heads x 64 x 2 bytes each.
+    per_tok = warm.backend.info.kv_bytes_per_token(2.0)
+    assert st["bytes_used"] >= r.stats.prompt_tokens * per_tok * 0.9
+    assert np.isfinite(st["hit_rate"])
