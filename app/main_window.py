@@ -12,6 +12,7 @@ Rules this file keeps:
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
@@ -85,6 +86,11 @@ class MainWindow(QMainWindow):
         self.load_bar.setRange(0, 0)  # llama.cpp loads in one call: a busy bar, not a fake percentage
         self.load_bar.setMaximumWidth(120)
         self.load_bar.hide()
+        self._load_started = 0.0
+        self._load_what = ""
+        self._load_clock = QTimer(self)
+        self._load_clock.setInterval(1000)  # big models take minutes: show that time is passing
+        self._load_clock.timeout.connect(self._show_load_time)
         self.cancel_load_button = QPushButton("Cancel loading")
         self.cancel_load_button.clicked.connect(self.cancel_load)
         self.cancel_load_button.hide()
@@ -168,13 +174,22 @@ class MainWindow(QMainWindow):
         return "the bundled model" if model in (None, "", BUNDLED) else Path(model).name
 
     def _on_load_started(self, what: str) -> None:
+        if self._load_clock.isActive() and what == self._load_what:
+            return  # the engine thread confirming what the window already shows
+        self._load_what = what
+        self._load_started = time.monotonic()
+        self._load_clock.start()
         self.load_bar.show()
         self.cancel_load_button.setEnabled(True)
         self.cancel_load_button.show()
         self.model_label.setText(f"Loading {what}…")
         self.memory_label.setText("")
 
+    def _show_load_time(self) -> None:
+        self.model_label.setText(f"Loading {self._load_what}… {time.monotonic() - self._load_started:.0f} s")
+
     def _end_loading(self) -> None:
+        self._load_clock.stop()
         self.monitor.end("loading")
         self.load_bar.hide()
         self.cancel_load_button.hide()
@@ -261,10 +276,7 @@ class MainWindow(QMainWindow):
         if self.current is None:
             return
         self.chat.system.flush()
-        if self.chat.editing is None:
-            self._save_draft(self.chat.input_text())
-        else:
-            self.chat.flush_draft()
+        self.chat.flush_draft()  # drafts save on a timer; an edit in progress saved its draft already
 
     def select_conversation(self, cid: int) -> None:
         if cid == self.current:
@@ -477,10 +489,12 @@ class MainWindow(QMainWindow):
         if not partial and s["user_mid"] is not None:
             # Nothing came back: undo the send and give the text back to the user.
             self.store.hide_from(s["conv"], s["user_mid"])
-            conv = self.store.conversation(s["conv"])
-            text = s["user_text"] if not conv.draft.strip() else f"{s['user_text']}\n\n{conv.draft}"
+            here = s["conv"] == self.current
+            typed = self.chat.input_text() if here else self.store.conversation(s["conv"]).draft
+            # Anything typed since is kept too, after the returned message.
+            text = s["user_text"] if not typed.strip() else f"{s['user_text']}\n\n{typed}"
             self.store.set_draft(s["conv"], text)
-            if s["conv"] == self.current:
+            if here:
                 self.chat.remove_from(s["user_mid"])
                 self.chat.set_input_text(text)
             self.info.show_message(f"The message was not sent: {msg}. Your text is back in the input box.",

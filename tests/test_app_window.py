@@ -334,3 +334,33 @@ def test_dark_theme(qtbot, make_window):
     assert w.scheme == "dark"
     qtbot.waitUntil(lambda: w.palette().window().color().lightness() < 80)
     assert w.chat.colors == BUBBLES["dark"]
+
+
+def test_cancelling_a_load_goes_back_to_the_last_model_that_worked(qtbot, make_window, data_dir, bundled_path):
+    other = data_dir / "other.gguf"
+    other.symlink_to(bundled_path)  # a second, valid model file
+    f = SettingsFile()
+    f.mark_working(Settings())
+    f.save(Settings(model=str(other)))
+    w = make_window(start=False, write=False)
+    w.start()
+    assert w.cancel_load_button.isVisible()
+    w.cancel_load_button.click()
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model["bundled"], timeout=60_000)
+    msgs = " ".join(w.info.messages())
+    assert "Loading other.gguf was cancelled" in msgs and "Went back to the bundled model" in msgs
+    assert not w.cancel_load_button.isVisible()
+
+
+def test_changing_the_context_in_settings_reloads_the_model(qtbot, make_window):
+    w = make_window()
+    assert w.host.model["n_ctx"] != 1024
+    new = Settings(**{**w.settings.to_dict(), "context": 1024})
+    w.apply_settings(new)
+    assert w.host.loading and w.model_label.text().startswith("Loading")
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    assert w.host.model["n_ctx"] == 1024 and "context 1,024" in w.model_label.text()
+    f = SettingsFile()
+    saved, _ = f.load()
+    assert saved.context == 1024
+    assert f.rolled_back(Settings()).context == 1024  # it worked, so it is the rollback target
