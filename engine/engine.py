@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 import time
 from typing import Iterator, Mapping, Sequence
 
@@ -19,6 +20,7 @@ from .generate import generate_step, stream_tokens
 from .metrics import GenerationStats
 from .models import ModelRef, resolve
 from .prefix_cache import DEFAULT_BUDGET, PrefixCache
+from .prefix_store import PrefixStore, file_sha256
 from .sampling import make_sampler
 from .types import Message, SamplingParams, StreamEvent
 
@@ -35,9 +37,10 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
 
 class Engine:
     def __init__(self, backend: Backend, *, model: ModelRef | None = None,
-                 cache_budget: int = DEFAULT_BUDGET) -> None:
+                 cache_budget: int = DEFAULT_BUDGET, store: PrefixStore | None = None) -> None:
         self.backend = backend
         self.model = model
+        self.store = store  # system-prompt snapshots on disk, across restarts
         # budget 0 disables the snapshot cache; the live-KV prefix is always reused.
         self.cache = PrefixCache(cache_budget)
         self.template = ChatTemplate(backend.chat_template or CHATML_FALLBACK,
@@ -49,8 +52,11 @@ class Engine:
     @classmethod
     def load(cls, model: str | os.PathLike[str] | None = None, *, n_ctx: int | None = None,
              n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
-             cache_budget: int = DEFAULT_BUDGET) -> "Engine":
-        """Load a GGUF model (the bundled one by default) on the llama.cpp backend."""
+             cache_budget: int = DEFAULT_BUDGET, disk_cache: str | os.PathLike[str] | None = None) -> "Engine":
+        """Load a GGUF model (the bundled one by default) on the llama.cpp backend.
+
+        ``disk_cache``: a folder where system-prompt prefixes persist across restarts.
+        """
         ref = resolve(model)
         from .backends.llama_cpp import LlamaCppBackend  # native library: load only when asked
         from .gguf import model_info
@@ -60,7 +66,12 @@ class Engine:
             n_ctx = min(info.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
         backend = LlamaCppBackend(ref.path, n_ctx=n_ctx, n_threads=n_threads,
                                   n_gpu_layers=n_gpu_layers, kv_type=kv_type, info=info)
-        return cls(backend, model=ref, cache_budget=cache_budget)
+        store = None
+        if disk_cache is not None and cache_budget > 0:
+            root = Path(disk_cache)
+            store = PrefixStore(root, {"model_sha256": file_sha256(ref.path, memo_dir=root),
+                                       **backend.state_identity()})
+        return cls(backend, model=ref, cache_budget=cache_budget, store=store)
 
     # -- prompt -------------------------------------------------------------
 
@@ -124,29 +135,50 @@ class Engine:
             # edit), not a regenerate: keep the live state for a switch back.
             self._save_live_kv()
         n_cached, state = self.cache.lookup(prompt, longer_than=keep)
-        if state is not None:
-            b.restore(state)
-            keep = n_cached
-        b.truncate(keep)
-        self._kv_tokens = prompt[:keep]
-        # Prefill up to each checkpoint and snapshot it, so the shared system
-        # prompt lands in the cache even on this first, cold request.
-        for cp in checkpoints:
-            if cp > b.kv_len:
-                b.forward(prompt[b.kv_len:cp])
-                self._kv_tokens = prompt[:cp]
-                self.cache.insert(self._kv_tokens, b.snapshot, b.nbytes, pinned=True)
-        self._live_prompt_len = len(prompt)
         history = list(prompt)
-        stats = GenerationStats(backend=b.name)
-        steps = generate_step(b, prompt[b.kv_len:], make_sampler(params), history)
         try:
+            if state is not None:
+                b.restore(state)
+                keep = n_cached
+            b.truncate(keep)
+            # Prefill up to each checkpoint and snapshot it, so the shared system
+            # prompt lands in the cache even on this first, cold request.
+            for cp in checkpoints:
+                if cp > b.kv_len:
+                    keep = self._reach_checkpoint(prompt[:cp], served=keep)
+            self._live_prompt_len = len(prompt)
+            stats = GenerationStats(backend=b.name)
+            steps = generate_step(b, prompt[b.kv_len:], make_sampler(params), history)
             yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
                                      stats=stats, t_start=t_start, cancel=cancel)
         finally:
             # Whatever happened (stop, cancel, error, abandoned generator), record
             # what the KV really holds so the next request can reuse it safely.
             self._kv_tokens = history[:b.kv_len]
+
+    def _reach_checkpoint(self, tokens: list[int], served: int) -> int:
+        """Bring the KV to exactly ``tokens``: from disk if stored, else by
+        prefilling; then cache it in memory (pinned) and on disk.
+
+        Returns how many prompt tokens were served without computing them.
+        """
+        b = self.backend
+        stored = self.store.load(tokens) if self.store else None
+        if stored is not None:
+            try:
+                b.restore(b.state_from_bytes(len(tokens), stored))
+                served = len(tokens)
+            except HearthError as e:  # passed its checksum but llama.cpp refused it
+                self.store.reject(tokens, str(e))
+                b.truncate(0)
+                stored, served = None, 0
+        if stored is None:
+            b.forward(tokens[b.kv_len:])
+        state = b.snapshot()
+        self.cache.insert(tokens, lambda: state, b.nbytes, pinned=True)
+        if self.store and stored is None:
+            self.store.save(tokens, b.state_bytes(state))
+        return served
 
     def _save_live_kv(self) -> None:
         """Snapshot the live KV before a different prompt overwrites it, so

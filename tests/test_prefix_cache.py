@@ -205,3 +205,53 @@ def test_long_system_prompt_snapshot_is_bounded(warm):
     per_tok = warm.backend.info.kv_bytes_per_token(2.0)
     assert st["bytes_used"] >= r.stats.prompt_tokens * per_tok * 0.9
     assert np.isfinite(st["hit_rate"])
+
+
+# -- on disk, across restarts ------------------------------------------------------
+
+def test_disk_store_survives_restart_and_rejects_corruption(bundled_path, tmp_path, cold):
+    conv = [Message("system", SHORT_SYSTEM), Message("user", "What is snow?")]
+    e1 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    r1 = run(e1, conv)
+    e1.close()
+    files = list(tmp_path.glob("*.kv"))
+    assert len(files) == 1 and r1.stats.cached_tokens == 0
+
+    # A "restart": a new engine serves the system prompt from disk.
+    e2 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    r2 = run(e2, conv)
+    sys_len = len(e2.backend.tokenize(e2.template.render(conv[:1], add_generation_prompt=False)))
+    assert r2.stats.cached_tokens == sys_len
+    assert r2.token_ids == r1.token_ids == fresh(cold, conv).token_ids
+    e2.close()
+
+    # Flip one byte in the stored state: the checksum catches it, the file is dropped.
+    data = bytearray(files[0].read_bytes())
+    data[-100] ^= 0xFF
+    files[0].write_bytes(bytes(data))
+    e3 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    r3 = run(e3, conv)
+    assert r3.stats.cached_tokens == 0 and e3.store.rejected == 1
+    assert r3.token_ids == r1.token_ids
+    assert len(list(tmp_path.glob("*.kv"))) == 1  # rewritten, good again
+    e3.close()
+
+
+def test_disk_store_rejects_stale_identity_and_truncation(tmp_path):
+    from engine.prefix_store import PrefixStore
+
+    s1 = PrefixStore(tmp_path, {"model_sha256": "aa", "kv_type": "f16"})
+    s1.save([1, 2, 3], bytearray(b"state-bytes"))
+    assert s1.load([1, 2, 3]) == bytearray(b"state-bytes")
+    assert s1.load([1, 2, 4]) is None
+    # Same tokens, different model: a different file name, so simply not found...
+    assert PrefixStore(tmp_path, {"model_sha256": "bb", "kv_type": "f16"}).load([1, 2, 3]) is None
+    # ...and a file whose header names another identity is rejected, not used.
+    (path,) = tmp_path.glob("*.kv")
+    other = PrefixStore(tmp_path, {"model_sha256": "bb", "kv_type": "f16"})
+    path.rename(other._path(np.asarray([1, 2, 3], dtype=np.int32)))
+    assert other.load([1, 2, 3]) is None and other.rejected == 1
+    s1.save([1, 2, 3], bytearray(b"state-bytes"))
+    (path,) = tmp_path.glob("*.kv")
+    path.write_bytes(path.read_bytes()[:-3])
+    assert s1.load([1, 2, 3]) is None and not path.exists()

@@ -52,6 +52,16 @@ class Backend(Protocol):
     def nbytes(self, state: Any) -> int:
         """Memory a snapshot occupies."""
 
+    def state_bytes(self, state: Any) -> bytes | bytearray:
+        """A snapshot as bytes, for the on-disk prefix store."""
+
+    def state_from_bytes(self, n_tokens: int, data: bytearray) -> Any:
+        """Inverse of ``state_bytes`` for a snapshot of ``n_tokens`` tokens."""
+
+    def state_identity(self) -> dict[str, str]:
+        """Everything besides the model file that changes snapshot bytes
+        (backend, its state format version, KV dtype...): the disk-cache key."""
+
     def memory_report(self) -> dict[str, int]:
         """Bytes actually allocated, by part: weights, kv, compute, ..."""
 

@@ -131,6 +131,7 @@ class LlamaCppBackend:
         if flash_attn is None:
             flash_attn = n_gpu_layers > 0 or kv_type not in ("f16", "f32", "bf16")
         cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_AUTO if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self.flash_attn = flash_attn
         cparams.no_perf = True
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
@@ -267,6 +268,16 @@ class LlamaCppBackend:
 
     def nbytes(self, state: tuple[int, bytearray]) -> int:
         return len(state[1])
+
+    def state_bytes(self, state: tuple[int, bytearray]) -> bytearray:
+        return state[1]
+
+    def state_from_bytes(self, n_tokens: int, data: bytearray) -> tuple[int, bytearray]:
+        return (n_tokens, data)
+
+    def state_identity(self) -> dict[str, str]:
+        return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__}",
+                "kv_type": self.kv_type, "flash_attn": str(self.flash_attn)}
 
     def memory_report(self) -> dict[str, int]:
         rep = parse_buffer_sizes(self._load_log)
