@@ -173,4 +173,9 @@ BENCHES = {"overhead": bench_overhead, "prefix": bench_prefix}
 
 
 def run(which: str, a: argparse.Namespace) -> dict:
-    return BENCHES[which](a)
+    """Benchmarks live here or in their own module ``engine.bench_<name>`` (with ``run(args)``)."""
+    if which in BENCHES:
+        return BENCHES[which](a)
+    import importlib
+
+    return importlib.import_module(f".bench_{which}", __package__).run(a)

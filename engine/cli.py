@@ -142,14 +142,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("bench", help="benchmarks that print ratios against a reference")
-    p.add_argument("which", choices=["overhead", "prefix"])
+    p.add_argument("which", choices=["overhead", "prefix", "speculative", "sizing", "hf", "quality"])
     p.add_argument("--backend", choices=["llama_cpp", "hf"], default="llama_cpp")
+    p.add_argument("--gpu-check", action="store_true", help="sizing: compare on the GPU too")
+    p.add_argument("--quant", action="append", default=[], help="quality/hf: quantization(s) to compare")
     _model_flags(p)
     p.add_argument("--json", action="store_true", help="one-line JSON")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--tokens", type=int, default=256)
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("plan", help="memory plan for a model on this (or a simulated) machine")
+    p.add_argument("--model", default=None, help="GGUF path, HF folder or hub id (default: the bundled model)")
+    p.add_argument("--gpu", default=None, help="simulate a GPU, e.g. 8GiB (repeat with commas for several)")
+    p.add_argument("--ram", default=None, help="simulate system RAM, e.g. 16GiB")
+    p.add_argument("--ctx", type=int, default=None, help="context length (default: auto)")
+    p.add_argument("--quant", default=None, help="quantization (default: auto)")
+    p.add_argument("--draft", default=None, help="draft model path, or 'none'")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
     return ap
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from .sizing import cli_plan  # engine/sizing.py
+
+    return cli_plan(a)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
