@@ -22,6 +22,8 @@ from .models import ModelRef, resolve
 from .prefix_cache import DEFAULT_BUDGET, PrefixCache
 from .prefix_store import PrefixStore, file_sha256
 from .sampling import make_sampler
+from .speculative import (ModelDraft, NgramDraft, SpecController, SpecStats, check_draft_compatible,
+                          speculative_step)
 from .types import Message, SamplingParams, StreamEvent
 
 DEFAULT_CTX = 8192
@@ -48,14 +50,19 @@ class Engine:
         self._kv_tokens: list[int] = []   # exactly the tokens the backend's KV holds
         self._live_prompt_len = 0         # prompt part of _kv_tokens' last request
         self._busy = threading.Lock()
+        self.draft: ModelDraft | None = None
+        self.spec_kind = "none"
+        self.spec_ctl: SpecController | None = None
 
     @classmethod
     def load(cls, model: str | os.PathLike[str] | None = None, *, n_ctx: int | None = None,
              n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
-             cache_budget: int = DEFAULT_BUDGET, disk_cache: str | os.PathLike[str] | None = None) -> "Engine":
+             cache_budget: int = DEFAULT_BUDGET, disk_cache: str | os.PathLike[str] | None = None,
+             draft: str | os.PathLike[str] | None = None, draft_k: int | None = None) -> "Engine":
         """Load a GGUF model (the bundled one by default) on the llama.cpp backend.
 
         ``disk_cache``: a folder where system-prompt prefixes persist across restarts.
+        ``draft``: speculative decoding: None/"none", "ngram", "auto" or a draft GGUF path.
         """
         ref = resolve(model)
         from .backends.llama_cpp import LlamaCppBackend  # native library: load only when asked
@@ -71,7 +78,51 @@ class Engine:
             root = Path(disk_cache)
             store = PrefixStore(root, {"model_sha256": file_sha256(ref.path, memo_dir=root),
                                        **backend.state_identity()})
-        return cls(backend, model=ref, cache_budget=cache_budget, store=store)
+        engine = cls(backend, model=ref, cache_budget=cache_budget, store=store)
+        try:
+            engine.set_speculation(draft, k=draft_k, n_threads=n_threads)
+        except BaseException:
+            engine.close()
+            raise
+        return engine
+
+    # -- speculative decoding -------------------------------------------------
+
+    def set_speculation(self, kind: str | os.PathLike[str] | None, *, k: int | None = None,
+                        n_threads: int | None = None, force: bool = False) -> None:
+        """Choose the draft: "none", "ngram", "model" (the loaded draft), "auto"
+        (every draft on offer) or a GGUF path to load as the draft model.
+
+        Speculation measures itself against plain decoding and switches itself
+        off where it does not pay, unless ``force`` (benchmarks of one draft
+        kind). ``k`` fixes the draft length instead of adapting it."""
+        kind = "none" if kind is None else str(kind)
+        if kind not in ("none", "ngram", "model", "auto"):
+            self._load_draft(Path(kind), n_threads)
+            kind = "model"
+        elif kind == "auto" and self.draft is None:
+            found = find_draft_for(self.backend.info)
+            if found is not None:
+                self._load_draft(found, n_threads)
+        if kind == "model" and self.draft is None:
+            raise HearthError("no draft model is loaded; choose a draft model file first")
+        modes = {"none": [], "ngram": ["ngram"], "model": ["model"],
+                 "auto": (["model"] if self.draft else []) + ["ngram"]}[kind]
+        self.spec_kind = kind
+        self.spec_ctl = SpecController(modes if force else modes + ["plain"], k_fixed=k) if modes else None
+
+    def _load_draft(self, path: Path, n_threads: int | None) -> None:
+        from .backends.llama_cpp import LlamaCppBackend
+        from .gguf import model_info
+
+        info = model_info(path)
+        why = check_draft_compatible(self.backend.info, info)
+        if why:
+            raise HearthError(f"{path.name} cannot draft for {self.backend.info.name}: {why}")
+        if self.draft is not None:
+            self.draft.backend.close()
+        self.draft = ModelDraft(LlamaCppBackend(path, n_ctx=self.backend.n_ctx, n_threads=n_threads, info=info))
+        self.draft.n_vocab_target = self.backend.n_vocab
 
     # -- prompt -------------------------------------------------------------
 
@@ -148,9 +199,16 @@ class Engine:
                     keep = self._reach_checkpoint(prompt[:cp], served=keep)
             self._live_prompt_len = len(prompt)
             stats = GenerationStats(backend=b.name)
-            steps = generate_step(b, prompt[b.kv_len:], make_sampler(params), history)
+            sampler = make_sampler(params)
+            spec = None
+            if self.spec_ctl is None:
+                steps = generate_step(b, prompt[b.kv_len:], sampler, history)
+            else:
+                spec = SpecStats()
+                drafts = {"ngram": NgramDraft(), "model": self.draft}
+                steps = speculative_step(b, drafts, self.spec_ctl, prompt[b.kv_len:], sampler, history, spec)
             yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
-                                     stats=stats, t_start=t_start, cancel=cancel)
+                                     stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec)
         finally:
             # Whatever happened (stop, cancel, error, abandoned generator), record
             # what the KV really holds so the next request can reuse it safely.
@@ -197,4 +255,29 @@ class Engine:
         self._live_prompt_len = 0
 
     def close(self) -> None:
+        if self.draft is not None:
+            self.draft.backend.close()
         self.backend.close()
+
+
+def find_draft_for(target_info) -> Path | None:
+    """A compatible draft among the local model files: the smallest GGUF in the
+    model folder (benchmark pair included) whose vocabulary matches the
+    target's and whose weights are at most half the target's."""
+    from .gguf import model_info
+    from .models import model_dir
+
+    best: tuple[int, Path] | None = None
+    folder = model_dir()
+    for p in sorted(folder.glob("*.gguf")) if folder.is_dir() else []:
+        if p.resolve() == Path(target_info.path).resolve():
+            continue
+        try:
+            info = model_info(p)
+        except HearthError:
+            continue
+        if info.weight_bytes * 2 > target_info.weight_bytes:
+            continue
+        if check_draft_compatible(target_info, info) is None and (best is None or info.weight_bytes < best[0]):
+            best = (info.weight_bytes, p)
+    return best[1] if best else None

@@ -21,8 +21,8 @@ Sampler = Callable[[Sequence[int], np.ndarray], int]
 
 
 def generate_step(backend: Backend, pending: Sequence[int], sampler: Sampler,
-                  history: list[int]) -> Iterator[int]:
-    """Prefill ``pending`` then yield sampled tokens forever.
+                  history: list[int]) -> Iterator[tuple[int, bool]]:
+    """Prefill ``pending`` then yield ``(token, from_draft=False)`` forever.
 
     ``history`` holds every token so far (the prompt, then each yielded token
     is appended); penalties read it. The caller stops by not asking for more:
@@ -33,13 +33,13 @@ def generate_step(backend: Backend, pending: Sequence[int], sampler: Sampler,
     while True:
         tok = sampler(history, logits)
         history.append(tok)
-        yield tok
+        yield tok, False
         logits = backend.forward((tok,))
 
 
-def stream_tokens(backend: Backend, steps: Iterator[int], *, prompt_len: int, cached: int,
+def stream_tokens(backend: Backend, steps: Iterator[tuple[int, bool]], *, prompt_len: int, cached: int,
                   params: SamplingParams, stats: GenerationStats, t_start: float,
-                  cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+                  cancel: threading.Event | None = None, spec_stats=None) -> Iterator[StreamEvent]:
     """Turn a token generator into text events, applying every stop rule.
 
     Works for any step generator with the ``generate_step`` yield shape, so
@@ -55,7 +55,7 @@ def stream_tokens(backend: Backend, steps: Iterator[int], *, prompt_len: int, ca
     t_first_text = t_first_tok = t_last_tok = None
     reason = "max_tokens"
     try:
-        for tok in steps:
+        for tok, _from_draft in steps:
             now = time.perf_counter()
             if t_first_tok is None:
                 t_first_tok = now
@@ -79,7 +79,8 @@ def stream_tokens(backend: Backend, steps: Iterator[int], *, prompt_len: int, ca
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break
-            if backend.kv_len >= n_ctx:
+            # The newest token must be fed back before the next one: no room, no next.
+            if prompt_len + len(generated) > n_ctx:
                 reason = "context_full"
                 break
     finally:
@@ -91,6 +92,8 @@ def stream_tokens(backend: Backend, steps: Iterator[int], *, prompt_len: int, ca
         yield StreamEvent("delta", tail)
     stats.generated_tokens = len(generated)
     stats.finish_reason = reason
+    if spec_stats is not None:
+        stats.spec = spec_stats.as_dict()
     stats.finish(t_start=t_start, t_first_text=t_first_text, t_first_token=t_first_tok,
                  t_last_token=t_last_tok, t_end=time.perf_counter())
     yield StreamEvent("final", detok.text, finish_reason=reason, stats=stats, token_ids=generated)

@@ -1,0 +1,343 @@
+"""Speculative decoding: a cheap draft proposes k tokens, the target checks
+all of them in one forward pass, and the output is exactly what the target
+alone would produce.
+
+``speculative_step`` has the yield shape of ``generate.generate_step``:
+``(token, from_draft)``. The accept rule is a pure function:
+
+- greedy: accept drafts while they equal the target's choice; then take the
+  target's own token (a correction, or a bonus when all were accepted);
+- sampling: standard rejection sampling (Leviathan et al. / Chen et al.):
+  accept draft x with probability min(1, p(x)/q(x)); on rejection draw from
+  the residual max(0, p - q), renormalised; a bonus draw from p when every
+  draft was accepted. The output distribution is exactly p.
+
+Exactness and sampling options: p and q are both produced by the *same*
+``Sampler.distribution`` (penalties over the same history, then top-k,
+top-p, min-p, temperature), the very function plain sampling draws from, so
+every option keeps the output distribution exact. What changes is only which
+random numbers are drawn: a seeded speculative run is reproducible, but not
+token-identical to a seeded plain run. Greedy output is token-identical.
+
+Rollback: after verification the target's KV is truncated to the accepted
+length, so rejected draft tokens never stay in the KV (and so never reach the
+prefix cache, which only snapshots confirmed tokens).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol, Sequence
+
+import numpy as np
+
+from .backends.base import Backend
+from .gguf import ModelInfo
+
+# -- the accept rule -----------------------------------------------------------
+
+
+def accept_greedy(drafts: Sequence[int], target_choice: Sequence[int]) -> tuple[int, int]:
+    """``target_choice[i]``: the target's token after ``drafts[:i]`` (len k+1).
+
+    Returns (number of drafts accepted, the target's next token).
+    """
+    n = 0
+    while n < len(drafts) and drafts[n] == target_choice[n]:
+        n += 1
+    return n, int(target_choice[n])
+
+
+def accept_sampled(drafts: Sequence[int], q: Sequence[np.ndarray | None], p: Callable[[int], np.ndarray],
+                   uniform: Callable[[], float], sample: Callable[[np.ndarray], int]) -> tuple[int, int]:
+    """Rejection sampling. ``q[i]`` is the draft's distribution at position i
+    (None = a deterministic draft, q one-hot at ``drafts[i]``); ``p(i)`` gives
+    the target's (computed lazily: rejection usually stops early)."""
+    for i, x in enumerate(drafts):
+        pi = p(i)
+        qx = 1.0 if q[i] is None else float(q[i][x])
+        if qx > 0.0 and uniform() < min(1.0, float(pi[x]) / qx):
+            continue
+        if q[i] is None:
+            residual = pi.copy()
+            residual[x] = 0.0
+        else:
+            residual = np.maximum(pi - q[i], 0.0)
+        if residual.sum() <= 0.0:  # p == q exactly: any draw from p is exact
+            residual = pi
+        return i, sample(residual)
+    return len(drafts), sample(p(len(drafts)))
+
+
+# -- draft sources ---------------------------------------------------------------
+
+
+class DraftSource(Protocol):
+    kind: str
+
+    def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
+        """Up to k tokens continuing ``history``, with their distributions (or None)."""
+
+
+class ModelDraft:
+    """A small model with the same tokenizer; keeps its own KV between rounds."""
+
+    kind = "model"
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._kv: list[int] = []
+        self.n_vocab_target: int | None = None
+
+    def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
+        b = self.backend
+        k = min(k, b.n_ctx - len(history))
+        if k <= 0:
+            return [], []
+        common = 0
+        lim = min(len(self._kv), len(history) - 1)
+        while common < lim and self._kv[common] == history[common]:
+            common += 1
+        b.truncate(common)
+        logits = b.forward(history[common:])
+        drafts: list[int] = []
+        dists: list = []
+        ctx = list(history)
+        for i in range(k):
+            if self.n_vocab_target is not None and logits.shape[-1] > self.n_vocab_target:
+                logits = logits[: self.n_vocab_target]
+            tok, dist = pick(ctx, logits)
+            drafts.append(tok)
+            dists.append(dist)
+            ctx.append(tok)
+            if i < k - 1:
+                logits = b.forward((tok,))
+        self._kv = list(history) + drafts[:-1]
+        return drafts, dists
+
+    def reset(self) -> None:
+        self._kv = []
+
+
+class NgramDraft:
+    """Copies the continuation of the latest earlier occurrence of the history's
+    suffix (prompt lookup decoding). Free to draft; strong when the answer
+    repeats its input: editing code, rewriting, quoting."""
+
+    kind = "ngram"
+
+    def __init__(self, max_n: int = 4, min_n: int = 2) -> None:
+        self.max_n, self.min_n = max_n, min_n
+        self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest occurrence
+        self._upto = 0
+        self._seen: list[int] = []
+
+    def _catch_up(self, history: Sequence[int], end: int) -> None:
+        # History only grows within a request; if it was rewritten, rebuild.
+        if self._upto > len(history) or self._seen != list(history[:self._upto]):
+            self._index.clear()
+            self._upto = 0
+        for j in range(self._upto, end):
+            for n in range(self.min_n, self.max_n + 1):
+                if j - n + 1 >= 0:
+                    self._index[tuple(history[j - n + 1:j + 1])] = j
+        self._upto = max(self._upto, end)
+        self._seen = list(history[:self._upto])
+
+    def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
+        # Index n-grams ending before the last position, so a hit is an earlier occurrence.
+        self._catch_up(history, len(history) - 1)
+        for n in range(self.max_n, self.min_n - 1, -1):
+            if len(history) < n:
+                continue
+            pos = self._index.get(tuple(history[-n:]))
+            if pos is not None:
+                cont = list(history[pos + 1:pos + 1 + k])
+                if cont:
+                    return cont, [None] * len(cont)
+        return [], []
+
+
+# -- compatibility -----------------------------------------------------------------
+
+
+def check_draft_compatible(target: ModelInfo, draft: ModelInfo) -> str | None:
+    """None if the draft can propose for the target, else a one-line reason.
+
+    Only ids matter (the draft is fed the target's tokens), so the draft must
+    name every token the target can produce identically, by id.
+    """
+    if target.tokenizer_model != draft.tokenizer_model:
+        return (f"tokenizer types differ ({draft.tokenizer_model or 'unknown'} in the draft, "
+                f"{target.tokenizer_model or 'unknown'} in the target)")
+    if len(draft.tokens) < len(target.tokens):
+        return f"the draft knows {len(draft.tokens)} tokens but the target can produce {len(target.tokens)}"
+    for i, (a, b) in enumerate(zip(target.tokens, draft.tokens)):
+        if a != b:
+            return f"token {i} is {b!r} in the draft but {a!r} in the target"
+    return None
+
+
+# -- the adaptive controller -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SpecStats:
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    target_passes: int = 0
+    generated: int = 0
+    per_position_drafted: list[int] = field(default_factory=list)
+    per_position_accepted: list[int] = field(default_factory=list)
+    mode_tokens: dict[str, int] = field(default_factory=dict)
+    switched_off: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        acc = [a / d if d else 0.0 for a, d in zip(self.per_position_accepted, self.per_position_drafted)]
+        return {
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else 0.0,
+            "mean_accepted_length": round(self.accepted / self.rounds, 3) if self.rounds else 0.0,
+            "acceptance_per_position": [round(x, 4) for x in acc],
+            "target_passes": self.target_passes,
+            "target_passes_per_token": round(self.target_passes / self.generated, 4) if self.generated else 0.0,
+            "tokens_by_mode": dict(self.mode_tokens),
+            "switched_off": self.switched_off,
+            "notes": list(self.notes),
+        }
+
+
+class SpecController:
+    """Chooses, per round, between the draft kinds on offer and plain decoding,
+    and the draft length.
+
+    Throughput of each mode is measured as tokens per second of the decoder's
+    own time (an exponential moving average); the best mode is used and the
+    others are probed again every ``probe_every`` tokens, so a mode that stops
+    paying (or starts paying) is noticed. The draft length grows by 2 after a
+    round where every draft was accepted and shrinks by 1 otherwise.
+    Lives on the engine, so what it learns carries across replies.
+    """
+
+    def __init__(self, modes: Sequence[str], *, k_init: int = 4, k_max: int = 8,
+                 k_fixed: int | None = None, probe_every: int = 96, alpha: float = 0.3) -> None:
+        self.modes = list(dict.fromkeys(modes))  # include "plain" to allow switching off
+        self.k = {m: (k_fixed or k_init) for m in self.modes}
+        self.k_max = {m: (k_fixed or (16 if m == "ngram" else k_max)) for m in self.modes}
+        self.k_fixed = k_fixed
+        self.rate: dict[str, float | None] = {m: None for m in self.modes}
+        self.since_probe: dict[str, int] = {m: 0 for m in self.modes}
+        self.probe_every = probe_every
+        self.alpha = alpha
+        self.current = self.modes[0]
+        self.switching = len(self.modes) > 1
+
+    def choose(self) -> str:
+        if not self.switching:
+            return self.modes[0]
+        for m in self.modes:  # measure every mode once before trusting any number
+            if self.rate[m] is None:
+                return m
+        best = max(self.modes, key=lambda m: self.rate[m])
+        for m in self.modes:
+            if m != best and self.since_probe[m] >= self.probe_every:
+                self.since_probe[m] = 0
+                return m
+        return best
+
+    def record(self, mode: str, drafted: int, accepted: int, produced: int, seconds: float,
+               stats: SpecStats) -> None:
+        for m in self.modes:
+            if m != mode:
+                self.since_probe[m] += produced
+        if seconds > 0:
+            r = produced / seconds
+            old = self.rate[mode]
+            self.rate[mode] = r if old is None else (1 - self.alpha) * old + self.alpha * r
+        if mode != "plain" and drafted and not self.k_fixed:
+            if accepted == drafted:
+                self.k[mode] = min(self.k_max[mode], self.k[mode] + 2)
+            else:
+                self.k[mode] = max(1, self.k[mode] - 1)
+        prev, self.current = self.current, self.choose()
+        if prev != "plain" and self.current == "plain" and self.switching:
+            stats.switched_off += 1
+            rates = ", ".join(f"{m} {v:.1f} tok/s" for m, v in self.rate.items() if v)
+            stats.notes.append(f"speculation off: slower than plain here ({rates}); probing again later")
+
+
+# -- the step generator ------------------------------------------------------------
+
+
+def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecController,
+                     pending: Sequence[int], sampler, history: list[int],
+                     stats: SpecStats) -> Iterator[tuple[int, bool]]:
+    """Same contract as ``generate_step``: prefill ``pending``, then yield
+    ``(token, from_draft)`` forever; ``history`` grows with every yield.
+
+    Invariant at the top of each round: ``tok == history[-1]`` and the target's
+    KV holds ``history[:-1]``; a round feeds ``tok`` plus the drafts.
+    """
+    greedy = sampler.params.greedy
+
+    def pick(ctx: Sequence[int], logits: np.ndarray):
+        if greedy:
+            return sampler(ctx, logits), None
+        q = sampler.distribution(ctx, logits)
+        return sampler.sample(q), q
+
+    try:
+        # Prefill all but the last prompt token: the first round then verifies
+        # drafts proposed right after the prompt, exactly like every later one.
+        if len(pending) > 1:
+            target.forward(pending[:-1])
+        tok = pending[-1]
+        while True:
+            mode = ctl.current
+            t0 = time.perf_counter()
+            room = target.n_ctx - len(history)  # verify needs len(history) + k slots
+            k = min(ctl.k[mode], room) if mode != "plain" else 0
+            proposal, q = drafts[mode].propose(history, k, pick) if k > 0 else ([], [])
+            if not proposal:
+                logits = target.forward((tok,))
+                stats.target_passes += 1
+                tok = sampler(history, logits)
+                produced = [(tok, False)]
+                n = 0
+            else:
+                base = len(history)
+                rows = target.forward([tok] + proposal, all_logits=True)
+                stats.target_passes += 1
+                if greedy:
+                    choice = [sampler(history + proposal[:i], rows[i]) for i in range(len(proposal) + 1)]
+                    n, tok = accept_greedy(proposal, choice)
+                else:
+                    n, tok = accept_sampled(
+                        proposal, q, lambda i: sampler.distribution(history + proposal[:i], rows[i]),
+                        sampler.rng.random, sampler.sample)
+                target.truncate(base + n)  # rejected drafts leave the KV here
+                produced = [(d, True) for d in proposal[:n]] + [(tok, False)]
+                stats.rounds += 1
+                stats.drafted += len(proposal)
+                stats.accepted += n
+                for i in range(len(proposal)):
+                    if i >= len(stats.per_position_drafted):
+                        stats.per_position_drafted.append(0)
+                        stats.per_position_accepted.append(0)
+                    stats.per_position_drafted[i] += 1
+                    stats.per_position_accepted[i] += i < n
+            # A round with no proposal (n-gram miss) still counts against its
+            # mode: that is what choosing the mode cost.
+            ctl.record(mode, len(proposal), n, len(produced), time.perf_counter() - t0, stats)
+            stats.mode_tokens[mode] = stats.mode_tokens.get(mode, 0) + len(produced)
+            for t, from_draft in produced:
+                history.append(t)
+                stats.generated += 1
+                yield t, from_draft
+    finally:
+        # Stopped mid-run (stop string, EOS, max tokens): drop KV past what was yielded.
+        if target.kv_len > len(history):
+            target.truncate(len(history))

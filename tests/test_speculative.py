@@ -1,0 +1,242 @@
+"""Speculative decoding: the accept rule, exactness, rollback and stops."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from engine.engine import Engine
+from engine.gguf import model_info
+from engine.sampling import make_sampler
+from engine.speculative import (ModelDraft, NgramDraft, SpecController, SpecStats, accept_greedy,
+                                accept_sampled, check_draft_compatible, speculative_step)
+from engine.types import Message, SamplingParams
+from gguf_writer import write_gguf
+from tiny_backend import TinyBackend
+
+# -- the pure accept rule ------------------------------------------------------------
+
+
+def test_accept_greedy():
+    assert accept_greedy([5, 6, 7], [5, 6, 7, 8]) == (3, 8)      # all accepted + bonus
+    assert accept_greedy([5, 6, 7], [5, 9, 7, 8]) == (1, 9)      # correction at position 1
+    assert accept_greedy([5], [4, 0]) == (0, 4)
+    assert accept_greedy([], [3]) == (0, 3)
+
+
+def test_accept_sampled_residual_and_bonus():
+    p = [np.array([0.5, 0.5, 0.0]), np.array([0.0, 0.0, 1.0])]
+    q = [np.array([0.0, 1.0, 0.0])]
+    # u < p/q = 0.5 accepts token 1, then the bonus is drawn from p[1].
+    n, t = accept_sampled([1], q, lambda i: p[i], lambda: 0.4, lambda w: int(np.argmax(w)))
+    assert (n, t) == (1, 2)
+    # u >= 0.5 rejects; the residual max(0, p - q) = [0.5, 0, 0] can only give token 0.
+    n, t = accept_sampled([1], q, lambda i: p[i], lambda: 0.6, lambda w: int(np.argmax(w)))
+    assert (n, t) == (0, 0)
+    # A deterministic draft (q one-hot): rejection removes the drafted token.
+    n, t = accept_sampled([0], [None], lambda i: np.array([0.3, 0.7]), lambda: 0.9, lambda w: int(np.argmax(w)))
+    assert (n, t) == (0, 1)
+
+
+def _run_first_tokens(target, draft, sampler, prompt, k, n_out):
+    target.truncate(0)
+    if isinstance(draft, ModelDraft):
+        draft.reset()
+        draft.backend.truncate(0)
+        drafts = {"model": draft}
+        ctl = SpecController(["model"], k_fixed=k)
+    else:
+        drafts = {"ngram": draft}
+        ctl = SpecController(["ngram"], k_fixed=k)
+    history = list(prompt)
+    gen = speculative_step(target, drafts, ctl, list(prompt), sampler, history, SpecStats())
+    out = [next(gen)[0] for _ in range(n_out)]
+    gen.close()
+    return out
+
+
+def test_sampling_is_exact_chi_square():
+    """Empirical joint distribution of the first two tokens equals the target's
+    exact distribution, with a draft whose distributions differ."""
+    target = TinyBackend(n_vocab=6, seed=1, sharpness=1.2)
+    draft = ModelDraft(TinyBackend(n_vocab=6, seed=2, sharpness=1.2))
+    prompt = [1, 2, 3]
+    params = dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.3, penalty_last_n=8)
+    ref = make_sampler(SamplingParams(**params))
+    p1 = ref.distribution(prompt, target.logits_after(prompt))
+    exact = np.array([p1[a] * ref.distribution(prompt + [a], target.logits_after(prompt + [a]))
+                      for a in range(6)])
+    q1 = ref.distribution(prompt, draft.backend.logits_after(prompt))
+    assert np.abs(q1 - p1).max() > 0.1  # the draft really is different
+    n = 12000
+    counts = np.zeros((6, 6))
+    for seed in range(n):
+        s = make_sampler(SamplingParams(seed=seed, **params))
+        a, b = _run_first_tokens(target, draft, s, prompt, k=2, n_out=2)
+        counts[a, b] += 1
+    expected = exact * n
+    mask = expected > 5
+    chi2 = float((((counts - expected) ** 2)[mask] / expected[mask]).sum())
+    dof = int(mask.sum()) - 1
+    # 99.9th percentile of chi-square for dof up to 35 is below 2 * dof + 10.
+    assert chi2 < 2 * dof + 10, (chi2, dof)
+    assert counts[~mask].sum() <= max(20, 0.01 * n)
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_greedy_identical_on_tiny_models_until_context_fills(k):
+    target = TinyBackend(n_vocab=12, seed=3, n_ctx=80, sharpness=2.0)
+    draft = ModelDraft(TinyBackend(n_vocab=12, seed=4, n_ctx=80, sharpness=2.0))
+    prompt = [1, 5, 7, 2]
+    greedy = make_sampler(SamplingParams(temperature=0.0))
+    plain, h = [], list(prompt)
+    target.truncate(0)
+    logits = target.forward(prompt)
+    while True:
+        t = greedy(h, logits)
+        plain.append(t)
+        h.append(t)
+        if target.kv_len >= target.n_ctx:
+            break
+        logits = target.forward([t])
+    spec = _run_first_tokens(target, draft, greedy, prompt, k=k, n_out=len(plain))
+    assert spec == plain
+    assert target.kv_len <= target.n_ctx
+
+
+def test_ngram_draft_proposes_earlier_continuation():
+    d = NgramDraft(max_n=3, min_n=2)
+    hist = [1, 2, 3, 4, 5, 9, 9, 2, 3]
+    toks, q = d.propose(hist, 3, None)
+    assert toks == [4, 5, 9] and q == [None] * 3
+    assert d.propose([7, 8, 9], 3, None) == ([], [])
+
+
+def test_compatibility_is_checked_on_vocabularies(tmp_path, bundled_path):
+    a = model_info(write_gguf(tmp_path / "a.gguf", {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2",
+                                                    "tokenizer.ggml.tokens": ["x", "y", "z"]}))
+    b = model_info(write_gguf(tmp_path / "b.gguf", {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2",
+                                                    "tokenizer.ggml.tokens": ["x", "Y", "z", "w"]}))
+    c = model_info(write_gguf(tmp_path / "c.gguf", {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2",
+                                                    "tokenizer.ggml.tokens": ["x", "y", "z", "extra"]}))
+    assert check_draft_compatible(a, b) == "token 1 is 'Y' in the draft but 'y' in the target"
+    assert check_draft_compatible(a, c) is None
+    assert "knows 3 tokens" in check_draft_compatible(c, a)
+    # A real mismatch through the engine: a clear message, not a crash.
+    e = Engine.load(bundled_path, n_ctx=256, n_threads=2)
+    try:
+        with pytest.raises(Exception, match="cannot draft for .*token 0"):
+            e.set_speculation(str(write_gguf(tmp_path / "d.gguf", {
+                "general.architecture": "llama", "tokenizer.ggml.model": "gpt2",
+                "tokenizer.ggml.tokens": ["nope"] * 49152})))
+    finally:
+        e.close()
+
+
+# -- the real bundled model ----------------------------------------------------------
+
+Q = [Message("user", "List the days of the week, then list them again in reverse order.")]
+
+
+def collect(engine, params, messages=Q, cancel=None, on_delta=None):
+    deltas = []
+    for ev in engine.stream(messages, params, cancel=cancel):
+        if ev.kind == "delta":
+            deltas.append(ev.text)
+            if on_delta:
+                on_delta(len(deltas))
+        else:
+            return deltas, ev
+
+
+@pytest.fixture(scope="module")
+def pair(bundled_path):
+    """The bundled model drafting for itself (every draft accepted) in a small
+    context that fills up, plus a plain reference engine."""
+    plain = Engine.load(bundled_path, n_ctx=256, n_threads=2, cache_budget=0)
+    spec = Engine.load(bundled_path, n_ctx=256, n_threads=2, cache_budget=0)
+    spec.set_speculation(str(bundled_path), force=True)
+    yield plain, spec
+    spec.close()
+    plain.close()
+
+
+FILL = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def plain_fill(pair):
+    plain, _ = pair
+    plain.reset()
+    return collect(plain, FILL)[1]
+
+
+@pytest.mark.parametrize("kind,k", [("model", 1), ("model", 4), ("model", 8), ("ngram", 1), ("ngram", 2),
+                                    ("ngram", 3), ("ngram", 5), ("ngram", 6), ("ngram", 7), ("ngram", 8)])
+def test_greedy_identical_on_bundled_model_until_context_full(pair, plain_fill, kind, k):
+    _, spec = pair
+    spec.set_speculation(kind, k=k, force=True)
+    spec.reset()
+    _, ev = collect(spec, FILL)
+    assert plain_fill.finish_reason == ev.finish_reason == "context_full"
+    assert ev.token_ids == plain_fill.token_ids
+    assert ev.stats.spec["drafted"] > 0
+    if kind == "model":  # a model drafting for itself is always right
+        assert ev.stats.spec["acceptance_rate"] == 1.0
+        assert ev.stats.spec["target_passes_per_token"] < 1 / k + 0.1
+
+
+def test_stops_inside_an_accepted_run_truncate_exactly(pair):
+    plain, spec = pair
+    spec.set_speculation("model", k=8, force=True)
+    g = SamplingParams(temperature=0.0, max_tokens=60)
+    plain.reset()
+    _, ref = collect(plain, g)
+    # max_tokens lands in the middle of the first 9-token run.
+    spec.reset()
+    _, ev = collect(spec, SamplingParams(temperature=0.0, max_tokens=5))
+    assert ev.token_ids == ref.token_ids[:5] and ev.finish_reason == "max_tokens"
+    # A stop string inside a run: nothing past it is shown.
+    words = ref.text.split()
+    stop = words[len(words) // 2]
+    spec.reset()
+    d, ev = collect(spec, SamplingParams(temperature=0.0, max_tokens=60, stop=(stop,)))
+    assert ev.finish_reason == "stop_string" and "".join(d) == ref.text[:ref.text.index(stop)]
+    # EOS inside a run ends the reply where plain decoding ends it.
+    spec.reset()
+    _, ev = collect(spec, g)
+    assert ev.token_ids == ref.token_ids and ev.finish_reason == ref.finish_reason
+    # The KV never keeps tokens past what was emitted: the next reply equals a fresh one.
+    _, again = collect(spec, g)
+    assert again.token_ids == ref.token_ids
+
+
+def test_cancel_in_the_middle_of_a_run(pair):
+    plain, spec = pair
+    spec.set_speculation("model", k=8, force=True)
+    spec.reset()
+    cancel = threading.Event()
+    d, ev = collect(spec, SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True), cancel=cancel,
+                    on_delta=lambda n: cancel.set() if n == 3 else None)
+    assert ev.finish_reason == "cancelled" and len(d) == 3
+    assert spec.backend.kv_len <= ev.stats.prompt_tokens + ev.stats.generated_tokens
+
+
+def test_auto_switches_itself_off_when_slower_and_says_so(bundled_path):
+    # The n-gram draft rarely matches free prose, and verification costs extra:
+    # the controller must notice and fall back to plain decoding.
+    e = Engine.load(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0)
+    try:
+        e.set_speculation("auto")
+        ctl = e.spec_ctl
+        ctl.rate["ngram"] = 1.0        # pretend n-gram measured much slower than plain
+        ctl.rate["plain"] = 100.0
+        ctl.current = ctl.choose()
+        assert ctl.current == "plain"
+        _, ev = collect(e, SamplingParams(temperature=0.0, max_tokens=ctl.probe_every + 40, ignore_eos=True))
+        st = ev.stats.spec
+        assert st["tokens_by_mode"].get("plain", 0) > 0
+        assert st["tokens_by_mode"].get("ngram", 0) > 0  # probed again later
+    finally:
+        e.close()
