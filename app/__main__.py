@@ -21,6 +21,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _close_on_signals(win) -> None:
+    """Ctrl+C or SIGTERM closes the window properly (stop the reply, save, free the model).
+
+    Python runs signal handlers only between bytecodes, and Qt's event loop is
+    C++; a slow no-op timer gives the interpreter a chance to run them.
+    """
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: win.close())
+    tick = QTimer(win)
+    tick.timeout.connect(lambda: None)
+    tick.start(250)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     scratch = None
@@ -61,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         win.show()
         QTimer.singleShot(0, win.start)  # load after the window is on screen
+        _close_on_signals(win)
         return app.exec()
     finally:
         if scratch is not None:
