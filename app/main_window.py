@@ -1,6 +1,7 @@
 """The main window: wires the conversation list, the chat view, the store and the engine.
 
-Rules this file keeps:
+Loading the model lives in model_loading.py and sending/streaming in
+replies.py (mixins of this class). Rules the three files keep together:
 - The window appears before any model is loaded; loading runs on the engine thread.
 - Nothing the user typed is lost: drafts are saved per conversation, a send
   that fails before any reply text puts the message back in the input box,
@@ -12,28 +13,23 @@ Rules this file keeps:
 """
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (QApplication, QLabel, QMainWindow, QProgressBar, QPushButton,
-                               QSplitter, QVBoxLayout, QWidget)
-
-from engine import HearthError, Message
+from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from . import theme
 from .chat_view import ChatView
 from .conversation_list import ConversationList
 from .info_bar import InfoArea
 from .loop_monitor import LoopMonitor
-from .settings import BUNDLED, Settings, SettingsFile
+from .model_loading import ModelLoadingMixin
+from .replies import RepliesMixin
+from .settings import Settings, SettingsFile
 from .store import Store
-from .text_utils import human_bytes
-from .worker import EngineHost, GenerationJob
+from .worker import EngineHost
 
 
-class MainWindow(QMainWindow):
+class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         super().__init__()
         self.setWindowTitle("Hearth")
@@ -82,25 +78,9 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         sb = self.statusBar()
-        self.load_bar = QProgressBar()
-        self.load_bar.setRange(0, 0)  # llama.cpp loads in one call: a busy bar, not a fake percentage
-        self.load_bar.setMaximumWidth(120)
-        self.load_bar.hide()
-        self._load_started = 0.0
-        self._load_what = ""
-        self._load_clock = QTimer(self)
-        self._load_clock.setInterval(1000)  # big models take minutes: show that time is passing
-        self._load_clock.timeout.connect(self._show_load_time)
-        self.cancel_load_button = QPushButton("Cancel loading")
-        self.cancel_load_button.clicked.connect(self.cancel_load)
-        self.cancel_load_button.hide()
         self.stats_label = QLabel()
         self.stats_label.setToolTip("Live while a reply streams; then the last reply's numbers")
-        self.model_label = QLabel("No model loaded")
-        self.memory_label = QLabel()
-        self.memory_label.setToolTip("Memory the loaded model allocated (weights, KV cache, compute buffers)")
-        sb.addWidget(self.load_bar)
-        sb.addWidget(self.cancel_load_button)
+        self._build_model_status(sb)
         sb.addPermanentWidget(self.stats_label)
         sb.addPermanentWidget(self.model_label)
         sb.addPermanentWidget(self.memory_label)
@@ -149,96 +129,6 @@ class MainWindow(QMainWindow):
         v.draft_changed.connect(self._save_draft)
         v.notify.connect(lambda msg: self.statusBar().showMessage(msg, 3000))
         QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _s: self.apply_theme())
-
-    # -- start-up and model loading -----------------------------------------
-
-    def start(self) -> None:
-        """Begin loading the configured model (call after show(), so the window is up first)."""
-        self.load_model(self.settings.load_key())
-
-    def load_model(self, key: dict) -> None:
-        if self.host.job is not None:
-            self.host.stop()  # the load waits for the reply to end; make that quick
-        self._load_key = dict(key)
-        self.monitor.begin("loading")
-        self._on_load_started(self._describe_key(key))  # say so now, not when the thread gets to it
-        self.host.load(key)
-
-    def cancel_load(self) -> None:
-        self.host.cancel_load()
-        self.cancel_load_button.setEnabled(False)
-        self.statusBar().showMessage("Cancelling: the current load step has to finish first…")
-
-    def _describe_key(self, key: dict | None) -> str:
-        model = (key or {}).get("model", BUNDLED)
-        return "the bundled model" if model in (None, "", BUNDLED) else Path(model).name
-
-    def _on_load_started(self, what: str) -> None:
-        if self._load_clock.isActive() and what == self._load_what:
-            return  # the engine thread confirming what the window already shows
-        self._load_what = what
-        self._load_started = time.monotonic()
-        self._load_clock.start()
-        self.load_bar.show()
-        self.cancel_load_button.setEnabled(True)
-        self.cancel_load_button.show()
-        self.model_label.setText(f"Loading {what}…")
-        self.memory_label.setText("")
-
-    def _show_load_time(self) -> None:
-        self.model_label.setText(f"Loading {self._load_what}… {time.monotonic() - self._load_started:.0f} s")
-
-    def _end_loading(self) -> None:
-        self._load_clock.stop()
-        self.monitor.end("loading")
-        self.load_bar.hide()
-        self.cancel_load_button.hide()
-        self.statusBar().clearMessage()
-
-    def _on_loaded(self, info: dict) -> None:
-        self._end_loading()
-        self.model_label.setText(f"{info['label']} · {info['quant']} · context {info['n_ctx']:,}")
-        self.model_label.setToolTip(f"{info['path']}\nbackend: {info['backend']}\n"
-                                    f"loaded in {info.get('load_ms', 0):.0f} ms")
-        self.memory_label.setText(f"Memory {human_bytes(info['memory_total'])}")
-        self.memory_label.setToolTip("\n".join(f"{k}: {human_bytes(v)}" for k, v in info["memory"].items()
-                                               if "@" not in k))
-        if self._load_key == self.settings.load_key():
-            try:
-                self.settings_file.mark_working(self.settings)
-            except OSError as e:
-                self.info.show_message(f"Could not save the settings: {e}", "error")
-        self._rolling_back = False
-
-    def _on_load_failed(self, msg: str) -> None:
-        self._end_loading()
-        self._fail_load(f"Could not load {self._describe_key(self._load_key)}: {msg}")
-
-    def _on_load_cancelled(self) -> None:
-        self._end_loading()
-        self._fail_load(f"Loading {self._describe_key(self._load_key)} was cancelled.")
-
-    def _fail_load(self, text: str) -> None:
-        self.model_label.setText("No model loaded")
-        target = self.settings_file.rolled_back(self.settings)
-        if not self._rolling_back and target.load_key() != self._load_key:
-            # Go back to what last worked, and make that the saved choice again.
-            self._rolling_back = True
-            self.settings = target
-            self._save_settings()
-            self.info.show_message(f"{text} Went back to {self._describe_key(target.load_key())}, "
-                                   "the last model that worked.", "error")
-            self.load_model(target.load_key())
-            return
-        self._rolling_back = False
-        self.info.show_message(f"{text} No model is loaded; choose one in Settings.", "error",
-                               action=("Settings…", self.open_settings))
-
-    def _save_settings(self) -> None:
-        try:
-            self.settings_file.save(self.settings)
-        except (OSError, ValueError) as e:
-            self.info.show_message(f"Could not save the settings: {e}", "error")
 
     # -- settings -----------------------------------------------------------
 
@@ -351,162 +241,6 @@ class MainWindow(QMainWindow):
     def _save_draft(self, text: str) -> None:
         if self.current is not None and not self._closed:
             self.store.set_draft(self.current, text)
-
-    # -- sending ------------------------------------------------------------
-
-    def _can_send(self) -> bool:
-        """Say clearly why a message cannot go now; the text stays in the input box."""
-        if self.host.job is not None:
-            where = self.stream["title"] if self.stream else "another conversation"
-            self.info.show_message(f"A reply is still being written in “{where}”. Stop it or wait for it, "
-                                   "then send again — your text is still in the box.", "error",
-                                   timeout_ms=8000)
-            return False
-        if self.host.loading:
-            self.info.show_message("The model is still loading. Your message is still in the box: press "
-                                   "Enter again when the status bar shows the model.", "error",
-                                   timeout_ms=8000)
-            return False
-        if not self.host.ready:
-            self.info.show_message("No model is loaded, so nothing can reply. Choose a model in Settings; "
-                                   "your message is still in the box.", "error",
-                                   action=("Settings…", self.open_settings))
-            return False
-        return True
-
-    def send(self, text: str) -> None:
-        if self.current is None or not text.strip() or not self._can_send():
-            return
-        self.chat.system.flush()
-        cid = self.current
-        user_mid = self.store.add_message(cid, "user", text)
-        self.chat.add_message(user_mid, "user", text)
-        self.chat.set_input_text("")
-        self.store.set_draft(cid, "")
-        self._start_reply(cid, user_mid, text)
-
-    def edit_and_resend(self, mid: int, text: str) -> None:
-        if self.current is None or not self._can_send():
-            return
-        cid = self.current
-        self.store.hide_from(cid, mid)
-        self.chat.remove_from(mid)
-        self.chat.finish_edit()
-        user_mid = self.store.add_message(cid, "user", text)
-        self.chat.add_message(user_mid, "user", text)
-        self._start_reply(cid, user_mid, text)
-
-    def regenerate(self, mid: int) -> None:
-        if self.current is None or not self._can_send():
-            return
-        msgs = self.store.messages(self.current)
-        if not msgs or msgs[-1].id != mid or msgs[-1].role != "assistant":
-            return
-        self.store.hide_message(mid)
-        self.chat.remove_from(mid)
-        self._start_reply(self.current, None, None)
-
-    def _regenerate_last(self) -> None:
-        msgs = self.store.messages(self.current) if self.current is not None else []
-        if msgs and msgs[-1].role == "assistant":
-            self.regenerate(msgs[-1].id)
-
-    def _history(self, cid: int) -> list[Message]:
-        conv = self.store.conversation(cid)
-        out = [Message("system", conv.system_prompt)] if conv.system_prompt.strip() else []
-        # Cut-short replies stay in the history: the user saw them, so the model should too.
-        out += [Message(m.role, m.content) for m in self.store.messages(cid) if m.content]
-        return out
-
-    def _start_reply(self, cid: int, user_mid: int | None, user_text: str | None) -> None:
-        history = self._history(cid)
-        mid = self.store.begin_reply(cid)
-        title = self.store.conversation(cid).title
-        self.stream = {"conv": cid, "mid": mid, "user_mid": user_mid, "user_text": user_text,
-                       "parts": [], "title": title}
-        job = GenerationJob(cid, mid, history, self.settings.sampling_params(), self.store.path)
-        w = self.chat.add_message(mid, "assistant", "")
-        w.set_streaming(True)
-        self.stats_label.setText("Waiting for the first token…")
-        self.monitor.begin("streaming")
-        self.host.generate(job)
-        self._update_busy()
-        self._refresh_list(select=self.current)  # the first message may have named the conversation
-        self.chat.title.setText(self.store.conversation(self.current).title)
-
-    def stop(self) -> None:
-        self.host.stop()
-
-    def _update_busy(self) -> None:
-        s = self.stream
-        where = s["title"] if s is not None and s["conv"] != self.current else ""
-        self.chat.set_busy(s is not None, where)
-
-    # -- stream events ------------------------------------------------------
-
-    def _on_delta(self, mid: int, text: str) -> None:
-        s = self.stream
-        if s is None or s["mid"] != mid:
-            return
-        s["parts"].append(text)
-        if s["conv"] == self.current:
-            w = self.chat.widget(mid)
-            if w is not None:
-                w.append(text)
-
-    def _on_progress(self, mid: int, p: dict) -> None:
-        self.stats_label.setText(f"{p['tok_s']:.1f} tok/s · TTFT {p['ttft_ms']:.0f} ms · "
-                                 f"{p['tokens']} tokens")
-
-    def _end_stream(self) -> dict | None:
-        s, self.stream = self.stream, None
-        self.monitor.end("streaming")
-        self._update_busy()
-        return s
-
-    def _on_finished(self, mid: int, result: dict) -> None:
-        s = self._end_stream()
-        m = result.get("metrics") or {}
-        self.last_stats = m
-        cached = f" · cached {m.get('cached_tokens', 0)}/{m.get('prompt_tokens', 0)} prompt tokens"
-        spec = m.get("spec") or {}
-        accept = (f" · draft acceptance {100 * spec['acceptance_rate']:.0f}%"
-                  if spec.get("acceptance_rate") is not None else "")
-        self.stats_label.setText(f"{m.get('decode_tok_s', 0.0):.1f} tok/s · TTFT {m.get('ttft_ms', 0.0):.0f} ms"
-                                 f"{cached}{accept}")
-        if s is not None and s["conv"] == self.current:
-            w = self.chat.widget(mid)
-            if w is not None:
-                w.set_result(result["text"], complete=result["complete"],
-                             finish_reason=result["finish_reason"], metrics=result.get("metrics"))
-            self.chat.refresh_actions()
-
-    def _on_failed(self, mid: int, msg: str, partial: str) -> None:
-        s = self._end_stream()
-        self.stats_label.setText("")
-        if s is None or self._closed:
-            return
-        if not partial and s["user_mid"] is not None:
-            # Nothing came back: undo the send and give the text back to the user.
-            self.store.hide_from(s["conv"], s["user_mid"])
-            here = s["conv"] == self.current
-            typed = self.chat.input_text() if here else self.store.conversation(s["conv"]).draft
-            # Anything typed since is kept too, after the returned message.
-            text = s["user_text"] if not typed.strip() else f"{s['user_text']}\n\n{typed}"
-            self.store.set_draft(s["conv"], text)
-            if here:
-                self.chat.remove_from(s["user_mid"])
-                self.chat.set_input_text(text)
-            self.info.show_message(f"The message was not sent: {msg}. Your text is back in the input box.",
-                                   "error")
-        else:
-            if s["conv"] == self.current:
-                w = self.chat.widget(mid)
-                if w is not None:
-                    w.set_result(partial, complete=False, finish_reason="error", error=msg)
-            self.info.show_message(f"The reply stopped with an error: {msg}. What was written is kept.",
-                                   "error")
-        self.chat.refresh_actions()
 
     # -- closing ------------------------------------------------------------
 

@@ -1,0 +1,127 @@
+"""Loading the model from the window: status bar, cancel, and rollback on failure.
+
+A mixin of MainWindow (it uses its host, monitor, settings and info bar); it
+lives in its own file so each part of the window can be read on its own.
+A load that fails or is cancelled goes back to the model set-up that last
+worked, saves that as the choice again, and says so.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton
+
+from .settings import BUNDLED
+from .text_utils import human_bytes
+
+
+class ModelLoadingMixin:
+    def _build_model_status(self, sb) -> None:
+        """The status-bar parts that belong to loading (the caller places the labels)."""
+        self.load_bar = QProgressBar()
+        self.load_bar.setRange(0, 0)  # llama.cpp loads in one call: a busy bar, not a fake percentage
+        self.load_bar.setMaximumWidth(120)
+        self.load_bar.hide()
+        self._load_started = 0.0
+        self._load_what = ""
+        self._load_clock = QTimer(self)
+        self._load_clock.setInterval(1000)  # big models take minutes: show that time is passing
+        self._load_clock.timeout.connect(self._show_load_time)
+        self.cancel_load_button = QPushButton("Cancel loading")
+        self.cancel_load_button.clicked.connect(self.cancel_load)
+        self.cancel_load_button.hide()
+        self.model_label = QLabel("No model loaded")
+        self.memory_label = QLabel()
+        self.memory_label.setToolTip("Memory the loaded model allocated (weights, KV cache, compute buffers)")
+        sb.addWidget(self.load_bar)
+        sb.addWidget(self.cancel_load_button)
+
+    def start(self) -> None:
+        """Begin loading the configured model (call after show(), so the window is up first)."""
+        self.load_model(self.settings.load_key())
+
+    def load_model(self, key: dict) -> None:
+        if self.host.job is not None:
+            self.host.stop()  # the load waits for the reply to end; make that quick
+        self._load_key = dict(key)
+        self.monitor.begin("loading")
+        self._on_load_started(self._describe_key(key))  # say so now, not when the thread gets to it
+        self.host.load(key)
+
+    def cancel_load(self) -> None:
+        self.host.cancel_load()
+        self.cancel_load_button.setEnabled(False)
+        self.statusBar().showMessage("Cancelling: the current load step has to finish first…")
+
+    def _describe_key(self, key: dict | None) -> str:
+        model = (key or {}).get("model", BUNDLED)
+        return "the bundled model" if model in (None, "", BUNDLED) else Path(model).name
+
+    def _on_load_started(self, what: str) -> None:
+        if self._load_clock.isActive() and what == self._load_what:
+            return  # the engine thread confirming what the window already shows
+        self._load_what = what
+        self._load_started = time.monotonic()
+        self._load_clock.start()
+        self.load_bar.show()
+        self.cancel_load_button.setEnabled(True)
+        self.cancel_load_button.show()
+        self.model_label.setText(f"Loading {what}…")
+        self.memory_label.setText("")
+
+    def _show_load_time(self) -> None:
+        self.model_label.setText(f"Loading {self._load_what}… {time.monotonic() - self._load_started:.0f} s")
+
+    def _end_loading(self) -> None:
+        self._load_clock.stop()
+        self.monitor.end("loading")
+        self.load_bar.hide()
+        self.cancel_load_button.hide()
+        self.statusBar().clearMessage()
+
+    def _on_loaded(self, info: dict) -> None:
+        self._end_loading()
+        self.model_label.setText(f"{info['label']} · {info['quant']} · context {info['n_ctx']:,}")
+        self.model_label.setToolTip(f"{info['path']}\nbackend: {info['backend']}\n"
+                                    f"loaded in {info.get('load_ms', 0):.0f} ms")
+        self.memory_label.setText(f"Memory {human_bytes(info['memory_total'])}")
+        self.memory_label.setToolTip("\n".join(f"{k}: {human_bytes(v)}" for k, v in info["memory"].items()
+                                               if "@" not in k))
+        if self._load_key == self.settings.load_key():
+            try:
+                self.settings_file.mark_working(self.settings)
+            except OSError as e:
+                self.info.show_message(f"Could not save the settings: {e}", "error")
+        self._rolling_back = False
+
+    def _on_load_failed(self, msg: str) -> None:
+        self._end_loading()
+        self._fail_load(f"Could not load {self._describe_key(self._load_key)}: {msg}")
+
+    def _on_load_cancelled(self) -> None:
+        self._end_loading()
+        self._fail_load(f"Loading {self._describe_key(self._load_key)} was cancelled.")
+
+    def _fail_load(self, text: str) -> None:
+        self.model_label.setText("No model loaded")
+        target = self.settings_file.rolled_back(self.settings)
+        if not self._rolling_back and target.load_key() != self._load_key:
+            # Go back to what last worked, and make that the saved choice again.
+            self._rolling_back = True
+            self.settings = target
+            self._save_settings()
+            self.info.show_message(f"{text} Went back to {self._describe_key(target.load_key())}, "
+                                   "the last model that worked.", "error")
+            self.load_model(target.load_key())
+            return
+        self._rolling_back = False
+        self.info.show_message(f"{text} No model is loaded; choose one in Settings.", "error",
+                               action=("Settings…", self.open_settings))
+
+    def _save_settings(self) -> None:
+        try:
+            self.settings_file.save(self.settings)
+        except (OSError, ValueError) as e:
+            self.info.show_message(f"Could not save the settings: {e}", "error")

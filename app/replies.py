@@ -1,0 +1,169 @@
+"""Sending messages and showing the replies as they stream.
+
+A mixin of MainWindow (it uses its store, host, chat view and info bar). A
+stream belongs to its conversation: deltas are shown only while that
+conversation is on screen, and the worker saves them to that conversation
+whatever is on screen. A send that fails before any reply text comes back
+puts the message back in the input box.
+"""
+from __future__ import annotations
+
+from engine import Message
+
+from .worker import GenerationJob
+
+
+class RepliesMixin:
+    def _can_send(self) -> bool:
+        """Say clearly why a message cannot go now; the text stays in the input box."""
+        if self.host.job is not None:
+            where = self.stream["title"] if self.stream else "another conversation"
+            self.info.show_message(f"A reply is still being written in “{where}”. Stop it or wait for it, "
+                                   "then send again — your text is still in the box.", "error",
+                                   timeout_ms=8000)
+            return False
+        if self.host.loading:
+            self.info.show_message("The model is still loading. Your message is still in the box: press "
+                                   "Enter again when the status bar shows the model.", "error",
+                                   timeout_ms=8000)
+            return False
+        if not self.host.ready:
+            self.info.show_message("No model is loaded, so nothing can reply. Choose a model in Settings; "
+                                   "your message is still in the box.", "error",
+                                   action=("Settings…", self.open_settings))
+            return False
+        return True
+
+    def send(self, text: str) -> None:
+        if self.current is None or not text.strip() or not self._can_send():
+            return
+        self.chat.system.flush()
+        cid = self.current
+        user_mid = self.store.add_message(cid, "user", text)
+        self.chat.add_message(user_mid, "user", text)
+        self.chat.set_input_text("")
+        self.store.set_draft(cid, "")
+        self._start_reply(cid, user_mid, text)
+
+    def edit_and_resend(self, mid: int, text: str) -> None:
+        if self.current is None or not self._can_send():
+            return
+        cid = self.current
+        self.store.hide_from(cid, mid)
+        self.chat.remove_from(mid)
+        self.chat.finish_edit()
+        user_mid = self.store.add_message(cid, "user", text)
+        self.chat.add_message(user_mid, "user", text)
+        self._start_reply(cid, user_mid, text)
+
+    def regenerate(self, mid: int) -> None:
+        if self.current is None or not self._can_send():
+            return
+        msgs = self.store.messages(self.current)
+        if not msgs or msgs[-1].id != mid or msgs[-1].role != "assistant":
+            return
+        self.store.hide_message(mid)
+        self.chat.remove_from(mid)
+        self._start_reply(self.current, None, None)
+
+    def _regenerate_last(self) -> None:
+        msgs = self.store.messages(self.current) if self.current is not None else []
+        if msgs and msgs[-1].role == "assistant":
+            self.regenerate(msgs[-1].id)
+
+    def _history(self, cid: int) -> list[Message]:
+        conv = self.store.conversation(cid)
+        out = [Message("system", conv.system_prompt)] if conv.system_prompt.strip() else []
+        # Cut-short replies stay in the history: the user saw them, so the model should too.
+        out += [Message(m.role, m.content) for m in self.store.messages(cid) if m.content]
+        return out
+
+    def _start_reply(self, cid: int, user_mid: int | None, user_text: str | None) -> None:
+        history = self._history(cid)
+        mid = self.store.begin_reply(cid)
+        title = self.store.conversation(cid).title
+        self.stream = {"conv": cid, "mid": mid, "user_mid": user_mid, "user_text": user_text,
+                       "parts": [], "title": title}
+        job = GenerationJob(cid, mid, history, self.settings.sampling_params(), self.store.path)
+        w = self.chat.add_message(mid, "assistant", "")
+        w.set_streaming(True)
+        self.stats_label.setText("Waiting for the first token…")
+        self.monitor.begin("streaming")
+        self.host.generate(job)
+        self._update_busy()
+        self._refresh_list(select=self.current)  # the first message may have named the conversation
+        self.chat.title.setText(self.store.conversation(self.current).title)
+
+    def stop(self) -> None:
+        self.host.stop()
+
+    def _update_busy(self) -> None:
+        s = self.stream
+        where = s["title"] if s is not None and s["conv"] != self.current else ""
+        self.chat.set_busy(s is not None, where)
+
+    # -- stream events ------------------------------------------------------
+
+    def _on_delta(self, mid: int, text: str) -> None:
+        s = self.stream
+        if s is None or s["mid"] != mid:
+            return
+        s["parts"].append(text)
+        if s["conv"] == self.current:
+            w = self.chat.widget(mid)
+            if w is not None:
+                w.append(text)
+
+    def _on_progress(self, mid: int, p: dict) -> None:
+        self.stats_label.setText(f"{p['tok_s']:.1f} tok/s · TTFT {p['ttft_ms']:.0f} ms · "
+                                 f"{p['tokens']} tokens")
+
+    def _end_stream(self) -> dict | None:
+        s, self.stream = self.stream, None
+        self.monitor.end("streaming")
+        self._update_busy()
+        return s
+
+    def _on_finished(self, mid: int, result: dict) -> None:
+        s = self._end_stream()
+        m = result.get("metrics") or {}
+        self.last_stats = m
+        cached = f" · cached {m.get('cached_tokens', 0)}/{m.get('prompt_tokens', 0)} prompt tokens"
+        spec = m.get("spec") or {}
+        accept = (f" · draft acceptance {100 * spec['acceptance_rate']:.0f}%"
+                  if spec.get("acceptance_rate") is not None else "")
+        self.stats_label.setText(f"{m.get('decode_tok_s', 0.0):.1f} tok/s · TTFT {m.get('ttft_ms', 0.0):.0f} ms"
+                                 f"{cached}{accept}")
+        if s is not None and s["conv"] == self.current:
+            w = self.chat.widget(mid)
+            if w is not None:
+                w.set_result(result["text"], complete=result["complete"],
+                             finish_reason=result["finish_reason"], metrics=result.get("metrics"))
+            self.chat.refresh_actions()
+
+    def _on_failed(self, mid: int, msg: str, partial: str) -> None:
+        s = self._end_stream()
+        self.stats_label.setText("")
+        if s is None or self._closed:
+            return
+        if not partial and s["user_mid"] is not None:
+            # Nothing came back: undo the send and give the text back to the user.
+            self.store.hide_from(s["conv"], s["user_mid"])
+            here = s["conv"] == self.current
+            typed = self.chat.input_text() if here else self.store.conversation(s["conv"]).draft
+            # Anything typed since is kept too, after the returned message.
+            text = s["user_text"] if not typed.strip() else f"{s['user_text']}\n\n{typed}"
+            self.store.set_draft(s["conv"], text)
+            if here:
+                self.chat.remove_from(s["user_mid"])
+                self.chat.set_input_text(text)
+            self.info.show_message(f"The message was not sent: {msg}. Your text is back in the input box.",
+                                   "error")
+        else:
+            if s["conv"] == self.current:
+                w = self.chat.widget(mid)
+                if w is not None:
+                    w.set_result(partial, complete=False, finish_reason="error", error=msg)
+            self.info.show_message(f"The reply stopped with an error: {msg}. What was written is kept.",
+                                   "error")
+        self.chat.refresh_actions()
