@@ -84,7 +84,10 @@ class ModelLoadingMixin:
     def _on_loaded(self, info: dict) -> None:
         self._end_loading()
         self.model_label.setText(f"{info['label']} · {info['quant']} · context {info['n_ctx']:,}")
+        draft = info.get("draft", "none") + (f" ({info['draft_model']})" if info.get("draft_model") else "")
         self.model_label.setToolTip(f"{info['path']}\nbackend: {info['backend']}\n"
+                                    f"speculative decoding: {draft}\n"
+                                    f"CPU threads: {info.get('n_threads')}\n"
                                     f"loaded in {info.get('load_ms', 0):.0f} ms")
         self.memory_label.setText(f"Memory {human_bytes(info['memory_total'])}")
         self.memory_label.setToolTip("\n".join(f"{k}: {human_bytes(v)}" for k, v in info["memory"].items()

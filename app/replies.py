@@ -131,7 +131,7 @@ class RepliesMixin:
         cached = f" · cached {m.get('cached_tokens', 0)}/{m.get('prompt_tokens', 0)} prompt tokens"
         spec = m.get("spec") or {}
         accept = (f" · draft acceptance {100 * spec['acceptance_rate']:.0f}%"
-                  if spec.get("acceptance_rate") is not None else "")
+                  if spec.get("drafted") else "")
         self.stats_label.setText(f"{m.get('decode_tok_s', 0.0):.1f} tok/s · TTFT {m.get('ttft_ms', 0.0):.0f} ms"
                                  f"{cached}{accept}")
         if s is not None and s["conv"] == self.current:

@@ -93,8 +93,9 @@ class SettingsDialog(QDialog):
         self.draft = QComboBox()
         self.draft.addItems([d.title() for d in DRAFTS])
         self.draft.setCurrentIndex(DRAFTS.index(s.draft))
-        self.draft.setToolTip("Auto picks a known draft model for speculative decoding when one is "
-                              "available; until then it uses none")
+        self.draft.setToolTip("Speculative decoding. Auto drafts with a compatible smaller local GGUF "
+                              "when there is one, and with n-gram lookup; it switches itself off where "
+                              "it does not pay. The output is the same either way.")
         form.addRow("Draft model", self.draft)
         ctx_row = QHBoxLayout()
         self.ctx_auto = QCheckBox("Auto")

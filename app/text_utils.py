@@ -59,7 +59,7 @@ def metrics_line(m: dict | None) -> str:
              f"total {m.get('e2e_ms', 0.0) / 1000:.2f} s",
              f"ended: {m.get('finish_reason', '?')}"]
     spec = m.get("spec")
-    if spec and spec.get("acceptance_rate") is not None:
+    if spec and spec.get("drafted"):  # 0 drafted: speculation chose plain decoding
         parts.append(f"draft acceptance {100 * spec['acceptance_rate']:.0f}%")
     if m.get("backend"):
         parts.append(m["backend"])

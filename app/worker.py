@@ -81,7 +81,10 @@ def describe(engine) -> dict[str, Any]:
     return {"label": engine.model.label if engine.model else info.name,
             "path": str(engine.model.path) if engine.model else "",
             "bundled": bool(engine.model and engine.model.is_bundled),
-            "backend": b.name, "n_ctx": b.n_ctx, "n_threads": getattr(b, "n_threads", None), "quant": info.file_type,
+            "backend": b.name, "n_ctx": b.n_ctx, "n_threads": getattr(b, "n_threads", None),
+            "draft": getattr(engine, "spec_kind", "none"),
+            "draft_model": (engine.draft.backend.path.name
+                            if getattr(engine, "draft", None) is not None else None), "quant": info.file_type,
             "memory": report, "memory_total": _memory_in_use(report)}
 
 
@@ -107,7 +110,8 @@ class LoadWorker(QObject):
         t0 = time.perf_counter()
         try:
             engine = Engine.load(model, n_ctx=key.get("context"),
-                                 n_threads=key.get("n_threads") or app_threads())
+                                 n_threads=key.get("n_threads") or app_threads(),
+                                 draft=key.get("draft") or "none", cancel=req.cancel)
         except HearthError as e:
             self.failed.emit(str(e))
             return
