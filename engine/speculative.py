@@ -88,6 +88,7 @@ class ModelDraft:
         self.backend = backend
         self._kv: list[int] = []
         self.n_vocab_target: int | None = None
+        self.catchup_s = 0.0  # time the last propose spent prefilling missed tokens
 
     def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
         b = self.backend
@@ -99,7 +100,11 @@ class ModelDraft:
         while common < lim and self._kv[common] == history[common]:
             common += 1
         b.truncate(common)
+        t0 = time.perf_counter()
         logits = b.forward(history[common:])
+        # Feeding more than the newest token is a one-off catch-up (a new prompt,
+        # or tokens decoded while another mode ran), not the steady-state cost.
+        self.catchup_s = time.perf_counter() - t0 if len(history) - common > 1 else 0.0
         drafts: list[int] = []
         dists: list = []
         ctx = list(history)
@@ -197,6 +202,7 @@ class SpecStats:
     def as_dict(self) -> dict:
         acc = [a / d if d else 0.0 for a, d in zip(self.per_position_accepted, self.per_position_drafted)]
         return {
+            "rounds": self.rounds,
             "drafted": self.drafted,
             "accepted": self.accepted,
             "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else 0.0,
@@ -331,7 +337,9 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
                     stats.per_position_accepted[i] += i < n
             # A round with no proposal (n-gram miss) still counts against its
             # mode: that is what choosing the mode cost.
-            ctl.record(mode, len(proposal), n, len(produced), time.perf_counter() - t0, stats)
+            spent = time.perf_counter() - t0 - getattr(drafts[mode], "catchup_s", 0.0) if k > 0 else \
+                time.perf_counter() - t0
+            ctl.record(mode, len(proposal), n, len(produced), spent, stats)
             stats.mode_tokens[mode] = stats.mode_tokens.get(mode, 0) + len(produced)
             for t, from_draft in produced:
                 history.append(t)

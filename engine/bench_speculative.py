@@ -1,0 +1,108 @@
+"""``python -m engine bench speculative``: Qwen2.5-Coder 1.5B target with its
+0.5B sibling as draft, greedy, plain and speculative runs alternating in one
+process, over three prompt sets (code, chat, edit)."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from importlib.resources import files
+
+from .engine import Engine
+from .errors import HearthError
+from .models import BENCH_DRAFT, BENCH_TARGET, bench_model_path
+from .speculative import SpecController
+from .types import Message, SamplingParams
+
+KINDS = ("model", "ngram", "auto")
+
+
+def _controller(engine: Engine, kind: str) -> SpecController:
+    engine.set_speculation(kind, force=kind != "auto")
+    return engine.spec_ctl
+
+
+def run(a: argparse.Namespace) -> dict:
+    target, draft = bench_model_path(BENCH_TARGET), bench_model_path(BENCH_DRAFT)
+    if not (target and draft):
+        raise HearthError("the benchmark models are missing: run `python -m engine models fetch-bench-pair`")
+    sets = json.loads(files("engine").joinpath("data/spec_prompts.json").read_text())
+    params = SamplingParams(temperature=0.0, max_tokens=a.tokens, top_k=0, top_p=1.0, min_p=0.0)
+    eng = Engine.load(target, n_ctx=4096, n_threads=a.threads, cache_budget=0, draft=draft)
+    out: dict = {}
+    model_code_stats = None
+    try:
+        for set_name, prompts in sets.items():
+            # One controller per kind per set: "auto" learns across the set's
+            # prompts like it would across one conversation's replies.
+            ctls = {k: _controller(eng, k) for k in KINDS}
+            rows = {k: {"tok_s": [], "identical": True, "spec": []} for k in KINDS}
+            plain_tok_s = []
+            for i, prompt in enumerate(prompts * a.rounds):
+                msgs = [Message("user", prompt)]
+                order = ["plain", *KINDS]
+                order = order[i % len(order):] + order[:i % len(order)]  # rotate who goes first
+                results = {}
+                for kind in order:
+                    eng.spec_kind, eng.spec_ctl = (kind, ctls[kind]) if kind != "plain" else ("none", None)
+                    eng.reset()
+                    if eng.draft:
+                        eng.draft.reset()
+                    for ev in eng.stream(msgs, params):
+                        if ev.kind == "final":
+                            results[kind] = ev
+                ref = results["plain"]
+                plain_tok_s.append(ref.stats.decode_tok_s)
+                for kind in KINDS:
+                    ev = results[kind]
+                    rows[kind]["tok_s"].append(ev.stats.decode_tok_s)
+                    rows[kind]["identical"] &= ev.token_ids == ref.token_ids
+                    rows[kind]["spec"].append(ev.stats.spec)
+            plain = statistics.median(plain_tok_s)
+            out[set_name] = {}
+            for kind in KINDS:
+                r = rows[kind]
+                drafted = sum(s["drafted"] for s in r["spec"])
+                accepted = sum(s["accepted"] for s in r["spec"])
+                passes = sum(s["target_passes"] for s in r["spec"])
+                gen = sum(sum(s["tokens_by_mode"].values()) for s in r["spec"])
+                out[set_name][kind] = {
+                    "speedup": round(statistics.median(r["tok_s"]) / plain, 3),
+                    "acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,
+                    "target_passes_per_token": round(passes / gen, 4) if gen else 0.0,
+                    "identical": bool(r["identical"]),
+                    "tok_s": round(statistics.median(r["tok_s"]), 2),
+                    "plain_tok_s": round(plain, 2),
+                    "tokens_by_mode": _sum_modes(r["spec"]),
+                    "notes": sorted({n for s in r["spec"] for n in s["notes"]})[:2],
+                }
+                if set_name == "code" and kind == "model":
+                    model_code_stats = (drafted, accepted, sum(s["rounds"] for s in r["spec"]))
+    finally:
+        ratio = eng.draft.backend.info.weight_bytes / eng.backend.info.weight_bytes if eng.draft else 0.0
+        eng.close()
+    out["predicted_gpu_speedup"] = _predict(model_code_stats, ratio)
+    out["draft_target_weight_ratio"] = round(ratio, 4)
+    out["tokens_per_run"] = a.tokens
+    return out
+
+
+def _sum_modes(specs: list[dict]) -> dict:
+    tot: dict[str, int] = {}
+    for s in specs:
+        for m, n in s["tokens_by_mode"].items():
+            tot[m] = tot.get(m, 0) + n
+    return tot
+
+
+def _predict(stats, ratio: float) -> float:
+    """Cost model for a GPU, where decoding is bandwidth-bound: verifying k
+    tokens costs one target pass and a draft step costs ``ratio`` of one.
+    Tokens per round = mean accepted + 1; cost per round = 1 + k * ratio."""
+    if not stats:
+        return 0.0
+    drafted, accepted, rounds = stats
+    if not rounds:
+        return 0.0
+    k, m = drafted / rounds, accepted / rounds
+    return round((m + 1) / (1 + k * ratio), 3)
