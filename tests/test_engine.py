@@ -211,3 +211,29 @@ def test_memory_report_has_real_buffers(llama_backend):
     rep = llama_backend.memory_report()
     assert rep["weights"] > 50 * 2**20
     assert rep["kv"] > 0 and rep["compute"] > 0
+
+
+def test_gguf_path_never_imports_torch_or_transformers(bundled_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom engine import Engine, Message, SamplingParams\n"
+            "e = Engine.load(n_ctx=256)\n"
+            "list(e.stream([Message('user', 'Hi')], SamplingParams(temperature=0, max_tokens=2)))\n"
+            "bad = [m for m in ('torch', 'transformers', 'accelerate', 'bitsandbytes') if m in sys.modules]\n"
+            "print('HEAVY', bad)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY []" in r.stdout
+
+
+def test_installed_llama_cpp_survives_the_multi_token_probe(bundled_path):
+    # The same probe set-up runs: a native AMX build segfaults here.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = Path(__file__).parent.parent / "scripts" / "probe_llama.py"
+    r = subprocess.run([sys.executable, str(probe), str(bundled_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "AMX" not in r.stdout and "LLAMAFILE" not in r.stdout
