@@ -1,15 +1,17 @@
 """Settings: model, backend, quantization, draft, context, sampling, presets, theme.
 
 The dialog edits a copy of the settings and only hands it back when it
-validates. Before the user confirms it shows a memory estimate for the chosen
-model and context and whether that fits in the RAM available now.
+validates. Before the user confirms it shows the memory plan for the chosen
+model, context and draft (engine.sizing, computed off the GUI thread) and
+whether it fits; a quick estimate is shown at once while the plan is made.
 """
 from __future__ import annotations
 
 import copy
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDialog, QDialogButtonBox,
                                QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel,
                                QLineEdit, QListWidget, QMessageBox, QPlainTextEdit, QPushButton,
@@ -19,6 +21,7 @@ from engine import HearthError
 from engine.models import BUNDLED_NAME, bundled_model_path
 
 from .memory import estimate
+from .plan_runner import PlanRunner
 from .settings import BUNDLED, DRAFTS, MAX_CONTEXT, THEMES, Settings, SettingsError, _default_sampling
 from .text_utils import human_bytes
 
@@ -34,6 +37,15 @@ class SettingsDialog(QDialog):
         self._presets = copy.deepcopy(settings.presets)
         self._info_cache: dict[str, object] = {}
         self.result_settings: Settings | None = None
+        self.plan = None          # the newest engine.sizing.Plan, once computed
+        self._plan_request = 0
+        self._planner = PlanRunner(self)
+        self._planner.ready.connect(self._plan_ready)
+        self._planner.failed.connect(self._plan_failed)
+        self._plan_timer = QTimer(self)
+        self._plan_timer.setSingleShot(True)
+        self._plan_timer.setInterval(250)  # plan once the user stops changing things
+        self._plan_timer.timeout.connect(self._request_plan)
 
         lay = QVBoxLayout(self)
         tabs = QTabWidget()
@@ -113,8 +125,15 @@ class SettingsDialog(QDialog):
         self.memory.setWordWrap(True)
         self.memory.setTextFormat(Qt.TextFormat.RichText)
         form.addRow("Memory", self.memory)
+        self.plan_view = QPlainTextEdit()
+        self.plan_view.setReadOnly(True)
+        self.plan_view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.plan_view.setMinimumHeight(220)
+        self.plan_view.setPlaceholderText("The memory plan appears here.")
+        form.addRow("Plan", self.plan_view)
 
-        for sig in (self.rb_bundled.toggled, self.ctx_auto.toggled, self.ctx.valueChanged):
+        for sig in (self.rb_bundled.toggled, self.ctx_auto.toggled, self.ctx.valueChanged,
+                    self.draft.currentIndexChanged):
             sig.connect(self.refresh_model)
         self.path_edit.editingFinished.connect(self.refresh_model)
         self.rb_file.toggled.connect(lambda on: self.path_edit.setFocus() if on else None)
@@ -153,6 +172,10 @@ class SettingsDialog(QDialog):
             self.quant_label.setText("—")
             self.memory.setText(f"<span style='color:#d9480f'>Cannot read this model: {e}</span>")
             self._estimate = None
+            self.plan = None
+            self._plan_timer.stop()
+            self._plan_request = -1  # ignore any plan still being made for the old choice
+            self.plan_view.clear()
             return
         self.backend_label.setText("llama.cpp (GGUF)")
         self.quant_label.setText(f"{info.file_type} (from the file's metadata)")
@@ -161,11 +184,39 @@ class SettingsDialog(QDialog):
         verdict = ("<b>fits</b>" if est.fits else
                    "<b style='color:#d9480f'>may not fit</b> — choose a smaller context or model")
         self.memory.setText(
-            f"Estimate for {est.n_ctx:,} tokens of context: weights {human_bytes(est.weights)} + "
+            f"Quick estimate for {est.n_ctx:,} tokens of context: weights {human_bytes(est.weights)} + "
             f"KV cache {human_bytes(est.kv)} + compute ≈{human_bytes(est.compute)} = "
             f"<b>{human_bytes(est.total)}</b>.<br>System RAM available now: "
-            f"{human_bytes(est.available)} — {verdict}.<br>"
-            "<i>An estimate; the status bar shows what the loaded model really uses.</i>")
+            f"{human_bytes(est.available)} — {verdict}.<br><i>Making the full memory plan…</i>")
+        self.plan = None
+        self.plan_view.clear()
+        self._plan_timer.start()
+
+    def _request_plan(self) -> None:
+        model = self.chosen_model()
+        # Plan the context the engine will really use: its Auto is not the planner's Auto.
+        est = self._estimate
+        n_ctx = est.n_ctx if est is not None else (None if self.ctx_auto.isChecked() else self.ctx.value())
+        self._plan_request = self._planner.request(
+            None if model == BUNDLED else model, n_ctx,
+            "none" if DRAFTS[self.draft.currentIndex()] == "none" else None)
+
+    def _plan_ready(self, n: int, plan) -> None:
+        if n != self._plan_request:
+            return  # an answer for choices the user has since changed
+        self.plan = plan
+        ram = plan.breakdown.ram
+        colour = "" if plan.fits else " style='color:#d9480f'"
+        self.memory.setText(f"<b{colour}>{plan.status}</b>: {human_bytes(ram.total)} of the "
+                            f"{human_bytes(ram.available)} of RAM available now.<br>"
+                            f"<i>{plan.summary()}. The status bar shows what the loaded model "
+                            "really uses.</i>")
+        self.plan_view.setPlainText(plan.table())
+
+    def _plan_failed(self, n: int, message: str) -> None:
+        if n != self._plan_request:
+            return
+        self.plan_view.setPlainText(f"No memory plan: {message}")
 
     # -- sampling -----------------------------------------------------------
 
@@ -342,11 +393,14 @@ class SettingsDialog(QDialog):
             self.error.show()
             return
         est = getattr(self, "_estimate", None)
-        if est is not None and not est.fits and s.load_key() != self._orig.load_key():
+        too_big = (not self.plan.fits) if self.plan is not None else (est is not None and not est.fits)
+        if too_big and s.load_key() != self._orig.load_key():
+            need = self.plan.breakdown.ram.total if self.plan is not None else est.total
+            have = self.plan.breakdown.ram.available if self.plan is not None else est.available
             answer = QMessageBox.warning(
                 self, "Model may not fit",
-                f"The estimate ({human_bytes(est.total)}) is more than the RAM available now "
-                f"({human_bytes(est.available)}). Load it anyway?",
+                f"The memory plan needs {human_bytes(need)}, more than the RAM available now "
+                f"({human_bytes(have)}). Load it anyway?",
                 QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
             if answer != QMessageBox.StandardButton.Yes:
                 return

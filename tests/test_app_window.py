@@ -309,12 +309,16 @@ def test_settings_dialog_shows_quantization_estimate_and_disabled_hf_options(qtb
     dlg = SettingsDialog(w.settings, w)
     qtbot.addWidget(dlg)
     assert dlg.quant_label.text().startswith("Q4_1")
-    assert "Estimate" in dlg.memory.text() and "fits" in dlg.memory.text()
+    assert "estimate" in dlg.memory.text() and "fits" in dlg.memory.text()  # at once
+    qtbot.waitUntil(lambda: dlg.plan is not None, timeout=30_000)  # then the planner's breakdown
+    assert dlg.plan.fits and "KV cache" in dlg.plan_view.toPlainText()
+    assert dlg.memory.text().startswith("<b>fits</b>")
     assert not dlg.rb_hf.isEnabled() and dlg.rb_hf.toolTip() == HF_TIP
     assert not dlg.rb_hub.isEnabled()
     dlg.ctx_auto.setChecked(False)
     dlg.ctx.setValue(1024)
     assert "1,024 tokens" in dlg.memory.text()
+    qtbot.waitUntil(lambda: dlg.plan is not None and dlg.plan.n_ctx == 1024, timeout=30_000)
     built = dlg.build()
     assert built.context == 1024 and built.model == "bundled"
     dlg.rb_file.setChecked(True)
