@@ -11,14 +11,14 @@ import os
 import threading
 from pathlib import Path
 import time
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from .backends.base import Backend
 from .chat_template import CHATML_FALLBACK, ChatTemplate
 from .errors import HearthError, PromptTooLongError
 from .generate import generate_step, stream_tokens
 from .metrics import GenerationStats
-from .models import ModelRef, resolve
+from .models import BACKENDS, ModelRef, default_backend, resolve
 from .prefix_cache import DEFAULT_BUDGET, PrefixCache
 from .prefix_store import PrefixStore, file_sha256
 from .sampling import make_sampler
@@ -50,6 +50,7 @@ class Engine:
         self._kv_tokens: list[int] = []   # exactly the tokens the backend's KV holds
         self._live_prompt_len = 0         # prompt part of _kv_tokens' last request
         self._busy = threading.Lock()
+        self._sys_tokens: dict[str, list[int]] = {}
         self.draft: ModelDraft | None = None
         self.spec_kind = "none"
         self.spec_ctl: SpecController | None = None
@@ -58,27 +59,56 @@ class Engine:
     def load(cls, model: str | os.PathLike[str] | None = None, *, n_ctx: int | None = None,
              n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
              cache_budget: int = DEFAULT_BUDGET, disk_cache: str | os.PathLike[str] | None = None,
-             draft: str | os.PathLike[str] | None = None, draft_k: int | None = None) -> "Engine":
-        """Load a GGUF model (the bundled one by default) on the llama.cpp backend.
+             draft: str | os.PathLike[str] | None = None, draft_k: int | None = None,
+             backend: str | None = None, quant: str = "none", device: str = "auto",
+             max_memory: dict | None = None, allow_pickle: bool = False, allow_remote_code: bool = False,
+             progress: Callable[[int, int, str], None] | None = None,
+             cancel: threading.Event | None = None) -> "Engine":
+        """Load a model (the bundled GGUF by default): a GGUF file, a transformers
+        folder or a Hugging Face Hub id (downloaded first, with ``progress`` and ``cancel``).
 
+        ``backend``: "llama_cpp" or "hf" (default: llama.cpp for GGUF, hf for folders).
+        ``quant``/``device``/``max_memory``: the hf backend's bitsandbytes choice and
+        accelerate placement; ``max_memory`` is where a sizing plan plugs in.
         ``disk_cache``: a folder where system-prompt prefixes persist across restarts.
         ``draft``: speculative decoding: None/"none", "ngram", "auto" or a draft GGUF path.
         """
         ref = resolve(model)
-        from .backends.llama_cpp import LlamaCppBackend  # native library: load only when asked
-        from .gguf import model_info
+        if ref.kind == "hub":
+            from .hub import fetch_ref
 
-        info = model_info(ref.path)
-        if n_ctx is None:
-            n_ctx = min(info.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
-        backend = LlamaCppBackend(ref.path, n_ctx=n_ctx, n_threads=n_threads,
-                                  n_gpu_layers=n_gpu_layers, kv_type=kv_type, info=info)
+            ref = fetch_ref(ref, allow_pickle=allow_pickle, allow_remote_code=allow_remote_code,
+                            progress=progress, cancel=cancel)
+        kind = backend or default_backend(ref)
+        if kind == "hf":
+            from .backends import hf  # torch + transformers: only when this backend is chosen
+
+            be = hf.load(ref, n_ctx=n_ctx, quant=quant, device=device, max_memory=max_memory,
+                         n_threads=n_threads, allow_pickle=allow_pickle, allow_remote_code=allow_remote_code)
+            model_sha = lambda root: hf.source_sha256(ref.path, memo_dir=root)  # noqa: E731
+        elif kind == "llama_cpp":
+            if ref.kind != "gguf":
+                raise HearthError(f"{ref.label} is a transformers folder; the llama.cpp backend needs a "
+                                  ".gguf file, so choose the transformers (hf) backend")
+            if quant != "none":
+                raise HearthError("int8/int4 are transformers-backend choices; a GGUF file carries its "
+                                  "own quantization (pick another GGUF file to change it)")
+            from .backends.llama_cpp import LlamaCppBackend  # native library: load only when asked
+            from .gguf import model_info
+
+            info = model_info(ref.path)
+            if n_ctx is None:
+                n_ctx = min(info.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
+            be = LlamaCppBackend(ref.path, n_ctx=n_ctx, n_threads=n_threads,
+                                 n_gpu_layers=n_gpu_layers, kv_type=kv_type, info=info)
+            model_sha = lambda root: file_sha256(ref.path, memo_dir=root)  # noqa: E731
+        else:
+            raise HearthError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
         store = None
         if disk_cache is not None and cache_budget > 0:
             root = Path(disk_cache)
-            store = PrefixStore(root, {"model_sha256": file_sha256(ref.path, memo_dir=root),
-                                       **backend.state_identity()})
-        engine = cls(backend, model=ref, cache_budget=cache_budget, store=store)
+            store = PrefixStore(root, {"model_sha256": model_sha(root), **be.state_identity()})
+        engine = cls(be, model=ref, cache_budget=cache_budget, store=store)
         try:
             engine.set_speculation(draft, k=draft_k, n_threads=n_threads)
         except BaseException:
@@ -169,7 +199,12 @@ class Engine:
         if role != "system":
             return []
         sys_text = self.template.render(messages[:1], add_generation_prompt=False)
-        n = common_prefix_len(self.backend.tokenize(sys_text, special=True), prompt)
+        sys_tokens = self._sys_tokens.get(sys_text)
+        if sys_tokens is None:  # re-tokenizing a long system prompt costs ~10 ms per request
+            if len(self._sys_tokens) > 32:
+                self._sys_tokens.clear()
+            sys_tokens = self._sys_tokens[sys_text] = self.backend.tokenize(sys_text, special=True)
+        n = common_prefix_len(sys_tokens, prompt)
         return [n] if self.cache.block <= n < len(prompt) - 1 else []
 
     def _run(self, prompt: list[int], params: SamplingParams, cancel: threading.Event | None,
