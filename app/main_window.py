@@ -31,6 +31,13 @@ from .worker import EngineHost
 
 class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
+        # Import the native inference library before the window exists: loading
+        # it holds the GIL for tens of milliseconds (more on a busy machine), and
+        # on the engine thread that froze the visible window past the 100 ms
+        # budget. It costs ~0.1 s before the window appears; it loads no model,
+        # and it never imports torch.
+        import engine.backends.llama_cpp  # noqa: F401
+
         super().__init__()
         self.setWindowTitle("Hearth")
         self.setWindowIcon(theme.app_icon())
