@@ -21,6 +21,32 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def install_error_hook(win) -> None:
+    """Show unexpected errors in the window as well as in the terminal.
+
+    Qt reports an exception raised in a slot through ``sys.excepthook`` and
+    carries on; without this the user would see nothing at all.
+    """
+    import sqlite3
+
+    previous = sys.excepthook
+
+    def hook(kind, value, tb) -> None:
+        previous(kind, value, tb)  # keep the traceback for bug reports
+        if issubclass(kind, sqlite3.Error):
+            text = (f"Could not read or write the conversation database ({value}). "
+                    "Check that the disk is not full; what is already saved is kept.")
+        else:
+            text = (f"Something went wrong: {kind.__name__}: {value}. "
+                    "The details were printed in the terminal.")
+        try:
+            win.info.show_message(text, "error")
+        except RuntimeError:  # the window is already gone
+            pass
+
+    sys.excepthook = hook
+
+
 def _close_on_signals(win) -> None:
     """Ctrl+C or SIGTERM closes the window properly (stop the reply, save, free the model).
 
@@ -78,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         win.show()
         QTimer.singleShot(0, win.start)  # load after the window is on screen
+        install_error_hook(win)
         _close_on_signals(win)
         return app.exec()
     finally:

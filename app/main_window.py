@@ -13,6 +13,8 @@ replies.py (mixins of this class). Rules the three files keep together:
 """
 from __future__ import annotations
 
+import importlib
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
@@ -36,7 +38,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
         # on the engine thread that froze the visible window past the 100 ms
         # budget. It costs ~0.1 s before the window appears; it loads no model,
         # and it never imports torch.
-        import engine.backends.llama_cpp  # noqa: F401
+        importlib.import_module("engine.backends.llama_cpp")
 
         super().__init__()
         self.setWindowTitle("Hearth")

@@ -368,3 +368,18 @@ def test_changing_the_context_in_settings_reloads_the_model(qtbot, make_window):
     saved, _ = f.load()
     assert saved.context == 1024
     assert f.rolled_back(Settings()).context == 1024  # it worked, so it is the rollback target
+
+
+def test_unexpected_errors_reach_the_window(qtbot, make_window, monkeypatch):
+    import sqlite3
+
+    from app.__main__ import install_error_hook
+
+    w = make_window(start=False)
+    monkeypatch.setattr(sys, "excepthook", lambda *a: None)  # the hook chains to this
+    install_error_hook(w)
+    sys.excepthook(sqlite3.OperationalError, sqlite3.OperationalError("database or disk is full"), None)
+    sys.excepthook(ValueError, ValueError("boom"), None)
+    msgs = " ".join(w.info.messages())
+    assert "conversation database (database or disk is full)" in msgs
+    assert "Something went wrong: ValueError: boom" in msgs
