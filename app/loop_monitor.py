@@ -23,12 +23,14 @@ class LoopMonitor(QObject):
         self._timer.setInterval(INTERVAL_MS)
         self._timer.timeout.connect(self._tick)
         self._active: set[str] = set()
+        self._ending: dict[str, object] = {}
         self._last = 0.0
         self.worst_ms: dict[str, float] = {}
         self.ticks: dict[str, int] = {}
 
     def begin(self, phase: str) -> None:
         """Start attributing lateness to ``phase`` (phases may overlap)."""
+        self._ending.pop(phase, None)
         self._active.add(phase)
         self.worst_ms.setdefault(phase, 0.0)
         self.ticks.setdefault(phase, 0)
@@ -36,10 +38,24 @@ class LoopMonitor(QObject):
             self._last = time.perf_counter()
             self._timer.start()
 
-    def end(self, phase: str) -> None:
-        self._active.discard(phase)
-        if not self._active:
-            self._timer.stop()
+    def end(self, phase: str, linger_ms: int = 4 * INTERVAL_MS) -> None:
+        """Stop attributing to ``phase`` after ``linger_ms``.
+
+        The work done right as a phase ends (rendering the finished reply,
+        updating the status bar) still counts: a stall only shows up at the
+        next tick, so the phase stays open a few ticks longer.
+        """
+        token = object()
+        self._ending[phase] = token
+
+        def close() -> None:
+            if self._ending.get(phase) is token:
+                del self._ending[phase]
+                self._active.discard(phase)
+                if not self._active:
+                    self._timer.stop()
+
+        QTimer.singleShot(linger_ms, self, close)
 
     def worst(self) -> float:
         return max(self.worst_ms.values(), default=0.0)

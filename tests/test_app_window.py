@@ -110,6 +110,7 @@ def test_text_streams_into_the_view_and_metrics_are_kept(qtbot, make_window):
     assert "cached" in w.stats_label.text()
     view.btn_details.click()
     assert view.details.isVisible() and "64 tokens" in view.details.text()
+    wait_until(lambda: False, 0.1)  # the final render is measured too
     gaps = w.monitor.worst_ms
     assert w.monitor.ticks["streaming"] > 10
     assert gaps["loading"] < BUDGET_MS and gaps["streaming"] < BUDGET_MS, gaps
