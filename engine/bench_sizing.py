@@ -1,0 +1,99 @@
+"""``python -m engine bench sizing``: predicted memory against llama.cpp's own buffers.
+
+Loads the bundled model and the Qwen2.5-Coder benchmark pair (those present;
+absent ones are listed under ``skipped``) at n_ctx 2k, 8k and 32k, each
+clamped to the model's training context, and compares the planner's
+weights, KV and compute figures with what llama.cpp reports it allocated.
+``max_rel_error`` is the worst relative error over every part of every
+case; the target is 0.10. ``--gpu-check`` repeats the cases fully offloaded
+when a GPU is present.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from .hardware import Hardware, probe
+from .memory_model import Config, estimate
+from .model_spec import spec_from_gguf
+from .sizing import compare
+
+CONTEXTS = (2048, 8192, 32768)
+TARGET = 0.10
+
+
+def bench_models() -> tuple[list[tuple[str, Path]], list[dict[str, str]]]:
+    """(label, path) of the models to measure, and the ones skipped with why."""
+    from .models import BENCH_DRAFT, BENCH_TARGET, bench_model_path, bundled_model_path
+
+    found: list[tuple[str, Path]] = [("bundled", bundled_model_path())]
+    skipped = []
+    for m in (BENCH_DRAFT, BENCH_TARGET):
+        p = bench_model_path(m)
+        if p is None:
+            skipped.append({"model": m.filename, "why": "not downloaded (python -m engine models fetch-bench-pair)"})
+        else:
+            found.append((m.filename, p))
+    return found, skipped
+
+
+def measure(path: Path, n_ctx: int, *, n_batch: int = 512, n_gpu_layers: int = 0, kv_type: str = "f16",
+            n_threads: int | None = None, hardware: Hardware | None = None) -> dict[str, Any]:
+    """Load ``path`` with these settings, read llama.cpp's buffers, and compare."""
+    from .backends.llama_cpp import LlamaCppBackend
+
+    spec = spec_from_gguf(path)
+    hw = hardware or Hardware((), 1 << 50, 1 << 50, 1)
+    cfg = Config(spec, n_ctx, n_gpu_layers, kv_type, n_batch)
+    t0 = time.perf_counter()
+    b = LlamaCppBackend(path, n_ctx=n_ctx, n_batch=n_batch, n_gpu_layers=n_gpu_layers, kv_type=kv_type,
+                        n_threads=n_threads)
+    try:
+        report = b.memory_report()
+    finally:
+        b.close()
+    result = compare(estimate(cfg, hw), report)
+    result.update(n_ctx=n_ctx, n_batch=n_batch, n_gpu_layers=n_gpu_layers, kv_type=kv_type,
+                  flash_attn=cfg.flash_attn, load_s=round(time.perf_counter() - t0, 2))
+    return result
+
+
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    models, skipped = bench_models()
+    if a.model:
+        models = [(Path(a.model).name, Path(a.model))]
+        skipped = []
+    contexts = (a.ctx,) if a.ctx else CONTEXTS
+    cases: list[dict[str, Any]] = []
+    modes = [("cpu", 0, None)]
+    gpu_note = None
+    if a.gpu_check:
+        hw = probe()
+        if hw.gpus:
+            modes.append(("gpu", 999, hw))
+        else:
+            gpu_note = "no GPU found; --gpu-check compared nothing"
+    for label, path in models:
+        spec = spec_from_gguf(path)
+        for want in contexts:
+            n_ctx = min(want, spec.n_ctx_train) if spec.n_ctx_train else want
+            for mode, ngl, hw in modes:
+                row = measure(path, n_ctx, n_gpu_layers=ngl, n_threads=a.threads, hardware=hw)
+                row.update(model=label, mode=mode)
+                if n_ctx != want:
+                    row["clamped_from"] = want
+                    row["clamp_reason"] = f"the model was trained on {spec.n_ctx_train} tokens"
+                cases.append(row)
+    worst = max((c["max_rel_error"] for c in cases), default=0.0)
+    out: dict[str, Any] = {"max_rel_error": worst, "target": TARGET, "ok": worst <= TARGET,
+                           "cases": [{k: c[k] for k in ("model", "mode", "n_ctx", "n_batch", "kv_type", "flash_attn",
+                                                        "max_rel_error", "rel_error", "predicted", "actual",
+                                                        "load_s") if k in c}
+                                     | ({"clamped_from": c["clamped_from"], "clamp_reason": c["clamp_reason"]}
+                                        if "clamped_from" in c else {}) for c in cases],
+                           "skipped": skipped}
+    if gpu_note:
+        out["gpu_check"] = gpu_note
+    return out

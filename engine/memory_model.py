@@ -1,0 +1,303 @@
+"""How many bytes a configuration needs on each GPU and in system RAM.
+
+llama.cpp (fitted to, and tested against, the buffers it reports on the CPU):
+
+* weights: per block. ``n_gpu_layers = k`` puts the *last* k blocks on the
+  GPU; the output head goes too only when k > n_layers. The token embedding
+  always stays in RAM (llama.cpp looks rows up on the CPU). A tied head is
+  copied to the GPU when offloaded.
+* KV: ``cells x layers x kv_heads x (head_dim_k + head_dim_v) x bytes(type)``,
+  with cells = n_ctx rounded up to 256 (llama.cpp pads the cache), on the
+  device of each layer.
+* compute: the graph allocator's peak, which is the larger of two moments
+  (per token of the micro-batch ``ub = min(n_batch, 512)``, in float32):
+    - output: the logits ``n_vocab`` plus ~2 hidden vectors;
+    - attention without flash attention: the KQ scores ``cells x n_heads``,
+      the f32 mask ``cells``, plus ~5 hidden and 2 KV-width vectors.
+      With flash attention there is no score matrix and the mask is f16.
+  Fitted on SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B at n_ctx 512-32k,
+  n_batch 32-2048, KV f16/q8_0/q4_0, flash attention on and off (see
+  engine/bench_sizing.py): within 1% on the CPU.
+* GPU runtime overhead (CUDA context, cuBLAS workspace, llama.cpp's pool)
+  and a fixed RAM overhead for the process's own buffers.
+
+transformers, as engine/backends/hf.py loads it (weights checked on the
+CPU against its memory_report; GPU figures are first-principles estimates):
+16-bit or bitsandbytes weights per block, the first k blocks on the GPU
+(accelerate's order); with no block on a GPU everything is float32 (twice
+the 16-bit bytes, and a float32 KV cache), and with a GPU, blocks that
+bitsandbytes offloads stay float32 in RAM. Plus a dynamic KV cache,
+per-chunk activations, the torch runtime and a 10% allocator slack.
+
+Every pool then gets a MARGIN on its subtotal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .hardware import GPU, Hardware, MiB
+from .model_spec import ModelSpec
+
+MARGIN = 0.10  # of each pool's subtotal; also the reality-check warning threshold
+
+KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+KV_PAD = 256
+
+# The CUDA context plus cuBLAS workspace and llama.cpp's scratch pool measure
+# 300-450 MiB on current drivers; ROCm's HIP runtime is heavier. Apple's Metal
+# runtime lives in the same unified memory and is small.
+GPU_OVERHEAD = {"nvidia": 400 * MiB, "simulated": 400 * MiB, "amd": 512 * MiB, "apple": 64 * MiB}
+CPU_OVERHEAD = 128 * MiB     # llama.cpp threads, batch, token-piece cache, logits copies
+OUTPUT_ROWS = 16             # logits rows kept for draft verification
+HF_TORCH_RUNTIME = 768 * MiB  # RSS of torch + transformers + bitsandbytes once imported
+HF_GPU_CONTEXT = 512 * MiB    # torch's CUDA context, cuBLAS/cuDNN handles
+HF_ALLOC_SLACK = 0.10        # torch's caching allocator fragments ~10% of what moves
+
+
+@dataclass(slots=True)
+class Usage:
+    """One memory pool (a GPU, or system RAM)."""
+
+    name: str
+    available: int
+    is_gpu: bool = False
+    weights: int = 0
+    kv: int = 0
+    compute: int = 0
+    overhead: int = 0
+    draft: int = 0
+    prefix_cache: int = 0
+    shared: int = 0          # RAM only: what a unified-memory GPU holds in the same memory
+    layers: int = 0          # blocks placed here
+
+    @property
+    def subtotal(self) -> int:
+        return self.weights + self.kv + self.compute + self.overhead + self.draft + self.prefix_cache
+
+    @property
+    def margin(self) -> int:
+        return int(self.subtotal * MARGIN)
+
+    @property
+    def total(self) -> int:
+        return self.subtotal + self.margin + self.shared
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.available
+
+
+@dataclass(slots=True, frozen=True)
+class Config:
+    """One concrete way to load a model; the planner searches over these."""
+
+    spec: ModelSpec
+    n_ctx: int
+    n_gpu_layers: int        # llama.cpp meaning: last k blocks, > n_layers adds the head; hf: first k blocks
+    kv_type: str = "f16"
+    n_batch: int = 512
+    draft: ModelSpec | None = None
+    prefix_cache: int = 0
+
+    @property
+    def backend(self) -> str:
+        return "hf" if self.spec.format == "hf" else "llama_cpp"
+
+    @property
+    def flash_attn(self) -> bool:
+        # Mirrors LlamaCppBackend: off on the CPU (bit-exact batching), on with
+        # a GPU, and required by a quantized V cache.
+        return self.n_gpu_layers > 0 or self.kv_type not in ("f16", "f32", "bf16")
+
+    @property
+    def all_on_gpu(self) -> bool:
+        return self.n_gpu_layers > self.spec.n_layers
+
+
+@dataclass(slots=True)
+class Breakdown:
+    pools: list[Usage]          # GPUs first, then RAM (always last)
+    config: Config
+    parts: dict[str, int] = field(default_factory=dict)  # predicted llama.cpp buffers (reality check)
+
+    @property
+    def ram(self) -> Usage:
+        return self.pools[-1]
+
+    @property
+    def gpus(self) -> list[Usage]:
+        return self.pools[:-1]
+
+    @property
+    def fits(self) -> bool:
+        return all(p.fits for p in self.pools)
+
+    def short(self) -> Usage | None:
+        """The pool that overflows most, relative to its size."""
+        over = [p for p in self.pools if not p.fits]
+        return max(over, key=lambda p: p.total / max(p.available, 1)) if over else None
+
+
+def kv_cells(n_ctx: int) -> int:
+    return -(-n_ctx // KV_PAD) * KV_PAD
+
+
+def kv_layer_bytes(spec: ModelSpec, cells: int, kv_type: str) -> int:
+    return int(cells * spec.n_kv_heads * (spec.head_dim + spec.head_dim_v) * KV_BYTES[kv_type])
+
+
+def _ub(n_batch: int) -> int:
+    return max(1, min(n_batch, 512))
+
+
+def output_peak(spec: ModelSpec, n_batch: int, hidden: int = 3) -> int:
+    """Compute buffer at the logits: n_vocab plus a few live hidden vectors per
+    token, f32. Measured on the CPU: 3 hidden vectors (2 with flash attention
+    and an f16 cache; 3 is the safe side). CUDA logs show 1 (Llama-3-8B: 258.5 MiB at n_ubatch 512); we
+    budget 2 on GPUs to stay on the safe side of that unmeasured figure."""
+    return _ub(n_batch) * 4 * (spec.n_vocab + hidden * spec.n_embd)
+
+
+def attention_peak(spec: ModelSpec, n_batch: int, cells: int, flash_attn: bool) -> int:
+    """Compute buffer at the attention softmax (or flash-attention) step."""
+    rest = 5 * spec.n_embd + 2 * spec.n_kv_heads * spec.head_dim
+    if flash_attn:
+        return _ub(n_batch) * (4 * rest + 2 * cells)
+    return _ub(n_batch) * 4 * (cells * (spec.n_heads + 1) + rest)
+
+
+def _split(n: int, gpus: list[GPU]) -> list[int]:
+    """llama.cpp's default layer split: proportional to each GPU's free memory,
+    by cumulative fraction (accelerate's greedy fill ends up close to it too)."""
+    if not gpus:
+        return []
+    total = sum(g.free for g in gpus) or 1
+    cum, acc = [], 0
+    for g in gpus:
+        acc += g.free
+        cum.append(acc / total)
+    counts = [0] * len(gpus)
+    for p in range(n):
+        x = p / n
+        counts[next((i for i, c in enumerate(cum) if x < c), len(gpus) - 1)] += 1
+    return counts
+
+
+def _pools(hw: Hardware) -> list[Usage]:
+    pools = [Usage(f"GPU {g.index}" if len(hw.gpus) > 1 else "GPU", g.free, True) for g in hw.gpus]
+    return pools + [Usage("RAM", hw.ram_available)]
+
+
+def estimate(cfg: Config, hw: Hardware) -> Breakdown:
+    """Bytes per pool for ``cfg`` on ``hw`` (margin included in each pool's total)."""
+    b = (_estimate_hf if cfg.backend == "hf" else _estimate_llama)(cfg, hw)
+    if cfg.draft is not None:
+        _add_draft(b, cfg, hw)
+    b.ram.prefix_cache = cfg.prefix_cache  # snapshots are copied to host memory
+    for g, pool in zip(hw.gpus, b.gpus):
+        if g.unified:  # Apple: the GPU's allocations come out of the same RAM
+            b.ram.shared += pool.subtotal + pool.margin
+    return b
+
+
+def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
+    s = cfg.spec
+    pools = _pools(hw)
+    ram = pools[-1]
+    ngl = min(cfg.n_gpu_layers, s.n_layers + 1) if hw.gpus else 0
+    k = min(ngl, s.n_layers)
+    out_gpu = ngl > s.n_layers
+    cells = kv_cells(cfg.n_ctx)
+    kv_l = kv_layer_bytes(s, cells, cfg.kv_type)
+    fa = cfg.flash_attn
+    a_gpu = output_peak(s, cfg.n_batch, hidden=2)
+    a = output_peak(s, cfg.n_batch)
+    # Offloaded positions: the last k blocks, then the head as one more "layer".
+    counts = _split(ngl, list(hw.gpus))
+    first = s.n_layers - k
+    pos = 0
+    for i, pool in enumerate(pools[:-1]):
+        idx = list(range(first + pos, min(first + pos + counts[i], s.n_layers)))
+        has_out = out_gpu and pos + counts[i] == ngl
+        pos += counts[i]
+        pool.layers = len(idx)
+        pool.weights = sum(s.layer_bytes[j] for j in idx) + (s.output_bytes if has_out else 0)
+        pool.kv = kv_l * len(idx)
+        if idx or has_out:
+            att = attention_peak(s, cfg.n_batch, cells, fa) if idx else 0
+            pool.compute = max(att, a_gpu if has_out else 0)
+            pool.overhead = GPU_OVERHEAD.get(hw.gpus[i].vendor, GPU_OVERHEAD["nvidia"])
+    cpu_layers = s.n_layers - k
+    ram.layers = cpu_layers
+    ram.weights = s.input_bytes + sum(s.layer_bytes[:cpu_layers]) + (
+        0 if out_gpu or s.tied_output else s.output_bytes)
+    ram.kv = kv_l * cpu_layers
+    att_cpu = attention_peak(s, cfg.n_batch, cells, fa) if cpu_layers else 0
+    ram.compute = max(att_cpu, 0 if out_gpu else a)
+    if ngl:  # the host-side inputs of the GPU graph: embeddings and the mask
+        ram.compute += _ub(cfg.n_batch) * 4 * (s.n_embd + cells)
+    ram.overhead = CPU_OVERHEAD + OUTPUT_ROWS * 4 * s.n_vocab
+    parts = {"weights": sum(p.weights for p in pools), "kv": sum(p.kv for p in pools),
+             "compute": sum(p.compute for p in pools)}
+    return Breakdown(pools, cfg, parts)
+
+
+def _estimate_hf(cfg: Config, hw: Hardware) -> Breakdown:
+    s = cfg.spec
+    pools = _pools(hw)
+    ram = pools[-1]
+    k = min(cfg.n_gpu_layers, s.n_layers) if hw.gpus else 0
+    quantized = s.quant in ("int8", "int4")
+    # With no block on a GPU the backend loads on the CPU and computes in
+    # float32: 16-bit tensors double, and so does the KV cache. bitsandbytes'
+    # packed weights keep their size.
+    f32 = 1 if k else 2
+    kv_l = int(cfg.n_ctx * s.n_kv_heads * (s.head_dim + s.head_dim_v) * 2 * f32)
+    chunk = _ub(cfg.n_batch)
+    act = chunk * 2 * f32 * (3 * s.n_ff + 8 * s.n_embd)
+    logits = OUTPUT_ROWS * 4 * s.n_vocab
+    head = 0 if s.tied_output else s.output_bytes
+    counts = _split(k, list(hw.gpus))
+    pos = 0
+    for i, pool in enumerate(pools[:-1]):
+        idx = list(range(pos, pos + counts[i]))
+        pos += counts[i]
+        pool.layers = len(idx)
+        if not idx:
+            continue
+        first, last = idx[0] == 0, idx[-1] == s.n_layers - 1
+        pool.weights = sum(s.layer_bytes[j] for j in idx) + (s.input_bytes if first else 0) + (
+            head if last else 0)
+        pool.kv = kv_l * len(idx)
+        pool.compute = act + (logits if last else 0)
+        if i == 0 and k < s.n_layers:  # offloaded blocks pass through the first GPU
+            pool.compute += max(s.layer_bytes, default=0)
+        pool.overhead = HF_GPU_CONTEXT + int(HF_ALLOC_SLACK * (pool.kv + pool.compute))
+    cpu_idx = range(k, s.n_layers)
+    ram.layers = len(cpu_idx)
+    if quantized and k and s.layer_params:
+        per = lambda j: s.layer_params[j] * 4  # noqa: E731  bitsandbytes offloads blocks in float32
+    elif not k and not quantized:
+        per = lambda j: s.layer_bytes[j] * 2  # noqa: E731  float32 on the CPU
+    else:
+        per = lambda j: s.layer_bytes[j]  # noqa: E731
+    ram.weights = sum(per(j) for j in cpu_idx) + (0 if k else s.input_bytes * f32) + (
+        head * f32 if k < s.n_layers else 0)
+    ram.kv = kv_l * len(cpu_idx)
+    ram.compute = (act if len(cpu_idx) else 0) + (logits if k < s.n_layers else 0)
+    ram.overhead = HF_TORCH_RUNTIME + int(HF_ALLOC_SLACK * (ram.kv + ram.compute))
+    return Breakdown(pools, cfg, {})
+
+
+def _add_draft(b: Breakdown, cfg: Config, hw: Hardware) -> None:
+    """The draft model runs on the GPU when the target is fully offloaded
+    (a CPU draft would slow a GPU target down), otherwise in RAM."""
+    d = cfg.draft
+    cells = kv_cells(cfg.n_ctx)
+    on_gpu = bool(hw.gpus) and cfg.all_on_gpu
+    fa = on_gpu or cfg.kv_type not in ("f16", "f32", "bf16")
+    need = (d.weight_bytes + (d.output_bytes if on_gpu and d.tied_output else 0)
+            + kv_layer_bytes(d, cells, cfg.kv_type) * d.n_layers
+            + max(output_peak(d, cfg.n_batch, 2 if on_gpu else 3), attention_peak(d, cfg.n_batch, cells, fa)))
+    target = max(b.gpus, key=lambda p: p.available - p.total) if on_gpu else b.ram
+    target.draft += need

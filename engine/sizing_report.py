@@ -1,0 +1,231 @@
+"""How a plan explains itself: one-line reasons, the breakdown table, JSON.
+
+Kept apart from the search in sizing.py so each file reads in one sitting.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .hardware import format_size
+from .memory_model import KV_BYTES, MARGIN, Breakdown, Usage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .sizing import Plan, _Search
+
+KNOB_LABELS = {"quant": "quantization", "context": "context", "gpu_layers": "GPU layers",
+               "kv": "KV cache", "draft": "draft model", "prefix_cache": "prefix cache"}
+
+
+def _gpu_layers_text(plan: "Plan") -> str:
+    n, k = plan.spec.n_layers, plan.n_gpu_layers
+    if not plan.hardware.gpus:
+        return "none"
+    if plan.spec.format == "gguf" and k > n:
+        return f"{n}/{n} + head"
+    return f"{min(k, n)}/{n}"
+
+
+def knob_values(plan: "Plan") -> dict[str, str]:
+    d = plan.config.draft
+    return {"quantization": plan.spec.quant, "context": str(plan.n_ctx), "GPU layers": _gpu_layers_text(plan),
+            "KV cache": plan.kv_type, "draft": d.label if d else "none",
+            "prefix cache": format_size(plan.prefix_cache) if plan.prefix_cache else "off"}
+
+
+def _need(bd: Breakdown) -> str:
+    p = bd.short()
+    if p is None:
+        return "would not leave room for the choices that rank above it"
+    return f"would need {format_size(p.total)} of {_pool_label(p)} ({format_size(p.available)} available)"
+
+
+def _pool_label(p: Usage) -> str:
+    return "system RAM" if p.name == "RAM" else f"{p.name} memory"
+
+
+def explain(plan: "Plan", search: "_Search", state: dict[str, Any], draft_note: str) -> dict[str, tuple[str, str]]:
+    """knob -> (value, one-line reason)."""
+    ch, s, hw = plan.choices, plan.spec, plan.hardware
+    explicit = ch.explicit()
+    vals = search.values
+    r: dict[str, tuple[str, str]] = {}
+    mine = "your choice" + ("" if plan.fits else "; it does not fit (see below)")
+
+    def why_not(knob: str, better: Any) -> str:
+        return _need(search.estimate({**state, knob: better}))
+
+    # quantization
+    qi = state["quant"]
+    if "quant" in explicit:
+        why = mine
+    elif len(search.variants) == 1:
+        why = "this file's own quantization" if s.format == "gguf" else "the only variant available"
+    elif qi == 0:
+        why = "the highest-quality variant" + (" and it fits" if plan.fits else "")
+    else:
+        prev = search.variants[qi - 1]
+        why = f"{prev.quant} {why_not('quant', qi - 1)}"
+    if s.format == "hf" and s.quant == "none":
+        why += "; unquantized: " + ("16-bit on the GPU" if plan.n_gpu_layers else "float32 on the CPU")
+    r["quant"] = (s.quant + ("" if s.format == "gguf" else " (transformers)"), why)
+
+    # context
+    target = vals["ctx_high"][0]
+    if "context" in explicit:
+        why = mine
+    elif plan.n_ctx >= target:
+        why = ("the model's training context" if s.n_ctx_train and target == s.n_ctx_train
+               else f"Auto's ceiling (the model allows {s.n_ctx_train})" if s.n_ctx_train else "Auto's default")
+    elif plan.n_ctx >= search.comfort:
+        prev = vals["ctx_high"][vals["ctx_high"].index(state["ctx_high"]) - 1]
+        why = f"{prev} {why_not('ctx_high', prev)}; context above {search.comfort} goes before KV precision"
+    else:
+        prev = vals["ctx_floor"][max(0, vals["ctx_floor"].index(state["ctx_floor"]) - 1)]
+        why = f"{prev} {why_not('ctx_floor', prev)}; shrinking the context is the last resort"
+    r["context"] = (str(plan.n_ctx), why)
+
+    # GPU layers
+    n, k = s.n_layers, plan.n_gpu_layers
+    if not hw.gpus:
+        why = "no GPU: everything runs on the CPU from system RAM"
+    elif "gpu_layers" in explicit:
+        why = mine
+    elif plan.config.all_on_gpu or (s.format == "hf" and k >= n):
+        why = "every block" + (" and the output head" if s.format == "gguf" else "") + " on the GPU"
+    elif k == 0:
+        why = f"the GPU cannot hold one block beside its runtime: one block {why_not('gpu_layers', 1)}"
+    else:
+        on = min(k, n)
+        why = (f"the GPU holds {on} of {n} blocks; the other {n - on} run on the CPU (slower, same answers); "
+               f"one more {why_not('gpu_layers', k + 1)}")
+    r["gpu_layers"] = (_gpu_layers_text(plan), why)
+
+    # KV cache
+    if "kv" in explicit:
+        why = mine
+    elif s.format == "hf":
+        why = ("the compute dtype: 16-bit on the GPU" if plan.n_gpu_layers else
+               "the compute dtype: float32 on the CPU") + " (transformers' dynamic cache)"
+    elif plan.kv_type == "f16":
+        why = "full precision"
+    else:
+        why = f"halves the KV cache; f16 {why_not('kv', 'f16')}"
+    kv_total = sum(p.kv for p in plan.breakdown.pools)
+    r["kv"] = (plan.kv_type, f"{format_size(kv_total)} for {plan.n_ctx} tokens: {why}")
+
+    # draft
+    d = plan.config.draft
+    cand = vals["draft"][0]
+    if d is not None:
+        where = next((_pool_label(p) for p in plan.breakdown.pools if p.draft and p.is_gpu), "system RAM")
+        why = (mine if "draft" in explicit else "fits beside the model") + f" (in {where}, with its own KV cache)"
+        r["draft"] = (d.label, why)
+    elif cand is not None and "draft" not in explicit:
+        r["draft"] = ("none", f"dropped: {cand.label} {why_not('draft', cand)}")
+    else:
+        r["draft"] = ("none", draft_note or mine)
+
+    # prefix cache
+    pc = plan.prefix_cache
+    per_prompt = s.kv_bytes_per_token(KV_BYTES.get(plan.kv_type, 2.0)) * 2048
+    if "prefix_cache" in explicit:
+        why = mine
+    elif pc == vals["prefix_cache"][0]:
+        why = f"room for about {max(1, int(pc // per_prompt))} cached 2k-token prompts (KV snapshots in RAM)"
+    else:
+        best = vals["prefix_cache"][0]
+        why = f"{format_size(best)} {why_not('prefix_cache', best)}; it is the first thing given up"
+    r["prefix_cache"] = (format_size(pc) if pc else "off", why)
+    return r
+
+
+# -- the table -----------------------------------------------------------------------
+
+def _cell(n: int) -> str:
+    return format_size(n) if n else "-"
+
+
+def render_table(plan: "Plan") -> str:
+    s, hw, bd = plan.spec, plan.hardware, plan.breakdown
+    pools = bd.pools
+    fmt = "GGUF, llama.cpp" if s.format == "gguf" else "transformers"
+    where = ", not downloaded: catalogue metadata" if plan.known is not None and not s.source.startswith("/") else ""
+    lines = [f"{s.name} {s.quant} ({fmt}): {format_size(s.weight_bytes)} of weights{where}",
+             f"Machine: {hw.describe()}", ""]
+    rows: list[tuple[str, list[str]]] = []
+    if hw.gpus:
+        rows.append(("weights on the GPU", [_cell(p.weights) if p.is_gpu else "-" for p in pools]))
+    rows += [
+        ("weights on the CPU", ["-" if p.is_gpu else _cell(p.weights) for p in pools]),
+        (f"KV cache ({plan.kv_type})", [_cell(p.kv) for p in pools]),
+        ("compute buffers", [_cell(p.compute) for p in pools]),
+        ("runtime overhead", [_cell(p.overhead) for p in pools]),
+        ("draft model", [_cell(p.draft) for p in pools]),
+        ("prefix cache", [_cell(p.prefix_cache) for p in pools]),
+    ]
+    if hw.unified:
+        rows.append(("GPU share (same memory)", [_cell(p.shared) for p in pools]))
+    rows += [
+        (f"safety margin ({MARGIN:.0%})", [_cell(p.margin) for p in pools]),
+        ("total", [format_size(p.total) for p in pools]),
+        ("available", [format_size(p.available) for p in pools]),
+        ("", ["fits" if p.fits else f"short {format_size(p.total - p.available)}" for p in pools]),
+    ]
+    w0 = max(len(r[0]) for r in rows)
+    widths = [max(len(p.name), *(len(r[1][i]) for r in rows)) for i, p in enumerate(pools)]
+    lines.append(" " * w0 + "".join(f"  {p.name:>{w}}" for p, w in zip(pools, widths)))
+    for label, cells in rows:
+        lines.append(f"{label:<{w0}}" + "".join(f"  {c:>{w}}" for c, w in zip(cells, widths)))
+    lines += ["", f"Status: {plan.status}: {_status_detail(plan)}", "", "Choices:"]
+    wv = max(len(v) for v, _ in plan.reasons.values())
+    for knob, (value, why) in plan.reasons.items():
+        lines.append(f"  {KNOB_LABELS[knob]:<13} {value:<{wv}}  {why}")
+    if s.format == "hf":
+        device, mm = plan.hf_placement()
+        budget = ", ".join(f"{k}: {format_size(v)}" for k, v in mm.items()) if mm else "not needed"
+        lines.append(f"  {'device':<13} {device:<{wv}}  accelerate max_memory: {budget}")
+    for title, items in (("Notes:", plan.notes), ("What would fit instead:", plan.alternatives)):
+        if items:
+            lines += ["", title] + [f"  - {x}" for x in items]
+    return "\n".join(lines)
+
+
+def _status_detail(plan: "Plan") -> str:
+    bd = plan.breakdown
+    if not plan.fits:
+        p = bd.short()
+        return f"{_pool_label(p)} is short by {format_size(p.total - p.available)}" if p else "too large"
+    if not plan.hardware.gpus:
+        return "runs on the CPU from system RAM"
+    if plan.config.all_on_gpu or (plan.spec.format == "hf" and plan.n_gpu_layers >= plan.spec.n_layers):
+        return "everything on the GPU"
+    on = sum(p.layers for p in bd.gpus)
+    return f"{on} of {plan.spec.n_layers} blocks on the GPU, the rest on the CPU"
+
+
+def plan_dict(plan: "Plan") -> dict[str, Any]:
+    s, bd = plan.spec, plan.breakdown
+    pools = [{"name": p.name, "is_gpu": p.is_gpu, "layers": p.layers, "weights": p.weights, "kv": p.kv,
+              "compute": p.compute, "overhead": p.overhead, "draft": p.draft, "prefix_cache": p.prefix_cache,
+              "shared": p.shared, "margin": p.margin, "total": p.total, "available": p.available,
+              "fits": p.fits} for p in bd.pools]
+    out: dict[str, Any] = {
+        "model": {"name": s.name, "quant": s.quant, "format": s.format, "source": s.source,
+                  "weight_bytes": s.weight_bytes, "n_layers": s.n_layers, "n_ctx_train": s.n_ctx_train,
+                  "kv_bytes_per_token_f16": int(s.kv_bytes_per_token(2.0)),
+                  "catalogue_id": plan.known.id if plan.known else None},
+        "hardware": plan.hardware.to_dict(),
+        "status": plan.status, "fits": plan.fits,
+        "choices": {k: {"value": v, "reason": why, "auto": k not in plan.choices.explicit()}
+                    for k, (v, why) in plan.reasons.items()},
+        "config": {"backend": plan.config.backend, "n_ctx": plan.n_ctx, "n_gpu_layers": plan.n_gpu_layers,
+                   "kv_type": plan.kv_type, "flash_attn": plan.config.flash_attn, "n_batch": plan.config.n_batch,
+                   "prefix_cache": plan.prefix_cache, "draft": plan.draft_source},
+        "pools": pools, "margin_fraction": MARGIN,
+        "alternatives": plan.alternatives, "notes": plan.notes,
+    }
+    kw = plan.engine_kwargs()
+    if kw.get("max_memory"):
+        kw["max_memory"] = {str(k): v for k, v in kw["max_memory"].items()}
+    out["engine_kwargs"] = kw
+    return out

@@ -1,0 +1,551 @@
+"""Automatic sizing: the memory model, the planner and its give-up order, the
+reviewed table, the CLI, the reality check and the out-of-memory retry.
+
+Planner tests run on JSON fixtures of real architectures (no weights; see
+tests/fixtures/sizing/make_fixtures.py) on simulated machines. The reality
+tests load real GGUFs with llama.cpp on the CPU and compare the predicted KV
+and compute buffers with the ones llama.cpp reports.
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import logging
+import struct
+from pathlib import Path
+
+import pytest
+
+from engine.errors import HearthError, ModelLoadError
+from engine.hardware import GiB, MiB, Hardware, simulated
+from engine.memory_model import MARGIN, Config, estimate, kv_cells, kv_layer_bytes
+from engine.model_spec import (ModelSpec, Resolved, find_known, gguf_spec, known_models, resolve_spec,
+                               spec_from_gguf, specs_from_hf_dir)
+from engine.sizing import (STATUS_FITS, STATUS_NO, STATUS_OFFLOAD, Choices, _Search, check_against_report,
+                           compare, describe_change, is_out_of_memory, load_with_retry, plan_for, smaller_plan)
+
+HERE = Path(__file__).parent / "fixtures" / "sizing"
+_spec = importlib.util.spec_from_file_location("make_fixtures", HERE / "make_fixtures.py")
+mf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mf)
+
+FIXTURES = {stem: (spec, known) for stem, spec, known in mf.fixture_specs()}
+MACHINES = dict(mf.machines())
+
+
+def fixture(stem: str) -> tuple[ModelSpec, object]:
+    spec, known = FIXTURES[stem]
+    return ModelSpec.from_dict(spec.to_dict()), known
+
+
+def plan_fixture(stem: str, machine: str, **choices) -> object:
+    spec, known = fixture(stem)
+    hw = MACHINES[machine] if isinstance(machine, str) else machine
+    return plan_for(Resolved([spec], "fixture", known=known, explicit_quant=True), hw, Choices(**choices))
+
+
+# -- fixtures and the memory model ---------------------------------------------------------
+
+def test_every_size_and_quantization_has_a_fixture():
+    sizes = {"qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct", "qwen2.5-7b-instruct",
+             "llama-3.1-8b-instruct", "qwen2.5-14b-instruct"}
+    quants = {"Q4_K_M.gguf", "Q8_0.gguf", "F16.gguf", "none.hf", "int8.hf", "int4.hf"}
+    assert set(FIXTURES) == {f"{s}.{q}" for s in sizes for q in quants}
+
+
+def test_fixtures_and_catalogue_are_what_the_generator_writes():
+    """Edit make_fixtures.py and re-run it; never the JSON by hand."""
+    for stem, (spec, _) in FIXTURES.items():
+        assert spec.to_dict() in mf.variants(spec.source), stem
+    cat = {m.id: m for m in known_models()}
+    for mid, *_ in mf.CATALOGUE:
+        assert [v.to_dict() for v in cat[mid].variants] == mf.variants(mid)
+
+
+def test_published_download_sizes():
+    """Q4_K_M files as published: Qwen2.5-7B 4.68 GB, Llama-3.1-8B 4.92 GB, Qwen2.5-14B 8.99 GB."""
+    for stem, gb in (("qwen2.5-7b-instruct.Q4_K_M.gguf", 4.68), ("llama-3.1-8b-instruct.Q4_K_M.gguf", 4.92),
+                     ("qwen2.5-14b-instruct.Q4_K_M.gguf", 8.99), ("llama-3.1-8b-instruct.Q8_0.gguf", 8.54)):
+        assert fixture(stem)[0].weight_bytes / 1e9 == pytest.approx(gb, rel=0.02), stem
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"])
+def test_synthetic_q4_k_m_matches_the_real_file(name):
+    """The generator's Q4_K_M mix reproduces the real Qwen2.5-Coder files byte for byte."""
+    from engine.models import model_dir
+
+    path = model_dir() / name
+    if not path.is_file():
+        pytest.skip(f"{name} is not downloaded")
+    real = spec_from_gguf(path)
+    arch = mf.ARCHS["qwen2.5-0.5b" if "0.5b" in name else "qwen2.5-1.5b"]
+    synth = gguf_spec(mf.gguf_meta(arch, "x", "Q4_K_M"), mf.gguf_tensors(arch, "Q4_K_M"))
+    assert synth.weight_bytes == real.weight_bytes
+    assert (synth.input_bytes, synth.output_bytes) == (real.input_bytes, real.output_bytes)
+    assert sorted(synth.layer_bytes) == sorted(real.layer_bytes)
+
+
+def test_gguf_spec_agrees_with_model_info(bundled_path):
+    from engine.gguf import model_info
+
+    spec, info = spec_from_gguf(bundled_path), model_info(bundled_path)
+    assert spec.layer_bytes == info.layer_bytes and spec.weight_bytes == info.weight_bytes
+    assert (spec.n_layers, spec.n_kv_heads, spec.head_dim, spec.n_ctx_train) == (30, 3, 64, 8192)
+    assert spec.quant == "Q4_1" and spec.tied_output and spec.output_bytes == spec.input_bytes - 576 * 4
+
+
+def test_kv_cache_formula_handles_gqa_and_padding():
+    spec, _ = fixture("llama-3.1-8b-instruct.Q4_K_M.gguf")
+    # 2 (K and V) x 32 layers x 8 KV heads x 128 x 2 bytes = 128 KiB per token, not 32 heads' 512 KiB.
+    assert spec.kv_bytes_per_token(2.0) == 2 * 32 * 8 * 128 * 2
+    assert kv_cells(1000) == 1024 and kv_cells(8192) == 8192
+    assert kv_layer_bytes(spec, 8192, "q8_0") == 8192 * 8 * 256 * 34 // 32
+    cfg = Config(spec, 1000, 0, "f16")
+    assert estimate(cfg, simulated("none", "64GiB", cores=8)).parts["kv"] == 1024 * 2 * 32 * 8 * 128 * 2
+
+
+def test_partial_offload_is_costed_per_layer():
+    spec, _ = fixture("qwen2.5-14b-instruct.Q4_K_M.gguf")
+    hw = simulated("24GiB", "64GiB", cores=8)
+    n = spec.n_layers
+    by_k = {k: estimate(Config(spec, 8192, k, "f16"), hw) for k in (0, 10, n, n + 1)}
+    for k in (10, n):  # llama.cpp offloads the *last* k blocks
+        assert by_k[k].gpus[0].weights == sum(spec.layer_bytes[n - k:])
+        assert by_k[k].ram.weights == spec.input_bytes + sum(spec.layer_bytes[:n - k]) + spec.output_bytes
+        assert by_k[k].gpus[0].kv == k * kv_layer_bytes(spec, 8192, "f16")
+    assert by_k[n + 1].gpus[0].weights == sum(spec.layer_bytes) + spec.output_bytes  # the head goes last
+    assert by_k[n + 1].ram.weights == spec.input_bytes  # the embedding never leaves RAM
+    assert by_k[0].gpus[0].total == 0
+
+
+def test_tied_head_is_copied_to_the_gpu_only_when_offloaded(bundled_path):
+    spec = spec_from_gguf(bundled_path)
+    hw = simulated("8GiB", "16GiB", cores=8)
+    full = estimate(Config(spec, 2048, spec.n_layers + 1, "f16"), hw)
+    assert full.gpus[0].weights == sum(spec.layer_bytes) + spec.output_bytes
+    assert full.ram.weights == spec.input_bytes
+    cpu = estimate(Config(spec, 2048, 0, "f16"), simulated("none", "16GiB", cores=8))
+    assert cpu.ram.weights == spec.weight_bytes
+
+
+def test_margin_is_ten_percent_of_each_pool():
+    p = plan_fixture("qwen2.5-7b-instruct.Q4_K_M.gguf", "GPU  8 GiB")
+    for pool in p.breakdown.pools:
+        assert pool.margin == int(pool.subtotal * MARGIN)
+        assert pool.total == pool.subtotal + pool.margin
+    assert 0.10 <= MARGIN <= 0.15
+
+
+# -- the planner on every fixture and machine --------------------------------------------
+
+ALL = [(stem, m) for stem in sorted(FIXTURES) for m in MACHINES]
+
+
+@pytest.mark.parametrize("stem,machine", ALL)
+def test_every_plan_respects_its_budget_and_is_sensible(stem, machine):
+    p = plan_fixture(stem, machine)
+    spec, hw = p.spec, p.hardware
+    assert p.status in (STATUS_FITS, STATUS_OFFLOAD, STATUS_NO)
+    if p.fits:
+        for pool in p.breakdown.pools:
+            assert pool.total <= pool.available, (pool.name, pool.total, pool.available)
+    assert 2048 <= p.n_ctx <= min(spec.n_ctx_train, 32768)
+    assert p.n_ctx % 256 == 0
+    if not hw.gpus:
+        assert p.n_gpu_layers == 0 and p.status != STATUS_OFFLOAD
+    if p.status == STATUS_FITS and hw.gpus:
+        assert p.config.all_on_gpu or (spec.format == "hf" and p.n_gpu_layers >= spec.n_layers)
+    if p.status == STATUS_OFFLOAD:
+        assert hw.gpus and sum(g.layers for g in p.breakdown.gpus) < spec.n_layers + (spec.format == "gguf")
+    if p.status == STATUS_NO:  # the smallest configuration was tried, and what would fit is said
+        assert p.n_ctx == 2048 and p.prefix_cache == 0 and p.config.draft is None and p.alternatives
+    assert set(p.reasons) == {"quant", "context", "gpu_layers", "kv", "draft", "prefix_cache"}
+    for value, why in p.reasons.values():
+        assert value and why and "\n" not in why
+    text = p.table()
+    assert "total" in text and "available" in text and p.status in text
+    json.dumps(p.to_dict())
+
+
+def test_the_reviewed_table_is_unchanged():
+    """tests/fixtures/sizing/reviewed_plans.txt holds every plan above, reviewed by
+    hand. If the planner changes on purpose, re-render it with
+    `make_fixtures.py --plans`, review the diff and update the reasoning."""
+    reviewed = mf.REVIEWED.read_text().split(mf.MARKER)[1].strip("\n")
+    assert mf.render_plans().strip("\n") == reviewed
+
+
+@pytest.mark.parametrize("stem,machine,status,min_ctx", [
+    ("qwen2.5-7b-instruct.Q4_K_M.gguf", "GPU  8 GiB", STATUS_FITS, 8192),
+    ("qwen2.5-7b-instruct.Q4_K_M.gguf", "GPU  6 GiB", STATUS_FITS, 8192),
+    ("llama-3.1-8b-instruct.Q4_K_M.gguf", "GPU  8 GiB", STATUS_FITS, 8192),
+    ("qwen2.5-14b-instruct.Q4_K_M.gguf", "GPU 12 GiB", STATUS_FITS, 8192),
+    ("qwen2.5-14b-instruct.Q4_K_M.gguf", "GPU  8 GiB", STATUS_OFFLOAD, 8192),
+    ("qwen2.5-14b-instruct.F16.gguf", "GPU 24 GiB", STATUS_OFFLOAD, 8192),
+    ("qwen2.5-7b-instruct.F16.gguf", "GPU 16 GiB", STATUS_FITS, 8192),
+    ("qwen2.5-0.5b-instruct.F16.gguf", "GPU  6 GiB", STATUS_FITS, 32768),
+    ("qwen2.5-1.5b-instruct.Q8_0.gguf", "CPU  8 GiB", STATUS_FITS, 32768),
+    ("llama-3.1-8b-instruct.Q4_K_M.gguf", "CPU  8 GiB", STATUS_FITS, 8192),
+    ("qwen2.5-14b-instruct.Q4_K_M.gguf", "CPU 16 GiB", STATUS_FITS, 8192),
+    ("qwen2.5-14b-instruct.Q4_K_M.gguf", "CPU  8 GiB", STATUS_NO, 0),
+    ("qwen2.5-7b-instruct.Q8_0.gguf", "CPU  8 GiB", STATUS_NO, 0),
+    ("qwen2.5-14b-instruct.F16.gguf", "CPU 16 GiB", STATUS_NO, 0),
+    ("llama-3.1-8b-instruct.none.hf", "GPU 24 GiB", STATUS_FITS, 32768),
+    ("qwen2.5-7b-instruct.int4.hf", "GPU  8 GiB", STATUS_FITS, 8192),
+    ("qwen2.5-14b-instruct.none.hf", "GPU 24 GiB", STATUS_OFFLOAD, 8192),
+    ("qwen2.5-7b-instruct.none.hf", "CPU 16 GiB", STATUS_NO, 0),  # float32 on the CPU: 28 GiB
+])
+def test_specific_expectations(stem, machine, status, min_ctx):
+    p = plan_fixture(stem, machine)
+    assert p.status == status, p.table()
+    assert p.n_ctx >= min_ctx
+
+
+def test_14b_f16_does_not_fit_a_24gib_gpu_without_offload():
+    p = plan_fixture("qwen2.5-14b-instruct.F16.gguf", "GPU 24 GiB", n_gpu_layers=49)
+    assert p.status == STATUS_NO and p.breakdown.gpus[0].total > 24 * GiB
+    assert any("GPU layers on Auto" in a and "fits with offload" in a for a in p.alternatives)
+
+
+def test_auto_quantization_picks_the_best_file_that_fits_fully_on_the_gpu():
+    def quant(gpu):
+        return plan_for("qwen2.5-7b-instruct", simulated(gpu, "32GiB", cores=8)).spec.quant
+    assert [quant(g) for g in ("6GiB", "8GiB", "12GiB", "24GiB")] == ["Q4_K_M", "Q4_K_M", "Q8_0", "F16"]
+    p = plan_for("qwen2.5-7b-instruct", simulated("8GiB", "32GiB", cores=8))
+    assert p.reasons["quant"][1].startswith("Q8_0 would need") and p.config.all_on_gpu
+
+
+def test_auto_never_goes_below_four_bits_it_offloads_instead():
+    p = plan_for("qwen2.5-32b-instruct", simulated("8GiB", "64GiB", cores=8))
+    assert p.spec.quant == "Q4_K_M" and p.status == STATUS_OFFLOAD
+
+
+def test_transformers_quantization_and_placement():
+    hw = simulated("8GiB", "32GiB", cores=8)
+    p = plan_for("qwen2.5-7b-instruct", hw, Choices(quant="int4"))
+    assert p.spec.format == "hf" and p.engine_kwargs()["backend"] == "hf"
+    assert p.engine_kwargs()["device"] == "gpu" and p.engine_kwargs()["quant"] == "int4"
+    off = plan_for("qwen2.5-14b-instruct", hw, Choices(quant="int4"))
+    device, mm = off.hf_placement()
+    assert device == "auto" and set(mm) == {0, "cpu"}
+    assert mm[0] == off.breakdown.gpus[0].weights + max(off.spec.layer_bytes)
+    assert any("float32" in n for n in off.notes)
+    cpu = plan_for("qwen2.5-1.5b-instruct", simulated("none", "16GiB", cores=8), Choices(quant="none"))
+    assert cpu.engine_kwargs()["device"] == "cpu" and cpu.kv_type == "f32"
+    assert cpu.breakdown.ram.weights == 2 * cpu.spec.weight_bytes  # float32 on the CPU
+
+
+def test_several_gpus_share_the_layers_by_free_memory():
+    p = plan_for("llama-3.1-8b-instruct", simulated("12GiB,8GiB", "32GiB", cores=8))
+    g0, g1 = p.breakdown.gpus
+    assert p.status == STATUS_FITS and g0.layers > g1.layers > 0
+    assert g0.layers + g1.layers == 32 and all(g.fits for g in p.breakdown.gpus)
+    assert g1.compute > g0.compute  # the last GPU holds the output head and its logits
+
+
+def test_unified_memory_counts_the_gpu_share_against_ram():
+    from engine.hardware import GPU
+
+    mac = Hardware((GPU(0, "Apple GPU", "apple", int(10.67 * GiB), int(10.67 * GiB), unified=True),),
+                   16 * GiB, 12 * GiB, 8, "simulated")
+    p = plan_for("llama-3.1-8b-instruct", mac)
+    assert p.fits and p.breakdown.ram.shared == p.breakdown.gpus[0].total
+    assert p.breakdown.ram.total <= 12 * GiB and "GPU share" in p.table()
+
+
+# -- the give-up order ---------------------------------------------------------------------
+
+def _brute_force(search: _Search) -> dict:
+    """The lexicographically best fitting state over every combination of knobs."""
+    order = search.ORDER
+    best = None
+    for combo in itertools.product(*(range(len(search.values[k])) for k in order)):
+        st = {k: search.values[k][i] for k, i in zip(order, combo)}
+        if search.estimate(st).fits:
+            key = tuple(-i for i in combo)
+            if best is None or key > best[0]:
+                best = (key, st)
+    return best[1] if best else None
+
+
+@pytest.mark.parametrize("model,gpu,ram", [
+    ("qwen2.5-7b-instruct", "6GiB", "32GiB"), ("qwen2.5-14b-instruct", "12GiB", "16GiB"),
+    ("llama-3.1-8b-instruct", "none", "12GiB"), ("qwen2.5-1.5b-instruct", "4GiB", "8GiB"),
+])
+def test_the_search_gives_things_up_in_the_documented_order(model, gpu, ram):
+    """The greedy search equals an exhaustive search for the best plan under the
+    order ctx>=8k, GPU layers, quantization, KV type, ctx>8k, draft, prefix cache."""
+    res = resolve_spec(model)
+    variants = [v for v in sorted(res.variants, key=lambda s: -s.weight_bytes) if v.format == "gguf"]
+    known = res.known
+    draft = next(v for m in known_models() if m.id == known.draft for v in m.variants if v.quant == "Q4_K_M")
+    hw = simulated(gpu, ram, cores=8)
+    search = _Search(variants, hw, Choices(), draft, draft_auto=True)
+    if hw.gpus:  # keep the exhaustive search small: every 4th layer count, plus all and none
+        n = variants[0].n_layers + 1
+        search.values["gpu_layers"] = sorted({n, n - 1, *range(0, n, 4)}, reverse=True)
+    expected = _brute_force(search)
+    got = search.run()
+    assert got == expected
+
+
+def test_an_explicit_choice_is_kept_and_the_plan_says_what_would_fit():
+    hw = MACHINES["CPU  8 GiB"]
+    p = plan_fixture("llama-3.1-8b-instruct.Q4_K_M.gguf", hw, n_ctx=65536)
+    assert p.n_ctx == 65536 and p.status == STATUS_NO
+    assert p.reasons["context"][1].startswith("your choice; it does not fit")
+    assert any(a.startswith("with context on Auto: fits") for a in p.alternatives)
+    assert "What would fit instead" in p.table()
+    ok = plan_fixture("llama-3.1-8b-instruct.Q4_K_M.gguf", hw, n_ctx=4096, kv_type="q8_0", prefix_cache=0)
+    assert (ok.n_ctx, ok.kv_type, ok.prefix_cache, ok.fits) == (4096, "q8_0", 0, True)
+    assert ok.reasons["kv"][1].endswith("your choice")
+
+
+def test_does_not_fit_suggests_a_smaller_known_model():
+    p = plan_for("qwen2.5-32b-instruct", simulated("none", "8GiB", cores=8))
+    assert p.status == STATUS_NO
+    assert any("largest known model that fits: llama-3.1-8b-instruct" in a for a in p.alternatives)
+
+
+def test_draft_is_given_up_before_context_and_kept_when_there_is_room():
+    small = plan_for("qwen2.5-7b-instruct", simulated("8GiB", "32GiB", cores=8))
+    assert small.config.draft is None and small.n_ctx == 32768
+    assert small.reasons["draft"][1].startswith("dropped: Qwen2.5-0.5B-Instruct Q4_K_M would need")
+    # On 16 GiB, Auto takes F16 (quantization ranks above the draft) and drops the draft;
+    # with Q4_K_M fixed there is room for it, on the GPU beside the model.
+    assert plan_for("qwen2.5-7b-instruct", simulated("16GiB", "32GiB", cores=8)).config.draft is None
+    big = plan_for("qwen2.5-7b-instruct", simulated("16GiB", "32GiB", cores=8), Choices(quant="Q4_K_M"))
+    assert big.config.draft is not None and big.breakdown.gpus[0].draft > 0 and big.n_ctx == 32768
+    assert plan_for("qwen2.5-7b-instruct", simulated("16GiB", "32GiB", cores=8),
+                    Choices(quant="Q4_K_M", draft="none")).config.draft is None
+
+
+def test_prefix_cache_is_the_first_thing_given_up():
+    p = plan_fixture("llama-3.1-8b-instruct.Q8_0.gguf", "CPU 16 GiB")
+    assert p.n_ctx == 32768 and p.prefix_cache == 128 * MiB
+    assert "first thing given up" in p.reasons["prefix_cache"][1]
+
+
+# -- model references ----------------------------------------------------------------
+
+def test_catalogue_lookup_by_id_alias_and_repository():
+    assert find_known("Qwen2.5-7B-Instruct")[0].id == "qwen2.5-7b-instruct"
+    assert find_known("qwen2.5:7b")[0].id == "qwen2.5-7b-instruct"
+    assert find_known("Qwen/Qwen2.5-7B-Instruct-GGUF")[1] == "gguf"
+    assert find_known("https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct")[1] == "hf"
+    assert find_known("no-such-model") is None
+    with pytest.raises(HearthError, match="not a model Hearth knows"):
+        resolve_spec("no-such-model")
+    with pytest.raises(HearthError, match="no Q2_K variant"):
+        plan_for("qwen2.5-7b-instruct", simulated("8GiB", "16GiB"), Choices(quant="Q2_K"))
+
+
+def test_a_folder_of_ggufs_is_a_repository_to_choose_from(tmp_path, bundled_path):
+    (tmp_path / "a.gguf").symlink_to(bundled_path)
+    res = resolve_spec(tmp_path)
+    assert res.where == "folder" and len(res.variants) == 1 and not res.explicit_quant
+
+
+def _write_header_only_safetensors(path: Path, header: dict) -> None:
+    meta, off = {}, 0
+    for name, (dtype, shape) in header.items():
+        n = 2
+        for d in shape:
+            n *= d
+        meta[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + n]}
+        off += n
+    raw = json.dumps(meta).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + off)  # sparse: the size is right, no disk is used
+
+
+def test_transformers_checkpoint_is_sized_from_config_and_safetensors_header(tmp_path):
+    arch = mf.ARCHS["qwen2.5-7b"]
+    (tmp_path / "config.json").write_text(json.dumps(mf.hf_config(arch)))
+    header = mf.hf_header(arch)
+    names = sorted(header)
+    half = len(names) // 2
+    _write_header_only_safetensors(tmp_path / "model-00001-of-00002.safetensors", {k: header[k] for k in names[:half]})
+    _write_header_only_safetensors(tmp_path / "model-00002-of-00002.safetensors", {k: header[k] for k in names[half:]})
+    specs = {s.quant: s for s in specs_from_hf_dir(tmp_path)}
+    assert set(specs) == {"none", "int8", "int4"}
+    for q, s in specs.items():
+        assert s.to_dict() | {"source": "", "name": "", "download_bytes": 0} == \
+            fixture(f"qwen2.5-7b-instruct.{q}.hf")[0].to_dict() | {"source": "", "name": "", "download_bytes": 0}
+    assert specs["none"].weight_bytes == 2 * specs["none"].n_params == 2 * 7_615_616_512
+    assert specs["int4"].weight_bytes < specs["int8"].weight_bytes < specs["none"].weight_bytes
+    assert specs["none"].hf_modules == {"embed": "model.embed_tokens", "layers": "model.layers",
+                                        "norm": "model.norm", "head": "lm_head"}
+    (tmp_path / "bad.safetensors").write_bytes(b"\xff" * 8 + b"x")
+    with pytest.raises(HearthError, match="not a safetensors file"):
+        specs_from_hf_dir(tmp_path)
+
+
+# -- the CLI ----------------------------------------------------------------------------
+
+def test_cli_plan_prints_the_breakdown(capsys):
+    from engine.cli import main
+
+    assert main(["plan", "--model", "qwen2.5-14b-instruct", "--gpu", "8GiB", "--ram", "16GiB"]) == 0
+    out = capsys.readouterr().out
+    for row in ("weights on the GPU", "weights on the CPU", "KV cache", "compute buffers", "runtime overhead",
+                "draft model", "prefix cache", "safety margin (10%)", "total", "available",
+                "Status: fits with offload", "quantization", "context", "GPU layers", "not downloaded"):
+        assert row in out, row
+
+
+def test_cli_plan_json_and_exit_codes(capsys):
+    from engine.cli import main
+
+    assert main(["plan", "--model", "qwen2.5-14b-instruct", "--gpu", "none", "--ram", "8GiB", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["status"] == "does not fit" and not d["fits"] and d["alternatives"]
+    assert {p["name"] for p in d["pools"]} == {"RAM"}
+    assert main(["plan", "--model", "qwen2.5-0.5b-instruct", "--gpu", "8 parsecs"]) == 2
+    assert "memory size" in capsys.readouterr().err
+
+
+def test_plan_for_the_bundled_model_on_this_machine(bundled_path):
+    p = plan_for(None)
+    assert p.fits and p.spec.quant == "Q4_1" and p.n_ctx == 8192
+    assert p.engine_kwargs()["n_ctx"] == 8192
+
+
+# -- checked against reality ----------------------------------------------------------------
+
+def _report(weights, kv, compute, repack=0):
+    return {"weights": weights + repack, "weights@CPU_Mapped": weights, "weights@CPU_REPACK": repack,
+            "kv": kv, "kv@CPU": kv, "compute": compute, "compute@CPU": compute, "output": 600000}
+
+
+def test_compare_ignores_the_repacked_duplicate_and_warns_past_the_margin(caplog):
+    p = plan_for(None, simulated("none", "16GiB", cores=8), Choices(n_ctx=2048))
+    parts = p.breakdown.parts
+    exact = _report(parts["weights"], parts["kv"], parts["compute"], repack=50 * MiB)
+    r = check_against_report(p, exact)
+    assert r["max_rel_error"] == 0 and r["within_margin"]
+    with caplog.at_level(logging.WARNING, logger="hearth.sizing"):
+        r = check_against_report(p, _report(parts["weights"], parts["kv"], int(parts["compute"] * 1.5)))
+    assert not r["within_margin"] and r["rel_error"]["compute"] == pytest.approx(-1 / 3, abs=1e-3)
+    assert "off by -33% on compute" in caplog.text
+
+
+def test_gpu_buffers_are_compared_per_device():
+    p = plan_for("qwen2.5-1.5b-instruct", simulated("8GiB", "16GiB", cores=8), Choices(n_ctx=4096, draft="none"))
+    g = p.breakdown.gpus[0]
+    rep = {"weights": g.weights + p.breakdown.ram.weights, "weights@CUDA0": g.weights,
+           "weights@CPU_Mapped": p.breakdown.ram.weights, "kv": g.kv, "kv@CUDA0": g.kv,
+           "compute": g.compute + p.breakdown.ram.compute, "compute@CUDA0": g.compute,
+           "compute@CUDA_Host": p.breakdown.ram.compute}
+    r = compare(p.breakdown, rep)
+    assert r["rel_error"]["weights_gpu"] == 0 and r["rel_error"]["compute_gpu"] == 0
+
+
+def test_out_of_memory_retries_once_with_the_next_smaller_plan():
+    p = plan_for("qwen2.5-7b-instruct", simulated("8GiB", "32GiB", cores=8))
+    calls = []
+
+    def load(plan):
+        calls.append(plan)
+        if len(calls) == 1:
+            raise ModelLoadError("not enough memory to create a 32768-token context for x.gguf "
+                                 "(CUDA0: failed to allocate buffer)")
+        return "engine"
+
+    result, used, msg = load_with_retry(load, p)
+    assert result == "engine" and len(calls) == 2 and used is not p
+    assert used.breakdown.gpus[0].total <= 0.85 * p.breakdown.gpus[0].total + 1
+    assert msg.startswith("Out of memory with the first plan; loaded with ") and "->" in msg
+    assert describe_change(p, used) in msg
+
+
+def test_out_of_memory_retry_keeps_explicit_choices_and_gives_up_clearly():
+    p = plan_for("qwen2.5-0.5b-instruct", simulated("8GiB", "32GiB", cores=8),
+                 Choices(quant="Q8_0", n_ctx=4096, n_gpu_layers=25, kv_type="f16", draft="none", prefix_cache=0))
+    assert smaller_plan(p, ModelLoadError("CUDA out of memory")) is None
+
+    def load(plan):
+        raise ModelLoadError("not enough memory to load the model for x.gguf (cudaMalloc failed)")
+    with pytest.raises(ModelLoadError, match="no smaller plan"):
+        load_with_retry(load, p)
+
+    def other(plan):
+        raise ModelLoadError("llama.cpp could not load the model: bad tensor")
+    with pytest.raises(ModelLoadError, match="bad tensor"):
+        load_with_retry(other, p)
+    assert is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_out_of_memory(ModelLoadError("unknown model architecture"))
+
+
+# -- real loads: predicted KV and compute against llama.cpp's buffers -----------------------
+
+def _check_real(path: Path, contexts):
+    from engine.bench_sizing import measure
+
+    for n_ctx in contexts:
+        r = measure(path, n_ctx, n_threads=2)
+        for part in ("kv", "compute", "weights"):
+            assert abs(r["rel_error"][part]) <= 0.10, (path.name, n_ctx, part, r)
+
+
+def test_bundled_model_buffers_match_the_prediction(bundled_path):
+    _check_real(bundled_path, (1000, 2048, 4096, 8192))
+
+
+def test_bundled_model_other_batch_sizes_and_kv_types(bundled_path):
+    from engine.bench_sizing import measure
+
+    for n_ctx, n_batch, kv in ((3000, 256, "f16"), (8192, 64, "f16"), (4096, 512, "q8_0"), (2048, 128, "q4_0")):
+        r = measure(bundled_path, n_ctx, n_batch=n_batch, kv_type=kv, n_threads=2)
+        assert r["max_rel_error"] <= 0.10, r
+
+
+def _bench_path(which: str) -> Path:
+    from engine import models
+
+    p = models.bench_model_path(getattr(models, which))
+    if p is None:
+        pytest.skip(f"{which} benchmark model is not downloaded")
+    return p
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["BENCH_DRAFT", "BENCH_TARGET"])
+def test_qwen_buffers_match_the_prediction(which):
+    _check_real(_bench_path(which), (2048, 8192, 32768))
+
+
+def test_load_engine_plans_loads_and_checks(bundled_path):
+    from engine.sizing import load_engine
+
+    engine, plan, messages = load_engine(bundled_path, hardware=simulated("none", "16GiB", cores=2),
+                                         choices=Choices(n_ctx=2048, draft="none"), n_threads=2)
+    try:
+        assert engine.backend.n_ctx == 2048 and plan.fits and messages == []
+        assert engine.cache.budget_bytes == plan.prefix_cache
+    finally:
+        engine.close()
+
+
+def test_transformers_weights_match_the_hf_backend_on_the_cpu(tmp_path):
+    """The safetensors-header estimate against what engine/backends/hf.py really
+    holds: float32 on the CPU for 'none', bitsandbytes' packed sizes for int8/int4."""
+    pytest.importorskip("torch")
+    pytest.importorskip("bitsandbytes")
+    from tiny_hf import make_tiny_model
+
+    from engine.backends import hf
+
+    folder = make_tiny_model(tmp_path / "tiny", layers=4, hidden=256)
+    specs = {s.quant: s for s in specs_from_hf_dir(folder)}
+    hw = simulated("none", "16GiB", cores=2)
+    for quant in ("none", "int8", "int4"):
+        b = hf.load(folder, quant=quant, device="cpu", n_ctx=512, n_threads=2)
+        try:
+            actual = b.memory_report()["weights"]
+        finally:
+            b.close()
+        predicted = estimate(Config(specs[quant], 512, 0, "f32"), hw).ram.weights
+        assert abs(predicted - actual) / actual <= 0.05, (quant, predicted, actual)
