@@ -11,9 +11,10 @@ from PySide6.QtGui import QColor, QGuiApplication, QTextBlockFormat, QTextCursor
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
-from .text_utils import code_blocks, finish_note, metrics_line
+from .text_utils import code_blocks, finish_note, metrics_line, segment_bounds
 
 RENDER_MS = 40
+SEGMENT_CHARS = 1500  # a finished piece of a reply this long is rendered once, then left alone
 
 
 def _is_code(block) -> bool:
@@ -127,8 +128,15 @@ class MessageWidget(QFrame):
             head.addWidget(b)
         lay.addLayout(head)
 
-        self.body = AutoHeightBrowser(self)
-        lay.addWidget(self.body)
+        # A reply is shown as a column of segments (see text_utils.segment_bounds):
+        # re-parsing the whole Markdown on every render made long replies stall
+        # the window (~95 ms at 29 KiB), so only the last segment is re-rendered.
+        self._lay = lay
+        self.segments: list[AutoHeightBrowser] = []
+        self._starts: list[int] = []
+        self._frozen = ""  # the text the frozen segments show
+        self._code_bg = QColor(colors["code"])
+        self._add_segment(0)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
@@ -165,19 +173,49 @@ class MessageWidget(QFrame):
         bg = colors["user"] if self.role == "user" else colors["assistant"]
         self.setStyleSheet(f"QFrame#message {{ background: {bg}; border: 1px solid {colors['border']};"
                            f" border-radius: 10px; }}")
-        self.body.code_background = QColor(colors["code"])
-        self._render()
+        self._code_bg = QColor(colors["code"])
+        for seg in self.segments:
+            seg.code_background = self._code_bg
+        self._render(rebuild=True)
 
     # -- content ------------------------------------------------------------
 
-    def _render(self) -> None:
-        if self.role == "assistant":
-            shown = self.text if self.text or not self.streaming else "…"
-            self.body.set_markdown(shown)
-        else:
+    @property
+    def body(self) -> AutoHeightBrowser:
+        """The first text segment (the only one for short messages)."""
+        return self.segments[0]
+
+    def rendered_text(self) -> str:
+        """What the view shows, as plain text, all segments together."""
+        return "\n".join(seg.toPlainText() for seg in self.segments)
+
+    def _add_segment(self, start: int) -> AutoHeightBrowser:
+        seg = AutoHeightBrowser(self)
+        seg.code_background = self._code_bg
+        self._lay.insertWidget(1 + len(self.segments), seg)  # after the header, before the notes
+        self.segments.append(seg)
+        self._starts.append(start)
+        return seg
+
+    def _render(self, rebuild: bool = False) -> None:
+        if self.role != "assistant":
             # What the user typed is shown exactly as typed, not reinterpreted as Markdown.
             self.body.setPlainText(self.text)
-        self.btn_code.setVisible(bool(code_blocks(self.text)) and not self.streaming)
+            return
+        text = self.text
+        if rebuild or not text.startswith(self._frozen):
+            for seg in self.segments[1:]:
+                self._lay.removeWidget(seg)
+                seg.deleteLater()
+            del self.segments[1:], self._starts[1:]
+        # Frozen segments keep what they show; newly finished pieces are frozen now.
+        for cut in segment_bounds(text, self._starts[-1], SEGMENT_CHARS):
+            self.segments[-1].set_markdown(text[self._starts[-1]:cut])
+            self._add_segment(cut)
+        self._frozen = text[:self._starts[-1]]
+        live = text[self._starts[-1]:]
+        self.segments[-1].set_markdown(live if live or not self.streaming else "…")
+        self.btn_code.setVisible(bool(code_blocks(text)) and not self.streaming)
 
     def append(self, text: str) -> None:
         self.text += text

@@ -7,6 +7,7 @@ worked, saves that as the choice again, and says so.
 """
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 
@@ -82,6 +83,10 @@ class ModelLoadingMixin:
         self.statusBar().clearMessage()
 
     def _on_loaded(self, info: dict) -> None:
+        # Move everything alive now (the model's vocabulary tables, Qt wrappers)
+        # out of the cyclic GC's reach: a full collection over them stops every
+        # thread for 35-100 ms, and one used to land right as a reply started.
+        gc.freeze()
         self._end_loading()
         self.model_label.setText(f"{info['label']} · {info['quant']} · context {info['n_ctx']:,}")
         draft = info.get("draft", "none") + (f" ({info['draft_model']})" if info.get("draft_model") else "")

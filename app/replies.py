@@ -38,23 +38,15 @@ class RepliesMixin:
         if self.current is None or not text.strip() or not self._can_send():
             return
         self.chat.system.flush()
-        cid = self.current
-        user_mid = self.store.add_message(cid, "user", text)
-        self.chat.add_message(user_mid, "user", text)
+        self._start_reply(self.current, text)
         self.chat.set_input_text("")
-        self.store.set_draft(cid, "")
-        self._start_reply(cid, user_mid, text)
 
     def edit_and_resend(self, mid: int, text: str) -> None:
         if self.current is None or not self._can_send():
             return
-        cid = self.current
-        self.store.hide_from(cid, mid)
         self.chat.remove_from(mid)
         self.chat.finish_edit()
-        user_mid = self.store.add_message(cid, "user", text)
-        self.chat.add_message(user_mid, "user", text)
-        self._start_reply(cid, user_mid, text)
+        self._start_reply(self.current, text, replace_from=mid)
 
     def regenerate(self, mid: int) -> None:
         if self.current is None or not self._can_send():
@@ -62,26 +54,28 @@ class RepliesMixin:
         msgs = self.store.messages(self.current)
         if not msgs or msgs[-1].id != mid or msgs[-1].role != "assistant":
             return
-        self.store.hide_message(mid)
         self.chat.remove_from(mid)
-        self._start_reply(self.current, None, None)
+        self._start_reply(self.current, None, replace_from=mid)
 
     def _regenerate_last(self) -> None:
         msgs = self.store.messages(self.current) if self.current is not None else []
         if msgs and msgs[-1].role == "assistant":
             self.regenerate(msgs[-1].id)
 
-    def _history(self, cid: int) -> list[Message]:
-        conv = self.store.conversation(cid)
-        out = [Message("system", conv.system_prompt)] if conv.system_prompt.strip() else []
+    def _history(self, cid: int, system_prompt: str) -> list[Message]:
+        out = [Message("system", system_prompt)] if system_prompt.strip() else []
         # Cut-short replies stay in the history: the user saw them, so the model should too.
         out += [Message(m.role, m.content) for m in self.store.messages(cid) if m.content]
         return out
 
-    def _start_reply(self, cid: int, user_mid: int | None, user_text: str | None) -> None:
-        history = self._history(cid)
-        mid = self.store.begin_reply(cid)
-        title = self.store.conversation(cid).title
+    def _start_reply(self, cid: int, user_text: str | None, replace_from: int | None = None) -> None:
+        """Save the turn (one transaction), show it, and hand the job to the engine thread."""
+        user_mid, mid = self.store.start_turn(cid, user_text, replace_from=replace_from)
+        if user_mid is not None:
+            self.chat.add_message(user_mid, "user", user_text)
+        conv = self.store.conversation(cid)
+        history = self._history(cid, conv.system_prompt)
+        title = conv.title
         self.stream = {"conv": cid, "mid": mid, "user_mid": user_mid, "user_text": user_text,
                        "parts": [], "title": title}
         job = GenerationJob(cid, mid, history, self.settings.sampling_params(), self.store.path)
@@ -92,7 +86,7 @@ class RepliesMixin:
         self.host.generate(job)
         self._update_busy()
         self._refresh_list(select=self.current)  # the first message may have named the conversation
-        self.chat.title.setText(self.store.conversation(self.current).title)
+        self.chat.title.setText(title)
 
     def stop(self) -> None:
         self.host.stop()

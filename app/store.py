@@ -287,18 +287,40 @@ class Store:
 
     def add_message(self, cid: int, role: str, content: str, *, complete: bool = True) -> int:
         """Append a message; the first user message also names an untitled conversation."""
+        with self._tx() as c:
+            return self._insert(c, cid, role, content, complete)
+
+    @staticmethod
+    def _insert(c: sqlite3.Connection, cid: int, role: str, content: str, complete: bool) -> int:
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
         now = time.time()
+        cur = c.execute("INSERT INTO messages (conversation_id, role, content, complete, "
+                        "finish_reason, created) VALUES (?, ?, ?, ?, ?, ?)",
+                        (cid, role, content, int(complete), None, now))
+        c.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
+        if role == "user":
+            c.execute("UPDATE conversations SET title = ? WHERE id = ? AND auto_title = 1 "
+                      "AND title = ?", (title_from(content), cid, DEFAULT_TITLE))
+        return cur.lastrowid
+
+    def start_turn(self, cid: int, user_text: str | None, *, replace_from: int | None = None
+                   ) -> tuple[int | None, int]:
+        """Everything a send does to the database, in one transaction (one disk sync).
+
+        Hides ``replace_from`` and later messages (edit-and-resend, regenerate),
+        adds the user's message (if any) and clears the draft it came from,
+        then adds the empty, incomplete reply. Returns (user message id, reply id).
+        """
         with self._tx() as c:
-            cur = c.execute("INSERT INTO messages (conversation_id, role, content, complete, "
-                            "finish_reason, created) VALUES (?, ?, ?, ?, ?, ?)",
-                            (cid, role, content, int(complete), None, now))
-            c.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
-            if role == "user":
-                c.execute("UPDATE conversations SET title = ? WHERE id = ? AND auto_title = 1 "
-                          "AND title = ?", (title_from(content), cid, DEFAULT_TITLE))
-            return cur.lastrowid
+            if replace_from is not None:
+                c.execute("UPDATE messages SET deleted = 1 WHERE conversation_id = ? AND id >= ?",
+                          (cid, replace_from))
+            user_mid = None
+            if user_text is not None:
+                user_mid = self._insert(c, cid, "user", user_text, True)
+                c.execute("UPDATE conversations SET draft = '' WHERE id = ?", (cid,))
+            return user_mid, self._insert(c, cid, "assistant", "", False)
 
     def begin_reply(self, cid: int) -> int:
         """An empty, incomplete assistant message that a stream will fill in."""

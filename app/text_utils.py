@@ -36,6 +36,37 @@ def code_blocks(markdown: str) -> list[str]:
     return blocks
 
 
+def segment_bounds(markdown: str, start: int, min_chars: int) -> list[int]:
+    """Offsets where ``markdown`` (from ``start``) can be cut into standalone pieces.
+
+    A cut goes before a line that opens a new top-level block: the line before
+    it is blank, no code fence is open, and the line is not indented (so a
+    list item's continuation stays with its item). Each piece is at least
+    ``min_chars`` long. The streaming view freezes finished pieces and only
+    re-renders the last one, so a long reply costs the same per token as a
+    short one.
+    """
+    cuts: list[int] = []
+    piece_start = start
+    fence: str | None = None
+    prev_blank = False
+    pos = start
+    for line in markdown[start:].splitlines(keepends=True):
+        stripped = line.strip()
+        if (fence is None and prev_blank and stripped and not line[0].isspace()
+                and pos - piece_start >= min_chars):
+            cuts.append(pos)
+            piece_start = pos
+        m = _FENCE.match(line)
+        if fence is None and m:
+            fence = m.group(1)
+        elif fence is not None and stripped.startswith(fence[0] * len(fence)) and not stripped.strip(fence[0]):
+            fence = None
+        prev_blank = not stripped
+        pos += len(line)
+    return cuts
+
+
 def finish_note(complete: bool, finish_reason: str | None, error: str | None) -> str:
     """The line shown under a reply that did not end naturally ('' when it did)."""
     if complete:

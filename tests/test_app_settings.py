@@ -97,3 +97,21 @@ def test_memory_estimate_for_the_bundled_model(bundled_path):
     assert est.kv == int(info.kv_bytes_per_token(2.0) * 2048)
     assert est.fits  # 135M parameters fit anywhere this test runs
     assert estimate(info, None).n_ctx == auto_context(info.n_ctx_train)
+
+
+def test_segment_bounds_cut_only_between_top_level_blocks():
+    from app.text_utils import segment_bounds
+
+    md = ("para one\n\n```python\nx = 1\n\ny = 2\n```\n\n1. item\n\n   continued\n2. next\n\n"
+          "last para\n")
+    cuts = segment_bounds(md, 0, 1)
+    pieces = [md[a:b] for a, b in zip([0, *cuts], [*cuts, len(md)])]
+    assert "".join(pieces) == md
+    assert all(p.count("```") % 2 == 0 for p in pieces)  # never inside a code fence
+    assert not any(md[c].isspace() for c in cuts)  # never before an indented continuation
+    assert md[cuts[0]:].startswith("```python")
+    assert any(md[c:].startswith("last para") for c in cuts)
+    assert segment_bounds(md, 0, 10_000) == []  # pieces are at least min_chars long
+    assert segment_bounds("no blank lines at all", 0, 1) == []
+    later = segment_bounds(md, cuts[0], 1)
+    assert later and later[0] > cuts[0]

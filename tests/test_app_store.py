@@ -124,3 +124,20 @@ def test_two_connections_see_each_others_commits(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def test_start_turn_saves_a_send_in_one_transaction(store):
+    c = store.create_conversation()
+    store.set_draft(c.id, "what I typed")
+    user_mid, reply_mid = store.start_turn(c.id, "what I typed")
+    msgs = store.messages(c.id)
+    assert [(m.id, m.role, m.content, m.complete) for m in msgs] == [
+        (user_mid, "user", "what I typed", True), (reply_mid, "assistant", "", False)]
+    assert store.conversation(c.id).draft == "" and store.conversation(c.id).title == "what I typed"
+    # Regenerate: the reply is replaced, the user message stays.
+    _, again = store.start_turn(c.id, None, replace_from=reply_mid)
+    assert [m.id for m in store.messages(c.id)] == [user_mid, again]
+    # Edit-and-resend: the user message and everything after it are replaced.
+    new_user, new_reply = store.start_turn(c.id, "edited", replace_from=user_mid)
+    assert [m.content for m in store.messages(c.id)] == ["edited", ""]
+    assert store.message(user_mid).content == "what I typed"  # hidden, not destroyed

@@ -384,3 +384,28 @@ def test_unexpected_errors_reach_the_window(qtbot, make_window, monkeypatch):
     msgs = " ".join(w.info.messages())
     assert "conversation database (database or disk is full)" in msgs
     assert "Something went wrong: ValueError: boom" in msgs
+
+
+def test_a_long_reply_streams_in_segments_without_rerendering_finished_ones(qtbot):
+    from app.message_widget import MessageWidget
+
+    w = MessageWidget(1, "assistant", "", colors=BUBBLES["light"])
+    qtbot.addWidget(w)
+    w.set_streaming(True)
+    para = "Some **bold** text, `code` and more words to fill the line. " * 4 + "\n\n```\nx = 1\n```\n\n"
+    full = para * 80  # ~24 KiB: one Markdown parse of all of it took ~80 ms
+    calls: dict[int, int] = {}
+    for i in range(0, len(full), 200):
+        w.text = full[:i + 200]
+        w._render()
+        for k, seg in enumerate(w.segments[:-1]):
+            seg.set_markdown = lambda text, k=k: calls.__setitem__(k, calls.get(k, 0) + 1)
+    assert len(w.segments) > 10
+    assert calls == {}  # finished segments were never parsed again
+    w.set_result(full, complete=True, finish_reason="eos")
+    assert calls == {}
+    for seg in w.segments[:-1]:
+        del seg.set_markdown  # back to the real method
+    assert w.rendered_text().count("x = 1") == 80 and w.text == full
+    w.set_result("short now", complete=True, finish_reason="eos")  # a different text rebuilds
+    assert len(w.segments) == 1 and w.rendered_text() == "short now"
