@@ -286,7 +286,9 @@ def _estimate_hf(cfg: Config, hw: Hardware) -> Breakdown:
     ram.kv = kv_l * len(cpu_idx)
     ram.compute = (act if len(cpu_idx) else 0) + (logits if k < s.n_layers else 0)
     ram.overhead = HF_TORCH_RUNTIME + int(HF_ALLOC_SLACK * (ram.kv + ram.compute))
-    return Breakdown(pools, cfg, {})
+    # Only the weights are comparable with the backend's report: its KV cache
+    # grows with the conversation and torch reports no compute buffers.
+    return Breakdown(pools, cfg, {"weights": sum(p.weights for p in pools)})
 
 
 def _add_draft(b: Breakdown, cfg: Config, hw: Hardware) -> None:

@@ -125,6 +125,19 @@ class Plan:
             kw["draft"] = self.draft_source
         return kw
 
+    def load_ref(self, asked: str | os.PathLike[str] | None = None) -> str | os.PathLike[str] | None:
+        """What to pass Engine.load as the model: the planned file or folder when
+        it is local; for a catalogue model, the Hub id of the planned variant
+        (``owner/repo:Q4_K_M`` picks that GGUF file); else what the user asked for."""
+        if self.spec.source and os.path.exists(self.spec.source):
+            return self.spec.source
+        if self.known is not None:
+            if self.spec.format == "gguf" and self.known.gguf_repo:
+                return f"{self.known.gguf_repo}:{self.spec.quant}"
+            if self.spec.format == "hf" and self.known.hf_repo:
+                return self.known.hf_repo
+        return asked
+
     def hf_placement(self) -> tuple[str, dict[Any, int] | None]:
         """transformers plans: the backend's ``device`` and accelerate's ``max_memory``.
 
@@ -453,8 +466,9 @@ def compare(breakdown: Breakdown, report: dict[str, int]) -> dict[str, Any]:
         pred["weights_gpu"] = sum(p.weights for p in breakdown.gpus)
         pred["kv_gpu"] = sum(p.kv for p in breakdown.gpus)
         pred["compute_gpu"] = sum(p.compute for p in breakdown.gpus)
-    pred["total"] = pred.get("weights", 0) + pred.get("kv", 0) + pred.get("compute", 0)
-    actual["total"] = actual["weights"] + actual["kv"] + actual["compute"]
+    if "kv" in pred:  # llama.cpp: every buffer is allocated up front, so totals compare too
+        pred["total"] = pred.get("weights", 0) + pred.get("kv", 0) + pred.get("compute", 0)
+        actual["total"] = actual["weights"] + actual["kv"] + actual["compute"]
     rel = {k: round((pred[k] - actual[k]) / actual[k], 4) for k in pred if actual.get(k)}
     worst = max((abs(v) for v in rel.values()), default=0.0)
     return {"predicted": pred, "actual": actual, "rel_error": rel, "max_rel_error": round(worst, 4)}
@@ -547,14 +561,11 @@ def load_engine(model: str | os.PathLike[str] | None = None, *, hardware: Hardwa
     from .engine import Engine
 
     plan = plan_for(model, hardware, choices)
-    if plan.spec.format != "gguf":
-        raise HearthError("load_engine loads GGUF models; transformers plans are for the transformers backend")
     if not plan.fits:
         raise ModelLoadError(f"{plan.spec.label} does not fit in memory. " + " ".join(plan.alternatives))
 
     def load(p: Plan):
-        return Engine.load(p.spec.source if os.path.exists(p.spec.source) else model,
-                           **{**p.engine_kwargs(), **engine_kwargs})
+        return Engine.load(p.load_ref(model), **{**p.engine_kwargs(), **engine_kwargs})
 
     engine, used, msg = load_with_retry(load, plan)
     messages = [msg] if msg else []

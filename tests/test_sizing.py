@@ -517,6 +517,12 @@ def test_qwen_buffers_match_the_prediction(which):
     _check_real(_bench_path(which), (2048, 8192, 32768))
 
 
+def test_load_ref_names_the_planned_file():
+    hw = simulated("8GiB", "32GiB", cores=8)
+    assert plan_for("qwen2.5-7b-instruct", hw).load_ref() == "Qwen/Qwen2.5-7B-Instruct-GGUF:Q4_K_M"
+    assert plan_for("qwen2.5-7b-instruct", hw, Choices(quant="int4")).load_ref() == "Qwen/Qwen2.5-7B-Instruct"
+
+
 def test_load_engine_plans_loads_and_checks(bundled_path):
     from engine.sizing import load_engine
 
@@ -549,3 +555,19 @@ def test_transformers_weights_match_the_hf_backend_on_the_cpu(tmp_path):
             b.close()
         predicted = estimate(Config(specs[quant], 512, 0, "f32"), hw).ram.weights
         assert abs(predicted - actual) / actual <= 0.05, (quant, predicted, actual)
+
+
+def test_load_engine_carries_out_a_transformers_plan(tmp_path):
+    pytest.importorskip("torch")
+    from tiny_hf import make_tiny_model
+
+    from engine.sizing import load_engine
+
+    folder = make_tiny_model(tmp_path / "tiny", layers=2, hidden=128)
+    engine, plan, messages = load_engine(folder, hardware=simulated("none", "16GiB", cores=2),
+                                         choices=Choices(quant="none", n_ctx=256, draft="none"), n_threads=2)
+    try:
+        assert engine.backend.name == "hf" and plan.engine_kwargs()["device"] == "cpu"
+        assert messages == [], messages  # weights within the margin of the plan
+    finally:
+        engine.close()
