@@ -39,8 +39,8 @@ def bundled_model_path() -> Path:
 class ModelRef:
     """A model the user picked: where it is and what kind of thing it is."""
 
-    kind: str       # "gguf" for now; "hf_dir" and "hub" arrive with the transformers backend
-    path: Path
+    kind: str       # "gguf" (a file), "hf_dir" (a transformers folder) or "hub" (a Hub id, not fetched yet)
+    path: Path      # for "hub": the id as typed, e.g. Qwen/Qwen2.5-0.5B-Instruct or owner/repo:Q4_K_M
     label: str
 
     @property
@@ -49,15 +49,33 @@ class ModelRef:
 
 
 def resolve(spec: str | os.PathLike[str] | None) -> ModelRef:
-    """Turn what the user typed (None, "bundled" or a path) into a ModelRef."""
+    """Turn what the user typed (None, "bundled", a path or a Hub id) into a ModelRef.
+
+    A path that exists wins over a Hub id of the same spelling. Hub ids are
+    fetched later (engine.hub.fetch_ref), so resolving never touches the network.
+    """
     if spec is None or str(spec) in ("", BUNDLED_ID, "default"):
         return ModelRef("gguf", bundled_model_path(), BUNDLED_NAME)
     p = Path(spec).expanduser()
     if not p.exists():
+        from .hub import is_hub_id  # stdlib-only at import time
+
+        if isinstance(spec, str) and is_hub_id(spec):
+            return ModelRef("hub", Path(spec), spec)
         raise ModelFileError(f"model file not found: {p}")
     if p.is_dir():
-        raise ModelFileError(f"{p} is a folder; give the path of a .gguf file")
+        if (p / "config.json").is_file():
+            return ModelRef("hf_dir", p.resolve(), p.name)
+        raise ModelFileError(f"{p} is a folder without config.json; give a .gguf file or a transformers model folder")
     return ModelRef("gguf", p.resolve(), p.name)
+
+
+BACKENDS = ("llama_cpp", "hf")
+
+
+def default_backend(ref: ModelRef) -> str:
+    """llama.cpp for GGUF files, transformers for model folders (a GGUF also runs on "hf", dequantized)."""
+    return "hf" if ref.kind == "hf_dir" else "llama_cpp"
 
 
 # -- benchmark models: GGUF files shipped as raw chunks in PyPI packages ------------
