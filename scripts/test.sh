@@ -2,5 +2,6 @@
 # Set up (idempotent) and run the whole test suite. This is the README's test command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 scripts/setup.py --dev
+# --hf: the transformers backend's tests (torch CPU wheel, transformers, bitsandbytes) run too.
+python3 scripts/setup.py --dev --hf
 exec .venv/bin/python -m pytest "$@"

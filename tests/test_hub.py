@@ -1,0 +1,287 @@
+"""Hub downloads against a local server that speaks the Hub's file protocol (HF_ENDPOINT):
+resume after a dropped connection, cancel and resume, offline use of the cache, one
+chosen GGUF file, refusals, and the result being a standard Hugging Face cache."""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+pytest.importorskip("huggingface_hub")
+
+from engine import hub  # noqa: E402
+from engine.errors import HearthError  # noqa: E402
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class FakeHub:
+    """Serves repos {repo_id: {filename: bytes}} like huggingface.co does:
+    /api/models/<repo>/revision/<rev> and HEAD/GET /<repo>/resolve/<rev>/<file>,
+    with Range requests, LFS-style ETags for big files, and injectable faults."""
+
+    def __init__(self, repos: dict[str, dict[str, bytes]]) -> None:
+        self.repos = repos
+        self.log: list[tuple[str, str, str | None]] = []   # (method, path, Range header)
+        self.drop_after: dict[str, int] = {}               # file -> bytes to send before dropping, once
+        self.throttle: float = 0.0
+        hub_self = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def do_HEAD(self):
+                hub_self._serve(self, head=True)
+
+            def do_GET(self):
+                hub_self._serve(self, head=False)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def etag(name: str, data: bytes) -> tuple[str, bool]:
+        if len(data) > 1000 or name.endswith((".safetensors", ".gguf", ".bin")):
+            return hashlib.sha256(data).hexdigest(), True      # LFS: sha256 of the content
+        return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(), False  # git blob id
+
+    def _send(self, h, code, body=b"", headers=None):
+        h.send_response(code)
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        return body
+
+    def _serve(self, h, head: bool) -> None:
+        path = unquote(urlparse(h.path).path)
+        self.log.append(("HEAD" if head else "GET", path, h.headers.get("Range")))
+        if path.startswith("/api/models/"):
+            rest = path[len("/api/models/"):]
+            repo = "/".join(rest.split("/")[:2])
+            if repo not in self.repos:
+                body = self._send(h, 404, b'{"error":"Repository not found"}',
+                                  {"X-Error-Code": "RepoNotFound", "Content-Type": "application/json"})
+                h.wfile.write(body)
+                return
+            siblings = []
+            for name, data in self.repos[repo].items():
+                tag, lfs = self.etag(name, data)
+                s = {"rfilename": name, "size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
+                if lfs:
+                    s["lfs"] = {"sha256": tag, "size": len(data), "pointerSize": 130}
+                siblings.append(s)
+            body = json.dumps({"id": repo, "modelId": repo, "sha": COMMIT, "siblings": siblings}).encode()
+            h.wfile.write(self._send(h, 200, body, {"Content-Type": "application/json"}))
+            return
+        parts = path.strip("/").split("/")
+        if len(parts) < 5 or parts[2] != "resolve":
+            h.wfile.write(self._send(h, 404, b"not found"))
+            return
+        repo, name = "/".join(parts[:2]), "/".join(parts[4:])
+        data = self.repos.get(repo, {}).get(name)
+        if data is None:
+            h.wfile.write(self._send(h, 404, b"entry not found", {"X-Error-Code": "EntryNotFound"}))
+            return
+        tag, lfs = self.etag(name, data)
+        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{tag}"', "Accept-Ranges": "bytes"}
+        if lfs:
+            headers.update({"X-Linked-Etag": f'"{tag}"', "X-Linked-Size": str(len(data))})
+        start = 0
+        rng = h.headers.get("Range")
+        code = 200
+        if rng and not head:
+            start = int(rng.split("=")[1].split("-")[0])
+            code = 206
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+        body = data[start:]
+        if head:
+            h.send_response(200)
+            for k, v in headers.items():
+                h.send_header(k, v)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            return
+        cut = self.drop_after.pop(name, None)
+        h.send_response(code)
+        for k, v in headers.items():
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        if cut is not None:  # send part of the body, then drop the connection
+            h.wfile.write(body[:cut])
+            h.wfile.flush()
+            h.close_connection = True
+            h.connection.shutdown(2)
+            return
+        step = 4096 if self.throttle else len(body) or 1
+        for i in range(0, len(body), step):
+            h.wfile.write(body[i:i + step])
+            if self.throttle:
+                h.wfile.flush()
+                threading.Event().wait(self.throttle)
+
+    def gets(self, name: str) -> list[str | None]:
+        """Range headers of the GET requests for one file."""
+        return [r for m, p, r in self.log if m == "GET" and p.endswith("/" + name)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory):
+    from tiny_hf import make_tiny_model
+
+    d = make_tiny_model(tmp_path_factory.mktemp("hubsrc") / "m")
+    return {p.name: p.read_bytes() for p in d.iterdir() if p.is_file()}
+
+
+@pytest.fixture
+def fake(tiny_files, monkeypatch, tmp_path):
+    big = bytes(range(256)) * 2048  # 512 KiB, several chunks
+    repos = {
+        "hearth/tiny": dict(tiny_files, **{"README.md": b"# tiny\n", "extra/onnx/model.onnx": b"x" * 10}),
+        "hearth/tiny-GGUF": {"tiny.Q4_K_M.gguf": big, "tiny.Q8_0.gguf": big[::-1], "tiny.f16.gguf": b"f" * 3000,
+                             "README.md": b"# gguf\n"},
+        "hearth/pickled": {"config.json": b'{"model_type": "llama"}', "pytorch_model.bin": b"p" * 2000},
+    }
+    srv = FakeHub(repos)
+    monkeypatch.setenv("HF_ENDPOINT", srv.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    yield srv
+    srv.close()
+
+
+def test_downloads_a_model_into_the_standard_cache(fake, tiny_files, tmp_path):
+    seen = []
+    snap = hub.download("hearth/tiny", progress=lambda done, total, name: seen.append((done, total, name)))
+    assert snap == tmp_path / "hfcache" / "models--hearth--tiny" / "snapshots" / COMMIT
+    got = {p.name for p in snap.iterdir()}
+    assert got == set(tiny_files)                # README and the onnx folder are not needed
+    assert all((snap / n).read_bytes() == tiny_files[n] for n in got)
+    total = sum(len(v) for v in tiny_files.values())
+    assert seen[-1] == (total, total, "") and all(d <= t == total for d, t, _ in seen)
+    assert (tmp_path / "hfcache" / "models--hearth--tiny" / "refs" / "main").read_text() == COMMIT
+    # Any Hugging Face tool finds the files offline: the layout is the standard one.
+    from huggingface_hub import hf_hub_download
+
+    p = hf_hub_download("hearth/tiny", "config.json", cache_dir=tmp_path / "hfcache", local_files_only=True)
+    assert Path(p).read_bytes() == tiny_files["config.json"]
+    # A second call downloads nothing.
+    n = len(fake.log)
+    assert hub.download("hearth/tiny") == snap
+    assert all(m != "GET" or "/resolve/" not in p for m, p, _ in fake.log[n:])
+
+
+def test_resumes_after_a_dropped_connection(fake, tiny_files):
+    size = len(tiny_files["model.safetensors"])
+    fake.drop_after["model.safetensors"] = size // 3
+    snap = hub.download("hearth/tiny")
+    assert (snap / "model.safetensors").read_bytes() == tiny_files["model.safetensors"]
+    assert fake.gets("model.safetensors") == [None, f"bytes={size // 3}-"]
+
+
+def test_cancel_keeps_the_partial_file_and_the_next_call_resumes(fake, tiny_files, tmp_path):
+    fake.throttle = 0.002
+    cancel = threading.Event()
+
+    start = []
+
+    def progress(done, total, name):  # stop once part of the weights file has arrived
+        if name == "model.safetensors":
+            start.append(done)
+            if done > start[0]:
+                cancel.set()
+
+    with pytest.raises(hub.DownloadCancelled):
+        hub.download("hearth/tiny", progress=progress, cancel=cancel)
+    blobs = tmp_path / "hfcache" / "models--hearth--tiny" / "blobs"
+    partial = [p for p in blobs.iterdir() if p.name.endswith(".incomplete")]
+    assert len(partial) == 1 and 0 < partial[0].stat().st_size < len(tiny_files["model.safetensors"])
+    have = partial[0].stat().st_size
+    fake.throttle = 0.0
+    snap = hub.download("hearth/tiny")
+    assert (snap / "model.safetensors").read_bytes() == tiny_files["model.safetensors"]
+    assert fake.gets("model.safetensors")[-1] == f"bytes={have}-"
+    assert not any(p.name.endswith(".incomplete") for p in blobs.iterdir())
+
+
+def test_offline_uses_the_cache_and_says_so_when_it_cannot(fake, monkeypatch):
+    with pytest.raises(hub.HubError, match="not in the Hugging Face cache"):
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        hub.download("hearth/tiny")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    snap = hub.download("hearth/tiny")
+    n = len(fake.log)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hub.download("hearth/tiny") == snap
+    assert len(fake.log) == n                      # not a single request
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    # The network is gone (server down): the cache serves, with no error.
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    assert hub.download("hearth/tiny") == snap
+    with pytest.raises(hub.HubError, match=r"cannot reach .* not in the Hugging Face cache"):
+        hub.download("hearth/never-downloaded")
+
+
+def test_fetches_only_the_chosen_gguf_file(fake):
+    f = hub.download("hearth/tiny-GGUF", quant="Q4_K_M")
+    assert f.name == "tiny.Q4_K_M.gguf" and f.stat().st_size == 512 * 1024
+    assert {p.split("/")[-1] for m, p, _ in fake.log if m == "GET" and "/resolve/" in p} == {"tiny.Q4_K_M.gguf"}
+    assert hub.download("hearth/tiny-GGUF", filename="tiny.f16.gguf").read_bytes() == b"f" * 3000
+    with pytest.raises(hub.HubError, match="no GGUF file matching 'Q2_K'.*tiny.Q8_0.gguf"):
+        hub.download("hearth/tiny-GGUF", quant="Q2_K")
+    with pytest.raises(hub.HubError, match="GGUF files, pick one as hearth/tiny-GGUF:"):
+        hub.download("hearth/tiny-GGUF")
+
+
+def test_refusals_and_unknown_repos(fake):
+    with pytest.raises(hub.HubError, match="only pickled PyTorch weights"):
+        hub.download("hearth/pickled")
+    snap = hub.download("hearth/pickled", allow_pickle=True)
+    assert (snap / "pytorch_model.bin").stat().st_size == 2000
+    with pytest.raises(hub.HubError, match="no model 'hearth/missing' on the Hugging Face Hub"):
+        hub.download("hearth/missing")
+    assert issubclass(hub.HubError, HearthError)
+
+
+def test_hub_ids_and_split_gguf_selection():
+    assert hub.is_hub_id("Qwen/Qwen2.5-0.5B-Instruct")
+    assert hub.is_hub_id("bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M")
+    assert hub.is_hub_id("owner/repo/sub/file.gguf")
+    assert not hub.is_hub_id("models/missing.gguf") and not hub.is_hub_id("./a/b")
+    assert not hub.is_hub_id("/abs/path") and not hub.is_hub_id("a/../b")
+    assert hub.parse_hub_id("o/r:Q8_0") == ("o/r", None, "Q8_0")
+    assert hub.parse_hub_id("o/r/x/y.gguf") == ("o/r", "x/y.gguf", None)
+    names = ["m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf", "m-Q8_0.gguf",
+             "mmproj-m-Q4_K_M.gguf"]
+    assert hub.select_gguf_files(names, filename=None, quant="q4_k_m") == names[:2]
+    assert hub.select_gguf_files(names, filename=None, quant="Q8_0") == ["m-Q8_0.gguf"]
+
+
+def test_engine_loads_a_hub_id(fake):
+    from engine.engine import Engine
+    from engine.models import resolve
+
+    ref = resolve("hearth/tiny")
+    assert ref.kind == "hub"
+    seen = []
+    eng = Engine.load("hearth/tiny", progress=lambda d, t, n: seen.append(d), cache_budget=0)
+    assert eng.backend.name == "hf" and eng.model.kind == "hf_dir" and eng.model.label == "hearth/tiny"
+    assert seen and eng.backend.forward([1, 2, 3]).shape == (eng.backend.n_vocab,)
+    eng.close()
