@@ -1,0 +1,162 @@
+"""``python -m engine bench quality``: what a quantization costs in output quality.
+
+For one model and one or more quantizations it reports:
+- perplexity on a fixed text shipped with Hearth (engine/data/quality_text.txt);
+- greedy agreement with the unquantized model on a fixed prompt set
+  (engine/data/quality_prompts.json): the fraction of identical tokens over
+  the first 64 generated, plus the mean length of the identical prefix.
+
+The reference is the unquantized model on the transformers backend. For a
+GGUF file that is its dequantized float32 copy, so ``--backend llama_cpp``
+measures the file as llama.cpp runs it against the weights it approximates,
+and ``--backend hf --quant int8 --quant int4`` measures bitsandbytes on top.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from importlib.resources import files
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import HearthError
+from .types import Message, SamplingParams
+
+GEN_TOKENS = 64
+PAD = -1
+
+
+def quality_text() -> str:
+    return files("engine").joinpath("data/quality_text.txt").read_text(encoding="utf-8")
+
+
+def quality_prompts() -> list[str]:
+    return json.loads(files("engine").joinpath("data/quality_prompts.json").read_text(encoding="utf-8"))
+
+
+def perplexity(backend: Any, text: str, *, max_tokens: int | None = None) -> tuple[float, int]:
+    """exp(mean negative log-likelihood) of ``text``'s tokens, each predicted from
+    the ones before it, in one pass over the backend's own KV cache.
+
+    Returns (perplexity, number of predicted tokens).
+    """
+    ids = backend.tokenize(text, add_bos=getattr(backend, "add_bos", False), special=False)
+    limit = min(backend.n_ctx, max_tokens or backend.n_ctx)
+    ids = ids[:limit]
+    backend.truncate(0)
+    try:
+        logits = backend.forward(ids, all_logits=True)
+    finally:
+        backend.truncate(0)
+    targets = np.asarray(ids[1:])
+    preds = logits[:-1]  # row i predicts token i + 1
+    nll = 0.0
+    for s in range(0, len(targets), 128):  # float64 rows, a slice at a time
+        rows = preds[s:s + 128].astype(np.float64)
+        top = rows.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(rows - top).sum(axis=1)) + top[:, 0]
+        nll += float((lse - rows[np.arange(len(rows)), targets[s:s + 128]]).sum())
+    return math.exp(nll / len(targets)), len(targets)
+
+
+def greedy_replies(engine: Any, prompts: Sequence[str], n: int = GEN_TOKENS) -> tuple[list[list[int]], float]:
+    """Greedy token ids of each reply (ending at EOS or after ``n``) and the median decode tok/s."""
+    params = SamplingParams(temperature=0.0, max_tokens=n)
+    out, speeds = [], []
+    for p in prompts:
+        engine.reset()
+        for ev in engine.stream([Message("user", p)], params):
+            if ev.kind == "final":
+                out.append(list(ev.token_ids))
+                if ev.stats.decode_tok_s:
+                    speeds.append(ev.stats.decode_tok_s)
+    engine.reset()
+    return out, statistics.median(speeds) if speeds else 0.0
+
+
+def agreement(ref: Sequence[Sequence[int]], got: Sequence[Sequence[int]], n: int = GEN_TOKENS) -> dict:
+    """Position-wise identical fraction over the first ``n`` tokens, and the identical prefix.
+
+    A reply that ended (EOS) is padded, so two replies that both stop at the
+    same place agree on every remaining position.
+    """
+    same, prefixes = [], []
+    for a, b in zip(ref, got, strict=True):
+        a = (list(a) + [PAD] * n)[:n]
+        b = (list(b) + [PAD] * n)[:n]
+        same.append(sum(x == y for x, y in zip(a, b)) / n)
+        prefixes.append(next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), n))
+    return {"agreement": round(statistics.mean(same), 4),
+            "prefix_tokens": round(statistics.mean(prefixes), 2),
+            "min_prefix_tokens": min(prefixes)}
+
+
+def _measure(engine: Any, label: str, text: str, prompts: list[str], ref_tokens) -> tuple[dict, list]:
+    t0 = time.perf_counter()
+    ppl, n_text = perplexity(engine.backend, text)
+    tokens, tok_s = greedy_replies(engine, prompts, GEN_TOKENS)
+    row = {"quant": label, "backend": engine.backend.name, "perplexity": round(ppl, 4),
+           "text_tokens": n_text}
+    row.update(agreement(ref_tokens if ref_tokens is not None else tokens, tokens, GEN_TOKENS))
+    mem = engine.backend.memory_report()
+    row["weight_bytes"] = int(mem.get("weights", mem.get("model_size", 0)))
+    row["decode_tok_s"] = round(tok_s, 2)
+    row["seconds"] = round(time.perf_counter() - t0, 1)
+    return row, tokens
+
+
+def run(a: argparse.Namespace) -> dict:
+    from .engine import Engine
+    from .models import resolve
+
+    text, prompts = quality_text(), quality_prompts()
+    backend = getattr(a, "backend", None) or "hf"
+    quants = list(getattr(a, "quant", None) or (["none", "int8", "int4"] if backend == "hf" else []))
+    threads = getattr(a, "threads", None)
+    ref_model = resolve(a.model)
+    if ref_model.kind == "hub":
+        from .hub import fetch_ref
+
+        ref_model = fetch_ref(ref_model)
+    if backend == "llama_cpp" and ref_model.kind != "gguf":
+        raise HearthError("bench quality: --backend llama_cpp needs a GGUF model")
+    n_ctx = 2048
+    kw = dict(n_ctx=n_ctx, n_threads=threads, cache_budget=0)
+
+    ref = Engine.load(ref_model.path, backend="hf", quant="none", **kw)
+    ref_dtype = str(ref.backend.kv_dtype).replace("torch.", "")
+    ref_row, ref_tokens = _measure(ref, "none", text, prompts, None)
+    rows = []
+    if backend == "llama_cpp":
+        ref_row["quant"] = f"reference: dequantized {ref_dtype} (hf)"
+        rows.append(ref_row)
+        ref.close()
+        eng = Engine.load(ref_model.path, backend="llama_cpp", **kw)
+        row, _ = _measure(eng, f"gguf {eng.backend.info.file_type} (llama_cpp)", text, prompts, ref_tokens)
+        rows.append(row)
+        eng.close()
+    else:
+        for q in quants:
+            if q == "none":
+                rows.append(ref_row)
+                continue
+            eng = Engine.load(ref_model.path, backend="hf", quant=q, **kw)
+            row, _ = _measure(eng, q, text, prompts, ref_tokens)
+            rows.append(row)
+            eng.close()
+        if "none" not in quants:
+            rows.insert(0, ref_row | {"quant": f"reference: none ({ref_dtype})"})
+        ref.close()
+    return {
+        "model": ref_model.label,
+        "backend": backend,
+        "reference": f"transformers, unquantized ({ref_dtype})",
+        "text": "engine/data/quality_text.txt",
+        "prompts": len(prompts),
+        "gen_tokens": GEN_TOKENS,
+        "rows": rows,
+    }
