@@ -69,7 +69,8 @@ def test_window_appears_before_the_model_and_sending_early_keeps_the_text(qtbot,
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
     assert "Q4_1" in w.model_label.text()
     assert w.memory_label.text().startswith("Memory")
-    assert "torch" not in sys.modules
+    # "torch is not imported at start-up" is checked in a fresh process by
+    # test_app_selftest.py: other test files in this process import it on purpose.
 
 
 def test_enter_sends_and_shift_enter_adds_a_line(qtbot, make_window):
