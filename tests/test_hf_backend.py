@@ -329,20 +329,44 @@ def test_gguf_path_never_imports_torch(bundled_path):
 def test_bundled_model_agrees_across_backends(engine):
     """Greedy 32 tokens: llama.cpp on the Q4_1 file vs transformers on its dequantized weights.
 
-    Measured (2 CPU cores): this prompt agrees on all 32 tokens; two other
-    prompts agree on 32/32 and 1/32. In the 1/32 case the first token is a
-    near-tie the two numeric paths break differently (llama.cpp multiplies
+    Measured on 11 prompts (the three below and the quality prompt set):
+    5 agree on >= 16 tokens (4 of them on all 32); the other 6 part at token
+    0, 1, 2, 2, 2 or 7 (20 for one more). The two numeric paths differ by
+    0.7-0.9 logits per position (max over the vocabulary; llama.cpp multiplies
     Q4_1 weights with 8-bit-quantized activations, transformers uses the
-    dequantized float32 weights), so the test pins prompts that do not start
-    on a tie rather than a looser threshold.
+    float32 weights), and every parting is at a near-tie whose top-2 gap is
+    0.006-0.27 logits on the transformers side, below that noise; both
+    backends score the same text alike (perplexity 28.65 vs 28.46). So the
+    test demands >= 16 on a prompt without such a tie, and checks the reason
+    on one that has one.
     """
     hf_engine = Engine.load(None, backend="hf", n_ctx=1024, cache_budget=0)
-    q = [Message("user", "Name three colours of the rainbow.")]
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
-    assert hf_engine.prompt_tokens(q) == engine.prompt_tokens(q)
-    engine.reset()
-    ref = list(engine.stream(q, params))[-1].token_ids
-    got = list(hf_engine.stream(q, params))[-1].token_ids
-    agree = next((i for i, (x, y) in enumerate(zip(ref, got)) if x != y), 32)
-    assert agree >= 16, (agree, ref, got)
+
+    def both(text):
+        q = [Message("user", text)]
+        assert hf_engine.prompt_tokens(q) == engine.prompt_tokens(q)
+        engine.reset()
+        hf_engine.reset()
+        ref = list(engine.stream(q, params))[-1].token_ids
+        got = list(hf_engine.stream(q, params))[-1].token_ids
+        return q, ref, next((i for i, (x, y) in enumerate(zip(ref, got)) if x != y), 32)
+
+    _, _, agree = both("Name three colours of the rainbow.")
+    assert agree >= 16
+
+    q, ref, agree = both("Write a haiku about the sea.")
+    if agree < 16:  # the documented reason: they part where the top two tokens nearly tie
+        seq = engine.prompt_tokens(q) + ref
+        n0 = len(seq) - len(ref)
+        rows = []
+        for e in (engine, hf_engine):
+            e.reset()
+            rows.append(np.array(e.backend.forward(seq, all_logits=True)[n0 - 1:-1]))
+            e.reset()
+        ll, lh = rows
+        noise = float(np.abs(ll - lh).max(axis=1).mean())
+        k = next(i for i in range(len(ref)) if ll[i].argmax() != lh[i].argmax())
+        gaps = [float(np.diff(np.sort(r[k])[-2:])[0]) for r in (ll, lh)]
+        assert k <= agree and max(gaps) < noise / 2, (k, gaps, noise)
     hf_engine.close()

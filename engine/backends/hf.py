@@ -114,8 +114,13 @@ def gguf_as_folder(path: Path, *, cache: Path | None = None) -> Path:
     transformers' own GGUF reader takes ~30 s even for the 135M bundled model
     (its metadata parser is pure Python); the converted folder loads in about
     a second. Keyed by the file's SHA-256, so an edited file is converted anew.
-    When the disk lacks room for the copy, the model is served uncached.
+    float32 is 4 bytes a weight: this route suits small models and quality
+    references; large GGUF files belong on the llama.cpp backend, and a file
+    whose float32 copy cannot fit in RAM or on disk gets a clear error first.
     """
+    import psutil
+
+    from ..gguf import read_gguf
     from ..prefix_store import file_sha256
 
     root = (cache or _hearth_cache()) / "from-gguf"
@@ -124,19 +129,23 @@ def gguf_as_folder(path: Path, *, cache: Path | None = None) -> Path:
     out = root / digest[:24]
     if (out / ".complete").is_file():
         return out
-    log.info("dequantizing %s through transformers (once)", path.name)
+    n_weights = sum(int(np.prod(t.shape)) for t in read_gguf(path).tensors)
+    need = 4 * n_weights
+    gib = f"{need / 2**30:.1f} GiB"
+    if need > psutil.virtual_memory().available * 0.9:
+        raise ModelLoadError(f"{path.name} dequantized to float32 needs {gib} of RAM, more than is free; "
+                             "run it on the llama.cpp backend instead")
+    if shutil.disk_usage(root).free < need * 1.1 + (256 << 20):
+        raise ModelLoadError(f"not enough disk space in {root} for {path.name} dequantized ({gib})")
+    log.info("dequantizing %s through transformers (once, %s)", path.name, gib)
     try:
         tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                      dtype=torch.float32)
     except (ValueError, KeyError, NotImplementedError) as e:
         raise UnsupportedModelError(f"transformers cannot read {path.name}: {e}") from None
-    need = sum(p.numel() * p.element_size() for p in model.parameters()) + (256 << 20)
     tmp = root / f".{digest[:24]}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    if shutil.disk_usage(root).free < need * 1.2:
-        raise ModelLoadError(f"not enough disk space in {root} to hold {path.name} dequantized "
-                             f"({need / 2**30:.1f} GiB)")
     # Dequantized, these are plain Linear layers; drop the GGUF marker so the
     # folder reads as an ordinary float32 checkpoint (and can take int8/int4).
     model.hf_quantizer = None
@@ -257,6 +266,7 @@ def _byte_decoder() -> dict[str, int]:
 
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|eot|>", "<|endoftext|>")
 
 
 def _decoder_kind(tok: Any) -> str:
@@ -375,6 +385,7 @@ class HFBackend:
                  source: str = "", prefill_chunk: int = 512) -> None:
         self.model = model.eval()
         self.tok = tokenizer
+        self.info = None  # a GGUF source's header (engine.gguf.ModelInfo), for draft-model checks
         self.quant = quant
         self.source = source
         self.prefill_chunk = prefill_chunk
@@ -411,11 +422,18 @@ class HFBackend:
                 eos.add(src)
             elif src:
                 eos.update(int(x) for x in src)
-        self.eos_ids = frozenset(eos)
         tmpl = tokenizer.chat_template
         if isinstance(tmpl, dict):  # several named templates: the default one drives chat
             tmpl = tmpl.get("default") or next(iter(tmpl.values()), None)
         self.chat_template = tmpl
+        # End-of-turn tokens the template writes also end generation (llama.cpp
+        # marks the same ones end-of-generation), even where generation_config
+        # names only the base model's end-of-text.
+        for text in _END_OF_TURN:
+            tid = tokenizer.convert_tokens_to_ids(text)
+            if tmpl and text in tmpl and isinstance(tid, int) and tid in self._control:
+                eos.add(tid)
+        self.eos_ids = frozenset(eos)
         self.kv_dtype = self._warm_up()
 
     def _new_cache(self) -> HearthCache:
@@ -666,7 +684,12 @@ def load(ref: Any, *, n_ctx: int | None = None, quant: str = "none", device: str
         if quant != "none" and ("bitsandbytes" in msg or "quantiz" in msg.lower()):
             raise HearthError(f"{quant} quantization is not available here: {msg}") from None
         raise ModelLoadError(f"transformers could not load {path.name}: {msg}") from None
-    return HFBackend(model, tok, n_ctx=n_ctx, quant=quant, source=source)
+    backend = HFBackend(model, tok, n_ctx=n_ctx, quant=quant, source=source)
+    if source.lower().endswith(".gguf"):
+        from ..gguf import model_info
+
+        backend.info = model_info(source)
+    return backend
 
 
 def source_sha256(path: Path, memo_dir: Path | None = None) -> str:
