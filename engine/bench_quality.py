@@ -124,6 +124,9 @@ def run(a: argparse.Namespace) -> dict:
         ref_model = fetch_ref(ref_model)
     if backend == "llama_cpp" and ref_model.kind != "gguf":
         raise HearthError("bench quality: --backend llama_cpp needs a GGUF model")
+    if backend == "llama_cpp" and quants:
+        raise HearthError("bench quality: --quant applies to --backend hf; a GGUF file carries its own "
+                          "quantization, which the llama_cpp report measures against its float32 weights")
     n_ctx = 2048
     kw = dict(n_ctx=n_ctx, n_threads=threads, cache_budget=0)
 
