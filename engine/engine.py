@@ -130,7 +130,7 @@ class Engine:
         if kind not in ("none", "ngram", "model", "auto"):
             self._load_draft(Path(kind), n_threads)
             kind = "model"
-        elif kind == "auto" and self.draft is None:
+        elif kind == "auto" and self.draft is None and getattr(self.backend, "info", None) is not None:
             found = find_draft_for(self.backend.info)
             if found is not None:
                 self._load_draft(found, n_threads)
@@ -142,17 +142,34 @@ class Engine:
         self.spec_ctl = SpecController(modes if force else modes + ["plain"], k_fixed=k) if modes else None
 
     def _load_draft(self, path: Path, n_threads: int | None) -> None:
-        from .backends.llama_cpp import LlamaCppBackend
-        from .gguf import model_info
+        """Load a draft on the target's backend kind, after checking that its
+        vocabulary matches the target's id for id."""
+        if self.backend.name == "hf":
+            from .backends import hf
 
-        info = model_info(path)
-        why = check_draft_compatible(self.backend.info, info)
-        if why:
-            raise HearthError(f"{path.name} cannot draft for {self.backend.info.name}: {why}")
+            backend = hf.load(resolve(path), n_ctx=self.backend.n_ctx, n_threads=n_threads)
+        else:
+            from .backends.llama_cpp import LlamaCppBackend
+            from .gguf import model_info
+
+            info = model_info(path)
+            self._check_draft(path, info)  # before loading: the header is enough
+            backend = LlamaCppBackend(path, n_ctx=self.backend.n_ctx, n_threads=n_threads, info=info)
+        try:
+            self._check_draft(path, vocab_of(backend))
+        except HearthError:
+            backend.close()
+            raise
         if self.draft is not None:
             self.draft.backend.close()
-        self.draft = ModelDraft(LlamaCppBackend(path, n_ctx=self.backend.n_ctx, n_threads=n_threads, info=info))
+        self.draft = ModelDraft(backend)
         self.draft.n_vocab_target = self.backend.n_vocab
+
+    def _check_draft(self, path: Path, draft_vocab) -> None:
+        target = vocab_of(self.backend)
+        why = check_draft_compatible(target, draft_vocab)
+        if why:
+            raise HearthError(f"{Path(path).name} cannot draft for {target.name}: {why}")
 
     # -- prompt -------------------------------------------------------------
 
@@ -293,6 +310,20 @@ class Engine:
         if self.draft is not None:
             self.draft.backend.close()
         self.backend.close()
+
+
+def vocab_of(backend: Backend):
+    """The target/draft vocabulary for the compatibility check: the GGUF header
+    when there is one, else the transformers tokenizer's id -> token table."""
+    info = getattr(backend, "info", None)
+    if info is not None:
+        return info
+    from types import SimpleNamespace
+
+    tok = backend.tok
+    tokens = tok.convert_ids_to_tokens(list(range(len(tok))))
+    return SimpleNamespace(tokens=tokens, tokenizer_model=f"hf-{type(tok).__name__}",
+                           name=getattr(tok, "name_or_path", "model"), weight_bytes=0, path="")
 
 
 def find_draft_for(target_info) -> Path | None:
