@@ -30,3 +30,8 @@ class PromptTooLongError(HearthError):
 
 class TemplateError(HearthError):
     """The model's chat template failed to render or tried something unsafe."""
+
+
+class ContextFullError(HearthError):
+    """The KV cache has no room for the tokens being added (a backend-level
+    guard; the decode loop stops with finish reason ``context_full`` first)."""

@@ -31,7 +31,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from ..errors import HearthError, ModelFileError, ModelLoadError, UnsupportedModelError
+from ..errors import ContextFullError, HearthError, ModelFileError, ModelLoadError, UnsupportedModelError
 
 log = logging.getLogger("hearth.hf")
 
@@ -54,10 +54,6 @@ class _DropInt8CastNotice(logging.Filter):
 
 
 logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropInt8CastNotice())
-
-
-class ContextFullError(HearthError):
-    """The KV cache has no room for the tokens being added."""
 
 
 # -- sources ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import numpy as np
 
 import llama_cpp as lc
 
-from ..errors import HearthError, ModelLoadError, UnsupportedModelError
+from ..errors import ContextFullError, HearthError, ModelLoadError, UnsupportedModelError
 from ..gguf import ModelInfo, model_info
 
 log = logging.getLogger("hearth.llama_cpp")
@@ -59,10 +59,6 @@ def _log_since(mark: int) -> list[str]:
     with _LOG_LOCK:
         n = _LOG_SEQ[0] - mark
         return list(_LOG_LINES)[-n:] if n > 0 else []
-
-
-class ContextFullError(HearthError):
-    """The KV cache has no room for the tokens being added."""
 
 
 _BUF_RE = re.compile(r"(\S+)\s+(model|KV|compute|output|RS)\s+buffer size\s*=\s*([\d.]+)\s*MiB")
