@@ -37,7 +37,8 @@ def _sampling(a: argparse.Namespace) -> SamplingParams:
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="path of a .gguf file (default: the bundled model)")
+    p.add_argument("--model", default=None,
+                   help="a .gguf file, a transformers folder or a Hub id (default: the bundled model)")
     p.add_argument("--ctx", type=int, default=None, help="context length (default: auto)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
 
@@ -60,8 +61,11 @@ def cmd_info(a: argparse.Namespace) -> int:
 
 def _print_stats(st) -> None:
     cached = f", cached {st.cached_tokens}/{st.prompt_tokens}" if st.prompt_tokens else ""
+    spec = ""
+    if st.spec and st.spec.get("drafted"):
+        spec = f", draft acceptance {st.spec['acceptance_rate']:.0%}"
     print(f"\x1b[2m[{st.generated_tokens} tok, {st.decode_tok_s:.1f} tok/s, TTFT {st.ttft_ms:.0f} ms"
-          f"{cached}, {st.finish_reason}]\x1b[0m", file=sys.stderr, flush=True)
+          f"{cached}{spec}, {st.finish_reason}]\x1b[0m", file=sys.stderr, flush=True)
 
 
 def cmd_chat(a: argparse.Namespace) -> int:
@@ -69,7 +73,8 @@ def cmd_chat(a: argparse.Namespace) -> int:
 
     params = _sampling(a)
     print("loading model...", file=sys.stderr, flush=True)
-    engine = Engine.load(a.model, n_ctx=a.ctx, n_threads=a.threads)
+    engine = Engine.load(a.model, n_ctx=a.ctx, n_threads=a.threads, backend=a.backend, quant=a.quant,
+                         draft=a.draft)
     label = engine.model.label if engine.model else "model"
     print(f"{label}, context {engine.backend.n_ctx}. /reset clears the conversation, /quit leaves.",
           file=sys.stderr, flush=True)
@@ -132,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("chat", help="streaming terminal chat")
     _model_flags(p)
+    p.add_argument("--backend", choices=["llama_cpp", "hf"], default=None,
+                   help="default: llama.cpp for GGUF files, transformers for folders and Hub ids")
+    p.add_argument("--quant", choices=["none", "int8", "int4"], default="none",
+                   help="transformers backend: bitsandbytes quantization")
+    p.add_argument("--draft", default=None, help="speculative decoding: none, ngram, auto or a draft .gguf")
     _add_sampling_flags(p)
     p.add_argument("--system", default=None, help="system prompt")
     p.set_defaults(func=cmd_chat)

@@ -101,3 +101,13 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path, bundled_path, kind)
     expect = {"missing": "not found", "text": "not a GGUF", "truncated": "truncated",
               "arch": "architecture 'frobnicator' is not supported"}[kind]
     assert expect in err_lines[0]
+
+
+def test_cli_chat_streams_and_resets():
+    r = subprocess.run([sys.executable, "-m", "engine", "chat", "--temp", "0", "--max-tokens", "8", "--ctx", "512",
+                        "--draft", "ngram"],
+                       input="Hi there\n/reset\nWhat is two plus two?\n", capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    assert r.stderr.count("tok/s") == 2 and "conversation cleared" in r.stderr
+    assert "Traceback" not in r.stderr
