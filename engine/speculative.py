@@ -217,29 +217,39 @@ class SpecStats:
 
 
 class SpecController:
-    """Chooses, per round, between the draft kinds on offer and plain decoding,
-    and the draft length.
+    """Chooses, per round, the decoding mode (a draft kind, or plain) and the
+    draft length, from measurements of this engine's own rounds.
 
-    Throughput of each mode is measured as tokens per second of the decoder's
-    own time (an exponential moving average); the best mode is used and the
-    others are probed again every ``probe_every`` tokens, so a mode that stops
-    paying (or starts paying) is noticed. The draft length grows by 2 after a
-    round where every draft was accepted and shrinks by 1 otherwise.
+    - A round's cost is fitted as ``seconds = c0 + c1 * k`` per mode (least
+      squares over recent rounds): on a CPU verifying k drafts costs nearly
+      k extra steps, on a GPU almost nothing.
+    - Acceptance is tracked per draft position as a conditional rate.
+    - The draft length is the k that maximises expected tokens per second,
+      ``E(k) / (c0 + c1 k)`` with ``E(k) = 1 + sum_i prod_{j<=i} a_j``.
+    - Each mode's measured tokens/second (an exponential moving average,
+      including any catch-up prefill a draft needed) decides the mode. A mode
+      that measures slower than the best is probed again later, after an
+      interval that doubles each time the probe confirms it is slower, so a
+      losing mode costs little and a mode that starts paying is noticed.
     Lives on the engine, so what it learns carries across replies.
     """
 
-    def __init__(self, modes: Sequence[str], *, k_init: int = 4, k_max: int = 8,
-                 k_fixed: int | None = None, probe_every: int = 96, alpha: float = 0.3) -> None:
+    def __init__(self, modes: Sequence[str], *, k_init: int = 3, k_max: int = 8,
+                 k_fixed: int | None = None, probe_every: int = 64, alpha: float = 0.3) -> None:
         self.modes = list(dict.fromkeys(modes))  # include "plain" to allow switching off
         self.k = {m: (k_fixed or k_init) for m in self.modes}
-        self.k_max = {m: (k_fixed or (16 if m == "ngram" else k_max)) for m in self.modes}
+        self.k_max = k_fixed or k_max
         self.k_fixed = k_fixed
         self.rate: dict[str, float | None] = {m: None for m in self.modes}
         self.since_probe: dict[str, int] = {m: 0 for m in self.modes}
+        self.probe_interval: dict[str, int] = {m: probe_every for m in self.modes}
         self.probe_every = probe_every
         self.alpha = alpha
         self.current = self.modes[0]
         self.switching = len(self.modes) > 1
+        self._cost: dict[str, list[tuple[int, float]]] = {m: [] for m in self.modes}
+        self._pos_tries: dict[str, list[int]] = {m: [] for m in self.modes}
+        self._pos_acc: dict[str, list[int]] = {m: [] for m in self.modes}
 
     def choose(self) -> str:
         if not self.switching:
@@ -249,13 +259,35 @@ class SpecController:
                 return m
         best = max(self.modes, key=lambda m: self.rate[m])
         for m in self.modes:
-            if m != best and self.since_probe[m] >= self.probe_every:
+            if m != best and self.since_probe[m] >= self.probe_interval[m]:
                 self.since_probe[m] = 0
                 return m
         return best
 
+    def _best_k(self, mode: str) -> int:
+        pts = self._cost[mode][-32:]
+        if len({k for k, _ in pts}) < 2:  # cost slope unknown yet: explore around the current k
+            return self.k[mode]
+        n = len(pts)
+        mk = sum(k for k, _ in pts) / n
+        mt = sum(t for _, t in pts) / n
+        var = sum((k - mk) ** 2 for k, _ in pts)
+        c1 = max(0.0, sum((k - mk) * (t - mt) for k, t in pts) / var)
+        c0 = max(1e-6, mt - c1 * mk)
+        best_k, best_rate, expect, run = 1, 0.0, 1.0, 1.0
+        tries, acc = self._pos_tries[mode], self._pos_acc[mode]
+        for k in range(1, self.k_max + 1):
+            i = k - 1
+            a = (acc[i] + 1) / (tries[i] + 2) if i < len(tries) else 0.5  # Laplace-smoothed
+            run *= a
+            expect += run
+            r = expect / (c0 + c1 * k)
+            if r > best_rate:
+                best_k, best_rate = k, r
+        return best_k
+
     def record(self, mode: str, drafted: int, accepted: int, produced: int, seconds: float,
-               stats: SpecStats) -> None:
+               stats: SpecStats, fit_seconds: float | None = None) -> None:
         for m in self.modes:
             if m != mode:
                 self.since_probe[m] += produced
@@ -263,16 +295,33 @@ class SpecController:
             r = produced / seconds
             old = self.rate[mode]
             self.rate[mode] = r if old is None else (1 - self.alpha) * old + self.alpha * r
-        if mode != "plain" and drafted and not self.k_fixed:
-            if accepted == drafted:
-                self.k[mode] = min(self.k_max[mode], self.k[mode] + 2)
-            else:
-                self.k[mode] = max(1, self.k[mode] - 1)
+        if mode != "plain" and drafted:
+            self._cost[mode].append((drafted, seconds if fit_seconds is None else fit_seconds))
+            tries, acc = self._pos_tries[mode], self._pos_acc[mode]
+            for i in range(min(drafted, accepted + 1)):  # positions past a rejection were not tried
+                if i >= len(tries):
+                    tries.append(0)
+                    acc.append(0)
+                tries[i] += 1
+                acc[i] += i < accepted
+            if not self.k_fixed:
+                self.k[mode] = self._best_k(mode)
+                if self.k[mode] == drafted and len({k for k, _ in self._cost[mode][-32:]}) < 2:
+                    # Vary k early so the cost slope can be fitted.
+                    self.k[mode] = min(self.k_max, drafted + 1) if accepted == drafted else max(1, drafted - 1)
         prev, self.current = self.current, self.choose()
-        if prev != "plain" and self.current == "plain" and self.switching:
+        if self.switching and prev != "plain" and self.current == "plain":
             stats.switched_off += 1
             rates = ", ".join(f"{m} {v:.1f} tok/s" for m, v in self.rate.items() if v)
             stats.notes.append(f"speculation off: slower than plain here ({rates}); probing again later")
+        if not self.switching:
+            return
+        # A probe that confirmed the mode is slower: wait twice as long before the next.
+        best = max((m for m in self.modes if self.rate[m] is not None), key=lambda m: self.rate[m])
+        if mode == best:
+            self.probe_interval[mode] = self.probe_every
+        elif self.current != mode:
+            self.probe_interval[mode] = min(self.probe_interval[mode] * 2, 4096)
 
 
 # -- the step generator ------------------------------------------------------------
@@ -337,9 +386,11 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
                     stats.per_position_accepted[i] += i < n
             # A round with no proposal (n-gram miss) still counts against its
             # mode: that is what choosing the mode cost.
-            spent = time.perf_counter() - t0 - getattr(drafts[mode], "catchup_s", 0.0) if k > 0 else \
-                time.perf_counter() - t0
-            ctl.record(mode, len(proposal), n, len(produced), spent, stats)
+            spent = time.perf_counter() - t0
+            # The mode's rate pays for a draft's catch-up prefill (the user waits
+            # for it too); the per-k cost fit does not, it is a one-off.
+            catchup = getattr(drafts[mode], "catchup_s", 0.0) if k > 0 else 0.0
+            ctl.record(mode, len(proposal), n, len(produced), spent, stats, fit_seconds=spent - catchup)
             stats.mode_tokens[mode] = stats.mode_tokens.get(mode, 0) + len(produced)
             for t, from_draft in produced:
                 history.append(t)

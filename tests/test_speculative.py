@@ -240,3 +240,36 @@ def test_auto_switches_itself_off_when_slower_and_says_so(bundled_path):
         assert st["tokens_by_mode"].get("ngram", 0) > 0  # probed again later
     finally:
         e.close()
+
+
+def test_controller_picks_k_from_measured_cost_and_acceptance():
+    st = SpecStats()
+    # CPU-like costs: each verified draft costs 0.7 of a step; acceptance ~0.9 per position.
+    cpu = SpecController(["ngram"], k_max=8)
+    gpu = SpecController(["ngram"], k_max=8)
+    for r in range(40):
+        k = 1 + r % 8
+        acc = k if r % 10 else k - 1
+        cpu.record("ngram", k, acc, acc + 1, 0.043 + 0.030 * k, st)
+        gpu.record("ngram", k, acc, acc + 1, 0.043 + 0.001 * k, st)
+    # Near-free verification (GPU) makes long drafts pay; CPU-like costs keep them short.
+    assert gpu.k["ngram"] == 8
+    assert cpu.k["ngram"] < gpu.k["ngram"]
+
+
+def test_probe_interval_backs_off_while_a_mode_stays_slower():
+    st = SpecStats()
+    c = SpecController(["ngram", "plain"], probe_every=10)
+    c.record("ngram", 3, 0, 1, 1.0, st)       # ngram: 1 tok/s
+    c.record("plain", 0, 0, 1, 0.05, st)      # plain: 20 tok/s
+    assert c.current == "plain"
+    intervals = []
+    for _ in range(400):
+        mode = c.current
+        if mode == "ngram":
+            intervals.append(c.probe_interval["ngram"])
+            c.record("ngram", 3, 0, 1, 1.0, st)
+        else:
+            c.record("plain", 0, 0, 1, 0.05, st)
+    assert len(intervals) >= 2 and intervals == sorted(intervals) and intervals[-1] > intervals[0]
+    assert st.switched_off >= 1
