@@ -81,8 +81,7 @@ class Engine:
                             progress=progress, cancel=cancel)
         kind = backend or default_backend(ref)
         if kind == "hf":
-            from .backends import hf  # torch + transformers: only when this backend is chosen
-
+            hf = _import_hf()  # torch + transformers: only when this backend is chosen
             be = hf.load(ref, n_ctx=n_ctx, quant=quant, device=device, max_memory=max_memory,
                          n_threads=n_threads, allow_pickle=allow_pickle, allow_remote_code=allow_remote_code)
             model_sha = lambda root: hf.source_sha256(ref.path, memo_dir=root)  # noqa: E731
@@ -145,9 +144,7 @@ class Engine:
         """Load a draft on the target's backend kind, after checking that its
         vocabulary matches the target's id for id."""
         if self.backend.name == "hf":
-            from .backends import hf
-
-            backend = hf.load(resolve(path), n_ctx=self.backend.n_ctx, n_threads=n_threads)
+            backend = _import_hf().load(resolve(path), n_ctx=self.backend.n_ctx, n_threads=n_threads)
         else:
             from .backends.llama_cpp import LlamaCppBackend
             from .gguf import model_info
@@ -310,6 +307,17 @@ class Engine:
         if self.draft is not None:
             self.draft.backend.close()
         self.backend.close()
+
+
+def _import_hf():
+    """The transformers backend module, or a clear message when the optional
+    packages are not installed (the app's default set-up is GGUF-only)."""
+    try:
+        from .backends import hf
+    except ImportError as e:
+        raise HearthError(f"the transformers backend is not installed ({e.name or e}); run "
+                          "`python3 scripts/setup.py --hf` to add torch, transformers and bitsandbytes") from None
+    return hf
 
 
 def vocab_of(backend: Backend):

@@ -237,3 +237,16 @@ def test_installed_llama_cpp_survives_the_multi_token_probe(bundled_path):
     r = subprocess.run([sys.executable, str(probe), str(bundled_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "AMX" not in r.stdout and "LLAMAFILE" not in r.stdout
+
+
+def test_missing_transformers_backend_is_a_clear_error(bundled_path):
+    import subprocess
+    import sys
+
+    # Simulate the GGUF-only install: make `import torch` fail in a child process.
+    code = ("import sys\nsys.modules['torch'] = None\n"
+            "from engine import Engine, HearthError\n"
+            "try:\n    Engine.load(backend='hf')\nexcept HearthError as e:\n    print('ERR', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "ERR the transformers backend is not installed" in r.stdout and "setup.py --hf" in r.stdout
