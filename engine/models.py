@@ -48,12 +48,16 @@ class ModelRef:
         return self.label == BUNDLED_NAME
 
 
-def resolve(spec: str | os.PathLike[str] | None) -> ModelRef:
+def resolve(spec: str | os.PathLike[str] | ModelRef | None) -> ModelRef:
     """Turn what the user typed (None, "bundled", a path or a Hub id) into a ModelRef.
 
     A path that exists wins over a Hub id of the same spelling. Hub ids are
     fetched later (engine.hub.fetch_ref), so resolving never touches the network.
+    A ModelRef is returned as it is (a caller that fetched a Hub model itself
+    passes the fetched ref, keeping the Hub id as its label).
     """
+    if isinstance(spec, ModelRef):
+        return spec
     if spec is None or str(spec) in ("", BUNDLED_ID, "default"):
         return ModelRef("gguf", bundled_model_path(), BUNDLED_NAME)
     p = Path(spec).expanduser()
