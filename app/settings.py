@@ -5,6 +5,10 @@ Writes are atomic (temp file, fsync, ``os.replace``), so a crash mid-write
 leaves the old file intact. A file that cannot be parsed or validated is moved
 aside with a message, never overwritten. The model choice that last loaded
 successfully is kept under ``last_working`` so a failed load can roll back.
+
+Files written before a field existed still load: a missing ``source`` is
+worked out from ``model`` (older files hold only "bundled" or a GGUF path), and
+a missing ``backend``/``quant`` means Auto.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from typing import Any
 
 from engine import HearthError, SamplingParams
 
+from .model_choice import BACKENDS, QUANTS, SOURCES, effective_backend, infer_source, runs_gguf
 from .paths import config_dir, move_aside
 
 FILE_NAME = "settings.json"
@@ -25,6 +30,7 @@ BUNDLED = "bundled"
 THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
+LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads")
 
 # The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
@@ -51,7 +57,10 @@ def _default_sampling() -> dict[str, Any]:
 
 @dataclass(slots=True)
 class Settings:
-    model: str = BUNDLED            # "bundled" or the path of a .gguf file
+    model: str = BUNDLED            # "bundled", a .gguf path, a transformers folder or a Hub id
+    source: str | None = None       # "bundled" | "gguf" | "hf_dir" | "hub"; None: worked out from model
+    backend: str = "auto"           # "auto" (follows the model's type) | "llama_cpp" | "hf"
+    quant: str = "auto"             # transformers only: "auto" | "none" | "int8" | "int4"
     context: int | None = None      # None = Auto (the engine picks)
     draft: str = "auto"             # "auto" | "none" (a chosen draft model arrives with speculative.py)
     n_threads: int | None = None    # None = the engine's default
@@ -60,12 +69,36 @@ class Settings:
     default_preset: str = "None"    # preset a new conversation starts with
     theme: str = "system"
 
+    def __post_init__(self) -> None:
+        if self.source is None and isinstance(self.model, str):
+            self.source = infer_source(self.model)
+
     # -- validation ---------------------------------------------------------
 
     def validate(self) -> "Settings":
         """Raise SettingsError for the first bad value; return self for chaining."""
         if not isinstance(self.model, str) or not self.model.strip():
-            raise SettingsError("model: choose the bundled model or a .gguf file")
+            raise SettingsError("model: choose the bundled model, a .gguf file, a model folder or a Hub id")
+        if self.source not in SOURCES:
+            raise SettingsError(f"source: must be one of {', '.join(SOURCES)}, got {self.source!r}")
+        if (self.source == "bundled") != (self.model == BUNDLED):
+            raise SettingsError(f"source: {self.source!r} does not go with the model {self.model!r}")
+        if self.source == "hub":
+            from engine.hub import is_hub_id
+
+            if not is_hub_id(self.model):
+                raise SettingsError(f"model: {self.model!r} is not a Hub id (owner/name, owner/name:QUANT "
+                                    "or owner/name/file.gguf)")
+        if self.backend not in BACKENDS:
+            raise SettingsError(f"backend: must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.backend == "llama_cpp" and not runs_gguf(self.source, self.model):
+            raise SettingsError("backend: llama.cpp runs GGUF files; a transformers folder or repository "
+                                "runs on the transformers backend")
+        if self.quant not in QUANTS:
+            raise SettingsError(f"quant: must be one of {', '.join(QUANTS)}, got {self.quant!r}")
+        if self.quant in ("int8", "int4") and self.effective_backend == "llama_cpp":
+            raise SettingsError("quant: int8/int4 are transformers choices; a GGUF file on llama.cpp "
+                                "carries its own quantization")
         if self.context is not None:
             if not isinstance(self.context, int) or isinstance(self.context, bool) or \
                     not 256 <= self.context <= MAX_CONTEXT:
@@ -106,11 +139,18 @@ class Settings:
 
     def load_key(self) -> dict[str, Any]:
         """The part of the settings that decides which model is loaded and how."""
-        return {"model": self.model, "context": self.context, "draft": self.draft,
-                "n_threads": self.n_threads}
+        return {k: getattr(self, k) for k in LOAD_KEYS}
 
     def with_load_key(self, key: dict[str, Any]) -> "Settings":
-        return replace(self, **{k: key[k] for k in ("model", "context", "draft", "n_threads") if k in key})
+        """These settings with another model set-up. A key saved before a field existed
+        means that field's default (source: worked out from the model)."""
+        key = {**{"source": None, "backend": "auto", "quant": "auto"}, **key}
+        return replace(self, **{k: key[k] for k in LOAD_KEYS if k in key})
+
+    @property
+    def effective_backend(self) -> str:
+        """"llama_cpp" or "hf": the chosen backend, or the one the model's type calls for."""
+        return effective_backend(self.source, self.model, self.backend)
 
     @property
     def is_bundled(self) -> bool:
