@@ -116,6 +116,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
     def _connect(self) -> None:
         h = self.host
         h.load_started.connect(self._on_load_started)
+        h.download_progress.connect(self._on_download_progress)
         h.loaded.connect(self._on_loaded)
         h.load_failed.connect(self._on_load_failed)
         h.load_cancelled.connect(self._on_load_cancelled)

@@ -3,19 +3,20 @@
 A mixin of MainWindow (it uses its host, monitor, settings and info bar); it
 lives in its own file so each part of the window can be read on its own.
 A load that fails or is cancelled goes back to the model set-up that last
-worked, saves that as the choice again, and says so.
+worked, saves that as the choice again, and says so. A Hub model downloads
+first: the bar then shows bytes, and Cancel stops the download.
 """
 from __future__ import annotations
 
 import gc
 import time
-from pathlib import Path
-
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton
 
-from .settings import BUNDLED
+from .model_choice import model_title
 from .text_utils import human_bytes
+
+BAR_STEPS = 1000  # QProgressBar counts in int; byte totals pass 2 GiB, so the bar counts per mille
 
 
 class ModelLoadingMixin:
@@ -25,6 +26,7 @@ class ModelLoadingMixin:
         self.load_bar.setRange(0, 0)  # llama.cpp loads in one call: a busy bar, not a fake percentage
         self.load_bar.setMaximumWidth(120)
         self.load_bar.hide()
+        self._downloading = False
         self._load_started = 0.0
         self._load_what = ""
         self._load_clock = QTimer(self)
@@ -54,17 +56,19 @@ class ModelLoadingMixin:
     def cancel_load(self) -> None:
         self.host.cancel_load()
         self.cancel_load_button.setEnabled(False)
-        self.statusBar().showMessage("Cancelling: the current load step has to finish first…")
+        self.statusBar().showMessage("Cancelling the download…" if self._downloading else
+                                     "Cancelling: the current load step has to finish first…")
 
     def _describe_key(self, key: dict | None) -> str:
-        model = (key or {}).get("model", BUNDLED)
-        return "the bundled model" if model in (None, "", BUNDLED) else Path(model).name
+        return model_title(key)
 
     def _on_load_started(self, what: str) -> None:
         if self._load_clock.isActive() and what == self._load_what:
             return  # the engine thread confirming what the window already shows
         self._load_what = what
         self._load_started = time.monotonic()
+        self._downloading = False
+        self.load_bar.setRange(0, 0)
         self._load_clock.start()
         self.load_bar.show()
         self.cancel_load_button.setEnabled(True)
@@ -73,11 +77,33 @@ class ModelLoadingMixin:
         self.memory_label.setText("")
 
     def _show_load_time(self) -> None:
-        self.model_label.setText(f"Loading {self._load_what}… {time.monotonic() - self._load_started:.0f} s")
+        if not self._downloading:  # while downloading, the byte count shows that time is passing
+            self.model_label.setText(f"Loading {self._load_what}… {time.monotonic() - self._load_started:.0f} s")
+
+    def _on_download_progress(self, done: int, total: int, name: str) -> None:
+        """Bytes of a Hub download (the engine reports at most every 50 ms); a final
+        call with no file name means the download is complete and loading begins."""
+        if total <= 0:
+            return  # everything was in the cache already
+        if not name and done >= total:
+            self._downloading = False
+            self.load_bar.setRange(0, 0)
+            self.load_bar.setToolTip("")
+            self.model_label.setText(f"Loading {self._load_what}…")
+            return
+        if not self._downloading:
+            self._downloading = True
+            self.load_bar.setRange(0, BAR_STEPS)
+        self.load_bar.setValue(min(BAR_STEPS, int(BAR_STEPS * done / total)))
+        self.load_bar.setToolTip(f"Downloading {name}" if name else "")
+        self.model_label.setText(f"Downloading {self._load_what}: {human_bytes(done)} of {human_bytes(total)}")
 
     def _end_loading(self) -> None:
         self._load_clock.stop()
         self.monitor.end("loading")
+        self._downloading = False
+        self.load_bar.setRange(0, 0)
+        self.load_bar.setToolTip("")
         self.load_bar.hide()
         self.cancel_load_button.hide()
         self.statusBar().clearMessage()
@@ -109,8 +135,11 @@ class ModelLoadingMixin:
         self._fail_load(f"Could not load {self._describe_key(self._load_key)}: {msg}")
 
     def _on_load_cancelled(self) -> None:
+        downloading = self._downloading
         self._end_loading()
-        self._fail_load(f"Loading {self._describe_key(self._load_key)} was cancelled.")
+        what = self._describe_key(self._load_key)
+        self._fail_load(f"Downloading {what} was cancelled; the part already fetched is kept, and the "
+                        "next try resumes it." if downloading else f"Loading {what} was cancelled.")
 
     def _fail_load(self, text: str) -> None:
         self.model_label.setText("No model loaded")

@@ -22,15 +22,16 @@ class PlanRunner(QObject):
         self._hardware = None
         self._lock = threading.Lock()
 
-    def request(self, model: str | None, n_ctx: int | None, draft: str | None) -> int:
-        """Plan ``model`` (None = bundled) with these choices; returns the request number."""
+    def request(self, model: str | None, n_ctx: int | None, draft: str | None, quant: str | None = None) -> int:
+        """Plan ``model`` (None = bundled) with these choices (``quant`` None = Auto);
+        returns the request number."""
         self._n += 1
         n = self._n
-        threading.Thread(target=self._run, args=(n, model, n_ctx, draft), daemon=True,
+        threading.Thread(target=self._run, args=(n, model, n_ctx, draft, quant), daemon=True,
                          name=f"hearth-plan-{n}").start()
         return n
 
-    def _run(self, n: int, model: str | None, n_ctx: int | None, draft: str | None) -> None:
+    def _run(self, n: int, model: str | None, n_ctx: int | None, draft: str | None, quant: str | None) -> None:
         from engine import HearthError
         from engine.hardware import probe
         from engine.sizing import Choices, plan_for
@@ -39,7 +40,7 @@ class PlanRunner(QObject):
             with self._lock:  # one probe per dialog; it never changes while the dialog is open
                 if self._hardware is None:
                     self._hardware = probe(allow_torch=False)
-            plan = plan_for(model, hardware=self._hardware, choices=Choices(n_ctx=n_ctx, draft=draft))
+            plan = plan_for(model, hardware=self._hardware, choices=Choices(quant=quant, n_ctx=n_ctx, draft=draft))
             result = (self.ready, (n, plan))
         except HearthError as e:
             result = (self.failed, (n, str(e)))

@@ -1,5 +1,11 @@
 """Settings: model, backend, quantization, draft, context, sampling, presets, theme.
 
+The model is the bundled GGUF, a local GGUF file, a local transformers folder
+or a Hub id; the backend follows its type (a GGUF may also run on
+transformers), and quantization is the GGUF file's own or, on transformers,
+Auto/none/int8/int4. A folder the engine would refuse (pickled weights, remote
+code) is refused here already, with the engine's reason.
+
 The dialog edits a copy of the settings and only hands it back when it
 validates. Before the user confirms it shows the memory plan for the chosen
 model, context and draft (engine.sizing, computed off the GUI thread) and
@@ -18,14 +24,19 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDialog, QDia
                                QRadioButton, QSpinBox, QTabWidget, QVBoxLayout, QWidget)
 
 from engine import HearthError
+from engine.hub import is_hub_id, parse_hub_id
 from engine.models import BUNDLED_NAME, bundled_model_path
 
 from .memory import estimate
+from .model_choice import QUANTS, check_hf_folder, effective_backend, runs_gguf
 from .plan_runner import PlanRunner
 from .settings import BUNDLED, DRAFTS, MAX_CONTEXT, THEMES, Settings, SettingsError, _default_sampling
 from .text_utils import human_bytes
 
-HF_TIP = "arrives with the transformers backend"
+HUB_PLACEHOLDER = "owner/name, owner/name:Q4_K_M or owner/name/file.gguf"
+HUB_TIP = ("A model on the Hugging Face Hub. It is downloaded into the Hugging Face cache when it loads, "
+           "with progress in the status bar; Cancel keeps what was fetched and the next try resumes it. "
+           "Offline, the cached copy is used.")
 
 
 class SettingsDialog(QDialog):
@@ -72,36 +83,70 @@ class SettingsDialog(QDialog):
         form = QFormLayout(w)
         self.rb_bundled = QRadioButton(f"Bundled: {BUNDLED_NAME}")
         self.rb_file = QRadioButton("Local GGUF file:")
-        self.rb_hf = QRadioButton("Hugging Face folder")
-        self.rb_hub = QRadioButton("Hugging Face Hub id")
-        for rb in (self.rb_hf, self.rb_hub):
-            rb.setEnabled(False)
-            rb.setToolTip(HF_TIP)
+        self.rb_hf = QRadioButton("Hugging Face folder:")
+        self.rb_hub = QRadioButton("Hugging Face Hub id:")
+        self.rb_hf.setToolTip("A local transformers model folder (config.json and *.safetensors weights); "
+                              "it runs on the transformers backend")
+        self.rb_hub.setToolTip(HUB_TIP)
         self._group = QButtonGroup(self)
-        for rb in (self.rb_bundled, self.rb_file, self.rb_hf, self.rb_hub):
+        self._radios = {"bundled": self.rb_bundled, "gguf": self.rb_file, "hf_dir": self.rb_hf,
+                        "hub": self.rb_hub}
+        for rb in self._radios.values():
             self._group.addButton(rb)
-        self.path_edit = QLineEdit("" if s.is_bundled else s.model)
+        self.path_edit = QLineEdit(s.model if s.source == "gguf" else "")
         self.path_edit.setPlaceholderText("/path/to/model.gguf")
         self.browse = QPushButton("Browse…")
         self.browse.clicked.connect(self._browse)
-        (self.rb_bundled if s.is_bundled else self.rb_file).setChecked(True)
+        self.folder_edit = QLineEdit(s.model if s.source == "hf_dir" else "")
+        self.folder_edit.setPlaceholderText("/path/to/model-folder")
+        self.browse_folder = QPushButton("Browse…")
+        self.browse_folder.clicked.connect(self._browse_dir)
+        self.hub_edit = QLineEdit(s.model if s.source == "hub" else "")
+        self.hub_edit.setPlaceholderText(HUB_PLACEHOLDER)
+        self.hub_edit.setToolTip(HUB_TIP)
+        self._radios.get(s.source, self.rb_bundled).setChecked(True)
         models = QVBoxLayout()
         models.addWidget(self.rb_bundled)
-        file_row = QHBoxLayout()
-        file_row.addWidget(self.rb_file)
-        file_row.addWidget(self.path_edit, 1)
-        file_row.addWidget(self.browse)
-        models.addLayout(file_row)
-        models.addWidget(self.rb_hf)
-        models.addWidget(self.rb_hub)
+        for rb, edit, button in ((self.rb_file, self.path_edit, self.browse),
+                                 (self.rb_hf, self.folder_edit, self.browse_folder),
+                                 (self.rb_hub, self.hub_edit, None)):
+            row = QHBoxLayout()
+            row.addWidget(rb)
+            row.addWidget(edit, 1)
+            if button is not None:
+                row.addWidget(button)
+            models.addLayout(row)
+            # Typing a path or an id picks that kind of model.
+            edit.textEdited.connect(lambda _t, rb=rb: rb.setChecked(True))
+            edit.editingFinished.connect(self.refresh_model)
+            rb.toggled.connect(lambda on, edit=edit: edit.setFocus() if on else None)
         form.addRow("Model", models)
 
+        # GGUF files run on llama.cpp unless the user asks for transformers; everything else
+        # is a transformers checkpoint. The choice for GGUF is remembered while switching.
+        self._gguf_backend = "hf" if s.backend == "hf" and runs_gguf(s.source, s.model) else "llama_cpp"
+        backend_row = QHBoxLayout()
+        self.backend_combo = QComboBox()
+        self.backend_combo.addItem("llama.cpp", "llama_cpp")
+        self.backend_combo.addItem("transformers", "hf")
         self.backend_label = QLabel()
-        self.backend_label.setToolTip("The backend follows the model type")
-        form.addRow("Backend", self.backend_label)
+        self.backend_label.setWordWrap(True)
+        backend_row.addWidget(self.backend_combo)
+        backend_row.addWidget(self.backend_label, 1)
+        form.addRow("Backend", backend_row)
+        quant_row = QHBoxLayout()
+        self.quant_combo = QComboBox()
+        for q in QUANTS:
+            self.quant_combo.addItem(q.title() if q == "auto" else q, q)
+        self.quant_combo.setCurrentIndex(QUANTS.index(s.quant))
+        self.quant_combo.setToolTip("transformers: none loads 16-bit on a GPU and float32 on the CPU; int8 "
+                                    "and int4 are bitsandbytes. Auto uses what the memory plan chooses.")
         self.quant_label = QLabel()
-        self.quant_label.setToolTip("Read from the GGUF file's metadata")
-        form.addRow("Quantization", self.quant_label)
+        self.quant_label.setWordWrap(True)
+        self.quant_label.setToolTip("A GGUF file's quantization is read from its metadata")
+        quant_row.addWidget(self.quant_combo)
+        quant_row.addWidget(self.quant_label, 1)
+        form.addRow("Quantization", quant_row)
         self.draft = QComboBox()
         self.draft.addItems([d.title() for d in DRAFTS])
         self.draft.setCurrentIndex(DRAFTS.index(s.draft))
@@ -132,11 +177,11 @@ class SettingsDialog(QDialog):
         self.plan_view.setPlaceholderText("The memory plan appears here.")
         form.addRow("Plan", self.plan_view)
 
-        for sig in (self.rb_bundled.toggled, self.ctx_auto.toggled, self.ctx.valueChanged,
-                    self.draft.currentIndexChanged):
+        self._group.buttonToggled.connect(lambda _b, on: self.refresh_model() if on else None)
+        self.backend_combo.currentIndexChanged.connect(self._backend_changed)
+        for sig in (self.ctx_auto.toggled, self.ctx.valueChanged, self.draft.currentIndexChanged,
+                    self.quant_combo.currentIndexChanged):
             sig.connect(self.refresh_model)
-        self.path_edit.editingFinished.connect(self.refresh_model)
-        self.rb_file.toggled.connect(lambda on: self.path_edit.setFocus() if on else None)
         return w
 
     def _browse(self) -> None:
@@ -147,8 +192,35 @@ class SettingsDialog(QDialog):
             self.rb_file.setChecked(True)
             self.refresh_model()
 
+    def _browse_dir(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Choose a Hugging Face model folder",
+                                                self.folder_edit.text().strip() or str(Path.home()))
+        if path:
+            self.folder_edit.setText(path)
+            self.rb_hf.setChecked(True)
+            self.refresh_model()
+
+    def _backend_changed(self) -> None:
+        if self.backend_combo.isEnabled():
+            self._gguf_backend = self.backend_combo.currentData()
+        self.refresh_model()
+
+    def chosen_source(self) -> str:
+        return next(src for src, rb in self._radios.items() if rb.isChecked())
+
     def chosen_model(self) -> str:
-        return BUNDLED if self.rb_bundled.isChecked() else self.path_edit.text().strip()
+        edits = {"bundled": None, "gguf": self.path_edit, "hf_dir": self.folder_edit, "hub": self.hub_edit}
+        edit = edits[self.chosen_source()]
+        return BUNDLED if edit is None else edit.text().strip()
+
+    def chosen_backend(self) -> str:
+        """What the settings store: "hf" for a GGUF file the user runs on transformers, else Auto."""
+        src, model = self.chosen_source(), self.chosen_model()
+        return "hf" if runs_gguf(src, model) and self.backend_combo.currentData() == "hf" else "auto"
+
+    def chosen_quant(self) -> str:
+        backend = effective_backend(self.chosen_source(), self.chosen_model(), self.chosen_backend())
+        return self.quant_combo.currentData() if backend == "hf" else "auto"
 
     def _info(self, model: str):
         """GGUF metadata for the chosen model (cached); raises HearthError with a clear message."""
@@ -163,21 +235,70 @@ class SettingsDialog(QDialog):
             self._info_cache[model] = model_info(path)
         return self._info_cache[model]
 
+    def _check(self, source: str, model: str):
+        """What can be known about the choice now, without loading it: a GGUF file's
+        metadata (or None); raises HearthError with the reason the engine would give."""
+        if source in ("bundled", "gguf"):
+            return self._info(model)
+        if not model:
+            raise HearthError("choose a model folder" if source == "hf_dir" else "type a Hub id")
+        if source == "hf_dir":
+            check_hf_folder(Path(model).expanduser())
+        elif not is_hub_id(model):
+            raise HearthError(f"{model!r} is not a Hub id; type {HUB_PLACEHOLDER}")
+        return None
+
+    def _sync_backend(self, source: str, model: str) -> str:
+        """Make the backend choice follow the model's type; return the backend in use."""
+        gguf = runs_gguf(source, model)
+        self.backend_combo.blockSignals(True)
+        self.backend_combo.setEnabled(gguf)
+        want = self._gguf_backend if gguf else "hf"
+        self.backend_combo.setCurrentIndex(self.backend_combo.findData(want))
+        self.backend_combo.blockSignals(False)
+        if not gguf:
+            hint = "model folders and Hub repositories run on transformers"
+        elif want == "hf":
+            hint = "the GGUF weights are dequantized to float32 once and cached (slower than llama.cpp)"
+        else:
+            hint = "GGUF files run on llama.cpp"
+        self.backend_label.setText(hint)
+        self.quant_combo.setHidden(want != "hf")
+        return want
+
+    def _clear_plan(self) -> None:
+        self._estimate = None
+        self.plan = None
+        self._plan_timer.stop()
+        self._plan_request = -1  # ignore any plan still being made for the old choice
+        self.plan_view.clear()
+
     def refresh_model(self) -> None:
         """Update backend, quantization and the memory estimate for the current choices."""
+        source, model = self.chosen_source(), self.chosen_model()
+        backend = self._sync_backend(source, model)
+        self._clear_plan()
         try:
-            info = self._info(self.chosen_model())
+            info = self._check(source, model)
         except HearthError as e:
-            self.backend_label.setText("llama.cpp (GGUF)")
             self.quant_label.setText("—")
             self.memory.setText(f"<span style='color:#d9480f'>Cannot read this model: {e}</span>")
-            self._estimate = None
-            self.plan = None
-            self._plan_timer.stop()
-            self._plan_request = -1  # ignore any plan still being made for the old choice
-            self.plan_view.clear()
             return
-        self.backend_label.setText("llama.cpp (GGUF)")
+        if info is None:
+            if source == "hub" and runs_gguf(source, model):
+                self.quant_label.setText(f"the one GGUF file the id picks ({parse_hub_id(model)[2] or 'by name'})")
+            else:
+                self.quant_label.setText("")
+            where = ("Downloaded into the Hugging Face cache when it loads (progress in the status bar; "
+                     "Cancel keeps what was fetched). " if source == "hub" else "")
+            self.memory.setText(f"{where}<i>Making the memory plan…</i>")
+            self._plan_timer.start()
+            return
+        if backend == "hf":
+            self.quant_label.setText(f"the file holds {info.file_type}; transformers dequantizes it")
+            self.memory.setText("On transformers the weights are dequantized to float32 (several times the "
+                                "file's size); the memory plan covers llama.cpp only, so none is shown.")
+            return
         self.quant_label.setText(f"{info.file_type} (from the file's metadata)")
         est = estimate(info, None if self.ctx_auto.isChecked() else self.ctx.value())
         self._estimate = est
@@ -188,8 +309,6 @@ class SettingsDialog(QDialog):
             f"KV cache {human_bytes(est.kv)} + compute ≈{human_bytes(est.compute)} = "
             f"<b>{human_bytes(est.total)}</b>.<br>System RAM available now: "
             f"{human_bytes(est.available)} — {verdict}.<br><i>Making the full memory plan…</i>")
-        self.plan = None
-        self.plan_view.clear()
         self._plan_timer.start()
 
     def _request_plan(self) -> None:
@@ -197,9 +316,11 @@ class SettingsDialog(QDialog):
         # Plan the context the engine will really use: its Auto is not the planner's Auto.
         est = self._estimate
         n_ctx = est.n_ctx if est is not None else (None if self.ctx_auto.isChecked() else self.ctx.value())
+        quant = self.chosen_quant()
         self._plan_request = self._planner.request(
             None if model == BUNDLED else model, n_ctx,
-            "none" if DRAFTS[self.draft.currentIndex()] == "none" else None)
+            "none" if DRAFTS[self.draft.currentIndex()] == "none" else None,
+            None if quant == "auto" else quant)
 
     def _plan_ready(self, n: int, plan) -> None:
         if n != self._plan_request:
@@ -217,6 +338,9 @@ class SettingsDialog(QDialog):
         if n != self._plan_request:
             return
         self.plan_view.setPlainText(f"No memory plan: {message}")
+        if self._estimate is None:  # nothing else to go on: say so where the verdict would be
+            later = " It can be made once the model is downloaded." if self.chosen_source() == "hub" else ""
+            self.memory.setText(f"No memory plan for this model ({message}).{later}")
 
     # -- sampling -----------------------------------------------------------
 
@@ -372,7 +496,8 @@ class SettingsDialog(QDialog):
         sampling = {k: (w.value() if isinstance(w, QSpinBox) else round(w.value(), 4))
                     for k, w in self.sp.items()}
         sampling["seed"] = None if self.seed_random.isChecked() else self.seed.value()
-        s = Settings(model=self.chosen_model(),
+        s = Settings(model=self.chosen_model(), source=self.chosen_source(), backend=self.chosen_backend(),
+                     quant=self.chosen_quant(),
                      context=None if self.ctx_auto.isChecked() else self.ctx.value(),
                      draft=DRAFTS[self.draft.currentIndex()], n_threads=self._orig.n_threads,
                      sampling=sampling, presets=copy.deepcopy(self._presets),
@@ -380,7 +505,7 @@ class SettingsDialog(QDialog):
                      theme=THEMES[self.theme.currentIndex()])
         s.validate()
         try:
-            self._info(s.model)
+            self._check(s.source, s.model)
         except HearthError as e:
             raise SettingsError(f"model: {e}") from None
         return s

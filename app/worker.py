@@ -10,6 +10,11 @@ The generation worker writes the reply to the database itself, on its own
 connection, as it streams (throttled). So the stream keeps saving to *its*
 conversation whatever the window is showing, and a crash loses at most the
 last half second.
+
+A Hub model is downloaded inside the load, on the engine thread: the
+engine's byte progress is forwarded as a signal (the window draws the bar),
+and Cancel stops the download between chunks (the part fetched is kept, so
+the next try resumes it).
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from engine import HearthError, Message, SamplingParams
 
+from .model_choice import auto_quant, model_ref, model_title
 from .store import Store
 from .text_utils import COMPLETE_REASONS
 
@@ -34,7 +40,7 @@ PROGRESS_SECONDS = 0.25
 
 @dataclass(slots=True)
 class LoadRequest:
-    key: dict[str, Any]  # Settings.load_key(): model, context, draft, n_threads
+    key: dict[str, Any]  # Settings.load_key(): model, source, backend, quant, context, draft, n_threads
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
@@ -73,23 +79,41 @@ def _memory_in_use(report: dict[str, int]) -> int:
     return sum(v for k, v in report.items() if "@" not in k and k != "model_size")
 
 
+def _quant_label(backend) -> str:
+    """A GGUF file's own quantization on llama.cpp; on transformers the bitsandbytes
+    choice, or the dtype the weights were loaded in (a GGUF there is dequantized)."""
+    if backend.name != "hf":
+        return backend.info.file_type
+    if backend.quant != "none":
+        return backend.quant
+    dtype = getattr(getattr(backend, "model", None), "dtype", None)
+    return str(dtype).removeprefix("torch.") if dtype is not None else "none"
+
+
+def _draft_name(engine) -> str | None:
+    draft = getattr(engine, "draft", None)
+    if draft is None:
+        return None
+    b = draft.backend
+    return Path(str(getattr(b, "path", None) or getattr(b, "source", "") or "draft")).name
+
+
 def describe(engine) -> dict[str, Any]:
     """What the window shows about a loaded engine (plain data, safe to send across threads)."""
     b = engine.backend
     report = b.memory_report()
-    info = b.info
-    return {"label": engine.model.label if engine.model else info.name,
+    info = getattr(b, "info", None)
+    return {"label": engine.model.label if engine.model else (info.name if info else "model"),
             "path": str(engine.model.path) if engine.model else "",
             "bundled": bool(engine.model and engine.model.is_bundled),
             "backend": b.name, "n_ctx": b.n_ctx, "n_threads": getattr(b, "n_threads", None),
-            "draft": getattr(engine, "spec_kind", "none"),
-            "draft_model": (engine.draft.backend.path.name
-                            if getattr(engine, "draft", None) is not None else None), "quant": info.file_type,
-            "memory": report, "memory_total": _memory_in_use(report)}
+            "draft": getattr(engine, "spec_kind", "none"), "draft_model": _draft_name(engine),
+            "quant": _quant_label(b), "memory": report, "memory_total": _memory_in_use(report)}
 
 
 class LoadWorker(QObject):
     started = Signal(str)          # what is being loaded
+    download_progress = Signal(object, object, str)  # bytes done, bytes total (can pass 2 GiB), file
     loaded = Signal(object)          # describe(engine) + load_ms
     failed = Signal(str)           # one-line message
     cancelled = Signal()
@@ -103,17 +127,37 @@ class LoadWorker(QObject):
         from engine import Engine  # imported here so the window can appear first
 
         key = req.key
-        model = None if key.get("model") in (None, "", "bundled") else key["model"]
-        self.started.emit("the bundled model" if model is None else Path(model).name)
+        self.started.emit(model_title(key))
         # Free the old model first: two models side by side may not fit.
         self._close_engine()
         t0 = time.perf_counter()
         try:
-            engine = Engine.load(model, n_ctx=key.get("context"),
+            ref = model_ref(key)
+            if ref.kind == "hub":
+                from engine.hub import fetch_ref
+
+                ref = fetch_ref(ref, progress=self.download_progress.emit, cancel=req.cancel)
+            if req.cancel.is_set():
+                self.cancelled.emit()
+                return
+            backend = key.get("backend") or "auto"
+            if backend == "auto":
+                from engine.models import default_backend
+
+                backend = default_backend(ref)
+            quant = key.get("quant") or "auto"
+            if backend != "hf":
+                quant = "none"  # a GGUF file on llama.cpp carries its own quantization
+            elif quant == "auto":
+                quant = auto_quant(ref, key.get("context"))
+            engine = Engine.load(ref, backend=backend, quant=quant, n_ctx=key.get("context"),
                                  n_threads=key.get("n_threads") or app_threads(),
                                  draft=key.get("draft") or "none", cancel=req.cancel)
         except HearthError as e:
-            self.failed.emit(str(e))
+            if req.cancel.is_set():  # a download stops with DownloadCancelled: that is a cancel
+                self.cancelled.emit()
+            else:
+                self.failed.emit(str(e))
             return
         except Exception as e:  # a bug or an unexpected native failure: still a message, never silence
             traceback.print_exc()
@@ -220,6 +264,7 @@ class EngineHost(QObject):
     """The window's handle on the engine thread. Lives on the GUI thread."""
 
     load_started = Signal(str)
+    download_progress = Signal(object, object, str)
     loaded = Signal(object)
     load_failed = Signal(str)
     load_cancelled = Signal()
@@ -247,6 +292,7 @@ class EngineHost(QObject):
         self._request_close.connect(self._generator.close_stores)
         self._request_close.connect(self._loader.close_engine)
         self._loader.started.connect(self.load_started)
+        self._loader.download_progress.connect(self._on_download_progress)
         self._loader.loaded.connect(self._on_loaded)
         self._loader.failed.connect(self._on_load_failed)
         self._loader.cancelled.connect(self._on_load_cancelled)
@@ -286,6 +332,10 @@ class EngineHost(QObject):
     def cancel_load(self) -> None:
         if self._load is not None:
             self._load.cancel.set()
+
+    def _on_download_progress(self, done: int, total: int, name: str) -> None:
+        if self._load is not None and not self._load.cancel.is_set():  # a stale load's bytes are not news
+            self.download_progress.emit(done, total, name)
 
     def _on_loaded(self, info: dict) -> None:
         self._load = None

@@ -303,8 +303,8 @@ def test_copy_message_and_code_block(qtbot, make_window):
     assert view.body.code_at(rect.center().toPoint()) == "print('hi')"
 
 
-def test_settings_dialog_shows_quantization_estimate_and_disabled_hf_options(qtbot, make_window, data_dir):
-    from app.settings_dialog import HF_TIP, SettingsDialog
+def test_settings_dialog_shows_quantization_estimate_and_backend(qtbot, make_window, data_dir):
+    from app.settings_dialog import SettingsDialog
     from app.settings import SettingsError
 
     w = make_window(start=False)
@@ -315,8 +315,8 @@ def test_settings_dialog_shows_quantization_estimate_and_disabled_hf_options(qtb
     qtbot.waitUntil(lambda: dlg.plan is not None, timeout=30_000)  # then the planner's breakdown
     assert dlg.plan.fits and "KV cache" in dlg.plan_view.toPlainText()
     assert dlg.memory.text().startswith("<b>fits</b>")
-    assert not dlg.rb_hf.isEnabled() and dlg.rb_hf.toolTip() == HF_TIP
-    assert not dlg.rb_hub.isEnabled()
+    assert dlg.backend_combo.currentData() == "llama_cpp" and dlg.quant_combo.isHidden()
+    assert dlg.rb_hf.isEnabled() and dlg.rb_hub.isEnabled()  # tests/test_app_hf_models.py covers them
     dlg.ctx_auto.setChecked(False)
     dlg.ctx.setValue(1024)
     assert "1,024 tokens" in dlg.memory.text()
