@@ -203,8 +203,10 @@ class Engine:
     def _checkpoints(self, messages: Sequence[Message | Mapping[str, str]], prompt: list[int]) -> list[int]:
         """Prompt lengths worth snapshotting on the way through prefill.
 
-        The end of the system prompt is shared by every conversation that uses
-        it, so it is cached once (pinned) and restored for each of them.
+        The system prompt, plus whatever the template always writes before a
+        user's words (e.g. ``<|im_start|>user\n``), is shared by every
+        conversation that uses it, so it is cached once (pinned) and restored
+        for each of them.
         """
         if self.cache.budget_bytes <= 0 or not messages:
             return []
@@ -212,13 +214,22 @@ class Engine:
         role = first.role if isinstance(first, Message) else first.get("role")
         if role != "system":
             return []
-        sys_text = self.template.render(messages[:1], add_generation_prompt=False)
-        sys_tokens = self._sys_tokens.get(sys_text)
-        if sys_tokens is None:  # re-tokenizing a long system prompt costs ~10 ms per request
+        content = first.content if isinstance(first, Message) else first.get("content", "")
+        shared = self._sys_tokens.get(content)
+        if shared is None:  # tokenizing a long system prompt costs ~10 ms: once per prompt
             if len(self._sys_tokens) > 32:
                 self._sys_tokens.clear()
-            sys_tokens = self._sys_tokens[sys_text] = self.backend.tokenize(sys_text, special=True)
-        n = common_prefix_len(sys_tokens, prompt)
+            # Two renders that differ only in the user's words: their common
+            # tokens are exactly what every conversation with this prompt shares.
+            try:
+                a, b = (self.template.render([Message("system", content), Message("user", u)],
+                                             add_generation_prompt=False) for u in ("A", "Z"))
+            except HearthError:  # a template that insists on another shape: the system part alone
+                a = b = self.template.render(messages[:1], add_generation_prompt=False)
+            ta = self.backend.tokenize(a, special=True)
+            tb = self.backend.tokenize(b, special=True)
+            shared = self._sys_tokens[content] = ta[:common_prefix_len(ta, tb)]
+        n = common_prefix_len(shared, prompt)
         return [n] if self.cache.block <= n < len(prompt) - 1 else []
 
     def _run(self, prompt: list[int], params: SamplingParams, cancel: threading.Event | None,
