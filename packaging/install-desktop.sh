@@ -13,7 +13,7 @@ if [ "${1:-}" = "--remove" ]; then
 fi
 mkdir -p "$apps" "$icons"
 cp "$here/hearth.svg" "$icons/hearth.svg"
-sed -e "s|^Exec=.*|Exec=\"$here/Hearth\" %U|" -e "s|^TryExec=.*|TryExec=$here/Hearth|" \
+sed -e "s|^Exec=.*|Exec=\"$here/Hearth\"|" -e "s|^TryExec=.*|TryExec=$here/Hearth|" \
     "$here/hearth.desktop" > "$apps/hearth.desktop"
 command -v update-desktop-database >/dev/null 2>&1 && update-desktop-database "$apps" || true
 echo "Hearth is in the application menu ($apps/hearth.desktop)"
