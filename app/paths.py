@@ -13,28 +13,26 @@ APP_NAME = "Hearth"
 ENV_DATA_DIR = "HEARTH_DATA_DIR"
 
 
-def data_dir() -> Path:
-    """The folder for the conversation database (created if missing)."""
+def _app_dir(platform_dir) -> Path:
+    """HEARTH_DATA_DIR when set (tests, portable installs), else the platform's folder."""
     override = os.environ.get(ENV_DATA_DIR)
-    if override:
-        d = Path(override).expanduser()
-    else:
-        from platformdirs import user_data_dir
-        d = Path(user_data_dir(APP_NAME, appauthor=False))
+    d = Path(override).expanduser() if override else Path(platform_dir(APP_NAME, appauthor=False))
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def data_dir() -> Path:
+    """The folder for the conversation database (created if missing)."""
+    from platformdirs import user_data_dir
+
+    return _app_dir(user_data_dir)
 
 
 def config_dir() -> Path:
     """The folder for settings.json (created if missing)."""
-    override = os.environ.get(ENV_DATA_DIR)
-    if override:
-        d = Path(override).expanduser()
-    else:
-        from platformdirs import user_config_dir
-        d = Path(user_config_dir(APP_NAME, appauthor=False))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    from platformdirs import user_config_dir
+
+    return _app_dir(user_config_dir)
 
 
 def move_aside(path: Path, reason: str = "corrupt") -> Path:
