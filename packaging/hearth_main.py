@@ -25,6 +25,12 @@ def _trace_window_shown(path: str) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--engine"]:
+        # The bundle's copy of `python -m engine ...` (chat, info, plan, bench): a way
+        # to check the bundle's backends from a terminal without the window.
+        from engine.cli import main as engine_main
+
+        sys.exit(engine_main(sys.argv[2:]))
     if os.environ.get("HEARTH_TRACE_WINDOW_SHOWN"):
         _trace_window_shown(os.environ["HEARTH_TRACE_WINDOW_SHOWN"])
     from app.__main__ import main
