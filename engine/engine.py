@@ -326,8 +326,12 @@ def _import_hf():
     try:
         from .backends import hf
     except ImportError as e:
-        raise HearthError(f"the transformers backend is not installed ({e.name or e}); run "
-                          "`python3 scripts/setup.py --hf` to add torch, transformers and bitsandbytes") from None
+        import sys
+
+        how = ("this Hearth bundle is the lite flavour; install the full bundle for transformers models"
+               if getattr(sys, "frozen", False) else
+               "run `python3 scripts/setup.py --hf` to add torch, transformers and bitsandbytes")
+        raise HearthError(f"the transformers backend is not installed ({e.name or e}); {how}") from None
     return hf
 
 

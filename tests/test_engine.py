@@ -250,3 +250,7 @@ def test_missing_transformers_backend_is_a_clear_error(bundled_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "ERR the transformers backend is not installed" in r.stdout and "setup.py --hf" in r.stdout
+    # Inside a (lite) PyInstaller bundle there is no setup.py to run: say which bundle to get.
+    r = subprocess.run([sys.executable, "-c", "import sys\nsys.frozen = True\n" + code], capture_output=True,
+                       text=True, timeout=120)
+    assert "lite flavour" in r.stdout and "setup.py" not in r.stdout
