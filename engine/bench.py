@@ -117,10 +117,8 @@ def bench_prefix(a: argparse.Namespace) -> dict:
 
     from .engine import Engine
 
-    if a.backend != "llama_cpp":
-        raise SystemExit("bench prefix: only --backend llama_cpp is available until the transformers backend lands")
     system = files("engine").joinpath("data/system_prompt_long.txt").read_text()
-    kw = dict(n_ctx=4096, n_threads=a.threads)
+    kw = dict(n_ctx=4096, n_threads=a.threads, backend=a.backend)
     on = Engine.load(a.model, **kw)
     off = Engine.load(a.model, cache_budget=0, **kw)
     users = ["Hi!", "Hello?", "Hey there.", "Good morning!", "Any news?", "Help me."]
