@@ -19,7 +19,7 @@ from .errors import HearthError, PromptTooLongError
 from .generate import generate_step, stream_tokens
 from .metrics import GenerationStats
 from .models import BACKENDS, ModelRef, default_backend, resolve
-from .prefix_cache import DEFAULT_BUDGET, PrefixCache
+from .prefix_cache import DEFAULT_BUDGET, PrefixCache, common_prefix_len
 from .prefix_store import PrefixStore, file_sha256
 from .sampling import make_sampler
 from .speculative import (ModelDraft, NgramDraft, SpecController, SpecStats, check_draft_compatible,
@@ -27,14 +27,6 @@ from .speculative import (ModelDraft, NgramDraft, SpecController, SpecStats, che
 from .types import Message, SamplingParams, StreamEvent
 
 DEFAULT_CTX = 8192
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class Engine:

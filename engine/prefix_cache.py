@@ -24,6 +24,15 @@ DEFAULT_BLOCK = 16
 DEFAULT_BUDGET = 512 * 1024 * 1024
 
 
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two sequences share."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 def block_hashes(tokens: Sequence[int] | np.ndarray, block: int) -> list[bytes]:
     """Chained hash after each full block: out[i] covers tokens[: (i+1)*block]."""
     arr = np.asarray(tokens, dtype=np.int32)

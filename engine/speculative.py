@@ -33,6 +33,7 @@ import numpy as np
 
 from .backends.base import Backend
 from .gguf import ModelInfo
+from .prefix_cache import common_prefix_len
 
 # -- the accept rule -----------------------------------------------------------
 
@@ -95,10 +96,9 @@ class ModelDraft:
         k = min(k, b.n_ctx - len(history))
         if k <= 0:
             return [], []
-        common = 0
-        lim = min(len(self._kv), len(history) - 1)
-        while common < lim and self._kv[common] == history[common]:
-            common += 1
+        # Reuse the draft's KV up to where it and the history diverge; the
+        # newest token is always fed again, its logits start the proposal.
+        common = min(common_prefix_len(self._kv, history), len(history) - 1)
         b.truncate(common)
         t0 = time.perf_counter()
         logits = b.forward(history[common:])
