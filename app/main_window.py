@@ -14,6 +14,7 @@ replies.py (mixins of this class). Rules the three files keep together:
 from __future__ import annotations
 
 import importlib
+import sys
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
@@ -31,14 +32,27 @@ from .store import Store
 from .worker import EngineHost
 
 
+# Modules the engine thread would otherwise import while the window is up.
+PRELOAD = ("engine.engine", "engine.backends.llama_cpp", "engine.hub", "psutil")
+SWITCH_INTERVAL_S = 0.001
+
+
 class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
-        # Import the native inference library before the window exists: loading
-        # it holds the GIL for tens of milliseconds (more on a busy machine), and
-        # on the engine thread that froze the visible window past the 100 ms
-        # budget. It costs ~0.1 s before the window appears; it loads no model,
-        # and it never imports torch.
-        importlib.import_module("engine.backends.llama_cpp")
+        # Import what loading the default model needs before the window exists.
+        # Loading the native library holds the GIL for tens of milliseconds, and
+        # once PySide6 is imported every further import is slower still
+        # (shiboken's import hook reads each new module's source): on the engine
+        # thread that froze the visible window past the 100 ms budget. It costs
+        # ~0.1 s before the window appears; it loads no model and never imports
+        # torch.
+        for name in PRELOAD:
+            importlib.import_module(name)
+        # A busy Python thread (the engine parsing a vocabulary, importing)
+        # hands the GIL over only every switch interval, and the window thread
+        # needs it for every event it handles; 5 ms (the default) let a burst
+        # of work on the engine thread starve the window for 100+ ms.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
 
         super().__init__()
         self.setWindowTitle("Hearth")

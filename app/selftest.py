@@ -68,8 +68,10 @@ def _start_window():
     return win, shown_ms, (time.perf_counter() - t0) * 1e3, loaded_before_shown
 
 
-def run_self_test(max_tokens: int = 32, prompt: str = "What is the capital of France?") -> int:
+def run_self_test(max_tokens: int = 32, prompt: str = "What is the capital of France?",
+                  gap_budget_ms: float | None = None) -> int:
     """Print one JSON line with the reply's metrics and the worst event-loop gaps; 0 on success."""
+    budget = BUDGET_MS if gap_budget_ms is None else gap_budget_ms
     result: dict = {"ok": False}
     win = None
     try:
@@ -87,11 +89,11 @@ def run_self_test(max_tokens: int = 32, prompt: str = "What is the capital of Fr
             problems.append("the model was loaded before the window appeared")
         if "torch" in sys.modules:
             problems.append("torch was imported")
-        if max(gaps.values(), default=0.0) >= BUDGET_MS:
-            problems.append(f"the event loop stalled for {max(gaps.values()):.0f} ms (budget {BUDGET_MS:.0f})")
+        if max(gaps.values(), default=0.0) >= budget:
+            problems.append(f"the event loop stalled for {max(gaps.values()):.0f} ms (budget {budget:.0f})")
         result = {"ok": not problems, "problems": problems, "reply": reply["text"],
                   "finish_reason": reply["finish_reason"], "metrics": reply["metrics"],
-                  "event_loop_max_gap_ms": gaps, "window_shown_ms": round(shown_ms, 1),
+                  "event_loop_max_gap_ms": gaps, "gap_budget_ms": budget, "window_shown_ms": round(shown_ms, 1),
                   "model_ready_ms": round(loaded_ms, 1), "model": win.host.model["label"],
                   "torch_imported": "torch" in sys.modules}
     except Exception as e:  # the one line must still come out, saying what went wrong
