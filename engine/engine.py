@@ -54,7 +54,7 @@ class Engine:
              draft: str | os.PathLike[str] | None = None, draft_k: int | None = None,
              backend: str | None = None, quant: str = "none", device: str = "auto",
              max_memory: dict | None = None, allow_pickle: bool = False, allow_remote_code: bool = False,
-             progress: Callable[[int, int, str], None] | None = None,
+             repack: bool = False, progress: Callable[[int, int, str], None] | None = None,
              cancel: threading.Event | None = None) -> "Engine":
         """Load a model (the bundled GGUF by default): a GGUF file, a transformers
         folder or a Hugging Face Hub id (downloaded first, with ``progress`` and ``cancel``).
@@ -64,6 +64,8 @@ class Engine:
         accelerate placement; ``max_memory`` is where a sizing plan plugs in.
         ``disk_cache``: a folder where system-prompt prefixes persist across restarts.
         ``draft``: speculative decoding: None/"none", "ngram", "auto" or a draft GGUF path.
+        ``repack``: llama.cpp's faster CPU kernels for some quant types, which make
+        logits depend on batch shape (see LlamaCppBackend); off keeps output exact.
         """
         ref = resolve(model)
         if ref.kind == "hub":
@@ -91,7 +93,7 @@ class Engine:
             if n_ctx is None:
                 n_ctx = min(info.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
             be = LlamaCppBackend(ref.path, n_ctx=n_ctx, n_threads=n_threads,
-                                 n_gpu_layers=n_gpu_layers, kv_type=kv_type, info=info)
+                                 n_gpu_layers=n_gpu_layers, kv_type=kv_type, repack=repack, info=info)
             model_sha = lambda root: file_sha256(ref.path, memo_dir=root)  # noqa: E731
         else:
             raise HearthError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")

@@ -16,6 +16,21 @@ def bundled_path():
 
 
 @pytest.fixture(scope="session")
+def kquant_path(bundled_path, tmp_path_factory):
+    """The bundled model requantized to Q4_K_M with llama.cpp's own quantizer
+    (~2 s): K-quant kernels behave differently from the bundled Q4_1 ones."""
+    import llama_cpp as lc
+
+    out = tmp_path_factory.mktemp("kquant") / "smollm2-135m-q4_k_m.gguf"
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = lc.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.allow_requantize = True
+    params.nthread = 2
+    assert lc.llama_model_quantize(str(bundled_path).encode(), str(out).encode(), params) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def llama_backend(bundled_path):
     """One shared backend for tests that only tokenize or read metadata."""
     from engine.backends.llama_cpp import LlamaCppBackend

@@ -196,6 +196,26 @@ def test_all_logits_rows_match_stepwise(llama_backend):
     assert np.array_equal(rows, step)
 
 
+def test_kquant_batches_are_bit_identical_to_single_steps(kquant_path):
+    """Q4_K/Q6_K weights: the repacked CPU kernels made a token's logits depend on
+    its place in a batch (0.9 logit here); Hearth loads without them by default."""
+    from engine.backends.llama_cpp import LlamaCppBackend
+    from engine.gguf import model_info
+
+    assert {"Q4_K", "Q6_K"} <= set(model_info(kquant_path).tensor_types)
+    b = LlamaCppBackend(kquant_path, n_ctx=256, n_threads=2)
+    try:
+        assert b.repack is False and b.state_identity()["repack"] == "False"
+        toks = b.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return", add_bos=True)
+        b.forward(toks[:-6])
+        batch = b.forward(toks[-6:], all_logits=True).copy()
+        b.truncate(len(toks) - 6)
+        step = np.stack([b.forward([t]).copy() for t in toks[-6:]])
+        assert np.array_equal(batch, step)
+    finally:
+        b.close()
+
+
 def test_chunked_prefill_is_bit_identical(llama_backend):
     b = llama_backend
     toks = b.tokenize("The history of the rainbow is long and colourful. " * 12)

@@ -187,6 +187,23 @@ def test_greedy_identical_on_bundled_model_until_context_full(pair, plain_fill, 
         assert ev.stats.spec["target_passes_per_token"] < 1 / k + 0.1
 
 
+@pytest.mark.parametrize("kind,k", [("model", 3), ("ngram", 4)])
+def test_greedy_identical_on_a_kquant_model(kquant_path, kind, k):
+    """Q4_K_M weights (the kind most downloaded GGUFs use): verification batches
+    give the same tokens as plain decoding, as on the bundled Q4_1 model."""
+    plain = Engine.load(kquant_path, n_ctx=256, n_threads=2, cache_budget=0)
+    spec = Engine.load(kquant_path, n_ctx=256, n_threads=2, cache_budget=0)
+    try:
+        spec.set_speculation(str(kquant_path) if kind == "model" else kind, k=k, force=True)
+        _, ref = collect(plain, FILL)
+        _, ev = collect(spec, FILL)
+        assert ev.token_ids == ref.token_ids and ev.finish_reason == "context_full"
+        assert ev.stats.spec["accepted"] > 0
+    finally:
+        spec.close()
+        plain.close()
+
+
 def test_stops_inside_an_accepted_run_truncate_exactly(pair):
     plain, spec = pair
     spec.set_speculation("model", k=8, force=True)

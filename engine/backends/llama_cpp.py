@@ -95,7 +95,8 @@ class LlamaCppBackend:
 
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
-                 flash_attn: bool | None = None, info: ModelInfo | None = None) -> None:
+                 flash_attn: bool | None = None, repack: bool = False,
+                 info: ModelInfo | None = None) -> None:
         # Parse the header ourselves first: a missing/truncated/corrupt file gets
         # a clear message here instead of a NULL pointer from C.
         self.info = info or model_info(path)
@@ -107,6 +108,16 @@ class LlamaCppBackend:
 
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        # The CPU "repack" buffers (interleaved Q4_0/Q4_K/IQ4_NL weights on
+        # AVX2) run batches through a gemm that quantizes activations in groups
+        # of four rows and single tokens through a gemv that does not: a token's
+        # logits then depend on its place in the batch (0.2-0.9 logit measured
+        # on Q4_K_M), which breaks the exactness of speculative verification
+        # and of the prefix cache. Off by default; measured cost on the 1.5B
+        # Q4_K_M here: ~12% decode, none on prefill, and it saves the repacked
+        # duplicate of those weights. ``repack=True`` trades exactness for speed.
+        mparams.use_extra_bufts = repack
+        self.repack = repack
         self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not self._model:
             self._raise_load_failure(_log_since(mark), what="load the model")
@@ -273,7 +284,7 @@ class LlamaCppBackend:
 
     def state_identity(self) -> dict[str, str]:
         return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__}",
-                "kv_type": self.kv_type, "flash_attn": str(self.flash_attn)}
+                "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack)}
 
     def memory_report(self) -> dict[str, int]:
         rep = parse_buffer_sizes(self._load_log)
