@@ -231,11 +231,21 @@ class SpecController:
       that measures slower than the best is probed again later, after an
       interval that doubles each time the probe confirms it is slower, so a
       losing mode costs little and a mode that starts paying is noticed.
+    - A draft mode whose fitted cost says it cannot beat plain decoding even
+      if every draft were accepted (``max_k (k+1) / (c0 + c1 k)`` below the
+      plain rate) is retired for good: on a CPU where verifying a token costs
+      nearly a step and the draft model is not much faster than the target,
+      each probe would only cost the catch-up prefill and slow rounds.
+    - ``round_cost(k)`` replaces the measured fit with a cost model (in any
+      unit): the benchmark uses the GPU model, one target pass plus ``k``
+      draft steps of ``draft/target`` weight bytes each, to choose k for the
+      hardware-independent efficiency figure.
     Lives on the engine, so what it learns carries across replies.
     """
 
     def __init__(self, modes: Sequence[str], *, k_init: int = 3, k_max: int = 8,
-                 k_fixed: int | None = None, probe_every: int = 64, alpha: float = 0.3) -> None:
+                 k_fixed: int | None = None, probe_every: int = 64, alpha: float = 0.3,
+                 round_cost: Callable[[int], float] | None = None, explore_rounds: int = 4) -> None:
         self.modes = list(dict.fromkeys(modes))  # include "plain" to allow switching off
         self.k = {m: (k_fixed or k_init) for m in self.modes}
         self.k_max = k_fixed or k_max
@@ -245,6 +255,10 @@ class SpecController:
         self.probe_interval: dict[str, int] = {m: probe_every for m in self.modes}
         self.probe_every = probe_every
         self.alpha = alpha
+        self.round_cost = round_cost
+        self.explore_rounds = explore_rounds  # a draft mode's first visit: enough rounds to fit its cost
+        self.retired: set[str] = set()
+        self.rounds: dict[str, int] = {m: 0 for m in self.modes}
         self.current = self.modes[0]
         self.switching = len(self.modes) > 1
         self._cost: dict[str, list[tuple[int, float]]] = {m: [] for m in self.modes}
@@ -254,26 +268,46 @@ class SpecController:
     def choose(self) -> str:
         if not self.switching:
             return self.modes[0]
-        for m in self.modes:  # measure every mode once before trusting any number
-            if self.rate[m] is None:
+        live = [m for m in self.modes if m not in self.retired]
+        for m in live:  # measure every mode before trusting any number
+            if self.rate[m] is None or (m != "plain" and self.rounds[m] < self.explore_rounds):
                 return m
-        best = max(self.modes, key=lambda m: self.rate[m])
-        for m in self.modes:
+        best = max(live, key=lambda m: self.rate[m])
+        for m in live:
             if m != best and self.since_probe[m] >= self.probe_interval[m]:
                 self.since_probe[m] = 0
                 return m
         return best
 
-    def _best_k(self, mode: str) -> int:
+    def _fit(self, mode: str) -> tuple[float, float] | None:
+        """Least-squares ``(c0, c1)`` of seconds per round against k, once two k were seen."""
         pts = self._cost[mode][-32:]
-        if len({k for k, _ in pts}) < 2:  # cost slope unknown yet: explore around the current k
-            return self.k[mode]
+        if len({k for k, _ in pts}) < 2:
+            return None
         n = len(pts)
         mk = sum(k for k, _ in pts) / n
         mt = sum(t for _, t in pts) / n
         var = sum((k - mk) ** 2 for k, _ in pts)
         c1 = max(0.0, sum((k - mk) * (t - mt) for k, t in pts) / var)
-        c0 = max(1e-6, mt - c1 * mk)
+        return max(1e-6, mt - c1 * mk), c1
+
+    def ceiling(self, mode: str) -> float | None:
+        """Tokens/second this mode would reach if every draft were accepted (measured cost)."""
+        fit = self._fit(mode)
+        if fit is None:
+            return None
+        c0, c1 = fit
+        return max((k + 1) / (c0 + c1 * k) for k in range(1, self.k_max + 1))
+
+    def _best_k(self, mode: str) -> int:
+        if self.round_cost is not None:
+            cost = self.round_cost
+        else:
+            fit = self._fit(mode)
+            if fit is None:  # cost slope unknown yet: explore around the current k
+                return self.k[mode]
+            c0, c1 = fit
+            cost = lambda k: c0 + c1 * k  # noqa: E731
         best_k, best_rate, expect, run = 1, 0.0, 1.0, 1.0
         tries, acc = self._pos_tries[mode], self._pos_acc[mode]
         for k in range(1, self.k_max + 1):
@@ -281,7 +315,7 @@ class SpecController:
             a = (acc[i] + 1) / (tries[i] + 2) if i < len(tries) else 0.5  # Laplace-smoothed
             run *= a
             expect += run
-            r = expect / (c0 + c1 * k)
+            r = expect / cost(k)
             if r > best_rate:
                 best_k, best_rate = k, r
         return best_k
@@ -309,7 +343,13 @@ class SpecController:
                 if self.k[mode] == drafted and len({k for k, _ in self._cost[mode][-32:]}) < 2:
                     # Vary k early so the cost slope can be fitted.
                     self.k[mode] = min(self.k_max, drafted + 1) if accepted == drafted else max(1, drafted - 1)
+        self.rounds[mode] += 1
+        for m in self.modes:
+            if m != "plain":
+                self._maybe_retire(m, stats)
         prev, self.current = self.current, self.choose()
+        if prev in self.retired and self.current == "plain":
+            return  # said once, in the retirement note
         if self.switching and prev != "plain" and self.current == "plain":
             stats.switched_off += 1
             rates = ", ".join(f"{m} {v:.1f} tok/s" for m, v in self.rate.items() if v)
@@ -317,11 +357,23 @@ class SpecController:
         if not self.switching:
             return
         # A probe that confirmed the mode is slower: wait twice as long before the next.
-        best = max((m for m in self.modes if self.rate[m] is not None), key=lambda m: self.rate[m])
+        best = max((m for m in self.modes if self.rate[m] is not None and m not in self.retired),
+                   key=lambda m: self.rate[m])
         if mode == best:
             self.probe_interval[mode] = self.probe_every
         elif self.current != mode:
             self.probe_interval[mode] = min(self.probe_interval[mode] * 2, 4096)
+
+    def _maybe_retire(self, mode: str, stats: SpecStats) -> None:
+        plain = self.rate.get("plain")
+        if not self.switching or plain is None or mode in self.retired or len(self._cost[mode]) < 4:
+            return
+        top = self.ceiling(mode)
+        if top is not None and top < plain:
+            self.retired.add(mode)
+            stats.switched_off += 1
+            stats.notes.append(f"{mode} draft off for this session: even accepting every draft it would "
+                               f"reach {top:.1f} tok/s, plain decoding does {plain:.1f} here")
 
 
 # -- the step generator ------------------------------------------------------------
