@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import threading
 
+import os
+
 import numpy as np
 import pytest
 
@@ -206,12 +208,18 @@ def test_kquant_batches_are_bit_identical_to_single_steps(kquant_path):
     b = LlamaCppBackend(kquant_path, n_ctx=256, n_threads=2)
     try:
         assert b.repack is False and b.state_identity()["repack"] == "False"
-        toks = b.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return", add_bos=True)
+        assert b.state_identity()["tiled_mm"] == os.environ["GGML_CPU_TILED_MM"]
+        toks = b.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1)"
+                          " + fibonacci(n - 2)\n\nprint([fibonacci(i) for i in range(10)])", add_bos=True)
+        assert len(toks) > 24
+        whole = b.forward(toks, all_logits=True).copy()  # one batch of 8+ rows (ggml's tiled size)
+        b.truncate(0)
         b.forward(toks[:-6])
-        batch = b.forward(toks[-6:], all_logits=True).copy()
+        batch = b.forward(toks[-6:], all_logits=True).copy()  # a verification-sized batch
         b.truncate(len(toks) - 6)
-        step = np.stack([b.forward([t]).copy() for t in toks[-6:]])
+        step = np.stack([b.forward([t]).copy() for t in toks[-6:]])  # plain decoding
         assert np.array_equal(batch, step)
+        assert np.array_equal(whole[-6:], step)
     finally:
         b.close()
 

@@ -17,7 +17,19 @@ from typing import Sequence
 
 import numpy as np
 
-import llama_cpp as lc
+# ggml's CPU backend runs K-quant matmuls of 8+ rows through a tiled kernel
+# and smaller ones through the row-by-row dot product; the two round
+# differently, so a token's logits depended on its batch's size (0.2-0.5 logit
+# on Q4_K_M: a 1-5 token draft verification or short new message against an
+# 8+ token prefill). Hearth promises the prefix cache and speculative
+# decoding never change the output, so the tiled kernel is off: decode and
+# verification batches (< 8 rows) are unaffected, K-quant prompt prefill runs
+# ~35% slower on this CPU (27 vs 37-49 tok/s on the 1.5B Q4_K_M). ggml reads
+# the variable once, at the first matmul in the process; set it to 1 before
+# starting Hearth to trade exactness for prefill speed.
+os.environ.setdefault("GGML_CPU_TILED_MM", "0")
+
+import llama_cpp as lc  # noqa: E402
 
 from ..errors import ContextFullError, HearthError, ModelLoadError, UnsupportedModelError
 from ..gguf import ModelInfo, model_info
@@ -284,7 +296,8 @@ class LlamaCppBackend:
 
     def state_identity(self) -> dict[str, str]:
         return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__}",
-                "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack)}
+                "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack),
+                "tiled_mm": os.environ.get("GGML_CPU_TILED_MM", "1")}
 
     def memory_report(self) -> dict[str, int]:
         rep = parse_buffer_sizes(self._load_log)
