@@ -23,6 +23,7 @@ from .prefix_cache import DEFAULT_BUDGET, PrefixCache, common_prefix_len
 from .prefix_store import PrefixStore, file_sha256
 from .sampling import make_sampler
 from .speculative import (ModelDraft, NgramDraft, SpecController, SpecStats, check_draft_compatible,
+                          measure_round_costs, model_draft_ceiling,
                           speculative_step)
 from .types import Message, SamplingParams, StreamEvent
 
@@ -46,6 +47,7 @@ class Engine:
         self.draft: ModelDraft | None = None
         self.spec_kind = "none"
         self.spec_ctl: SpecController | None = None
+        self._draft_costs: tuple[float, float, float] | None = None  # measure_round_costs()
 
     @classmethod
     def load(cls, model: str | os.PathLike[str] | None = None, *, n_ctx: int | None = None,
@@ -129,10 +131,38 @@ class Engine:
                 self._load_draft(found, n_threads)
         if kind == "model" and self.draft is None:
             raise HearthError("no draft model is loaded; choose a draft model file first")
+        note = None
+        if kind == "auto" and self.draft is not None:
+            note = self._model_draft_hopeless()
         modes = {"none": [], "ngram": ["ngram"], "model": ["model"],
-                 "auto": (["model"] if self.draft else []) + ["ngram"]}[kind]
+                 "auto": (["model"] if self.draft and not note else []) + ["ngram"]}[kind]
         self.spec_kind = kind
         self.spec_ctl = SpecController(modes if force else modes + ["plain"], k_fixed=k) if modes else None
+        if note and self.spec_ctl is not None:
+            self.spec_ctl.pending_notes.append(note)
+
+    def _model_draft_hopeless(self) -> str | None:
+        """Why ``auto`` leaves the model draft out on this machine, or None to try it.
+
+        Before a model draft's first use costs a prefill of the whole
+        conversation on the draft, measure (~0.5 s on a CPU, once per draft)
+        what a target step, a verified token and a draft step cost here. If
+        even accepting every draft could not beat plain decoding, auto never
+        runs it; a GPU, where verifying is nearly free, passes easily.
+        """
+        if self._draft_costs is None:
+            token = self.backend.tokenize("Hello")[0]
+            try:
+                self._draft_costs = measure_round_costs(self.backend, self.draft.backend, token)
+            except ValueError:
+                return None  # no room to measure: let the controller find out
+        step, per_token, draft_step = self._draft_costs
+        best = model_draft_ceiling(step, per_token, draft_step)
+        if best >= 1.0:
+            return None
+        return (f"model draft not used here: a verified token costs {per_token / step:.2f} of a step and a "
+                f"draft step {draft_step / step:.2f}, so even accepting every draft it would run at "
+                f"{best:.2f}x plain decoding")
 
     def _load_draft(self, path: Path, n_threads: int | None) -> None:
         """Load a draft on the target's backend kind, after checking that its
@@ -155,6 +185,7 @@ class Engine:
             self.draft.backend.close()
         self.draft = ModelDraft(backend)
         self.draft.n_vocab_target = self.backend.n_vocab
+        self._draft_costs = None
 
     def _check_draft(self, path: Path, draft_vocab) -> None:
         target = vocab_of(self.backend)

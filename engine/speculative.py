@@ -256,6 +256,7 @@ class SpecController:
         self.probe_every = probe_every
         self.alpha = alpha
         self.round_cost = round_cost
+        self.pending_notes: list[str] = []  # said in the stats of the next reply
         self.explore_rounds = explore_rounds  # a draft mode's first visit: enough rounds to fit its cost
         self.retired: set[str] = set()
         self.rounds: dict[str, int] = {m: 0 for m in self.modes}
@@ -322,6 +323,9 @@ class SpecController:
 
     def record(self, mode: str, drafted: int, accepted: int, produced: int, seconds: float,
                stats: SpecStats, fit_seconds: float | None = None) -> None:
+        if self.pending_notes:
+            stats.notes.extend(self.pending_notes)
+            self.pending_notes.clear()
         for m in self.modes:
             if m != mode:
                 self.since_probe[m] += produced
@@ -374,6 +378,47 @@ class SpecController:
             stats.switched_off += 1
             stats.notes.append(f"{mode} draft off for this session: even accepting every draft it would "
                                f"reach {top:.1f} tok/s, plain decoding does {plain:.1f} here")
+
+
+def measure_round_costs(target: Backend, draft: Backend, token: int, k: int = 4,
+                        repeats: int = 2) -> tuple[float, float, float]:
+    """Seconds for one target step, each extra verified token, and one draft step.
+
+    Runs a few forwards past the end of both KV caches and truncates them back,
+    so a conversation in progress is untouched. The first pass of each model is
+    a warm-up (it pages the weights in) and is not timed; the best of
+    ``repeats`` is kept, as a noisy machine only ever adds time.
+    """
+    t_len, d_len = target.kv_len, draft.kv_len
+    if t_len + k + 2 > target.n_ctx or d_len + 2 > draft.n_ctx:
+        raise ValueError("no room left in the context to measure")
+
+    def timed(backend: Backend, tokens: list[int], base: int) -> float:
+        best = float("inf")
+        for i in range(repeats + 1):
+            backend.truncate(base + 1)
+            t0 = time.perf_counter()
+            backend.forward(tokens, all_logits=len(tokens) > 1)
+            if i:  # the first one is the warm-up
+                best = min(best, time.perf_counter() - t0)
+        return best
+
+    try:
+        target.forward([token])
+        draft.forward([token])
+        step = timed(target, [token], t_len)
+        verify = timed(target, [token] * (k + 1), t_len)
+        draft_step = timed(draft, [token], d_len)
+    finally:
+        target.truncate(t_len)
+        draft.truncate(d_len)
+    return step, max(0.0, (verify - step) / k), draft_step
+
+
+def model_draft_ceiling(step: float, per_token: float, draft_step: float, k_max: int = 8) -> float:
+    """Speedup over plain decoding a model draft would reach accepting every draft:
+    a round of k drafts costs a target step, k verified tokens and k draft steps."""
+    return max((k + 1) * step / (step + k * (per_token + draft_step)) for k in range(1, k_max + 1))
 
 
 # -- the step generator ------------------------------------------------------------

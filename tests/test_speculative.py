@@ -342,3 +342,38 @@ def test_a_cost_model_replaces_the_measured_fit_for_choosing_k():
             ctl.record("model", k, acc, acc + 1, 0.043 + 0.066 * k, st)
     assert measured.k["model"] == 1
     assert modelled.k["model"] >= 3
+
+
+def test_model_draft_ceiling_from_measured_costs():
+    from engine.speculative import model_draft_ceiling
+
+    # This CPU (measured on the Qwen pair): a verified token 0.63 of a step, a draft step 0.45.
+    assert model_draft_ceiling(1.0, 0.63, 0.45) < 1.0
+    # A GPU: verifying is nearly free, the draft step is the weight ratio (0.44) or less.
+    assert model_draft_ceiling(1.0, 0.02, 0.3) > 2.0
+    # Free drafts and free verification: k_max + 1 tokens per step.
+    assert model_draft_ceiling(1.0, 0.0, 0.0, k_max=8) == 9.0
+
+
+def test_auto_leaves_out_a_model_draft_that_cannot_pay_without_touching_the_conversation(bundled_path):
+    # The bundled model drafting for itself: a draft step costs a whole target
+    # step, so auto must not run it; measuring that must not disturb the KV.
+    Q2 = Q + [Message("assistant", "Paris."), Message("user", "And of Spain?")]
+    g = SamplingParams(temperature=0.0, max_tokens=24)
+    plain = Engine.load(bundled_path, n_ctx=512, n_threads=2)
+    e = Engine.load(bundled_path, n_ctx=512, n_threads=2, draft=str(bundled_path))
+    try:
+        refs = [collect(plain, g, m)[1] for m in (Q, Q2)]
+        e.set_speculation("none")
+        first = collect(e, g, Q)[1]
+        kv = e.backend.kv_len
+        e.set_speculation("auto")  # measures here, mid-conversation
+        assert e.backend.kv_len == kv and e._draft_costs is not None
+        assert "model" not in e.spec_ctl.modes and "ngram" in e.spec_ctl.modes
+        second = collect(e, g, Q2)[1]
+        assert [first.token_ids, second.token_ids] == [r.token_ids for r in refs]
+        assert any("model draft not used here" in n for n in second.stats.spec["notes"])
+        assert second.stats.spec["tokens_by_mode"].get("model", 0) == 0
+    finally:
+        e.close()
+        plain.close()
