@@ -283,8 +283,10 @@ class SpecController:
     def _fit(self, mode: str) -> tuple[float, float] | None:
         """Least-squares ``(c0, c1)`` of seconds per round against k, once two k were seen."""
         pts = self._cost[mode][-32:]
-        if len({k for k, _ in pts}) < 2:
-            return None
+        if len({k for k, _ in pts}) < 2:  # k settled: the slope comes from older rounds
+            pts = self._cost[mode]
+            if len({k for k, _ in pts}) < 2:
+                return None
         n = len(pts)
         mk = sum(k for k, _ in pts) / n
         mt = sum(t for _, t in pts) / n
@@ -311,9 +313,16 @@ class SpecController:
             cost = lambda k: c0 + c1 * k  # noqa: E731
         best_k, best_rate, expect, run = 1, 0.0, 1.0, 1.0
         tries, acc = self._pos_tries[mode], self._pos_acc[mode]
+        # Each position's rate is shrunk towards the mode's overall rate (two
+        # pseudo-tries), so one lucky or unlucky round does not swing k; a
+        # position never tried yet is assumed to do as well as the last one
+        # tried, so k can grow past what was explored.
+        prior = (sum(acc) + 1) / (sum(tries) + 2)
+        a = prior
         for k in range(1, self.k_max + 1):
             i = k - 1
-            a = (acc[i] + 1) / (tries[i] + 2) if i < len(tries) else 0.5  # Laplace-smoothed
+            if i < len(tries) and tries[i]:
+                a = (acc[i] + 2 * prior) / (tries[i] + 2)
             run *= a
             expect += run
             r = expect / cost(k)
@@ -335,6 +344,7 @@ class SpecController:
             self.rate[mode] = r if old is None else (1 - self.alpha) * old + self.alpha * r
         if mode != "plain" and drafted:
             self._cost[mode].append((drafted, seconds if fit_seconds is None else fit_seconds))
+            del self._cost[mode][:-256]
             tries, acc = self._pos_tries[mode], self._pos_acc[mode]
             for i in range(min(drafted, accepted + 1)):  # positions past a rejection were not tried
                 if i >= len(tries):

@@ -377,3 +377,15 @@ def test_auto_leaves_out_a_model_draft_that_cannot_pay_without_touching_the_conv
     finally:
         e.close()
         plain.close()
+
+
+def test_draft_length_grows_past_the_positions_tried_so_far():
+    # Every draft accepted, the bench pair's GPU cost model (a draft step 0.437
+    # of a pass): k must climb past the first positions tried (it stopped at 3
+    # when untried positions were assumed to be accepted half the time).
+    st = SpecStats()
+    ctl = SpecController(["model"], k_max=8, round_cost=lambda k: 1 + 0.437 * k)
+    for _ in range(60):
+        k = ctl.k["model"]
+        ctl.record("model", k, k, k + 1, 0.01, st)
+    assert ctl.k["model"] >= 5
