@@ -299,8 +299,7 @@ class SpecController:
         fit = self._fit(mode)
         if fit is None:
             return None
-        c0, c1 = fit
-        return max((k + 1) / (c0 + c1 * k) for k in range(1, self.k_max + 1))
+        return full_acceptance_rate(*fit, self.k_max)
 
     def _best_k(self, mode: str) -> int:
         if self.round_cost is not None:
@@ -425,10 +424,15 @@ def measure_round_costs(target: Backend, draft: Backend, token: int, k: int = 4,
     return step, max(0.0, (verify - step) / k), draft_step
 
 
+def full_acceptance_rate(c0: float, c1: float, k_max: int) -> float:
+    """Tokens per unit of cost with every draft accepted, best k, for rounds costing ``c0 + c1 k``."""
+    return max((k + 1) / (c0 + c1 * k) for k in range(1, k_max + 1))
+
+
 def model_draft_ceiling(step: float, per_token: float, draft_step: float, k_max: int = 8) -> float:
     """Speedup over plain decoding a model draft would reach accepting every draft:
     a round of k drafts costs a target step, k verified tokens and k draft steps."""
-    return max((k + 1) * step / (step + k * (per_token + draft_step)) for k in range(1, k_max + 1))
+    return step * full_acceptance_rate(step, per_token + draft_step, k_max)
 
 
 # -- the step generator ------------------------------------------------------------
