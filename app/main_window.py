@@ -33,7 +33,7 @@ from .worker import EngineHost
 
 
 # Modules the engine thread would otherwise import while the window is up.
-PRELOAD = ("engine.engine", "engine.backends.llama_cpp", "engine.hub", "psutil")
+PRELOAD = ("engine.engine", "engine.backends.llama_cpp", "engine.models.hub", "psutil")
 SWITCH_INTERVAL_S = 0.001
 
 

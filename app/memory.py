@@ -38,7 +38,7 @@ class Estimate:
 
 
 def estimate(info, n_ctx: int | None) -> Estimate:
-    """``info`` is an engine.gguf.ModelInfo; ``n_ctx`` None means Auto."""
+    """``info`` is an engine.models.gguf.ModelInfo; ``n_ctx`` None means Auto."""
     import psutil
 
     ctx = n_ctx or auto_context(info.n_ctx_train)

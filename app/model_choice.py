@@ -31,7 +31,7 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 def infer_source(model: str) -> str:
     """The source of a model string from a settings file that does not say (older files held
     only "bundled" or a GGUF path; a hand-edited one may hold a folder or a Hub id)."""
-    from engine.hub import is_hub_id
+    from engine.models.catalogue import is_hub_id
 
     if model in ("", BUNDLED):
         return "bundled"
@@ -45,7 +45,7 @@ def infer_source(model: str) -> str:
 
 def hub_is_gguf(spec: str) -> bool:
     """A Hub id that picks one GGUF file (``owner/repo:Q4_K_M``, ``owner/repo/file.gguf``)."""
-    from engine.hub import parse_hub_id
+    from engine.models.catalogue import parse_hub_id
 
     _repo, filename, quant = parse_hub_id(spec)
     return bool(filename or quant)
@@ -76,14 +76,14 @@ def model_title(key: dict[str, Any] | None) -> str:
 def model_ref(key: dict[str, Any]):
     """The engine's ModelRef for a settings load key, honouring the chosen source:
     a missing local path is an error, never silently taken for a Hub id."""
-    from engine.models import ModelRef, resolve
+    from engine.models.catalogue import ModelRef, resolve
 
     model = key.get("model") or BUNDLED
     source = key.get("source") or infer_source(model)
     if source == "bundled":
         return resolve(None)
     if source == "hub":
-        from engine.hub import is_hub_id
+        from engine.models.catalogue import is_hub_id
 
         if not is_hub_id(model):
             raise HearthError(f"{model!r} is not a Hub id (owner/name, owner/name:QUANT or owner/name/file.gguf)")

@@ -84,7 +84,7 @@ class Settings:
         if (self.source == "bundled") != (self.model == BUNDLED):
             raise SettingsError(f"source: {self.source!r} does not go with the model {self.model!r}")
         if self.source == "hub":
-            from engine.hub import is_hub_id
+            from engine.models.catalogue import is_hub_id
 
             if not is_hub_id(self.model):
                 raise SettingsError(f"model: {self.model!r} is not a Hub id (owner/name, owner/name:QUANT "

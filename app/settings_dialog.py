@@ -24,8 +24,7 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QDialog, QDia
                                QRadioButton, QSpinBox, QTabWidget, QVBoxLayout, QWidget)
 
 from engine import HearthError
-from engine.hub import is_hub_id, parse_hub_id
-from engine.models import BUNDLED_NAME, bundled_model_path
+from engine.models.catalogue import BUNDLED_NAME, bundled_model_path, is_hub_id, parse_hub_id
 
 from .memory import estimate
 from .model_choice import QUANTS, check_hf_folder, effective_backend, runs_gguf
@@ -224,7 +223,7 @@ class SettingsDialog(QDialog):
 
     def _info(self, model: str):
         """GGUF metadata for the chosen model (cached); raises HearthError with a clear message."""
-        from engine.gguf import model_info
+        from engine.models.gguf import model_info
 
         if model not in self._info_cache:
             if not model:

@@ -134,7 +134,7 @@ class LoadWorker(QObject):
         try:
             ref = model_ref(key)
             if ref.kind == "hub":
-                from engine.hub import fetch_ref
+                from engine.models.hub import fetch_ref
 
                 ref = fetch_ref(ref, progress=self.download_progress.emit, cancel=req.cancel)
             if req.cancel.is_set():
@@ -142,7 +142,7 @@ class LoadWorker(QObject):
                 return
             backend = key.get("backend") or "auto"
             if backend == "auto":
-                from engine.models import default_backend
+                from engine.models.catalogue import default_backend
 
                 backend = default_backend(ref)
             quant = key.get("quant") or "auto"

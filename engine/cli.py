@@ -44,8 +44,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_info(a: argparse.Namespace) -> int:
-    from .gguf import model_info
-    from .models import resolve
+    from .models.gguf import model_info
+    from .models.catalogue import resolve
 
     info = model_info(resolve(a.path).path)
     d = info.summary()
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_models(a: argparse.Namespace) -> int:
-    from . import models
+    from .models import catalogue as models
 
     pair = (models.BENCH_DRAFT, models.BENCH_TARGET)
     if a.action == "fetch-bench-pair":

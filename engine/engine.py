@@ -18,9 +18,9 @@ from .chat_template import CHATML_FALLBACK, ChatTemplate
 from .errors import HearthError, PromptTooLongError
 from .generate import generate_step, stream_tokens
 from .metrics import GenerationStats
-from .models import BACKENDS, ModelRef, default_backend, resolve
-from .prefix_cache import DEFAULT_BUDGET, PrefixCache, common_prefix_len
-from .prefix_store import PrefixStore, file_sha256
+from .models.catalogue import BACKENDS, ModelRef, default_backend, resolve
+from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache, common_prefix_len
+from .kv.disk_store import PrefixStore, file_sha256
 from .sampling import make_sampler
 from .speculative import (ModelDraft, NgramDraft, SpecController, SpecStats, check_draft_compatible,
                           measure_round_costs, model_draft_ceiling,
@@ -71,7 +71,7 @@ class Engine:
         """
         ref = resolve(model)
         if ref.kind == "hub":
-            from .hub import fetch_ref
+            from .models.hub import fetch_ref
 
             ref = fetch_ref(ref, allow_pickle=allow_pickle, allow_remote_code=allow_remote_code,
                             progress=progress, cancel=cancel)
@@ -89,7 +89,7 @@ class Engine:
                 raise HearthError("int8/int4 are transformers-backend choices; a GGUF file carries its "
                                   "own quantization (pick another GGUF file to change it)")
             from .backends.llama_cpp import LlamaCppBackend  # native library: load only when asked
-            from .gguf import model_info
+            from .models.gguf import model_info
 
             info = model_info(ref.path)
             if n_ctx is None:
@@ -171,7 +171,7 @@ class Engine:
             backend = _import_hf().load(resolve(path), n_ctx=self.backend.n_ctx, n_threads=n_threads)
         else:
             from .backends.llama_cpp import LlamaCppBackend
-            from .gguf import model_info
+            from .models.gguf import model_info
 
             info = model_info(path)
             self._check_draft(path, info)  # before loading: the header is enough
@@ -378,8 +378,8 @@ def find_draft_for(target_info) -> Path | None:
     """A compatible draft among the local model files: the smallest GGUF in the
     model folder (benchmark pair included) whose vocabulary matches the
     target's and whose weights are at most half the target's."""
-    from .gguf import model_info
-    from .models import model_dir
+    from .models.gguf import model_info
+    from .models.catalogue import model_dir
 
     best: tuple[int, Path] | None = None
     folder = model_dir()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import ModelFileError
-from .gguf import FILE_TYPES, GGML_TYPES, _first_int, read_gguf
+from .models.gguf import FILE_TYPES, GGML_TYPES, _first_int, read_gguf
 
 _GGML_BY_NAME = {name: (block, size) for name, block, size in GGML_TYPES.values()}
 
@@ -357,7 +357,7 @@ class Resolved:
 def resolve_spec(ref: str | os.PathLike[str] | None) -> Resolved:
     """Turn a path, folder, catalogue id or hub id into sizing variants."""
     if ref is None or str(ref) in ("", "bundled", "default"):
-        from .models import bundled_model_path
+        from .models.catalogue import bundled_model_path
 
         return Resolved([spec_from_gguf(bundled_model_path())], "file", explicit_quant=True)
     p = Path(ref).expanduser()

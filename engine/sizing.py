@@ -367,7 +367,7 @@ def _pick_draft(res: Resolved, target: ModelSpec, ch: Choices) -> tuple[ModelSpe
     if target.format == "gguf" and os.path.isfile(target.source):
         try:
             from .engine import find_draft_for
-            from .gguf import model_info
+            from .models.gguf import model_info
             from .model_spec import spec_from_gguf
 
             found = find_draft_for(model_info(target.source))

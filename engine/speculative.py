@@ -32,8 +32,8 @@ from typing import Callable, Iterator, Protocol, Sequence
 import numpy as np
 
 from .backends.base import Backend
-from .gguf import ModelInfo
-from .prefix_cache import common_prefix_len
+from .models.gguf import ModelInfo
+from .kv.prefix_cache import common_prefix_len
 
 # -- the accept rule -----------------------------------------------------------
 

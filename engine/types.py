@@ -94,3 +94,37 @@ class StreamEvent:
     finish_reason: str | None = None
     stats: object | None = None  # metrics.GenerationStats on the final event
     token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True)
+class Vocab:
+    """What the draft-compatibility check needs of a model: its tokenizer kind,
+    every token's text by id, and its size (a draft must be much smaller)."""
+    name: str
+    tokenizer_model: str
+    tokens: tuple[str, ...] | list[str]
+    weight_bytes: int = 0
+    path: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class BackendInfo:
+    """What a loaded backend says about itself, for the window, the CLI and the
+    benchmarks (so no caller reaches into a backend's attributes).
+
+    ``backend``: "llama_cpp" or "hf"; ``runtime``: what computes ("cpu",
+    "cuda", "vulkan", "metal"); ``device``: where the weights are ("CPU",
+    "Vulkan0", "cuda:0", "cuda:0+cpu"...); ``quant``: the label the window
+    shows (a GGUF's own file type, or the bitsandbytes choice / torch dtype).
+    """
+    backend: str
+    name: str
+    path: str
+    quant: str
+    runtime: str = "cpu"
+    device: str = "CPU"
+    threads: int | None = None
+    n_ctx: int = 0
+    n_gpu_layers: int = 0
+    kv_type: str = "f16"
+    weight_bytes: int = 0

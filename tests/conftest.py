@@ -10,7 +10,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 @pytest.fixture(scope="session")
 def bundled_path():
-    from engine.models import bundled_model_path
+    from engine.models.catalogue import bundled_model_path
 
     return bundled_model_path()
 

@@ -88,7 +88,7 @@ def test_code_blocks_and_notes():
 
 
 def test_memory_estimate_for_the_bundled_model(bundled_path):
-    from engine.gguf import model_info
+    from engine.models.gguf import model_info
 
     info = model_info(bundled_path)
     est = estimate(info, 2048)

@@ -301,7 +301,7 @@ def _gguf_string(path: Path, wanted: str) -> str | None:
     """Read one string value from a GGUF header without loading tensors.
 
     A few lines of the format (v2/v3, little-endian) so this test does not
-    depend on engine.gguf: magic, version, tensor count, kv count, then
+    depend on engine.models.gguf: magic, version, tensor count, kv count, then
     key (u64 length + UTF-8), value type (u32), value.
     """
     scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from engine.errors import ModelFileError
-from engine.gguf import model_info, read_gguf
+from engine.models.gguf import model_info, read_gguf
 from gguf_writer import write_gguf
 
 

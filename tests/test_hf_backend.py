@@ -312,9 +312,9 @@ def test_bitsandbytes_quantization_on_cpu(tiny_dir, hfb, quant, layer):
 
 def test_gguf_path_never_imports_torch(bundled_path):
     code = ("import sys\n"
-            "import engine, engine.hub, engine.bench\n"
+            "import engine, engine.models.hub, engine.bench\n"
             "from engine.engine import Engine\n"
-            "from engine.models import resolve\n"
+            "from engine.models.catalogue import resolve\n"
             "assert resolve('Qwen/Qwen2.5-0.5B-Instruct').kind == 'hub'\n"
             f"e = Engine.load({str(bundled_path)!r}, n_ctx=256)\n"
             "e.close()\n"

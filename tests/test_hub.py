@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("huggingface_hub")
 
-from engine import hub  # noqa: E402
+from engine.models import catalogue, hub  # noqa: E402
 from engine.errors import HearthError  # noqa: E402
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -261,13 +261,13 @@ def test_refusals_and_unknown_repos(fake):
 
 
 def test_hub_ids_and_split_gguf_selection():
-    assert hub.is_hub_id("Qwen/Qwen2.5-0.5B-Instruct")
-    assert hub.is_hub_id("bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M")
-    assert hub.is_hub_id("owner/repo/sub/file.gguf")
-    assert not hub.is_hub_id("models/missing.gguf") and not hub.is_hub_id("./a/b")
-    assert not hub.is_hub_id("/abs/path") and not hub.is_hub_id("a/../b")
-    assert hub.parse_hub_id("o/r:Q8_0") == ("o/r", None, "Q8_0")
-    assert hub.parse_hub_id("o/r/x/y.gguf") == ("o/r", "x/y.gguf", None)
+    assert catalogue.is_hub_id("Qwen/Qwen2.5-0.5B-Instruct")
+    assert catalogue.is_hub_id("bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M")
+    assert catalogue.is_hub_id("owner/repo/sub/file.gguf")
+    assert not catalogue.is_hub_id("models/missing.gguf") and not catalogue.is_hub_id("./a/b")
+    assert not catalogue.is_hub_id("/abs/path") and not catalogue.is_hub_id("a/../b")
+    assert catalogue.parse_hub_id("o/r:Q8_0") == ("o/r", None, "Q8_0")
+    assert catalogue.parse_hub_id("o/r/x/y.gguf") == ("o/r", "x/y.gguf", None)
     names = ["m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf", "m-Q8_0.gguf",
              "mmproj-m-Q4_K_M.gguf"]
     assert hub.select_gguf_files(names, filename=None, quant="q4_k_m") == names[:2]
@@ -276,7 +276,7 @@ def test_hub_ids_and_split_gguf_selection():
 
 def test_engine_loads_a_hub_id(fake):
     from engine.engine import Engine
-    from engine.models import resolve
+    from engine.models.catalogue import resolve
 
     ref = resolve("hearth/tiny")
     assert ref.kind == "hub"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine.engine import Engine
-from engine.prefix_cache import PrefixCache, block_hashes
+from engine.kv.prefix_cache import PrefixCache, block_hashes
 from engine.types import Message, SamplingParams
 
 # -- unit rules ------------------------------------------------------------------
@@ -240,7 +240,7 @@ def test_disk_store_survives_restart_and_rejects_corruption(bundled_path, tmp_pa
 
 
 def test_disk_store_rejects_stale_identity_and_truncation(tmp_path):
-    from engine.prefix_store import PrefixStore
+    from engine.kv.disk_store import PrefixStore
 
     s1 = PrefixStore(tmp_path, {"model_sha256": "aa", "kv_type": "f16"})
     s1.save([1, 2, 3], bytearray(b"state-bytes"))

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from engine import bench_quality as bq
+from engine.bench import quality as bq
 
 
 def test_agreement_counts_positions_and_treats_a_shared_end_as_agreement():

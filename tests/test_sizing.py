@@ -73,7 +73,7 @@ def test_published_download_sizes():
 @pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"])
 def test_synthetic_q4_k_m_matches_the_real_file(name):
     """The generator's Q4_K_M mix reproduces the real Qwen2.5-Coder files byte for byte."""
-    from engine.models import model_dir
+    from engine.models.catalogue import model_dir
 
     path = model_dir() / name
     if not path.is_file():
@@ -87,7 +87,7 @@ def test_synthetic_q4_k_m_matches_the_real_file(name):
 
 
 def test_gguf_spec_agrees_with_model_info(bundled_path):
-    from engine.gguf import model_info
+    from engine.models.gguf import model_info
 
     spec, info = spec_from_gguf(bundled_path), model_info(bundled_path)
     assert spec.layer_bytes == info.layer_bytes and spec.weight_bytes == info.weight_bytes
@@ -482,7 +482,7 @@ def test_out_of_memory_retry_keeps_explicit_choices_and_gives_up_clearly():
 # -- real loads: predicted KV and compute against llama.cpp's buffers -----------------------
 
 def _check_real(path: Path, contexts):
-    from engine.bench_sizing import measure
+    from engine.bench.sizing import measure
 
     for n_ctx in contexts:
         r = measure(path, n_ctx, n_threads=2)
@@ -495,7 +495,7 @@ def test_bundled_model_buffers_match_the_prediction(bundled_path):
 
 
 def test_bundled_model_other_batch_sizes_and_kv_types(bundled_path):
-    from engine.bench_sizing import measure
+    from engine.bench.sizing import measure
 
     for n_ctx, n_batch, kv in ((3000, 256, "f16"), (8192, 64, "f16"), (4096, 512, "q8_0"), (2048, 128, "q4_0")):
         r = measure(bundled_path, n_ctx, n_batch=n_batch, kv_type=kv, n_threads=2)
@@ -503,7 +503,7 @@ def test_bundled_model_other_batch_sizes_and_kv_types(bundled_path):
 
 
 def _bench_path(which: str) -> Path:
-    from engine import models
+    from engine.models import catalogue as models
 
     p = models.bench_model_path(getattr(models, which))
     if p is None:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine.engine import Engine
-from engine.gguf import model_info
+from engine.models.gguf import model_info
 from engine.sampling import make_sampler
 from engine.speculative import (ModelDraft, NgramDraft, SpecController, SpecStats, accept_greedy,
                                 accept_sampled, check_draft_compatible, speculative_step)

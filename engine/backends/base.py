@@ -6,9 +6,12 @@ it are valid and ``truncate`` rolls it back.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from ..types import BackendInfo, Vocab
 
 
 @runtime_checkable
@@ -20,6 +23,16 @@ class Backend(Protocol):
     chat_template: str | None
     bos_token: str
     eos_token: str
+    add_bos: bool             # whether a prompt starts with BOS (unless the template wrote it)
+
+    def describe(self) -> BackendInfo:
+        """Name, quantization label, path, runtime, device and threads, for display."""
+
+    def vocab(self) -> Vocab:
+        """The tokenizer's id -> token table and model size, for draft checks."""
+
+    def open_draft(self, path: str | os.PathLike[str], *, n_threads: int | None = None) -> "Backend":
+        """Load another model on this backend kind and context size, to draft for this one."""
 
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
         """Text -> ids. ``special`` parses control tokens like ``<|im_start|>`` in ``text``."""

@@ -9,7 +9,7 @@ imported only when the user picks this backend.
 
 Sources: a local transformers folder (safetensors; pickled weights and
 remote code only when explicitly allowed), a Hub id (downloaded by
-``engine.hub``), or a GGUF file, dequantized by transformers once and kept as
+``engine.models.hub``), or a GGUF file, dequantized by transformers once and kept as
 a safetensors folder in Hearth's cache so the next load takes seconds.
 """
 from __future__ import annotations
@@ -116,8 +116,8 @@ def gguf_as_folder(path: Path, *, cache: Path | None = None) -> Path:
     """
     import psutil
 
-    from ..gguf import read_gguf
-    from ..prefix_store import file_sha256
+    from ..models.gguf import read_gguf
+    from ..kv.disk_store import file_sha256
 
     root = (cache or _hearth_cache()) / "from-gguf"
     root.mkdir(parents=True, exist_ok=True)
@@ -381,7 +381,7 @@ class HFBackend:
                  source: str = "", prefill_chunk: int = 512) -> None:
         self.model = model.eval()
         self.tok = tokenizer
-        self.info = None  # a GGUF source's header (engine.gguf.ModelInfo), for draft-model checks
+        self.info = None  # a GGUF source's header (engine.models.gguf.ModelInfo), for draft-model checks
         self.quant = quant
         self.source = source
         self.prefill_chunk = prefill_chunk
@@ -638,13 +638,13 @@ def load(ref: Any, *, n_ctx: int | None = None, quant: str = "none", device: str
          allow_remote_code: bool = False) -> HFBackend:
     """Build an HFBackend from a local ModelRef (kind ``hf_dir`` or ``gguf``) or a path.
 
-    Hub ids are fetched first by ``engine.hub.fetch_ref``. ``max_memory`` is the
+    Hub ids are fetched first by ``engine.models.hub.fetch_ref``. ``max_memory`` is the
     hook for engine/sizing.py's plan; without it a simple default is used (see
     ``default_placement``).
     """
     path = Path(getattr(ref, "path", ref))
     if getattr(ref, "kind", None) == "hub":
-        raise HearthError("fetch Hub models with engine.hub.fetch_ref before loading them")
+        raise HearthError("fetch Hub models with engine.models.hub.fetch_ref before loading them")
     if n_threads:
         torch.set_num_threads(n_threads)
     source = str(path)
@@ -682,7 +682,7 @@ def load(ref: Any, *, n_ctx: int | None = None, quant: str = "none", device: str
         raise ModelLoadError(f"transformers could not load {path.name}: {msg}") from None
     backend = HFBackend(model, tok, n_ctx=n_ctx, quant=quant, source=source)
     if source.lower().endswith(".gguf"):
-        from ..gguf import model_info
+        from ..models.gguf import model_info
 
         backend.info = model_info(source)
     return backend
@@ -693,7 +693,7 @@ def source_sha256(path: Path, memo_dir: Path | None = None) -> str:
     folder's config and weight files."""
     import hashlib
 
-    from ..prefix_store import file_sha256
+    from ..kv.disk_store import file_sha256
 
     if path.is_file():
         return file_sha256(path, memo_dir=memo_dir)

@@ -32,7 +32,8 @@ os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 import llama_cpp as lc  # noqa: E402
 
 from ..errors import ContextFullError, HearthError, ModelLoadError, UnsupportedModelError
-from ..gguf import ModelInfo, model_info
+from ..models.gguf import ModelInfo, model_info
+from ..types import BackendInfo, Vocab
 
 log = logging.getLogger("hearth.llama_cpp")
 
@@ -162,6 +163,7 @@ class LlamaCppBackend:
         self.n_batch = n_batch
         self.n_threads = n_threads
         self.kv_type = kv_type
+        self.n_gpu_layers = n_gpu_layers
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         self._mem = lc.llama_get_memory(self._ctx)
@@ -298,6 +300,19 @@ class LlamaCppBackend:
         return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__}",
                 "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack),
                 "tiled_mm": os.environ.get("GGML_CPU_TILED_MM", "1")}
+
+    def describe(self) -> BackendInfo:
+        return BackendInfo(backend=self.name, name=self.info.name, path=str(self.path),
+                           quant=self.info.file_type, runtime="cpu" if self.n_gpu_layers == 0 else "gpu",
+                           device="CPU", threads=self.n_threads, n_ctx=self.n_ctx,
+                           n_gpu_layers=self.n_gpu_layers, kv_type=self.kv_type,
+                           weight_bytes=self.info.weight_bytes)
+
+    def vocab(self) -> Vocab:
+        return self.info.vocab()
+
+    def open_draft(self, path: str | os.PathLike[str], *, n_threads: int | None = None) -> "LlamaCppBackend":
+        return LlamaCppBackend(path, n_ctx=self.n_ctx, n_threads=n_threads)
 
     def memory_report(self) -> dict[str, int]:
         rep = parse_buffer_sizes(self._load_log)

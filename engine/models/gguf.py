@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
+from ..types import Vocab
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -253,6 +254,11 @@ class ModelInfo:
     def kv_bytes_per_token(self, bytes_per_elem: float = 2.0) -> float:
         """K and V for every layer: 2 x layers x kv_heads x head_dim (GQA-aware)."""
         return self.n_layers * self.n_kv_heads * (self.head_dim + self.head_dim_v) * bytes_per_elem
+
+    def vocab(self) -> Vocab:
+        """The header's tokenizer, for the draft-compatibility check (no model load needed)."""
+        return Vocab(name=self.name, tokenizer_model=self.tokenizer_model, tokens=self.tokens,
+                     weight_bytes=self.weight_bytes, path=str(self.path))
 
     def summary(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in (

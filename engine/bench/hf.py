@@ -14,8 +14,8 @@ import statistics
 import time
 from typing import Any
 
-from .bench import BENCH_PROMPT
-from .types import SamplingParams
+from .overhead import BENCH_PROMPT
+from ..types import SamplingParams
 
 
 class _TimingStreamer:
@@ -58,10 +58,10 @@ def run(a: argparse.Namespace) -> dict:
     import torch
     from transformers import GenerationConfig
 
-    from .engine import Engine
-    from .generate import generate_step, stream_tokens
-    from .metrics import GenerationStats
-    from .sampling import make_sampler
+    from ..engine import Engine
+    from ..generate import generate_step, stream_tokens
+    from ..metrics import GenerationStats
+    from ..sampling import make_sampler
 
     n_tok = a.tokens
     threads = _threads(a)

@@ -23,8 +23,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import HearthError
-from .types import Message, SamplingParams
+from ..errors import HearthError
+from ..types import Message, SamplingParams
 
 GEN_TOKENS = 64
 PAD = -1
@@ -110,8 +110,8 @@ def _measure(engine: Any, label: str, text: str, prompts: list[str], ref_tokens)
 
 
 def run(a: argparse.Namespace) -> dict:
-    from .engine import Engine
-    from .models import resolve
+    from ..engine import Engine
+    from ..models.catalogue import resolve
 
     text, prompts = quality_text(), quality_prompts()
     backend = getattr(a, "backend", None) or "hf"
@@ -119,7 +119,7 @@ def run(a: argparse.Namespace) -> dict:
     threads = getattr(a, "threads", None)
     ref_model = resolve(a.model)
     if ref_model.kind == "hub":
-        from .hub import fetch_ref
+        from ..models.hub import fetch_ref
 
         ref_model = fetch_ref(ref_model)
     if backend == "llama_cpp" and ref_model.kind != "gguf":

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import HearthError
+from ..errors import HearthError
+from .catalogue import ModelRef, parse_hub_id
 
 log = logging.getLogger("hearth.hub")
 
@@ -92,27 +93,6 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         pass
     return tuple(errs)
-
-
-def is_hub_id(spec: str) -> bool:
-    """``owner/name``, optionally ``owner/name:QUANT`` or ``owner/name/file.gguf``.
-
-    ``dir/model.gguf`` is a (missing) local file, not a repository.
-    """
-    if ".." in spec or spec.startswith((".", "~")) or re.fullmatch(r"[^/]+/[^/]+\.gguf", spec, re.I):
-        return False
-    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+(:[\w.+-]+|/[\w./+-]+\.gguf)?", spec))
-
-
-def parse_hub_id(spec: str) -> tuple[str, str | None, str | None]:
-    """Split a hub spec into (repo_id, gguf filename, gguf quant label)."""
-    if ":" in spec:
-        repo, quant = spec.split(":", 1)
-        return repo, None, quant
-    parts = spec.split("/")
-    if len(parts) > 2:
-        return "/".join(parts[:2]), "/".join(parts[2:]), None
-    return spec, None, None
 
 
 # -- which files to fetch -----------------------------------------------------------------
@@ -438,8 +418,6 @@ def _check_complete(snap: Path, names: list[str]) -> None:
 def fetch_ref(ref, *, allow_pickle: bool = False, allow_remote_code: bool = False,
               progress: ProgressFn | None = None, cancel: threading.Event | None = None):
     """A ``hub`` ModelRef made local: a ``gguf`` ref for a GGUF pick, else an ``hf_dir`` ref."""
-    from .models import ModelRef
-
     spec = ref.label
     repo, filename, quant = parse_hub_id(spec)
     path = download(repo, filename=filename, quant=quant, allow_pickle=allow_pickle,

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .hardware import Hardware, probe
-from .memory_model import Config, estimate
-from .model_spec import spec_from_gguf
-from .sizing import compare
+from ..hardware import Hardware, probe
+from ..memory_model import Config, estimate
+from ..model_spec import spec_from_gguf
+from ..sizing import compare
 
 CONTEXTS = (2048, 8192, 32768)
 TARGET = 0.10
@@ -26,7 +26,7 @@ TARGET = 0.10
 
 def bench_models() -> tuple[list[tuple[str, Path]], list[dict[str, str]]]:
     """(label, path) of the models to measure, and the ones skipped with why."""
-    from .models import BENCH_DRAFT, BENCH_TARGET, bench_model_path, bundled_model_path
+    from ..models.catalogue import BENCH_DRAFT, BENCH_TARGET, bench_model_path, bundled_model_path
 
     found: list[tuple[str, Path]] = [("bundled", bundled_model_path())]
     skipped = []
@@ -42,7 +42,7 @@ def bench_models() -> tuple[list[tuple[str, Path]], list[dict[str, str]]]:
 def measure(path: Path, n_ctx: int, *, n_batch: int = 512, n_gpu_layers: int = 0, kv_type: str = "f16",
             n_threads: int | None = None, hardware: Hardware | None = None) -> dict[str, Any]:
     """Load ``path`` with these settings, read llama.cpp's buffers, and compare."""
-    from .backends.llama_cpp import LlamaCppBackend
+    from ..backends.llama_cpp import LlamaCppBackend
 
     spec = spec_from_gguf(path)
     hw = hardware or Hardware((), 1 << 50, 1 << 50, 1)

