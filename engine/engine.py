@@ -22,9 +22,9 @@ from .models.catalogue import BACKENDS, ModelRef, default_backend, resolve
 from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache, common_prefix_len
 from .kv.disk_store import PrefixStore, file_sha256
 from .sampling import make_sampler
-from .speculative import (ModelDraft, NgramDraft, SpecController, SpecStats, check_draft_compatible,
-                          measure_round_costs, model_draft_ceiling,
-                          speculative_step)
+from .spec.controller import SpecController, SpecStats, measure_round_costs, model_draft_ceiling
+from .spec.drafts import ModelDraft, NgramDraft, check_draft_compatible
+from .spec.step import speculative_step
 from .types import Message, SamplingParams, StreamEvent
 
 DEFAULT_CTX = 8192

@@ -9,8 +9,10 @@ import pytest
 from engine.engine import Engine
 from engine.models.gguf import model_info
 from engine.sampling import make_sampler
-from engine.speculative import (ModelDraft, NgramDraft, SpecController, SpecStats, accept_greedy,
-                                accept_sampled, check_draft_compatible, speculative_step)
+from engine.spec.accept import accept_greedy, accept_sampled
+from engine.spec.controller import SpecController, SpecStats, model_draft_ceiling
+from engine.spec.drafts import ModelDraft, NgramDraft, check_draft_compatible
+from engine.spec.step import speculative_step
 from engine.types import Message, SamplingParams
 from gguf_writer import write_gguf
 from tiny_backend import TinyBackend
@@ -345,8 +347,6 @@ def test_a_cost_model_replaces_the_measured_fit_for_choosing_k():
 
 
 def test_model_draft_ceiling_from_measured_costs():
-    from engine.speculative import model_draft_ceiling
-
     # This CPU (measured on the Qwen pair): a verified token 0.63 of a step, a draft step 0.45.
     assert model_draft_ceiling(1.0, 0.63, 0.45) < 1.0
     # A GPU: verifying is nearly free, the draft step is the weight ratio (0.44) or less.

@@ -11,7 +11,7 @@ from importlib.resources import files
 from ..engine import Engine
 from ..errors import HearthError
 from ..models.catalogue import BENCH_DRAFT, BENCH_TARGET, bench_model_path
-from ..speculative import SpecController
+from ..spec.controller import SpecController
 from ..types import Message, SamplingParams
 
 KINDS = ("model", "ngram", "auto")

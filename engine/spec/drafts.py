@@ -1,0 +1,120 @@
+"""Where drafts come from: a small model with the target's tokenizer, or the
+history itself (n-gram lookup); and whether a model may draft for another."""
+from __future__ import annotations
+
+import time
+from typing import Callable, Protocol, Sequence
+
+from ..backends.base import Backend
+from ..kv.prefix_cache import common_prefix_len
+from ..models.gguf import ModelInfo
+
+class DraftSource(Protocol):
+    kind: str
+
+    def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
+        """Up to k tokens continuing ``history``, with their distributions (or None)."""
+
+
+class ModelDraft:
+    """A small model with the same tokenizer; keeps its own KV between rounds."""
+
+    kind = "model"
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._kv: list[int] = []
+        self.n_vocab_target: int | None = None
+        self.catchup_s = 0.0  # time the last propose spent prefilling missed tokens
+
+    def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
+        b = self.backend
+        k = min(k, b.n_ctx - len(history))
+        if k <= 0:
+            return [], []
+        # Reuse the draft's KV up to where it and the history diverge; the
+        # newest token is always fed again, its logits start the proposal.
+        common = min(common_prefix_len(self._kv, history), len(history) - 1)
+        b.truncate(common)
+        t0 = time.perf_counter()
+        logits = b.forward(history[common:])
+        # Feeding more than the newest token is a one-off catch-up (a new prompt,
+        # or tokens decoded while another mode ran), not the steady-state cost.
+        self.catchup_s = time.perf_counter() - t0 if len(history) - common > 1 else 0.0
+        drafts: list[int] = []
+        dists: list = []
+        ctx = list(history)
+        for i in range(k):
+            if self.n_vocab_target is not None and logits.shape[-1] > self.n_vocab_target:
+                logits = logits[: self.n_vocab_target]
+            tok, dist = pick(ctx, logits)
+            drafts.append(tok)
+            dists.append(dist)
+            ctx.append(tok)
+            if i < k - 1:
+                logits = b.forward((tok,))
+        self._kv = list(history) + drafts[:-1]
+        return drafts, dists
+
+    def reset(self) -> None:
+        self._kv = []
+
+
+class NgramDraft:
+    """Copies the continuation of the latest earlier occurrence of the history's
+    suffix (prompt lookup decoding). Free to draft; strong when the answer
+    repeats its input: editing code, rewriting, quoting."""
+
+    kind = "ngram"
+
+    def __init__(self, max_n: int = 4, min_n: int = 2) -> None:
+        self.max_n, self.min_n = max_n, min_n
+        self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest occurrence
+        self._upto = 0
+        self._seen: list[int] = []
+
+    def _catch_up(self, history: Sequence[int], end: int) -> None:
+        # History only grows within a request; if it was rewritten, rebuild.
+        if self._upto > len(history) or self._seen != list(history[:self._upto]):
+            self._index.clear()
+            self._upto = 0
+        for j in range(self._upto, end):
+            for n in range(self.min_n, self.max_n + 1):
+                if j - n + 1 >= 0:
+                    self._index[tuple(history[j - n + 1:j + 1])] = j
+        self._upto = max(self._upto, end)
+        self._seen = list(history[:self._upto])
+
+    def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
+        # Index n-grams ending before the last position, so a hit is an earlier occurrence.
+        self._catch_up(history, len(history) - 1)
+        for n in range(self.max_n, self.min_n - 1, -1):
+            if len(history) < n:
+                continue
+            pos = self._index.get(tuple(history[-n:]))
+            if pos is not None:
+                cont = list(history[pos + 1:pos + 1 + k])
+                if cont:
+                    return cont, [None] * len(cont)
+        return [], []
+
+
+# -- compatibility -----------------------------------------------------------------
+
+
+def check_draft_compatible(target: ModelInfo, draft: ModelInfo) -> str | None:
+    """None if the draft can propose for the target, else a one-line reason.
+
+    Only ids matter (the draft is fed the target's tokens), so the draft must
+    name every token the target can produce identically, by id.
+    """
+    if target.tokenizer_model != draft.tokenizer_model:
+        return (f"tokenizer types differ ({draft.tokenizer_model or 'unknown'} in the draft, "
+                f"{target.tokenizer_model or 'unknown'} in the target)")
+    if len(draft.tokens) < len(target.tokens):
+        return f"the draft knows {len(draft.tokens)} tokens but the target can produce {len(target.tokens)}"
+    for i, (a, b) in enumerate(zip(target.tokens, draft.tokens)):
+        if a != b:
+            return f"token {i} is {b!r} in the draft but {a!r} in the target"
+    return None
+
