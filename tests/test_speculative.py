@@ -62,7 +62,7 @@ def test_sampling_is_exact_chi_square():
     """Empirical joint distribution of the first two tokens equals the target's
     exact distribution, with a draft whose distributions differ."""
     target = TinyBackend(n_vocab=6, seed=1, sharpness=1.2)
-    draft = ModelDraft(TinyBackend(n_vocab=6, seed=2, sharpness=1.2))
+    draft = ModelDraft(TinyBackend(n_vocab=6, seed=2, sharpness=1.2), n_vocab_target=6)
     prompt = [1, 2, 3]
     params = dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.3, penalty_last_n=8)
     ref = make_sampler(SamplingParams(**params))
@@ -89,7 +89,7 @@ def test_sampling_is_exact_chi_square():
 @pytest.mark.parametrize("k", range(1, 9))
 def test_greedy_identical_on_tiny_models_until_context_fills(k):
     target = TinyBackend(n_vocab=12, seed=3, n_ctx=80, sharpness=2.0)
-    draft = ModelDraft(TinyBackend(n_vocab=12, seed=4, n_ctx=80, sharpness=2.0))
+    draft = ModelDraft(TinyBackend(n_vocab=12, seed=4, n_ctx=80, sharpness=2.0), n_vocab_target=12)
     prompt = [1, 5, 7, 2]
     greedy = make_sampler(SamplingParams(temperature=0.0))
     plain, h = [], list(prompt)
@@ -116,12 +116,14 @@ def test_ngram_draft_proposes_earlier_continuation():
 
 
 def test_compatibility_is_checked_on_vocabularies(tmp_path, bundled_path):
-    a = model_info(write_gguf(tmp_path / "a.gguf", {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2",
-                                                    "tokenizer.ggml.tokens": ["x", "y", "z"]}))
-    b = model_info(write_gguf(tmp_path / "b.gguf", {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2",
-                                                    "tokenizer.ggml.tokens": ["x", "Y", "z", "w"]}))
-    c = model_info(write_gguf(tmp_path / "c.gguf", {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2",
-                                                    "tokenizer.ggml.tokens": ["x", "y", "z", "extra"]}))
+    def header(name, tokens):
+        return model_info(write_gguf(tmp_path / name, {"general.architecture": "llama",
+                                                       "tokenizer.ggml.model": "gpt2",
+                                                       "tokenizer.ggml.tokens": tokens})).vocab()
+
+    a = header("a.gguf", ["x", "y", "z"])
+    b = header("b.gguf", ["x", "Y", "z", "w"])
+    c = header("c.gguf", ["x", "y", "z", "extra"])
     assert check_draft_compatible(a, b) == "token 1 is 'Y' in the draft but 'y' in the target"
     assert check_draft_compatible(a, c) is None
     assert "knows 3 tokens" in check_draft_compatible(c, a)

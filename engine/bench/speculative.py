@@ -39,7 +39,7 @@ def run(a: argparse.Namespace) -> dict:
     out: dict = {}
     model_code_stats = None
     try:
-        ratio = eng.draft.backend.info.weight_bytes / eng.backend.info.weight_bytes
+        ratio = eng.draft.backend.describe().weight_bytes / eng.backend.describe().weight_bytes
         for set_name, prompts in sets.items():
             # One controller per kind per set: "auto" learns across the set's
             # prompts like it would across one conversation's replies.

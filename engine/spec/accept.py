@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+
 def accept_greedy(drafts: Sequence[int], target_choice: Sequence[int]) -> tuple[int, int]:
     """``target_choice[i]``: the target's token after ``drafts[:i]`` (len k+1).
 

@@ -9,8 +9,11 @@ from typing import Callable, Sequence
 
 from ..backends.base import Backend
 
+
 @dataclass(slots=True)
 class SpecStats:
+    """What speculation did during one reply; ``as_dict`` is what the stats report."""
+
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
@@ -21,6 +24,18 @@ class SpecStats:
     mode_tokens: dict[str, int] = field(default_factory=dict)
     switched_off: int = 0
     notes: list[str] = field(default_factory=list)
+
+    def count_round(self, drafted: int, accepted: int) -> None:
+        """One verified round: ``drafted`` proposals, of which the first ``accepted`` were kept."""
+        self.rounds += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        for i in range(drafted):
+            if i >= len(self.per_position_drafted):
+                self.per_position_drafted.append(0)
+                self.per_position_accepted.append(0)
+            self.per_position_drafted[i] += 1
+            self.per_position_accepted[i] += i < accepted
 
     def as_dict(self) -> dict:
         acc = [a / d if d else 0.0 for a, d in zip(self.per_position_accepted, self.per_position_drafted)]

@@ -7,28 +7,41 @@ from typing import Callable, Protocol, Sequence
 
 from ..backends.base import Backend
 from ..kv.prefix_cache import common_prefix_len
-from ..models.gguf import ModelInfo
+from ..types import Vocab
+
 
 class DraftSource(Protocol):
+    """What ``speculative_step`` asks of a draft."""
+
     kind: str
+    # Seconds the last ``propose`` spent catching up on tokens it had not seen
+    # (a new prompt, tokens decoded in another mode). The user waits for it, so
+    # the mode's rate pays for it; the per-k cost fit does not, it is a one-off.
+    catchup_s: float
 
     def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
         """Up to k tokens continuing ``history``, with their distributions (or None)."""
 
 
 class ModelDraft:
-    """A small model with the same tokenizer; keeps its own KV between rounds."""
+    """A small model with the same tokenizer; keeps its own KV between rounds.
+
+    ``n_vocab_target`` is the target's logits width: the draft never proposes
+    an id past it, and its distributions are vectors of that width.
+    """
 
     kind = "model"
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, *, n_vocab_target: int) -> None:
         self.backend = backend
+        self.n_vocab_target = n_vocab_target
         self._kv: list[int] = []
-        self.n_vocab_target: int | None = None
-        self.catchup_s = 0.0  # time the last propose spent prefilling missed tokens
+        self.catchup_s = 0.0
 
     def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
+        """Up to ``k`` tokens from the draft model, each picked by ``pick(context, logits)``."""
         b = self.backend
+        self.catchup_s = 0.0
         k = min(k, b.n_ctx - len(history))
         if k <= 0:
             return [], []
@@ -45,7 +58,7 @@ class ModelDraft:
         dists: list = []
         ctx = list(history)
         for i in range(k):
-            if self.n_vocab_target is not None and logits.shape[-1] > self.n_vocab_target:
+            if logits.shape[-1] > self.n_vocab_target:
                 logits = logits[: self.n_vocab_target]
             tok, dist = pick(ctx, logits)
             drafts.append(tok)
@@ -66,6 +79,7 @@ class NgramDraft:
     repeats its input: editing code, rewriting, quoting."""
 
     kind = "ngram"
+    catchup_s = 0.0  # indexing the history is cheap enough to leave out
 
     def __init__(self, max_n: int = 4, min_n: int = 2) -> None:
         self.max_n, self.min_n = max_n, min_n
@@ -102,7 +116,7 @@ class NgramDraft:
 # -- compatibility -----------------------------------------------------------------
 
 
-def check_draft_compatible(target: ModelInfo, draft: ModelInfo) -> str | None:
+def check_draft_compatible(target: Vocab, draft: Vocab) -> str | None:
     """None if the draft can propose for the target, else a one-line reason.
 
     Only ids matter (the draft is fed the target's tokens), so the draft must

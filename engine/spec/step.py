@@ -1,18 +1,53 @@
-"""``speculative_step``: the speculative sibling of ``generate.generate_step``."""
+"""``speculative_step``: the speculative sibling of ``generate.generate_step``.
+
+What depends on the request is chosen once, before the first round: greedy or
+sampled decides how a draft picks its tokens and how the target's rows judge
+them. Per round only the controller's mode varies: a plain round (one target
+step) or a draft round (propose, verify in one pass, roll back the rejected
+tail).
+"""
 from __future__ import annotations
 
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..backends.base import Backend
+from ..sampling import Sampler
 from .accept import accept_greedy, accept_sampled
 from .controller import SpecController, SpecStats
 from .drafts import DraftSource
 
+Pick = Callable[[Sequence[int], np.ndarray], tuple[int, np.ndarray | None]]
+Verify = Callable[[list[int], list[int], list, np.ndarray], tuple[int, int]]
+Produced = list[tuple[int, bool]]
+
+
+def pick_and_verify(sampler: Sampler) -> tuple[Pick, Verify]:
+    """For this request's sampler: how a draft picks each token (and its
+    distribution, None when greedy), and how the target's verification rows
+    decide how many drafts to keep and the target's own next token."""
+    if sampler.params.greedy:
+        def pick(ctx: Sequence[int], logits: np.ndarray) -> tuple[int, np.ndarray | None]:
+            return sampler(ctx, logits), None
+
+        def verify(history: list[int], proposal: list[int], q: list, rows: np.ndarray) -> tuple[int, int]:
+            choice = [sampler(history + proposal[:i], rows[i]) for i in range(len(proposal) + 1)]
+            return accept_greedy(proposal, choice)
+    else:
+        def pick(ctx: Sequence[int], logits: np.ndarray) -> tuple[int, np.ndarray | None]:
+            q = sampler.distribution(ctx, logits)
+            return sampler.sample(q), q
+
+        def verify(history: list[int], proposal: list[int], q: list, rows: np.ndarray) -> tuple[int, int]:
+            return accept_sampled(proposal, q, lambda i: sampler.distribution(history + proposal[:i], rows[i]),
+                                  sampler.rng.random, sampler.sample)
+    return pick, verify
+
+
 def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecController,
-                     pending: Sequence[int], sampler, history: list[int],
+                     pending: Sequence[int], sampler: Sampler, history: list[int],
                      stats: SpecStats) -> Iterator[tuple[int, bool]]:
     """Same contract as ``generate_step``: prefill ``pending``, then yield
     ``(token, from_draft)`` forever; ``history`` grows with every yield.
@@ -20,13 +55,29 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
     Invariant at the top of each round: ``tok == history[-1]`` and the target's
     KV holds ``history[:-1]``; a round feeds ``tok`` plus the drafts.
     """
-    greedy = sampler.params.greedy
+    pick, verify = pick_and_verify(sampler)
 
-    def pick(ctx: Sequence[int], logits: np.ndarray):
-        if greedy:
-            return sampler(ctx, logits), None
-        q = sampler.distribution(ctx, logits)
-        return sampler.sample(q), q
+    # Each round returns (tokens to yield, drafted, accepted, catch-up seconds).
+    def plain_round(tok: int, mode: str) -> tuple[Produced, int, int, float]:
+        logits = target.forward((tok,))
+        stats.target_passes += 1
+        return [(sampler(history, logits), False)], 0, 0, 0.0
+
+    def draft_round(tok: int, mode: str) -> tuple[Produced, int, int, float]:
+        draft = drafts[mode]
+        k = min(ctl.k[mode], target.n_ctx - len(history))  # verify needs len(history) + k slots
+        if k <= 0:
+            return plain_round(tok, mode)
+        proposal, q = draft.propose(history, k, pick)
+        if not proposal:  # an n-gram miss: the round still counts against its mode
+            return plain_round(tok, mode)[0], 0, 0, draft.catchup_s
+        base = len(history)
+        rows = target.forward([tok] + proposal, all_logits=True)
+        stats.target_passes += 1
+        n, nxt = verify(history, proposal, q, rows)
+        target.truncate(base + n)  # rejected drafts leave the KV here
+        stats.count_round(len(proposal), n)
+        return [(d, True) for d in proposal[:n]] + [(nxt, False)], len(proposal), n, draft.catchup_s
 
     try:
         # Prefill all but the last prompt token: the first round then verifies
@@ -36,46 +87,15 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
         tok = pending[-1]
         while True:
             mode = ctl.current
+            run = plain_round if mode == "plain" else draft_round
             t0 = time.perf_counter()
-            room = target.n_ctx - len(history)  # verify needs len(history) + k slots
-            k = min(ctl.k[mode], room) if mode != "plain" else 0
-            proposal, q = drafts[mode].propose(history, k, pick) if k > 0 else ([], [])
-            if not proposal:
-                logits = target.forward((tok,))
-                stats.target_passes += 1
-                tok = sampler(history, logits)
-                produced = [(tok, False)]
-                n = 0
-            else:
-                base = len(history)
-                rows = target.forward([tok] + proposal, all_logits=True)
-                stats.target_passes += 1
-                if greedy:
-                    choice = [sampler(history + proposal[:i], rows[i]) for i in range(len(proposal) + 1)]
-                    n, tok = accept_greedy(proposal, choice)
-                else:
-                    n, tok = accept_sampled(
-                        proposal, q, lambda i: sampler.distribution(history + proposal[:i], rows[i]),
-                        sampler.rng.random, sampler.sample)
-                target.truncate(base + n)  # rejected drafts leave the KV here
-                produced = [(d, True) for d in proposal[:n]] + [(tok, False)]
-                stats.rounds += 1
-                stats.drafted += len(proposal)
-                stats.accepted += n
-                for i in range(len(proposal)):
-                    if i >= len(stats.per_position_drafted):
-                        stats.per_position_drafted.append(0)
-                        stats.per_position_accepted.append(0)
-                    stats.per_position_drafted[i] += 1
-                    stats.per_position_accepted[i] += i < n
-            # A round with no proposal (n-gram miss) still counts against its
-            # mode: that is what choosing the mode cost.
+            produced, drafted, accepted, catchup = run(tok, mode)
             spent = time.perf_counter() - t0
             # The mode's rate pays for a draft's catch-up prefill (the user waits
             # for it too); the per-k cost fit does not, it is a one-off.
-            catchup = getattr(drafts[mode], "catchup_s", 0.0) if k > 0 else 0.0
-            ctl.record(mode, len(proposal), n, len(produced), spent, stats, fit_seconds=spent - catchup)
+            ctl.record(mode, drafted, accepted, len(produced), spent, stats, fit_seconds=spent - catchup)
             stats.mode_tokens[mode] = stats.mode_tokens.get(mode, 0) + len(produced)
+            tok = produced[-1][0]
             for t, from_draft in produced:
                 history.append(t)
                 stats.generated += 1
