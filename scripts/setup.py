@@ -164,13 +164,22 @@ def _build(rt: runtimes.Runtime, out: Path) -> Path:
                                f"llama-cpp-python=={LLAMA_VERSION}"], env=env, stdout=f, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
-        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-        raise BuildFailed(f"the {rt.flavour} build failed to compile (log: {log}): {' / '.join(tail)[-300:]}")
+        raise BuildFailed(f"the {rt.flavour} build failed to compile ({first_error(log.read_text(errors='replace'))}; "
+                          f"whole log: {log})")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     log.unlink(missing_ok=True)
     say(f"built {rt.flavour} in {(time.monotonic() - t0) / 60:.1f} min")
     return sorted(out.glob("llama_cpp_python-*.whl"))[-1]
+
+
+def first_error(log: str) -> str:
+    """The line that says why a build failed, not pip's closing lines."""
+    lines = [ln.strip() for ln in log.splitlines()]
+    for i, ln in enumerate(lines):
+        if ln.startswith("CMake Error") or ": error:" in ln or (ln.startswith("error:") and "subprocess" not in ln):
+            return " ".join(x for x in lines[i:i + 3] if x)[:300]
+    return " / ".join(x for x in lines[-3:] if x)[:300]
 
 
 def file_sha(p: Path) -> str:

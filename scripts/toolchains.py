@@ -49,15 +49,26 @@ def _out(*cmd: str, timeout: float = 60) -> str:
 
 # -- Vulkan ---------------------------------------------------------------------------
 
+def spirv_config(include: Path) -> Path | None:
+    """The SPIRV-Headers CMake package beside ``include`` (ggml-vulkan's CMake asks for it)."""
+    prefix = include.parent
+    for d in (prefix / "share" / "cmake", prefix / "lib" / "cmake", *sorted(prefix.glob("lib/*/cmake"))):
+        if (d / "SPIRV-Headers" / "SPIRV-HeadersConfig.cmake").is_file():
+            return d / "SPIRV-Headers"
+    return None
+
+
 def headers_ok(include: Path) -> bool:
-    """Vulkan headers new enough for ggml-vulkan, with spirv.hpp in the same tree
-    (ggml finds it with __has_include, so it must sit beside the Vulkan headers)."""
+    """Vulkan headers new enough for ggml-vulkan, with SPIR-V's in the same tree
+    (ggml finds spirv.hpp with __has_include, so it must sit beside the Vulkan
+    headers) and SPIR-V's CMake package."""
     core = include / "vulkan" / "vulkan_core.h"
     try:
         text = core.read_text(errors="replace")
     except OSError:
         return False
-    return "VK_EXT_layer_settings" in text and (include / "spirv" / "unified1" / "spirv.hpp").is_file()
+    return ("VK_EXT_layer_settings" in text and (include / "spirv" / "unified1" / "spirv.hpp").is_file()
+            and spirv_config(include) is not None)
 
 
 def vulkan_loader() -> Path | None:
@@ -120,7 +131,8 @@ def vulkan_args(cache: Path) -> list[str]:
         raise Unavailable("the Vulkan loader is not installed (Debian/Ubuntu: apt install libvulkan1)")
     system = Path("/usr/include")
     include = system if headers_ok(system) else fetch_vulkan_headers(cache / "vulkan-headers")
-    return [f"-DVulkan_INCLUDE_DIR={include}", f"-DVulkan_LIBRARY={loader}", f"-DVulkan_GLSLC_EXECUTABLE={glslc}"]
+    return [f"-DVulkan_INCLUDE_DIR={include}", f"-DVulkan_LIBRARY={loader}", f"-DVulkan_GLSLC_EXECUTABLE={glslc}",
+            f"-DSPIRV-Headers_DIR={spirv_config(include)}"]
 
 
 # -- CUDA -------------------------------------------------------------------------------

@@ -152,7 +152,20 @@ def test_vulkan_headers_need_layer_settings_and_spirv_beside_them(tmp_path):
     assert not toolchains.headers_ok(inc)  # spirv.hpp missing
     (inc / "spirv" / "unified1").mkdir(parents=True)
     (inc / "spirv" / "unified1" / "spirv.hpp").write_text("")
-    assert toolchains.headers_ok(inc)
+    assert not toolchains.headers_ok(inc)  # SPIRV-Headers' CMake package missing: ggml-vulkan's CMake needs it
+    cfg = tmp_path / "share" / "cmake" / "SPIRV-Headers"
+    cfg.mkdir(parents=True)
+    (cfg / "SPIRV-HeadersConfig.cmake").write_text("")
+    assert toolchains.headers_ok(inc) and toolchains.spirv_config(inc) == cfg
+
+
+def test_a_failed_build_is_summed_up_by_its_first_error_not_pips_closing_lines():
+    log = ("  -- Found Vulkan: /usr/lib/libvulkan.so.1\n"
+           "  CMake Error at ggml-vulkan/CMakeLists.txt:14 (find_package):\n"
+           "    Could not find a package configuration file provided by \"SPIRV-Headers\"\n\n"
+           "  error: subprocess-exited-with-error\n  ERROR: Failed building wheel for llama-cpp-python\n")
+    assert setup.first_error(log).startswith("CMake Error at ggml-vulkan/CMakeLists.txt:14 (find_package): "
+                                             "Could not find a package configuration file provided by")
 
 
 def test_wheel_toolkit_layout_gets_lib64_and_unversioned_links(tmp_path):
