@@ -29,7 +29,7 @@ from .model_loading import ModelLoadingMixin
 from .replies import RepliesMixin
 from .settings import Settings, SettingsFile
 from .store import Store
-from .worker import EngineHost
+from .engine_host import EngineHost
 
 
 # Modules the engine thread would otherwise import while the window is up.

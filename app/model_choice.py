@@ -26,6 +26,7 @@ QUANTS = ("auto", "none", "int8", "int4")
 HF_QUANTS = ("none", "int8", "int4")
 # Same list as engine/backends/hf.py (kept here so checking a folder never imports torch).
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+HUB_PLACEHOLDER = "owner/name, owner/name:Q4_K_M or owner/name/file.gguf"
 
 
 def infer_source(model: str) -> str:
@@ -97,6 +98,43 @@ def model_ref(key: dict[str, Any]):
             raise ModelFileError(f"{p} is a folder; choose “Hugging Face folder” for a transformers model")
         raise ModelFileError(f"model file not found: {p}")
     return ModelRef("gguf", p.resolve(), p.name)
+
+
+class ModelCheck:
+    """What can be known about a model choice without loading it, with the reason the
+    engine would give when it cannot load; a GGUF file's metadata is read once and kept."""
+
+    def __init__(self) -> None:
+        self._info: dict[str, Any] = {}
+
+    def info(self, model: str):
+        """GGUF metadata for ``model`` ("bundled" or a path); raises HearthError with a clear message."""
+        from engine.models.catalogue import bundled_model_path
+        from engine.models.gguf import model_info
+
+        if model not in self._info:
+            if not model:
+                raise HearthError("choose a .gguf file")
+            path = bundled_model_path() if model == BUNDLED else Path(model).expanduser()
+            if not path.is_file():
+                raise HearthError(f"model file not found: {path}")
+            self._info[model] = model_info(path)
+        return self._info[model]
+
+    def check(self, source: str, model: str):
+        """A GGUF file's metadata, or None for a folder or a Hub id that looks loadable;
+        raises HearthError with the reason the engine would give."""
+        from engine.models.catalogue import is_hub_id
+
+        if source in ("bundled", "gguf"):
+            return self.info(model)
+        if not model:
+            raise HearthError("choose a model folder" if source == "hf_dir" else "type a Hub id")
+        if source == "hf_dir":
+            check_hf_folder(Path(model).expanduser())
+        elif not is_hub_id(model):
+            raise HearthError(f"{model!r} is not a Hub id; type {HUB_PLACEHOLDER}")
+        return None
 
 
 def check_hf_folder(path: Path) -> None:

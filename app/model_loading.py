@@ -122,6 +122,7 @@ class ModelLoadingMixin:
         self.model_label.setText(f"{info['label']} · {info['quant']} · context {info['n_ctx']:,}")
         draft = info.get("draft", "none") + (f" ({info['draft_model']})" if info.get("draft_model") else "")
         self.model_label.setToolTip(f"{info['path']}\nbackend: {info['backend']}\n"
+                                    f"runs on: {info['runtime']} ({info['device']})\n"
                                     f"speculative decoding: {draft}\n"
                                     f"CPU threads: {info.get('n_threads')}\n"
                                     f"loaded in {info.get('load_ms', 0):.0f} ms")

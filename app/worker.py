@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import HearthError, Message, SamplingParams
 
@@ -68,7 +68,7 @@ def app_threads() -> int:
     return max(1, default_threads() - 1)
 
 
-class _Shared:
+class SharedEngine:
     """The loaded engine, touched only on the engine thread."""
 
     engine = None
@@ -79,36 +79,20 @@ def _memory_in_use(report: dict[str, int]) -> int:
     return sum(v for k, v in report.items() if "@" not in k and k != "model_size")
 
 
-def _quant_label(backend) -> str:
-    """A GGUF file's own quantization on llama.cpp; on transformers the bitsandbytes
-    choice, or the dtype the weights were loaded in (a GGUF there is dequantized)."""
-    if backend.name != "hf":
-        return backend.info.file_type
-    if backend.quant != "none":
-        return backend.quant
-    dtype = getattr(getattr(backend, "model", None), "dtype", None)
-    return str(dtype).removeprefix("torch.") if dtype is not None else "none"
-
-
-def _draft_name(engine) -> str | None:
-    draft = getattr(engine, "draft", None)
-    if draft is None:
-        return None
-    b = draft.backend
-    return Path(str(getattr(b, "path", None) or getattr(b, "source", "") or "draft")).name
-
-
 def describe(engine) -> dict[str, Any]:
     """What the window shows about a loaded engine (plain data, safe to send across threads)."""
     b = engine.backend
+    info = b.describe()
     report = b.memory_report()
-    info = getattr(b, "info", None)
-    return {"label": engine.model.label if engine.model else (info.name if info else "model"),
+    draft = engine.draft
+    return {"label": engine.model.label if engine.model else info.name,
             "path": str(engine.model.path) if engine.model else "",
             "bundled": bool(engine.model and engine.model.is_bundled),
-            "backend": b.name, "n_ctx": b.n_ctx, "n_threads": getattr(b, "n_threads", None),
-            "draft": getattr(engine, "spec_kind", "none"), "draft_model": _draft_name(engine),
-            "quant": _quant_label(b), "memory": report, "memory_total": _memory_in_use(report)}
+            "backend": info.backend, "n_ctx": info.n_ctx, "n_threads": info.threads,
+            "runtime": info.runtime, "device": info.device,
+            "draft": engine.spec_kind,
+            "draft_model": Path(draft.backend.describe().path).name if draft is not None else None,
+            "quant": info.quant, "memory": report, "memory_total": _memory_in_use(report)}
 
 
 class LoadWorker(QObject):
@@ -118,7 +102,7 @@ class LoadWorker(QObject):
     failed = Signal(str)           # one-line message
     cancelled = Signal()
 
-    def __init__(self, shared: _Shared) -> None:
+    def __init__(self, shared: SharedEngine) -> None:
         super().__init__()
         self._shared = shared
 
@@ -190,7 +174,7 @@ class GenerationWorker(QObject):
     finished = Signal(int, object)     # message id, {text, finish_reason, complete, metrics}
     failed = Signal(int, str, str)   # message id, error message, partial text
 
-    def __init__(self, shared: _Shared) -> None:
+    def __init__(self, shared: SharedEngine) -> None:
         super().__init__()
         self._shared = shared
         self._stores: dict[Path, Store] = {}
@@ -258,124 +242,3 @@ class GenerationWorker(QObject):
         for s in self._stores.values():
             s.close()
         self._stores.clear()
-
-
-class EngineHost(QObject):
-    """The window's handle on the engine thread. Lives on the GUI thread."""
-
-    load_started = Signal(str)
-    download_progress = Signal(object, object, str)
-    loaded = Signal(object)
-    load_failed = Signal(str)
-    load_cancelled = Signal()
-    delta = Signal(int, str)
-    progress = Signal(int, object)
-    finished = Signal(int, object)
-    failed = Signal(int, str, str)
-
-    _request_load = Signal(object)
-    _request_generate = Signal(object)
-    _request_close = Signal()
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._shared = _Shared()
-        self._thread = QThread()
-        self._thread.setObjectName("hearth-engine")
-        self._loader = LoadWorker(self._shared)
-        self._generator = GenerationWorker(self._shared)
-        for w in (self._loader, self._generator):
-            w.moveToThread(self._thread)
-        # Cross-thread connections are queued: the slots run on the engine thread.
-        self._request_load.connect(self._loader.load)
-        self._request_generate.connect(self._generator.generate)
-        self._request_close.connect(self._generator.close_stores)
-        self._request_close.connect(self._loader.close_engine)
-        self._loader.started.connect(self.load_started)
-        self._loader.download_progress.connect(self._on_download_progress)
-        self._loader.loaded.connect(self._on_loaded)
-        self._loader.failed.connect(self._on_load_failed)
-        self._loader.cancelled.connect(self._on_load_cancelled)
-        self._generator.delta.connect(self.delta)
-        self._generator.progress.connect(self.progress)
-        self._generator.finished.connect(self._on_finished)
-        self._generator.failed.connect(self._on_failed)
-        self._thread.start()
-        self.model: dict | None = None       # describe() of the loaded model
-        self._load: LoadRequest | None = None
-        self._job: GenerationJob | None = None
-
-    # -- state --------------------------------------------------------------
-
-    @property
-    def loading(self) -> bool:
-        return self._load is not None
-
-    @property
-    def ready(self) -> bool:
-        return self.model is not None and self._load is None
-
-    @property
-    def job(self) -> GenerationJob | None:
-        """The generation in flight, if any."""
-        return self._job
-
-    # -- loading ------------------------------------------------------------
-
-    def load(self, key: dict[str, Any]) -> None:
-        if self._load is not None:
-            self._load.cancel.set()
-        self.model = None
-        self._load = LoadRequest(dict(key))
-        self._request_load.emit(self._load)
-
-    def cancel_load(self) -> None:
-        if self._load is not None:
-            self._load.cancel.set()
-
-    def _on_download_progress(self, done: int, total: int, name: str) -> None:
-        if self._load is not None and not self._load.cancel.is_set():  # a stale load's bytes are not news
-            self.download_progress.emit(done, total, name)
-
-    def _on_loaded(self, info: dict) -> None:
-        self._load = None
-        self.model = info
-        self.loaded.emit(info)
-
-    def _on_load_failed(self, msg: str) -> None:
-        self._load = None
-        self.load_failed.emit(msg)
-
-    def _on_load_cancelled(self) -> None:
-        self._load = None
-        self.load_cancelled.emit()
-
-    # -- generation ---------------------------------------------------------
-
-    def generate(self, job: GenerationJob) -> None:
-        if self._job is not None:
-            raise HearthError("a reply is already being written")
-        if not self.ready:
-            raise HearthError("the model is not loaded yet")
-        self._job = job
-        self._request_generate.emit(job)
-
-    def stop(self) -> None:
-        if self._job is not None:
-            self._job.cancel.set()
-
-    def _on_finished(self, mid: int, result: dict) -> None:
-        self._job = None
-        self.finished.emit(mid, result)
-
-    def _on_failed(self, mid: int, msg: str, partial: str) -> None:
-        self._job = None
-        self.failed.emit(mid, msg, partial)
-
-    def shutdown(self) -> None:
-        """Stop any reply, free the model and end the thread (waits for a load in progress)."""
-        self.stop()
-        self.cancel_load()
-        self._request_close.emit()
-        self._thread.quit()
-        self._thread.wait()

@@ -375,6 +375,15 @@ def test_changing_the_context_in_settings_reloads_the_model(qtbot, make_window):
     assert f.rolled_back(Settings()).context == 1024  # it worked, so it is the rollback target
 
 
+def test_the_model_info_says_where_the_model_runs(qtbot, make_window):
+    w = make_window()
+    m = w.host.model
+    assert (m["backend"], m["runtime"], m["device"]) == ("llama_cpp", "cpu", "CPU")
+    assert m["quant"].startswith("Q4_1") and m["n_threads"] >= 1 and m["draft_model"] is None
+    tip = w.model_label.toolTip()
+    assert "backend: llama_cpp" in tip and "runs on: cpu (CPU)" in tip and f"CPU threads: {m['n_threads']}" in tip
+
+
 def test_unexpected_errors_reach_the_window(qtbot, make_window, monkeypatch):
     import sqlite3
 
