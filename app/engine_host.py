@@ -46,7 +46,7 @@ class EngineHost(QObject):
         self._request_generate.connect(self._generator.generate)
         self._request_close.connect(self._generator.close_stores)
         self._request_close.connect(self._loader.close_engine)
-        self._loader.started.connect(self.load_started)
+        self._loader.started.connect(self._on_load_started)
         self._loader.download_progress.connect(self._on_download_progress)
         self._loader.loaded.connect(self._on_loaded)
         self._loader.failed.connect(self._on_load_failed)
@@ -88,20 +88,36 @@ class EngineHost(QObject):
         if self._load is not None:
             self._load.cancel.set()
 
-    def _on_download_progress(self, done: int, total: int, name: str) -> None:
-        if self._load is not None and not self._load.cancel.is_set():  # a stale load's bytes are not news
+    def _current(self, rid: int) -> bool:
+        """Whether a load's signal belongs to the newest request. A superseded load still
+        runs to its end on the engine thread (cancelled, or its model closed by the next
+        load), and none of that is news to the window."""
+        return self._load is not None and self._load.id == rid
+
+    def _on_load_started(self, rid: int, what: str) -> None:
+        if self._current(rid):
+            self.load_started.emit(what)
+
+    def _on_download_progress(self, rid: int, done: int, total: int, name: str) -> None:
+        if self._current(rid) and not self._load.cancel.is_set():
             self.download_progress.emit(done, total, name)
 
-    def _on_loaded(self, info: dict) -> None:
+    def _on_loaded(self, rid: int, info: dict) -> None:
+        if not self._current(rid):
+            return
         self._load = None
         self.model = info
         self.loaded.emit(info)
 
-    def _on_load_failed(self, msg: str) -> None:
+    def _on_load_failed(self, rid: int, msg: str) -> None:
+        if not self._current(rid):
+            return
         self._load = None
         self.load_failed.emit(msg)
 
-    def _on_load_cancelled(self) -> None:
+    def _on_load_cancelled(self, rid: int) -> None:
+        if not self._current(rid):
+            return
         self._load = None
         self.load_cancelled.emit()
 

@@ -18,6 +18,7 @@ the next try resumes it).
 """
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import traceback
@@ -38,10 +39,16 @@ FLUSH_DELTAS = 32     # ...or after this many deltas, whichever comes first
 PROGRESS_SECONDS = 0.25
 
 
+_REQUEST_IDS = itertools.count(1)
+
+
 @dataclass(slots=True)
 class LoadRequest:
+    """One model load. Every signal of its load carries ``id``, so the host can tell a
+    superseded load's late answers from the newest one's."""
     key: dict[str, Any]  # Settings.load_key(): model, source, backend, quant, context, draft, n_threads
     cancel: threading.Event = field(default_factory=threading.Event)
+    id: int = field(default_factory=lambda: next(_REQUEST_IDS))
 
 
 @dataclass(slots=True)
@@ -96,11 +103,12 @@ def describe(engine) -> dict[str, Any]:
 
 
 class LoadWorker(QObject):
-    started = Signal(str)          # what is being loaded
-    download_progress = Signal(object, object, str)  # bytes done, bytes total (can pass 2 GiB), file
-    loaded = Signal(object)          # describe(engine) + load_ms
-    failed = Signal(str)           # one-line message
-    cancelled = Signal()
+    # Each signal starts with the LoadRequest's id.
+    started = Signal(int, str)          # what is being loaded
+    download_progress = Signal(int, object, object, str)  # bytes done, bytes total (can pass 2 GiB), file
+    loaded = Signal(int, object)        # describe(engine) + load_ms
+    failed = Signal(int, str)           # one-line message
+    cancelled = Signal(int)
 
     def __init__(self, shared: SharedEngine) -> None:
         super().__init__()
@@ -110,8 +118,8 @@ class LoadWorker(QObject):
     def load(self, req: LoadRequest) -> None:
         from engine import Engine  # imported here so the window can appear first
 
-        key = req.key
-        self.started.emit(model_title(key))
+        key, rid = req.key, req.id
+        self.started.emit(rid, model_title(key))
         # Free the old model first: two models side by side may not fit.
         self._close_engine()
         t0 = time.perf_counter()
@@ -120,9 +128,10 @@ class LoadWorker(QObject):
             if ref.kind == "hub":
                 from engine.models.hub import fetch_ref
 
-                ref = fetch_ref(ref, progress=self.download_progress.emit, cancel=req.cancel)
+                ref = fetch_ref(ref, progress=lambda done, total, name: self.download_progress.emit(
+                    rid, done, total, name), cancel=req.cancel)
             if req.cancel.is_set():
-                self.cancelled.emit()
+                self.cancelled.emit(rid)
                 return
             backend = key.get("backend") or "auto"
             if backend == "auto":
@@ -139,24 +148,24 @@ class LoadWorker(QObject):
                                  draft=key.get("draft") or "none", cancel=req.cancel)
         except HearthError as e:
             if req.cancel.is_set():  # a download stops with DownloadCancelled: that is a cancel
-                self.cancelled.emit()
+                self.cancelled.emit(rid)
             else:
-                self.failed.emit(str(e))
+                self.failed.emit(rid, str(e))
             return
         except Exception as e:  # a bug or an unexpected native failure: still a message, never silence
             traceback.print_exc()
-            self.failed.emit(f"unexpected error while loading the model: {type(e).__name__}: {e}")
+            self.failed.emit(rid, f"unexpected error while loading the model: {type(e).__name__}: {e}")
             return
         if req.cancel.is_set():
             # Loading is one native call that cannot be interrupted; cancelling
             # means throwing the result away as soon as it returns.
             engine.close()
-            self.cancelled.emit()
+            self.cancelled.emit(rid)
             return
         self._shared.engine = engine
         info = describe(engine)
         info["load_ms"] = (time.perf_counter() - t0) * 1e3
-        self.loaded.emit(info)
+        self.loaded.emit(rid, info)
 
     @Slot()
     def close_engine(self) -> None:

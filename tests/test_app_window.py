@@ -361,6 +361,28 @@ def test_cancelling_a_load_goes_back_to_the_last_model_that_worked(qtbot, make_w
     assert not w.cancel_load_button.isVisible()
 
 
+def test_changing_the_model_twice_during_a_load_ends_on_the_last_choice(qtbot, make_window, data_dir,
+                                                                         bundled_path):
+    other = data_dir / "other.gguf"
+    other.symlink_to(bundled_path)  # a second, valid model file
+    w = make_window(start=False)
+    w.start()  # the bundled model starts loading
+    assert w.host.loading
+    w.apply_settings(Settings(**{**w.settings.to_dict(), "model": str(other), "source": "gguf"}))
+    last = Settings(**{**w.settings.to_dict(), "model": "bundled", "source": "bundled", "context": 1024})
+    w.apply_settings(last)
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    qtbot.wait(1500)  # anything a superseded load still had queued has run by now
+    assert w.host.ready and w.host.model["bundled"] and w.host.model["n_ctx"] == 1024
+    assert w.settings.load_key() == last.load_key()
+    assert "context 1,024" in w.model_label.text()
+    f = SettingsFile()
+    saved, _ = f.load()
+    assert saved.load_key() == last.load_key()
+    assert f.rolled_back(Settings()).load_key() == last.load_key()  # recorded as the one that worked
+    assert not any("cancelled" in m or "Went back" in m for m in w.info.messages())
+
+
 def test_changing_the_context_in_settings_reloads_the_model(qtbot, make_window):
     w = make_window()
     assert w.host.model["n_ctx"] != 1024
