@@ -180,14 +180,16 @@ def patch_wheel_toolkit(root: Path) -> None:
 
 
 def wheel_toolkit(python: Path) -> Path:
-    """Install the CUDA toolkit wheels into the venv of ``python``; return its root."""
-    p = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", "-q", "install", CUDA_WHEELS],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise Unavailable(f"no nvcc here and the CUDA toolkit wheels did not install "
-                          f"({(p.stderr or p.stdout).strip()[-300:]})")
+    """The CUDA toolkit wheels in the environment of ``python`` (installed first
+    when missing, e.g. beside torch they often are already); return their root."""
     sp = _out(str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip()
     root = Path(sp) / "nvidia" / "cu13"
+    if not ((root / "bin" / "nvcc").is_file() and has_cublas(root)):
+        p = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", "-q", "install", CUDA_WHEELS],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise Unavailable(f"no nvcc with cuBLAS here and the CUDA toolkit wheels did not install "
+                              f"({(p.stderr or p.stdout).strip()[-300:]})")
     if not (root / "bin" / "nvcc").is_file():
         raise Unavailable(f"the CUDA toolkit wheels installed no nvcc under {root}")
     patch_wheel_toolkit(root)
