@@ -2,9 +2,12 @@
 
 ``settings.json`` lives in the platform config folder (or ``HEARTH_DATA_DIR``).
 Writes are atomic (temp file, fsync, ``os.replace``), so a crash mid-write
-leaves the old file intact. A file that cannot be parsed or validated is moved
-aside with a message, never overwritten. The model choice that last loaded
-successfully is kept under ``last_working`` so a failed load can roll back.
+leaves the old file intact. A file that cannot be parsed is moved aside with a
+message, never overwritten. In one that parses, a field that does not validate
+(say, a value only a newer Hearth knows) takes its default and the others are
+kept; the message names the field, and the original is moved aside as a backup.
+The model choice that last loaded successfully is kept under ``last_working``
+so a failed load can roll back.
 
 Files written before a field existed still load: a missing ``source`` is
 worked out from ``model`` (older files hold only "bundled" or a GGUF path), and
@@ -169,6 +172,66 @@ class Settings:
             raise SettingsError("sampling: must be an object")
         return cls(**kwargs).validate()
 
+    @classmethod
+    def salvage(cls, d: dict[str, Any]) -> tuple["Settings", list[str]]:
+        """The settings in ``d`` with every invalid field at its default (a bad sampling
+        knob or preset is dropped on its own), and one message per thing dropped."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        problems: list[str] = []
+        if "sampling" in kwargs:
+            kwargs["sampling"] = _valid_sampling(kwargs["sampling"], problems)
+        if "presets" in kwargs:
+            kwargs["presets"] = _valid_presets(kwargs["presets"], problems)
+        for _ in range(len(known) + 1):
+            try:
+                return cls(**kwargs).validate(), problems
+            except ValueError as e:  # SettingsError, or a path Python refuses (a NUL byte)
+                name = str(e).partition(":")[0]
+                problems.append(str(e))
+                if name == "default_preset" and kwargs.get("presets"):
+                    kwargs["default_preset"] = kwargs["presets"][0]["name"]
+                elif name in kwargs:
+                    del kwargs[name]  # a field that depends on it is checked again next time round
+                else:
+                    break
+        return cls(), problems
+
+
+def _valid_sampling(raw: Any, problems: list[str]) -> dict[str, Any]:
+    """The default sampling knobs with each valid one from ``raw`` applied."""
+    out = _default_sampling()
+    if not isinstance(raw, dict):
+        problems.append("sampling: must be an object")
+        return out
+    for k, v in raw.items():
+        if k not in SAMPLING_KEYS:
+            problems.append(f"sampling: unknown setting {k!r}")
+            continue
+        try:
+            SamplingParams(**{k: v})
+        except (HearthError, TypeError) as e:
+            problems.append(f"sampling: {e}")
+            continue
+        out[k] = v
+    return out
+
+
+def _valid_presets(raw: Any, problems: list[str]) -> Any:
+    """The presets in ``raw`` that have a name and a prompt, each name once; ``raw`` as it
+    is when it is not a list (validate() then says so and the defaults are used)."""
+    if not isinstance(raw, list):
+        return raw
+    out: list[dict[str, str]] = []
+    for p in raw:
+        ok = isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"].strip() \
+            and isinstance(p.get("prompt"), str)
+        if not ok or any(q["name"] == p["name"] for q in out):
+            problems.append(f"presets: left out {p!r} (a preset needs a new, non-empty name and a prompt text)")
+            continue
+        out.append({"name": p["name"], "prompt": p["prompt"]})
+    return out or [dict(p) for p in DEFAULT_PRESETS]
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` so that ``path`` holds either the old or the new content, never a mix."""
@@ -204,25 +267,42 @@ class SettingsFile:
     def load(self) -> tuple[Settings, str | None]:
         """Return the settings and a message for the user (or None).
 
-        A missing file gives the defaults. A damaged or invalid one is moved
-        aside and the defaults are used, with a message saying where it went.
+        A missing file gives the defaults. One that cannot be read as a settings
+        object is moved aside and the defaults are used, with a message saying
+        where it went. In one that can, each invalid field takes its default and
+        the rest are kept; the message names each field, and the original file is
+        moved aside as a backup (the next save writes the settings in use).
         """
+        self.last_working = None
         if not self.path.exists():
             return Settings(), None
         try:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
-            settings = Settings.from_dict(raw)
-            lw = raw.get("last_working")
-            if lw is not None:
-                Settings().with_load_key(lw).validate()  # a bad rollback target is as bad as a bad file
-            self.last_working = lw
-            return settings, None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, SettingsError, TypeError) as e:
+            if not isinstance(raw, dict):
+                raise SettingsError("the file does not hold a settings object")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, SettingsError) as e:
             reason = e if isinstance(e, SettingsError) else f"{type(e).__name__}: {e}"
             moved = move_aside(self.path, "invalid")
-            self.last_working = None
             return Settings(), (f"The settings file could not be used ({reason}), so Hearth started "
                                 f"with default settings. The old file was kept as {moved}.")
+        try:
+            settings, problems = Settings.from_dict(raw), []
+        except (ValueError, TypeError):  # SettingsError, or a path Python refuses (a NUL byte)
+            settings, problems = Settings.salvage(raw)
+        lw = raw.get("last_working")
+        if lw is not None:
+            try:
+                Settings().with_load_key(lw).validate()
+            except (ValueError, TypeError) as e:  # TypeError: not an object at all
+                problems.append(f"last_working: {e} (a failed load now goes back to the bundled model)")
+                lw = None
+        self.last_working = lw
+        if not problems:
+            return settings, None
+        moved = move_aside(self.path, "invalid")
+        return settings, ("Some settings in the settings file could not be used and went back to their "
+                          f"defaults: {'; '.join(problems)}. The other settings were kept; the original "
+                          f"file was kept as {moved}.")
 
     def save(self, settings: Settings) -> None:
         settings.validate()

@@ -54,6 +54,47 @@ def test_malformed_file_is_moved_aside_with_a_message(tmp_path, content):
     assert not path.exists()
 
 
+def test_one_invalid_field_keeps_the_others_and_the_original(tmp_path):
+    path = tmp_path / "settings.json"
+    mine = [{"name": "Mine", "prompt": "be kind"}]
+    d = Settings(context=2048, theme="dark", presets=mine, default_preset="Mine").to_dict()
+    d["sampling"].update(temperature=0.3, top_k=-5)
+    d["draft"] = "model"  # a value only a newer Hearth knows
+    d["last_working"] = {"model": "bundled", "context": 2048}
+    path.write_text(json.dumps(d))
+    original = path.read_text()
+    f = SettingsFile(path)
+    s, notice = f.load()
+    assert (s.context, s.theme, s.presets, s.default_preset) == (2048, "dark", mine, "Mine")
+    assert s.sampling["temperature"] == 0.3 and s.sampling["top_k"] == Settings().sampling["top_k"]
+    assert s.draft == "auto"
+    assert "draft" in notice and "'model'" in notice and "top_k" in notice and "kept as" in notice
+    assert "theme" not in notice and "context" not in notice
+    backup = list(tmp_path.glob("settings.json.invalid-*"))
+    assert len(backup) == 1 and backup[0].read_text() == original
+    assert f.rolled_back(Settings()).context == 2048  # the rollback target was valid, so it stays
+    f.save(s)
+    again, notice = SettingsFile(path).load()
+    assert notice is None and again == s
+
+
+def test_bad_presets_and_a_bad_rollback_target_are_dropped_on_their_own(tmp_path):
+    path = tmp_path / "settings.json"
+    d = Settings(context=4096).to_dict()
+    d["presets"] = [{"name": "Good", "prompt": "x"}, {"name": "", "prompt": "y"}, {"name": "Good", "prompt": "dup"}]
+    d["default_preset"] = "Gone"
+    d["last_working"] = {"model": "bundled", "context": 5}
+    d["model"] = ""
+    path.write_text(json.dumps(d))
+    f = SettingsFile(path)
+    s, notice = f.load()
+    assert s.context == 4096 and s.model == "bundled"
+    assert s.presets == [{"name": "Good", "prompt": "x"}] and s.default_preset == "Good"
+    for name in ("model", "presets", "default_preset", "last_working"):
+        assert name in notice
+    assert f.last_working is None and f.rolled_back(s).context is None
+
+
 def test_last_working_model_is_the_rollback_target(tmp_path):
     f = SettingsFile(tmp_path / "settings.json")
     good = Settings(context=2048)

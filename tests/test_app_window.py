@@ -227,6 +227,19 @@ def test_damaged_database_and_settings_are_moved_aside_with_messages(qtbot, make
     assert w.current is not None  # a fresh, usable conversation
 
 
+def test_one_bad_setting_is_reported_and_the_others_are_kept(qtbot, make_window, data_dir):
+    import json
+
+    d = Settings(context=2048, theme="dark").to_dict()
+    d["draft"] = "model"  # written by a newer Hearth
+    (data_dir / "settings.json").write_text(json.dumps(d))
+    w = make_window(start=False, write=False)
+    assert (w.settings.context, w.settings.theme, w.settings.draft) == (2048, "dark", "auto")
+    msgs = " ".join(w.info.messages())
+    assert "draft: must be one of" in msgs and "The other settings were kept" in msgs and "kept as" in msgs
+    assert list(data_dir.glob("settings.json.invalid-*"))
+
+
 def test_failed_model_load_rolls_back_to_the_last_that_worked(qtbot, make_window, data_dir):
     bad = data_dir / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
