@@ -170,7 +170,7 @@ class Store:
                 conn.execute("UPDATE schema_version SET version = ?", (step + 1,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            self._rollback(conn)
             raise
 
     def _move_aside(self) -> Path:
@@ -184,14 +184,24 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; on any failure, including COMMIT's own (a busy database, a full
+        disk, a deferred constraint), it is rolled back and the error re-raised, so the
+        connection never stays stuck inside a transaction."""
         c = self._conn
         c.execute("BEGIN IMMEDIATE")
         try:
             yield c
+            c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            self._rollback(c)
             raise
-        c.execute("COMMIT")
+
+    @staticmethod
+    def _rollback(c: sqlite3.Connection) -> None:
+        # SQLite ends the transaction itself on some errors (SQLITE_FULL, for one); a
+        # ROLLBACK then would fail and hide the error that matters.
+        if c.in_transaction:
+            c.execute("ROLLBACK")
 
     def close(self) -> None:
         self._conn.close()

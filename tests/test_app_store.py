@@ -141,3 +141,17 @@ def test_start_turn_saves_a_send_in_one_transaction(store):
     new_user, new_reply = store.start_turn(c.id, "edited", replace_from=user_mid)
     assert [m.content for m in store.messages(c.id)] == ["edited", ""]
     assert store.message(user_mid).content == "what I typed"  # hidden, not destroyed
+
+
+def test_a_failed_commit_rolls_back_and_the_connection_stays_usable(store):
+    conv = store.create_conversation()
+    with pytest.raises(sqlite3.IntegrityError):
+        with store._tx() as c:
+            # A deferred foreign-key violation is found by COMMIT itself, which then fails.
+            c.execute("PRAGMA defer_foreign_keys = ON")
+            c.execute("INSERT INTO messages (conversation_id, role, content, created) "
+                      "VALUES (?, 'user', 'lost', 0)", (conv.id + 1000,))
+    assert not store._conn.in_transaction
+    mid = store.add_message(conv.id, "user", "after")  # the next transaction can begin
+    assert [m.id for m in store.messages(conv.id)] == [mid]
+    assert store._conn.execute("SELECT COUNT(*) FROM messages WHERE content = 'lost'").fetchone()[0] == 0
