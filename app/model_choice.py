@@ -211,7 +211,7 @@ def auto_quant(ref, n_ctx: int | None) -> str:
     """Quantization for "Auto" on the transformers backend: what engine.sizing plans for this
     folder on this machine (full precision when it fits, else int8, then int4), else none."""
     try:
-        from engine.sizing import Choices, plan_for
+        from engine.sizing.plan import Choices, plan_for
 
         plan = plan_for(str(ref.path), choices=Choices(n_ctx=n_ctx, draft="none"))
     except Exception as e:  # a planner that cannot plan must not stop the load

@@ -1,6 +1,6 @@
 """Runs the engine's sizing planner off the GUI thread for the settings dialog.
 
-``engine.sizing.plan_for`` reads the model file and searches the memory
+``engine.sizing.plan.plan_for`` reads the model file and searches the memory
 model (most of a second for a small GGUF), too slow for the GUI thread.
 Each request gets a number; the dialog shows only the newest answer.
 """
@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, Signal
 
 
 class PlanRunner(QObject):
-    ready = Signal(int, object)   # request number, engine.sizing.Plan
+    ready = Signal(int, object)   # request number, engine.sizing.plan.Plan
     failed = Signal(int, str)     # request number, one-line message
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -33,8 +33,8 @@ class PlanRunner(QObject):
 
     def _run(self, n: int, model: str | None, n_ctx: int | None, draft: str | None, quant: str | None) -> None:
         from engine import HearthError
-        from engine.hardware import probe
-        from engine.sizing import Choices, plan_for
+        from engine.sizing.hardware import probe
+        from engine.sizing.plan import Choices, plan_for
 
         try:
             with self._lock:  # one probe per dialog; it never changes while the dialog is open

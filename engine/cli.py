@@ -193,7 +193,7 @@ def cmd_models(a: argparse.Namespace) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    from .sizing import cli_plan  # engine/sizing.py
+    from .sizing.plan import cli_plan  # engine/sizing/plan.py
 
     return cli_plan(a)
 

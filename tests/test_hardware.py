@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from engine import hardware as hwmod
-from engine.hardware import GiB, MiB, format_size, parse_size, probe, simulated
+from engine.sizing import hardware as hwmod
+from engine.sizing.hardware import GiB, MiB, format_size, parse_size, probe, simulated
 
 
 @pytest.mark.parametrize("text,expected", [

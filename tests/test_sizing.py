@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from engine.errors import HearthError, ModelLoadError
-from engine.hardware import GiB, MiB, Hardware, simulated
-from engine.memory_model import MARGIN, Config, estimate, kv_cells, kv_layer_bytes
-from engine.model_spec import (ModelSpec, Resolved, find_known, gguf_spec, known_models, resolve_spec,
-                               spec_from_gguf, specs_from_hf_dir)
-from engine.sizing import (STATUS_FITS, STATUS_NO, STATUS_OFFLOAD, Choices, _Search, check_against_report,
-                           compare, describe_change, is_out_of_memory, load_with_retry, plan_for, smaller_plan)
+from engine.sizing.hardware import GiB, MiB, Hardware, simulated
+from engine.sizing.memory import MARGIN, Config, estimate, kv_cells, kv_layer_bytes
+from engine.sizing.plan import (STATUS_FITS, STATUS_NO, STATUS_OFFLOAD, Choices, _Search, check_against_report,
+                                compare, describe_change, is_out_of_memory, load_with_retry, plan_for, smaller_plan)
+from engine.sizing.spec import (ModelSpec, Resolved, find_known, gguf_spec, known_models, resolve_spec,
+                                spec_from_gguf, specs_from_hf_dir)
 
 HERE = Path(__file__).parent / "fixtures" / "sizing"
 _spec = importlib.util.spec_from_file_location("make_fixtures", HERE / "make_fixtures.py")
@@ -245,7 +245,7 @@ def test_several_gpus_share_the_layers_by_free_memory():
 
 
 def test_unified_memory_counts_the_gpu_share_against_ram():
-    from engine.hardware import GPU
+    from engine.sizing.hardware import GPU
 
     mac = Hardware((GPU(0, "Apple GPU", "apple", int(10.67 * GiB), int(10.67 * GiB), unified=True),),
                    16 * GiB, 12 * GiB, 8, "simulated")
@@ -524,7 +524,7 @@ def test_load_ref_names_the_planned_file():
 
 
 def test_load_engine_plans_loads_and_checks(bundled_path):
-    from engine.sizing import load_engine
+    from engine.sizing.plan import load_engine
 
     engine, plan, messages = load_engine(bundled_path, hardware=simulated("none", "16GiB", cores=2),
                                          choices=Choices(n_ctx=2048, draft="none"), n_threads=2)
@@ -561,7 +561,7 @@ def test_load_engine_carries_out_a_transformers_plan(tmp_path):
     pytest.importorskip("torch")
     from tiny_hf import make_tiny_model
 
-    from engine.sizing import load_engine
+    from engine.sizing.plan import load_engine
 
     folder = make_tiny_model(tmp_path / "tiny", layers=2, hidden=128)
     engine, plan, messages = load_engine(folder, hardware=simulated("none", "16GiB", cores=2),

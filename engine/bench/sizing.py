@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..hardware import Hardware, probe
-from ..memory_model import Config, estimate
-from ..model_spec import spec_from_gguf
-from ..sizing import compare
+from ..sizing.hardware import Hardware, probe
+from ..sizing.memory import Config, estimate
+from ..sizing.plan import compare
+from ..sizing.spec import spec_from_gguf
 
 CONTEXTS = (2048, 8192, 32768)
 TARGET = 0.10

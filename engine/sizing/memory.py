@@ -17,7 +17,7 @@ llama.cpp (fitted to, and tested against, the buffers it reports on the CPU):
       With flash attention there is no score matrix and the mask is f16.
   Fitted on SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B at n_ctx 512-32k,
   n_batch 32-2048, KV f16/q8_0/q4_0, flash attention on and off (see
-  engine/bench_sizing.py): within 1% on the CPU.
+  engine/bench/sizing.py): within 1% on the CPU.
 * GPU runtime overhead (CUDA context, cuBLAS workspace, llama.cpp's pool)
   and a fixed RAM overhead for the process's own buffers.
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .hardware import GPU, Hardware, MiB
-from .model_spec import ModelSpec
+from .spec import ModelSpec
 
 MARGIN = 0.10  # of each pool's subtotal; also the reality-check warning threshold
 

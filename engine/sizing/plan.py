@@ -3,7 +3,7 @@
 ``plan_for(model, hardware, choices)`` picks everything the user left on
 Auto (quantization, context length, GPU layers, KV cache type, the draft
 model, the prefix-cache budget) from the model's real shapes
-(engine/model_spec.py) and the memory model (engine/memory_model.py). An
+(engine/sizing/spec.py) and the memory model (engine/sizing/memory.py). An
 explicit choice is always kept; when it cannot fit, the plan says so and
 what would fit instead.
 
@@ -41,10 +41,10 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, TypeVar
 
-from .errors import HearthError, ModelLoadError
+from ..errors import HearthError, ModelLoadError
 from .hardware import MiB, Hardware, format_size, probe, simulated
-from .memory_model import MARGIN, Breakdown, Config, estimate
-from .model_spec import AUTO_QUANTS, KnownModel, ModelSpec, Resolved, resolve_spec
+from .memory import MARGIN, Breakdown, Config, estimate
+from .spec import AUTO_QUANTS, KnownModel, ModelSpec, Resolved, resolve_spec
 
 log = logging.getLogger("hearth.sizing")
 
@@ -164,12 +164,12 @@ class Plan:
                 f"KV {self.kv_type}")
 
     def table(self) -> str:
-        from .sizing_report import render_table
+        from .report import render_table
 
         return render_table(self)
 
     def to_dict(self) -> dict[str, Any]:
-        from .sizing_report import plan_dict
+        from .report import plan_dict
 
         return plan_dict(self)
 
@@ -312,7 +312,7 @@ def plan_for(model: str | os.PathLike[str] | None | Resolved, hardware: Hardware
         status = STATUS_FITS
     plan = Plan(cfg.spec, hw, ch, cfg, bd, status, {}, variants=variants, known=res.known,
                 draft_source=draft_src if cfg.draft is not None else None)
-    from .sizing_report import explain
+    from .report import explain
 
     plan.reasons = explain(plan, search, state, draft_note)
     _add_notes(plan)
@@ -355,7 +355,7 @@ def _pick_draft(res: Resolved, target: ModelSpec, ch: Choices) -> tuple[ModelSpe
     if res.known is not None:
         if not res.known.draft:
             return None, None, "no smaller model of this family is known"
-        from .model_spec import known_models
+        from .spec import known_models
 
         m = next((k for k in known_models() if k.id == res.known.draft), None)
         # GGUF drafts are Q4_K_M (a draft's quality matters little, its speed a lot);
@@ -366,9 +366,9 @@ def _pick_draft(res: Resolved, target: ModelSpec, ch: Choices) -> tuple[ModelSpe
         return (d, res.known.draft, "") if d else (None, None, "no draft variant in this format")
     if target.format == "gguf" and os.path.isfile(target.source):
         try:
-            from .engine import find_draft_for
-            from .models.gguf import model_info
-            from .model_spec import spec_from_gguf
+            from ..engine import find_draft_for
+            from ..models.gguf import model_info
+            from .spec import spec_from_gguf
 
             found = find_draft_for(model_info(target.source))
         except HearthError as e:
@@ -422,7 +422,7 @@ def _alternatives(res: Resolved, hw: Hardware, ch: Choices) -> list[str]:
 
 
 def _smaller_known(current: KnownModel, hw: Hardware) -> list[str]:
-    from .model_spec import known_models
+    from .spec import known_models
 
     best: tuple[int, str] | None = None
     for m in known_models():
@@ -524,7 +524,7 @@ def smaller_plan(plan: Plan, err: BaseException | None = None) -> Plan | None:
 
 def describe_change(old: Plan, new: Plan) -> str:
     """'context 32768 -> 16384, GPU layers 29 -> 24' for the user."""
-    from .sizing_report import knob_values
+    from .report import knob_values
 
     a, b = knob_values(old), knob_values(new)
     diffs = [f"{k} {a[k]} -> {b[k]}" for k in a if a[k] != b[k]]
@@ -558,7 +558,7 @@ def load_engine(model: str | os.PathLike[str] | None = None, *, hardware: Hardwa
     Returns (engine, plan, messages). Raises ModelLoadError when the plan
     does not fit, with what would fit instead.
     """
-    from .engine import Engine
+    from ..engine import Engine
 
     plan = plan_for(model, hardware, choices)
     if not plan.fits:

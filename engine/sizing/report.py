@@ -1,16 +1,16 @@
 """How a plan explains itself: one-line reasons, the breakdown table, JSON.
 
-Kept apart from the search in sizing.py so each file reads in one sitting.
+Kept apart from the search in plan.py so each file reads in one sitting.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from .hardware import format_size
-from .memory_model import KV_BYTES, MARGIN, Breakdown, Usage
+from .memory import KV_BYTES, MARGIN, Breakdown, Usage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .sizing import Plan, _Search
+    from .plan import Plan, _Search
 
 KNOB_LABELS = {"quant": "quantization", "context": "context", "gpu_layers": "GPU layers",
                "kv": "KV cache", "draft": "draft model", "prefix_cache": "prefix cache"}

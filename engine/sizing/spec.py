@@ -21,8 +21,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import ModelFileError
-from .models.gguf import FILE_TYPES, GGML_TYPES, _first_int, read_gguf
+from ..errors import ModelFileError
+from ..models.gguf import FILE_TYPES, GGML_TYPES, _first_int, read_gguf
 
 _GGML_BY_NAME = {name: (block, size) for name, block, size in GGML_TYPES.values()}
 
@@ -200,7 +200,7 @@ def hf_spec(config: Mapping[str, Any], tensors: Mapping[str, tuple[str, tuple[in
     """Size a transformers checkpoint loaded at ``quant`` (engine/backends/hf.py's choices).
 
     none: 2 bytes per parameter, the GPU compute dtype (bf16/fp16). On a
-          CPU-only machine the backend computes in float32; memory_model
+          CPU-only machine the backend computes in float32; engine/sizing/memory.py
           doubles these bytes there.
     int8: bitsandbytes LLM.int8: 1 byte per weight plus a float32 scale per
           output row, for every Linear inside the blocks.
@@ -357,7 +357,7 @@ class Resolved:
 def resolve_spec(ref: str | os.PathLike[str] | None) -> Resolved:
     """Turn a path, folder, catalogue id or hub id into sizing variants."""
     if ref is None or str(ref) in ("", "bundled", "default"):
-        from .models.catalogue import bundled_model_path
+        from ..models.catalogue import bundled_model_path
 
         return Resolved([spec_from_gguf(bundled_model_path())], "file", explicit_quant=True)
     p = Path(ref).expanduser()
