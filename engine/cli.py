@@ -193,7 +193,7 @@ def cmd_models(a: argparse.Namespace) -> int:
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    from .sizing.plan import cli_plan  # engine/sizing/plan.py
+    from .sizing.cli import cli_plan  # engine/sizing/cli.py
 
     return cli_plan(a)
 

@@ -1,5 +1,6 @@
 """Automatic sizing: the memory model, the planner and its give-up order, the
-reviewed table, the CLI, the reality check and the out-of-memory retry.
+reviewed table and model references. The CLI, the reality check and the
+out-of-memory retry are tests/test_sizing_reality.py.
 
 Planner tests run on JSON fixtures of real architectures (no weights; see
 tests/fixtures/sizing/make_fixtures.py) on simulated machines. The reality
@@ -11,17 +12,17 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
-import logging
 import struct
 from pathlib import Path
 
 import pytest
 
-from engine.errors import HearthError, ModelLoadError
+from engine.errors import HearthError
 from engine.sizing.hardware import GiB, MiB, Hardware, simulated
 from engine.sizing.memory import MARGIN, Config, estimate, kv_cells, kv_layer_bytes
-from engine.sizing.plan import (STATUS_FITS, STATUS_NO, STATUS_OFFLOAD, Choices, _Search, check_against_report,
-                                compare, describe_change, is_out_of_memory, load_with_retry, plan_for, smaller_plan)
+from engine.sizing.plan import STATUS_FITS, STATUS_NO, STATUS_OFFLOAD, Choices, plan_for
+from engine.sizing.report import plan_dict, reasons, render_table
+from engine.sizing.search import Search
 from engine.sizing.spec import (ModelSpec, Resolved, find_known, gguf_spec, known_models, resolve_spec,
                                 spec_from_gguf, specs_from_hf_dir)
 
@@ -160,12 +161,12 @@ def test_every_plan_respects_its_budget_and_is_sensible(stem, machine):
         assert hw.gpus and sum(g.layers for g in p.breakdown.gpus) < spec.n_layers + (spec.format == "gguf")
     if p.status == STATUS_NO:  # the smallest configuration was tried, and what would fit is said
         assert p.n_ctx == 2048 and p.prefix_cache == 0 and p.config.draft is None and p.alternatives
-    assert set(p.reasons) == {"quant", "context", "gpu_layers", "kv", "draft", "prefix_cache"}
-    for value, why in p.reasons.values():
+    assert set(reasons(p)) == {"quant", "context", "gpu_layers", "kv", "draft", "prefix_cache"}
+    for value, why in reasons(p).values():
         assert value and why and "\n" not in why
-    text = p.table()
+    text = render_table(p)
     assert "total" in text and "available" in text and p.status in text
-    json.dumps(p.to_dict())
+    json.dumps(plan_dict(p))
 
 
 def test_the_reviewed_table_is_unchanged():
@@ -198,7 +199,7 @@ def test_the_reviewed_table_is_unchanged():
 ])
 def test_specific_expectations(stem, machine, status, min_ctx):
     p = plan_fixture(stem, machine)
-    assert p.status == status, p.table()
+    assert p.status == status, render_table(p)
     assert p.n_ctx >= min_ctx
 
 
@@ -213,7 +214,7 @@ def test_auto_quantization_picks_the_best_file_that_fits_fully_on_the_gpu():
         return plan_for("qwen2.5-7b-instruct", simulated(gpu, "32GiB", cores=8)).spec.quant
     assert [quant(g) for g in ("6GiB", "8GiB", "12GiB", "24GiB")] == ["Q4_K_M", "Q4_K_M", "Q8_0", "F16"]
     p = plan_for("qwen2.5-7b-instruct", simulated("8GiB", "32GiB", cores=8))
-    assert p.reasons["quant"][1].startswith("Q8_0 would need") and p.config.all_on_gpu
+    assert reasons(p)["quant"][1].startswith("Q8_0 would need") and p.config.all_on_gpu
 
 
 def test_auto_never_goes_below_four_bits_it_offloads_instead():
@@ -251,12 +252,12 @@ def test_unified_memory_counts_the_gpu_share_against_ram():
                    16 * GiB, 12 * GiB, 8, "simulated")
     p = plan_for("llama-3.1-8b-instruct", mac)
     assert p.fits and p.breakdown.ram.shared == p.breakdown.gpus[0].total
-    assert p.breakdown.ram.total <= 12 * GiB and "GPU share" in p.table()
+    assert p.breakdown.ram.total <= 12 * GiB and "GPU share" in render_table(p)
 
 
 # -- the give-up order ---------------------------------------------------------------------
 
-def _brute_force(search: _Search) -> dict:
+def _brute_force(search: Search) -> dict:
     """The lexicographically best fitting state over every combination of knobs."""
     order = search.ORDER
     best = None
@@ -281,7 +282,7 @@ def test_the_search_gives_things_up_in_the_documented_order(model, gpu, ram):
     known = res.known
     draft = next(v for m in known_models() if m.id == known.draft for v in m.variants if v.quant == "Q4_K_M")
     hw = simulated(gpu, ram, cores=8)
-    search = _Search(variants, hw, Choices(), draft, draft_auto=True)
+    search = Search(variants, hw, Choices(), draft, draft_auto=True)
     if hw.gpus:  # keep the exhaustive search small: every 4th layer count, plus all and none
         n = variants[0].n_layers + 1
         search.values["gpu_layers"] = sorted({n, n - 1, *range(0, n, 4)}, reverse=True)
@@ -294,12 +295,12 @@ def test_an_explicit_choice_is_kept_and_the_plan_says_what_would_fit():
     hw = MACHINES["CPU  8 GiB"]
     p = plan_fixture("llama-3.1-8b-instruct.Q4_K_M.gguf", hw, n_ctx=65536)
     assert p.n_ctx == 65536 and p.status == STATUS_NO
-    assert p.reasons["context"][1].startswith("your choice; it does not fit")
+    assert reasons(p)["context"][1].startswith("your choice; it does not fit")
     assert any(a.startswith("with context on Auto: fits") for a in p.alternatives)
-    assert "What would fit instead" in p.table()
+    assert "What would fit instead" in render_table(p)
     ok = plan_fixture("llama-3.1-8b-instruct.Q4_K_M.gguf", hw, n_ctx=4096, kv_type="q8_0", prefix_cache=0)
     assert (ok.n_ctx, ok.kv_type, ok.prefix_cache, ok.fits) == (4096, "q8_0", 0, True)
-    assert ok.reasons["kv"][1].endswith("your choice")
+    assert reasons(ok)["kv"][1].endswith("your choice")
 
 
 def test_does_not_fit_suggests_a_smaller_known_model():
@@ -311,7 +312,7 @@ def test_does_not_fit_suggests_a_smaller_known_model():
 def test_draft_is_given_up_before_context_and_kept_when_there_is_room():
     small = plan_for("qwen2.5-7b-instruct", simulated("8GiB", "32GiB", cores=8))
     assert small.config.draft is None and small.n_ctx == 32768
-    assert small.reasons["draft"][1].startswith("dropped: Qwen2.5-0.5B-Instruct Q4_K_M would need")
+    assert reasons(small)["draft"][1].startswith("dropped: Qwen2.5-0.5B-Instruct Q4_K_M would need")
     # On 16 GiB, Auto takes F16 (quantization ranks above the draft) and drops the draft;
     # with Q4_K_M fixed there is room for it, on the GPU beside the model.
     assert plan_for("qwen2.5-7b-instruct", simulated("16GiB", "32GiB", cores=8)).config.draft is None
@@ -324,7 +325,7 @@ def test_draft_is_given_up_before_context_and_kept_when_there_is_room():
 def test_prefix_cache_is_the_first_thing_given_up():
     p = plan_fixture("llama-3.1-8b-instruct.Q8_0.gguf", "CPU 16 GiB")
     assert p.n_ctx == 32768 and p.prefix_cache == 128 * MiB
-    assert "first thing given up" in p.reasons["prefix_cache"][1]
+    assert "first thing given up" in reasons(p)["prefix_cache"][1]
 
 
 # -- model references ----------------------------------------------------------------
@@ -381,193 +382,3 @@ def test_transformers_checkpoint_is_sized_from_config_and_safetensors_header(tmp
     (tmp_path / "bad.safetensors").write_bytes(b"\xff" * 8 + b"x")
     with pytest.raises(HearthError, match="not a safetensors file"):
         specs_from_hf_dir(tmp_path)
-
-
-# -- the CLI ----------------------------------------------------------------------------
-
-def test_cli_plan_prints_the_breakdown(capsys):
-    from engine.cli import main
-
-    assert main(["plan", "--model", "qwen2.5-14b-instruct", "--gpu", "8GiB", "--ram", "16GiB"]) == 0
-    out = capsys.readouterr().out
-    for row in ("weights on the GPU", "weights on the CPU", "KV cache", "compute buffers", "runtime overhead",
-                "draft model", "prefix cache", "safety margin (10%)", "total", "available",
-                "Status: fits with offload", "quantization", "context", "GPU layers", "not downloaded"):
-        assert row in out, row
-
-
-def test_cli_plan_json_and_exit_codes(capsys):
-    from engine.cli import main
-
-    assert main(["plan", "--model", "qwen2.5-14b-instruct", "--gpu", "none", "--ram", "8GiB", "--json"]) == 1
-    d = json.loads(capsys.readouterr().out)
-    assert d["status"] == "does not fit" and not d["fits"] and d["alternatives"]
-    assert {p["name"] for p in d["pools"]} == {"RAM"}
-    assert main(["plan", "--model", "qwen2.5-0.5b-instruct", "--gpu", "8 parsecs"]) == 2
-    assert "memory size" in capsys.readouterr().err
-
-
-def test_plan_for_the_bundled_model_on_this_machine(bundled_path):
-    p = plan_for(None)
-    assert p.fits and p.spec.quant == "Q4_1" and p.n_ctx == 8192
-    assert p.engine_kwargs()["n_ctx"] == 8192
-
-
-# -- checked against reality ----------------------------------------------------------------
-
-def _report(weights, kv, compute, repack=0):
-    return {"weights": weights + repack, "weights@CPU_Mapped": weights, "weights@CPU_REPACK": repack,
-            "kv": kv, "kv@CPU": kv, "compute": compute, "compute@CPU": compute, "output": 600000}
-
-
-def test_compare_ignores_the_repacked_duplicate_and_warns_past_the_margin(caplog):
-    p = plan_for(None, simulated("none", "16GiB", cores=8), Choices(n_ctx=2048))
-    parts = p.breakdown.parts
-    exact = _report(parts["weights"], parts["kv"], parts["compute"], repack=50 * MiB)
-    r = check_against_report(p, exact)
-    assert r["max_rel_error"] == 0 and r["within_margin"]
-    with caplog.at_level(logging.WARNING, logger="hearth.sizing"):
-        r = check_against_report(p, _report(parts["weights"], parts["kv"], int(parts["compute"] * 1.5)))
-    assert not r["within_margin"] and r["rel_error"]["compute"] == pytest.approx(-1 / 3, abs=1e-3)
-    assert "off by -33% on compute" in caplog.text
-
-
-def test_gpu_buffers_are_compared_per_device():
-    p = plan_for("qwen2.5-1.5b-instruct", simulated("8GiB", "16GiB", cores=8), Choices(n_ctx=4096, draft="none"))
-    g = p.breakdown.gpus[0]
-    rep = {"weights": g.weights + p.breakdown.ram.weights, "weights@CUDA0": g.weights,
-           "weights@CPU_Mapped": p.breakdown.ram.weights, "kv": g.kv, "kv@CUDA0": g.kv,
-           "compute": g.compute + p.breakdown.ram.compute, "compute@CUDA0": g.compute,
-           "compute@CUDA_Host": p.breakdown.ram.compute}
-    r = compare(p.breakdown, rep)
-    assert r["rel_error"]["weights_gpu"] == 0 and r["rel_error"]["compute_gpu"] == 0
-
-
-def test_out_of_memory_retries_once_with_the_next_smaller_plan():
-    p = plan_for("qwen2.5-7b-instruct", simulated("8GiB", "32GiB", cores=8))
-    calls = []
-
-    def load(plan):
-        calls.append(plan)
-        if len(calls) == 1:
-            raise ModelLoadError("not enough memory to create a 32768-token context for x.gguf "
-                                 "(CUDA0: failed to allocate buffer)")
-        return "engine"
-
-    result, used, msg = load_with_retry(load, p)
-    assert result == "engine" and len(calls) == 2 and used is not p
-    assert used.breakdown.gpus[0].total <= 0.85 * p.breakdown.gpus[0].total + 1
-    assert msg.startswith("Out of memory with the first plan; loaded with ") and "->" in msg
-    assert describe_change(p, used) in msg
-
-
-def test_out_of_memory_retry_keeps_explicit_choices_and_gives_up_clearly():
-    p = plan_for("qwen2.5-0.5b-instruct", simulated("8GiB", "32GiB", cores=8),
-                 Choices(quant="Q8_0", n_ctx=4096, n_gpu_layers=25, kv_type="f16", draft="none", prefix_cache=0))
-    assert smaller_plan(p, ModelLoadError("CUDA out of memory")) is None
-
-    def load(plan):
-        raise ModelLoadError("not enough memory to load the model for x.gguf (cudaMalloc failed)")
-    with pytest.raises(ModelLoadError, match="no smaller plan"):
-        load_with_retry(load, p)
-
-    def other(plan):
-        raise ModelLoadError("llama.cpp could not load the model: bad tensor")
-    with pytest.raises(ModelLoadError, match="bad tensor"):
-        load_with_retry(other, p)
-    assert is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert not is_out_of_memory(ModelLoadError("unknown model architecture"))
-
-
-# -- real loads: predicted KV and compute against llama.cpp's buffers -----------------------
-
-def _check_real(path: Path, contexts):
-    from engine.bench.sizing import measure
-
-    for n_ctx in contexts:
-        r = measure(path, n_ctx, n_threads=2)
-        for part in ("kv", "compute", "weights"):
-            assert abs(r["rel_error"][part]) <= 0.10, (path.name, n_ctx, part, r)
-
-
-def test_bundled_model_buffers_match_the_prediction(bundled_path):
-    _check_real(bundled_path, (1000, 2048, 4096, 8192))
-
-
-def test_bundled_model_other_batch_sizes_and_kv_types(bundled_path):
-    from engine.bench.sizing import measure
-
-    for n_ctx, n_batch, kv in ((3000, 256, "f16"), (8192, 64, "f16"), (4096, 512, "q8_0"), (2048, 128, "q4_0")):
-        r = measure(bundled_path, n_ctx, n_batch=n_batch, kv_type=kv, n_threads=2)
-        assert r["max_rel_error"] <= 0.10, r
-
-
-def _bench_path(which: str) -> Path:
-    from engine.models import catalogue as models
-
-    p = models.bench_model_path(getattr(models, which))
-    if p is None:
-        pytest.skip(f"{which} benchmark model is not downloaded")
-    return p
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("which", ["BENCH_DRAFT", "BENCH_TARGET"])
-def test_qwen_buffers_match_the_prediction(which):
-    _check_real(_bench_path(which), (2048, 8192, 32768))
-
-
-def test_load_ref_names_the_planned_file():
-    hw = simulated("8GiB", "32GiB", cores=8)
-    assert plan_for("qwen2.5-7b-instruct", hw).load_ref() == "Qwen/Qwen2.5-7B-Instruct-GGUF:Q4_K_M"
-    assert plan_for("qwen2.5-7b-instruct", hw, Choices(quant="int4")).load_ref() == "Qwen/Qwen2.5-7B-Instruct"
-
-
-def test_load_engine_plans_loads_and_checks(bundled_path):
-    from engine.sizing.plan import load_engine
-
-    engine, plan, messages = load_engine(bundled_path, hardware=simulated("none", "16GiB", cores=2),
-                                         choices=Choices(n_ctx=2048, draft="none"), n_threads=2)
-    try:
-        assert engine.backend.n_ctx == 2048 and plan.fits and messages == []
-        assert engine.cache.budget_bytes == plan.prefix_cache
-    finally:
-        engine.close()
-
-
-def test_transformers_weights_match_the_hf_backend_on_the_cpu(tmp_path):
-    """The safetensors-header estimate against what engine/backends/hf.py really
-    holds: float32 on the CPU for 'none', bitsandbytes' packed sizes for int8/int4."""
-    pytest.importorskip("torch")
-    pytest.importorskip("bitsandbytes")
-    from tiny_hf import make_tiny_model
-
-    from engine.backends import hf
-
-    folder = make_tiny_model(tmp_path / "tiny", layers=4, hidden=256)
-    specs = {s.quant: s for s in specs_from_hf_dir(folder)}
-    hw = simulated("none", "16GiB", cores=2)
-    for quant in ("none", "int8", "int4"):
-        b = hf.load(folder, quant=quant, device="cpu", n_ctx=512, n_threads=2)
-        try:
-            actual = b.memory_report()["weights"]
-        finally:
-            b.close()
-        predicted = estimate(Config(specs[quant], 512, 0, "f32"), hw).ram.weights
-        assert abs(predicted - actual) / actual <= 0.05, (quant, predicted, actual)
-
-
-def test_load_engine_carries_out_a_transformers_plan(tmp_path):
-    pytest.importorskip("torch")
-    from tiny_hf import make_tiny_model
-
-    from engine.sizing.plan import load_engine
-
-    folder = make_tiny_model(tmp_path / "tiny", layers=2, hidden=128)
-    engine, plan, messages = load_engine(folder, hardware=simulated("none", "16GiB", cores=2),
-                                         choices=Choices(quant="none", n_ctx=256, draft="none"), n_threads=2)
-    try:
-        assert engine.backend.name == "hf" and plan.engine_kwargs()["device"] == "cpu"
-        assert messages == [], messages  # weights within the margin of the plan
-    finally:
-        engine.close()

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..sizing.hardware import Hardware, probe
 from ..sizing.memory import Config, estimate
-from ..sizing.plan import compare
+from ..sizing.reality import compare
 from ..sizing.spec import spec_from_gguf
 
 CONTEXTS = (2048, 8192, 32768)

@@ -1,87 +1,77 @@
 """How a plan explains itself: one-line reasons, the breakdown table, JSON.
 
-Kept apart from the search in plan.py so each file reads in one sitting.
+Rendering only: everything here reads a Plan, including what the search
+recorded for each knob it gave up (``Plan.shortfalls``); nothing here
+searches or estimates.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .hardware import format_size
-from .memory import KV_BYTES, MARGIN, Breakdown, Usage
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .plan import Plan, _Search
+from .memory import KV_BYTES, MARGIN, Usage
+from .plan import Plan
+from .search import CTX_COMFORT, Shortfall
 
 KNOB_LABELS = {"quant": "quantization", "context": "context", "gpu_layers": "GPU layers",
                "kv": "KV cache", "draft": "draft model", "prefix_cache": "prefix cache"}
 
 
-def _gpu_layers_text(plan: "Plan") -> str:
-    n, k = plan.spec.n_layers, plan.n_gpu_layers
-    if not plan.hardware.gpus:
-        return "none"
-    if plan.spec.format == "gguf" and k > n:
-        return f"{n}/{n} + head"
-    return f"{min(k, n)}/{n}"
-
-
-def knob_values(plan: "Plan") -> dict[str, str]:
+def knob_values(plan: Plan) -> dict[str, str]:
+    """Each knob's value as people read it, by its label (describe_change compares two plans with it)."""
     d = plan.config.draft
-    return {"quantization": plan.spec.quant, "context": str(plan.n_ctx), "GPU layers": _gpu_layers_text(plan),
+    return {"quantization": plan.spec.quant, "context": str(plan.n_ctx), "GPU layers": plan.gpu_layers_text,
             "KV cache": plan.kv_type, "draft": d.label if d else "none",
             "prefix cache": format_size(plan.prefix_cache) if plan.prefix_cache else "off"}
 
 
-def _need(bd: Breakdown) -> str:
-    p = bd.short()
-    if p is None:
+def _need(sf: Shortfall) -> str:
+    if sf.pool is None:
         return "would not leave room for the choices that rank above it"
-    return f"would need {format_size(p.total)} of {_pool_label(p)} ({format_size(p.available)} available)"
+    return f"would need {format_size(sf.need)} of {_pool_name(sf.pool)} ({format_size(sf.available)} available)"
+
+
+def _pool_name(name: str) -> str:
+    return "system RAM" if name == "RAM" else f"{name} memory"
 
 
 def _pool_label(p: Usage) -> str:
-    return "system RAM" if p.name == "RAM" else f"{p.name} memory"
+    return _pool_name(p.name)
 
 
-def explain(plan: "Plan", search: "_Search", state: dict[str, Any], draft_note: str) -> dict[str, tuple[str, str]]:
-    """knob -> (value, one-line reason)."""
+def reasons(plan: Plan) -> dict[str, tuple[str, str]]:
+    """knob -> (value, one-line reason), in the order the table lists them."""
     ch, s, hw = plan.choices, plan.spec, plan.hardware
     explicit = ch.explicit()
-    vals = search.values
+    sf = plan.shortfalls
     r: dict[str, tuple[str, str]] = {}
     mine = "your choice" + ("" if plan.fits else "; it does not fit (see below)")
 
-    def why_not(knob: str, better: Any) -> str:
-        return _need(search.estimate({**state, knob: better}))
-
     # quantization
-    qi = state["quant"]
     if "quant" in explicit:
         why = mine
-    elif len(search.variants) == 1:
+    elif len(plan.variants) == 1:
         why = "this file's own quantization" if s.format == "gguf" else "the only variant available"
-    elif qi == 0:
+    elif "quant" not in sf:
         why = "the highest-quality variant" + (" and it fits" if plan.fits else "")
     else:
-        prev = search.variants[qi - 1]
-        why = f"{prev.quant} {why_not('quant', qi - 1)}"
+        why = f"{sf['quant'].value} {_need(sf['quant'])}"
     if s.format == "hf" and s.quant == "none":
         why += "; unquantized: " + ("16-bit on the GPU" if plan.n_gpu_layers else "float32 on the CPU")
-    r["quant"] = (s.quant + ("" if s.format == "gguf" else " (transformers)"), why)
+    r["quant"] = (plan.quant_text, why)
 
-    # context
-    target = vals["ctx_high"][0]
+    # context: below the comfort line the search gave up ctx_floor, above it ctx_high
+    # (which has a step to give up only when Auto's target is above CTX_COMFORT).
     if "context" in explicit:
         why = mine
-    elif plan.n_ctx >= target:
-        why = ("the model's training context" if s.n_ctx_train and target == s.n_ctx_train
+    elif "ctx_floor" in sf:
+        why = f"{sf['ctx_floor'].value} {_need(sf['ctx_floor'])}; shrinking the context is the last resort"
+    elif "ctx_high" in sf:
+        why = (f"{sf['ctx_high'].value} {_need(sf['ctx_high'])}; context above {CTX_COMFORT} goes before "
+               "KV precision")
+    else:  # Auto's target, which the plan reached
+        why = ("the model's training context" if s.n_ctx_train and plan.n_ctx == s.n_ctx_train
                else f"Auto's ceiling (the model allows {s.n_ctx_train})" if s.n_ctx_train else "Auto's default")
-    elif plan.n_ctx >= search.comfort:
-        prev = vals["ctx_high"][vals["ctx_high"].index(state["ctx_high"]) - 1]
-        why = f"{prev} {why_not('ctx_high', prev)}; context above {search.comfort} goes before KV precision"
-    else:
-        prev = vals["ctx_floor"][max(0, vals["ctx_floor"].index(state["ctx_floor"]) - 1)]
-        why = f"{prev} {why_not('ctx_floor', prev)}; shrinking the context is the last resort"
     r["context"] = (str(plan.n_ctx), why)
 
     # GPU layers
@@ -93,12 +83,12 @@ def explain(plan: "Plan", search: "_Search", state: dict[str, Any], draft_note: 
     elif plan.config.all_on_gpu or (s.format == "hf" and k >= n):
         why = "every block" + (" and the output head" if s.format == "gguf" else "") + " on the GPU"
     elif k == 0:
-        why = f"the GPU cannot hold one block beside its runtime: one block {why_not('gpu_layers', 1)}"
+        why = f"the GPU cannot hold one block beside its runtime: one block {_need(sf['gpu_layers'])}"
     else:
         on = min(k, n)
         why = (f"the GPU holds {on} of {n} blocks; the other {n - on} run on the CPU (slower, same answers); "
-               f"one more {why_not('gpu_layers', k + 1)}")
-    r["gpu_layers"] = (_gpu_layers_text(plan), why)
+               f"one more {_need(sf['gpu_layers'])}")
+    r["gpu_layers"] = (plan.gpu_layers_text, why)
 
     # KV cache
     if "kv" in explicit:
@@ -109,32 +99,31 @@ def explain(plan: "Plan", search: "_Search", state: dict[str, Any], draft_note: 
     elif plan.kv_type == "f16":
         why = "full precision"
     else:
-        why = f"halves the KV cache; f16 {why_not('kv', 'f16')}"
+        why = f"halves the KV cache; {sf['kv'].value} {_need(sf['kv'])}"
     kv_total = sum(p.kv for p in plan.breakdown.pools)
     r["kv"] = (plan.kv_type, f"{format_size(kv_total)} for {plan.n_ctx} tokens: {why}")
 
     # draft
     d = plan.config.draft
-    cand = vals["draft"][0]
     if d is not None:
         where = next((_pool_label(p) for p in plan.breakdown.pools if p.draft and p.is_gpu), "system RAM")
         why = (mine if "draft" in explicit else "fits beside the model") + f" (in {where}, with its own KV cache)"
         r["draft"] = (d.label, why)
-    elif cand is not None and "draft" not in explicit:
-        r["draft"] = ("none", f"dropped: {cand.label} {why_not('draft', cand)}")
+    elif "draft" in sf:
+        r["draft"] = ("none", f"dropped: {sf['draft'].value} {_need(sf['draft'])}")
     else:
-        r["draft"] = ("none", draft_note or mine)
+        r["draft"] = ("none", plan.draft_note or mine)
 
     # prefix cache
     pc = plan.prefix_cache
     per_prompt = s.kv_bytes_per_token(KV_BYTES.get(plan.kv_type, 2.0)) * 2048
     if "prefix_cache" in explicit:
         why = mine
-    elif pc == vals["prefix_cache"][0]:
+    elif "prefix_cache" not in sf:
         why = f"room for about {max(1, int(pc // per_prompt))} cached 2k-token prompts (KV snapshots in RAM)"
     else:
-        best = vals["prefix_cache"][0]
-        why = f"{format_size(best)} {why_not('prefix_cache', best)}; it is the first thing given up"
+        best = sf["prefix_cache"]
+        why = f"{format_size(int(best.value))} {_need(best)}; it is the first thing given up"
     r["prefix_cache"] = (format_size(pc) if pc else "off", why)
     return r
 
@@ -145,7 +134,8 @@ def _cell(n: int) -> str:
     return format_size(n) if n else "-"
 
 
-def render_table(plan: "Plan") -> str:
+def render_table(plan: Plan) -> str:
+    """The breakdown table, the status, the reasons, notes and alternatives, as plain text."""
     s, hw, bd = plan.spec, plan.hardware, plan.breakdown
     pools = bd.pools
     fmt = "GGUF, llama.cpp" if s.format == "gguf" else "transformers"
@@ -177,8 +167,9 @@ def render_table(plan: "Plan") -> str:
     for label, cells in rows:
         lines.append(f"{label:<{w0}}" + "".join(f"  {c:>{w}}" for c, w in zip(cells, widths)))
     lines += ["", f"Status: {plan.status}: {_status_detail(plan)}", "", "Choices:"]
-    wv = max(len(v) for v, _ in plan.reasons.values())
-    for knob, (value, why) in plan.reasons.items():
+    why_each = reasons(plan)
+    wv = max(len(v) for v, _ in why_each.values())
+    for knob, (value, why) in why_each.items():
         lines.append(f"  {KNOB_LABELS[knob]:<13} {value:<{wv}}  {why}")
     if s.format == "hf":
         device, mm = plan.hf_placement()
@@ -190,7 +181,7 @@ def render_table(plan: "Plan") -> str:
     return "\n".join(lines)
 
 
-def _status_detail(plan: "Plan") -> str:
+def _status_detail(plan: Plan) -> str:
     bd = plan.breakdown
     if not plan.fits:
         p = bd.short()
@@ -203,7 +194,8 @@ def _status_detail(plan: "Plan") -> str:
     return f"{on} of {plan.spec.n_layers} blocks on the GPU, the rest on the CPU"
 
 
-def plan_dict(plan: "Plan") -> dict[str, Any]:
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    """The plan as JSON-ready data (``python -m engine plan --json``)."""
     s, bd = plan.spec, plan.breakdown
     pools = [{"name": p.name, "is_gpu": p.is_gpu, "layers": p.layers, "weights": p.weights, "kv": p.kv,
               "compute": p.compute, "overhead": p.overhead, "draft": p.draft, "prefix_cache": p.prefix_cache,
@@ -217,7 +209,7 @@ def plan_dict(plan: "Plan") -> dict[str, Any]:
         "hardware": plan.hardware.to_dict(),
         "status": plan.status, "fits": plan.fits,
         "choices": {k: {"value": v, "reason": why, "auto": k not in plan.choices.explicit()}
-                    for k, (v, why) in plan.reasons.items()},
+                    for k, (v, why) in reasons(plan).items()},
         "config": {"backend": plan.config.backend, "n_ctx": plan.n_ctx, "n_gpu_layers": plan.n_gpu_layers,
                    "kv_type": plan.kv_type, "flash_attn": plan.config.flash_attn, "n_batch": plan.config.n_batch,
                    "prefix_cache": plan.prefix_cache, "draft": plan.draft_source},

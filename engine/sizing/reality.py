@@ -1,0 +1,161 @@
+"""The plan checked against reality: what the backend really allocated, and the
+out-of-memory retry.
+
+``check_against_report`` compares a plan with what the backend actually
+allocated; ``load_with_retry`` retries an out-of-memory load once with the
+next smaller plan and says what changed; ``load_engine`` does all three
+(plan, load, check).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from typing import Any, Callable, TypeVar
+
+from ..errors import HearthError, ModelLoadError
+from .hardware import Hardware, format_size
+from .memory import MARGIN, Breakdown
+from .plan import Choices, Plan, plan_for
+from .report import knob_values
+from .spec import Resolved
+
+log = logging.getLogger("hearth.sizing")
+
+T = TypeVar("T")
+
+
+def actual_buffers(report: dict[str, int]) -> dict[str, int]:
+    """llama.cpp's reported buffers, as the planner predicts them.
+
+    The CPU backend repacks some quant types (Q4_0, Q4_K, IQ4_NL on AVX2)
+    into a second, interleaved buffer ("CPU_REPACK") that duplicates their
+    bytes in the log. The mapped copy of those tensors is clean page cache the
+    kernel can drop, so it is not counted twice.
+    """
+    weights = report.get("weights", 0) - report.get("weights@CPU_REPACK", 0)
+    out = {"weights": weights, "kv": report.get("kv", 0), "compute": report.get("compute", 0)}
+    # GPU devices: "CUDA0", "ROCm0", "Metal", "Vulkan0" (llama.cpp), "cuda:0" (torch);
+    # host-side: "CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host", "cpu".
+    gpu = {k: v for k, v in report.items() if "@" in k and not k.split("@", 1)[1].lower().startswith("cpu")
+           and not k.endswith("_Host") and not k.startswith("allocated@")}
+    if gpu:
+        for part in ("weights", "kv", "compute"):
+            out[f"{part}_gpu"] = sum(v for k, v in gpu.items() if k.startswith(part + "@"))
+    return out
+
+
+def compare(breakdown: Breakdown, report: dict[str, int]) -> dict[str, Any]:
+    """Relative errors of the predicted weights, KV and compute buffers
+    against ``backend.memory_report()``: (predicted - actual) / actual."""
+    actual = actual_buffers(report)
+    pred = dict(breakdown.parts)
+    if any(k.endswith("_gpu") for k in actual):
+        pred["weights_gpu"] = sum(p.weights for p in breakdown.gpus)
+        pred["kv_gpu"] = sum(p.kv for p in breakdown.gpus)
+        pred["compute_gpu"] = sum(p.compute for p in breakdown.gpus)
+    if "kv" in pred:  # llama.cpp: every buffer is allocated up front, so totals compare too
+        pred["total"] = pred.get("weights", 0) + pred.get("kv", 0) + pred.get("compute", 0)
+        actual["total"] = actual["weights"] + actual["kv"] + actual["compute"]
+    rel = {k: round((pred[k] - actual[k]) / actual[k], 4) for k in pred if actual.get(k)}
+    worst = max((abs(v) for v in rel.values()), default=0.0)
+    return {"predicted": pred, "actual": actual, "rel_error": rel, "max_rel_error": round(worst, 4)}
+
+
+def check_against_report(plan: Plan, report: dict[str, int], *, threshold: float = MARGIN) -> dict[str, Any]:
+    """Compare a plan with what was really allocated; warn when off by more than the margin."""
+    result = compare(plan.breakdown, report)
+    result["within_margin"] = result["max_rel_error"] <= threshold
+    if not result["within_margin"]:
+        part, err = max(result["rel_error"].items(), key=lambda kv: abs(kv[1]))
+        log.warning("memory plan for %s was off by %+.0f%% on %s (predicted %s, llama.cpp allocated %s); "
+                    "the %.0f%% safety margin may not cover it", plan.spec.label, err * 100, part,
+                    format_size(result["predicted"][part]), format_size(result["actual"][part]),
+                    threshold * 100)
+    return result
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """A load or decode failure caused by memory (llama.cpp, CUDA or torch wording)."""
+    msg = str(err).lower()
+    return any(s in msg for s in ("not enough memory", "out of memory", "failed to allocate",
+                                  "cannot allocate", "outofmemory"))
+
+
+def _gpu_failure(err: BaseException) -> bool:
+    msg = str(err).lower()
+    return any(s in msg for s in ("cuda", "rocm", "hip", "metal", "vulkan", "gpu", "vram"))
+
+
+def smaller_plan(plan: Plan, err: BaseException | None = None) -> Plan | None:
+    """The next smaller plan after an out-of-memory failure, or None.
+
+    Memory that looked free was not (another program, a driver, our own
+    estimate): plan again as if the failing pool (the GPUs when the error
+    names one, else RAM) had only 85% of what this plan meant to use there.
+    Explicit choices stay; if nothing Auto is left to shrink, there is none.
+    """
+    gpu = bool(plan.hardware.gpus) and (err is None or _gpu_failure(err))
+    hw = plan.hardware
+    if gpu:
+        gpus = tuple(replace(g, free=min(g.free, int(p.total * 0.85)))
+                     for g, p in zip(hw.gpus, plan.breakdown.gpus))
+        hw = replace(hw, gpus=gpus)
+    else:
+        hw = replace(hw, ram_available=min(hw.ram_available, int(plan.breakdown.ram.total * 0.85)))
+    new = plan_for(Resolved(plan.variants, "retry", known=plan.known), hw, plan.choices, _alternatives_too=False)
+    same = (new.config.spec is plan.config.spec and new.config.n_ctx == plan.config.n_ctx and
+            new.config.n_gpu_layers == plan.config.n_gpu_layers and new.config.kv_type == plan.config.kv_type
+            and new.config.draft is plan.config.draft and new.config.prefix_cache == plan.config.prefix_cache)
+    return None if same else new
+
+
+def describe_change(old: Plan, new: Plan) -> str:
+    """'context 32768 -> 16384, GPU layers 29 -> 24' for the user."""
+    a, b = knob_values(old), knob_values(new)
+    diffs = [f"{k} {a[k]} -> {b[k]}" for k in a if a[k] != b[k]]
+    return ", ".join(diffs) or "nothing"
+
+
+def load_with_retry(load: Callable[[Plan], T], plan: Plan) -> tuple[T, Plan, str | None]:
+    """``load(plan)``; if it runs out of memory, retry once with the next
+    smaller plan. Returns (result, the plan used, a message for the user or None)."""
+    try:
+        return load(plan), plan, None
+    except HearthError as e:
+        if not is_out_of_memory(e):
+            raise
+        smaller = smaller_plan(plan, e)
+        if smaller is None or not smaller.fits:
+            fixed = ", ".join(sorted(plan.choices.explicit()))
+            why = f"with the settings you fixed ({fixed}) there is no smaller plan" if fixed else \
+                "there is no smaller plan that fits"
+            raise ModelLoadError(f"{e}. {why}; choose a smaller context or quantization, "
+                                 "or close other programs") from e
+        msg = f"Out of memory with the first plan; loaded with {describe_change(plan, smaller)} instead."
+        log.warning("%s (first error: %s)", msg, e)
+        return load(smaller), smaller, msg
+
+
+def load_engine(model: str | os.PathLike[str] | None = None, *, hardware: Hardware | None = None,
+                choices: Choices | None = None, **engine_kwargs: Any):
+    """Plan, load (retrying once on out-of-memory) and check against reality.
+
+    Returns (engine, plan, messages). Raises ModelLoadError when the plan
+    does not fit, with what would fit instead.
+    """
+    from ..engine import Engine
+
+    plan = plan_for(model, hardware, choices)
+    if not plan.fits:
+        raise ModelLoadError(f"{plan.spec.label} does not fit in memory. " + " ".join(plan.alternatives))
+
+    def load(p: Plan):
+        return Engine.load(p.load_ref(model), **{**p.engine_kwargs(), **engine_kwargs})
+
+    engine, used, msg = load_with_retry(load, plan)
+    messages = [msg] if msg else []
+    check = check_against_report(used, engine.backend.memory_report())
+    if not check["within_margin"]:
+        messages.append(f"memory use differs from the plan by up to {check['max_rel_error']:.0%}")
+    return engine, used, messages

@@ -1,0 +1,209 @@
+"""Sizing beyond the search: the CLI, the reality
+check against what llama.cpp and transformers allocate, and the out-of-memory
+retry. The planner itself is tests/test_sizing.py.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from engine.errors import ModelLoadError
+from engine.sizing.hardware import MiB, simulated
+from engine.sizing.memory import Config, estimate
+from engine.sizing.plan import Choices, plan_for
+from engine.sizing.reality import (check_against_report, compare, describe_change, is_out_of_memory, load_with_retry,
+                                   smaller_plan)
+from engine.sizing.spec import specs_from_hf_dir
+
+
+# -- the CLI ----------------------------------------------------------------------------
+
+def test_cli_plan_prints_the_breakdown(capsys):
+    from engine.cli import main
+
+    assert main(["plan", "--model", "qwen2.5-14b-instruct", "--gpu", "8GiB", "--ram", "16GiB"]) == 0
+    out = capsys.readouterr().out
+    for row in ("weights on the GPU", "weights on the CPU", "KV cache", "compute buffers", "runtime overhead",
+                "draft model", "prefix cache", "safety margin (10%)", "total", "available",
+                "Status: fits with offload", "quantization", "context", "GPU layers", "not downloaded"):
+        assert row in out, row
+
+
+def test_cli_plan_json_and_exit_codes(capsys):
+    from engine.cli import main
+
+    assert main(["plan", "--model", "qwen2.5-14b-instruct", "--gpu", "none", "--ram", "8GiB", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["status"] == "does not fit" and not d["fits"] and d["alternatives"]
+    assert {p["name"] for p in d["pools"]} == {"RAM"}
+    assert main(["plan", "--model", "qwen2.5-0.5b-instruct", "--gpu", "8 parsecs"]) == 2
+    assert "memory size" in capsys.readouterr().err
+
+
+def test_plan_for_the_bundled_model_on_this_machine(bundled_path):
+    p = plan_for(None)
+    assert p.fits and p.spec.quant == "Q4_1" and p.n_ctx == 8192
+    assert p.engine_kwargs()["n_ctx"] == 8192
+
+
+# -- checked against reality ----------------------------------------------------------------
+
+def _report(weights, kv, compute, repack=0):
+    return {"weights": weights + repack, "weights@CPU_Mapped": weights, "weights@CPU_REPACK": repack,
+            "kv": kv, "kv@CPU": kv, "compute": compute, "compute@CPU": compute, "output": 600000}
+
+
+def test_compare_ignores_the_repacked_duplicate_and_warns_past_the_margin(caplog):
+    p = plan_for(None, simulated("none", "16GiB", cores=8), Choices(n_ctx=2048))
+    parts = p.breakdown.parts
+    exact = _report(parts["weights"], parts["kv"], parts["compute"], repack=50 * MiB)
+    r = check_against_report(p, exact)
+    assert r["max_rel_error"] == 0 and r["within_margin"]
+    with caplog.at_level(logging.WARNING, logger="hearth.sizing"):
+        r = check_against_report(p, _report(parts["weights"], parts["kv"], int(parts["compute"] * 1.5)))
+    assert not r["within_margin"] and r["rel_error"]["compute"] == pytest.approx(-1 / 3, abs=1e-3)
+    assert "off by -33% on compute" in caplog.text
+
+
+def test_gpu_buffers_are_compared_per_device():
+    p = plan_for("qwen2.5-1.5b-instruct", simulated("8GiB", "16GiB", cores=8), Choices(n_ctx=4096, draft="none"))
+    g = p.breakdown.gpus[0]
+    rep = {"weights": g.weights + p.breakdown.ram.weights, "weights@CUDA0": g.weights,
+           "weights@CPU_Mapped": p.breakdown.ram.weights, "kv": g.kv, "kv@CUDA0": g.kv,
+           "compute": g.compute + p.breakdown.ram.compute, "compute@CUDA0": g.compute,
+           "compute@CUDA_Host": p.breakdown.ram.compute}
+    r = compare(p.breakdown, rep)
+    assert r["rel_error"]["weights_gpu"] == 0 and r["rel_error"]["compute_gpu"] == 0
+
+
+def test_out_of_memory_retries_once_with_the_next_smaller_plan():
+    p = plan_for("qwen2.5-7b-instruct", simulated("8GiB", "32GiB", cores=8))
+    calls = []
+
+    def load(plan):
+        calls.append(plan)
+        if len(calls) == 1:
+            raise ModelLoadError("not enough memory to create a 32768-token context for x.gguf "
+                                 "(CUDA0: failed to allocate buffer)")
+        return "engine"
+
+    result, used, msg = load_with_retry(load, p)
+    assert result == "engine" and len(calls) == 2 and used is not p
+    assert used.breakdown.gpus[0].total <= 0.85 * p.breakdown.gpus[0].total + 1
+    assert msg.startswith("Out of memory with the first plan; loaded with ") and "->" in msg
+    assert describe_change(p, used) in msg
+
+
+def test_out_of_memory_retry_keeps_explicit_choices_and_gives_up_clearly():
+    p = plan_for("qwen2.5-0.5b-instruct", simulated("8GiB", "32GiB", cores=8),
+                 Choices(quant="Q8_0", n_ctx=4096, n_gpu_layers=25, kv_type="f16", draft="none", prefix_cache=0))
+    assert smaller_plan(p, ModelLoadError("CUDA out of memory")) is None
+
+    def load(plan):
+        raise ModelLoadError("not enough memory to load the model for x.gguf (cudaMalloc failed)")
+    with pytest.raises(ModelLoadError, match="no smaller plan"):
+        load_with_retry(load, p)
+
+    def other(plan):
+        raise ModelLoadError("llama.cpp could not load the model: bad tensor")
+    with pytest.raises(ModelLoadError, match="bad tensor"):
+        load_with_retry(other, p)
+    assert is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert not is_out_of_memory(ModelLoadError("unknown model architecture"))
+
+
+# -- real loads: predicted KV and compute against llama.cpp's buffers -----------------------
+
+def _check_real(path: Path, contexts):
+    from engine.bench.sizing import measure
+
+    for n_ctx in contexts:
+        r = measure(path, n_ctx, n_threads=2)
+        for part in ("kv", "compute", "weights"):
+            assert abs(r["rel_error"][part]) <= 0.10, (path.name, n_ctx, part, r)
+
+
+def test_bundled_model_buffers_match_the_prediction(bundled_path):
+    _check_real(bundled_path, (1000, 2048, 4096, 8192))
+
+
+def test_bundled_model_other_batch_sizes_and_kv_types(bundled_path):
+    from engine.bench.sizing import measure
+
+    for n_ctx, n_batch, kv in ((3000, 256, "f16"), (8192, 64, "f16"), (4096, 512, "q8_0"), (2048, 128, "q4_0")):
+        r = measure(bundled_path, n_ctx, n_batch=n_batch, kv_type=kv, n_threads=2)
+        assert r["max_rel_error"] <= 0.10, r
+
+
+def _bench_path(which: str) -> Path:
+    from engine.models import catalogue as models
+
+    p = models.bench_model_path(getattr(models, which))
+    if p is None:
+        pytest.skip(f"{which} benchmark model is not downloaded")
+    return p
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["BENCH_DRAFT", "BENCH_TARGET"])
+def test_qwen_buffers_match_the_prediction(which):
+    _check_real(_bench_path(which), (2048, 8192, 32768))
+
+
+def test_load_ref_names_the_planned_file():
+    hw = simulated("8GiB", "32GiB", cores=8)
+    assert plan_for("qwen2.5-7b-instruct", hw).load_ref() == "Qwen/Qwen2.5-7B-Instruct-GGUF:Q4_K_M"
+    assert plan_for("qwen2.5-7b-instruct", hw, Choices(quant="int4")).load_ref() == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_load_engine_plans_loads_and_checks(bundled_path):
+    from engine.sizing.reality import load_engine
+
+    engine, plan, messages = load_engine(bundled_path, hardware=simulated("none", "16GiB", cores=2),
+                                         choices=Choices(n_ctx=2048, draft="none"), n_threads=2)
+    try:
+        assert engine.backend.n_ctx == 2048 and plan.fits and messages == []
+        assert engine.cache.budget_bytes == plan.prefix_cache
+    finally:
+        engine.close()
+
+
+def test_transformers_weights_match_the_hf_backend_on_the_cpu(tmp_path):
+    """The safetensors-header estimate against what engine/backends/hf.py really
+    holds: float32 on the CPU for 'none', bitsandbytes' packed sizes for int8/int4."""
+    pytest.importorskip("torch")
+    pytest.importorskip("bitsandbytes")
+    from tiny_hf import make_tiny_model
+
+    from engine.backends import hf
+
+    folder = make_tiny_model(tmp_path / "tiny", layers=4, hidden=256)
+    specs = {s.quant: s for s in specs_from_hf_dir(folder)}
+    hw = simulated("none", "16GiB", cores=2)
+    for quant in ("none", "int8", "int4"):
+        b = hf.load(folder, quant=quant, device="cpu", n_ctx=512, n_threads=2)
+        try:
+            actual = b.memory_report()["weights"]
+        finally:
+            b.close()
+        predicted = estimate(Config(specs[quant], 512, 0, "f32"), hw).ram.weights
+        assert abs(predicted - actual) / actual <= 0.05, (quant, predicted, actual)
+
+
+def test_load_engine_carries_out_a_transformers_plan(tmp_path):
+    pytest.importorskip("torch")
+    from tiny_hf import make_tiny_model
+
+    from engine.sizing.reality import load_engine
+
+    folder = make_tiny_model(tmp_path / "tiny", layers=2, hidden=128)
+    engine, plan, messages = load_engine(folder, hardware=simulated("none", "16GiB", cores=2),
+                                         choices=Choices(quant="none", n_ctx=256, draft="none"), n_threads=2)
+    try:
+        assert engine.backend.name == "hf" and plan.engine_kwargs()["device"] == "cpu"
+        assert messages == [], messages  # weights within the margin of the plan
+    finally:
+        engine.close()
