@@ -221,6 +221,7 @@ class ChatView(QWidget):
     def add_message(self, mid: int, role: str, content: str) -> MessageWidget:
         w = MessageWidget(mid, role, content, colors=self.colors)
         w.copy_requested.connect(self._copy)
+        w.notify.connect(self.notify)
         w.edit_requested.connect(self.start_edit)
         w.regenerate_requested.connect(self.regenerate_requested)
         self._list.insertWidget(self._list.count() - 1, w)

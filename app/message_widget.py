@@ -2,15 +2,16 @@
 
 Streaming text is appended to a buffer and re-rendered at most every
 RENDER_MS, because re-parsing Markdown on every token would stall the event
-loop on long replies.
+loop on long replies. A reply's links and images stay inert (app.safe_links).
 """
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QTextBlockFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
+from . import safe_links
 from .text_utils import code_blocks, finish_note, metrics_line, segment_bounds
 
 RENDER_MS = 40
@@ -26,13 +27,18 @@ def _is_code(block) -> bool:
 class AutoHeightBrowser(QTextBrowser):
     """A read-only text view as tall as its document, so the page scrolls, not each message."""
 
+    link_refused = Signal(str)  # why a clicked link was not opened
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setWordWrapMode(self.wordWrapMode().WrapAtWordBoundaryOrAnywhere)
-        self.setOpenExternalLinks(True)
+        # Clicks only report the link: open_link asks first (a QTextBrowser would
+        # otherwise open it, or navigate itself to a local file).
+        self.setOpenLinks(False)
+        self.anchorClicked.connect(self._open_link)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.viewport().setAutoFillBackground(False)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -51,8 +57,19 @@ class AutoHeightBrowser(QTextBrowser):
         self._fit()
 
     def set_markdown(self, text: str) -> None:
-        self.setMarkdown(text)
+        self.document().setMarkdown(text, safe_links.MARKDOWN)
+        safe_links.inert_images(self.document())
         self._shade_code()
+
+    def loadResource(self, kind: int, url: QUrl):  # noqa: N802 (Qt override)
+        if safe_links.resource_allowed(url):
+            return super().loadResource(kind, url)
+        return safe_links.refused_resource(kind)
+
+    def _open_link(self, url: QUrl) -> None:
+        refused = safe_links.open_link(self, url)
+        if refused:
+            self.link_refused.emit(refused)
 
     def _shade_code(self) -> None:
         # Qt's Markdown import marks fenced blocks but gives them no background.
@@ -93,6 +110,7 @@ class AutoHeightBrowser(QTextBrowser):
 
 class MessageWidget(QFrame):
     copy_requested = Signal(str)
+    notify = Signal(str)                 # a short message for the status bar
     edit_requested = Signal(int)         # message id (user messages)
     regenerate_requested = Signal(int)   # message id (the last reply)
 
@@ -192,6 +210,7 @@ class MessageWidget(QFrame):
     def _add_segment(self, start: int) -> AutoHeightBrowser:
         seg = AutoHeightBrowser(self)
         seg.code_background = self._code_bg
+        seg.link_refused.connect(self.notify)
         self._lay.insertWidget(1 + len(self.segments), seg)  # after the header, before the notes
         self.segments.append(seg)
         self._starts.append(start)
