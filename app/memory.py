@@ -1,18 +1,21 @@
-"""A rough memory estimate for the settings dialog. Qt-free.
+"""The settings dialog's quick memory estimate, from the planner's own memory model. Qt-free.
 
-This is deliberately simple (weights + f16 KV cache + a compute allowance) and
-labelled an estimate in the window; engine/sizing.py will replace it with a
-real plan that is checked against what the backend allocates.
+The full plan (engine.sizing.plan, made off the GUI thread by plan_runner.py)
+searches every knob and takes most of a second. This asks the same memory
+model (engine.sizing.memory) about one configuration only: the context the
+engine's Auto picks, every block in RAM, no draft and no prefix cache. That
+is quick enough for the GUI thread, so the window shows a number at once,
+and the number is the planner's, not a second estimate that could disagree.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from engine.engine import DEFAULT_CTX
-
-# llama.cpp's compute buffer for small models measured ~100 MiB at 2k context;
-# budget a flat allowance rather than pretend to model it.
-COMPUTE_ALLOWANCE = 128 * 1024 * 1024
+from engine.sizing.hardware import cpu_only
+from engine.sizing.memory import Config
+from engine.sizing.memory import estimate as planner_estimate
+from engine.sizing.spec import spec_from_gguf
 
 
 def auto_context(n_ctx_train: int) -> int:
@@ -24,7 +27,7 @@ def auto_context(n_ctx_train: int) -> int:
 class Estimate:
     weights: int
     kv: int
-    compute: int
+    compute: int    # the rest the planner counts in RAM: compute buffers, runtime overhead, safety margin
     n_ctx: int
     available: int  # system RAM available now
 
@@ -38,10 +41,11 @@ class Estimate:
 
 
 def estimate(info, n_ctx: int | None) -> Estimate:
-    """``info`` is an engine.models.gguf.ModelInfo; ``n_ctx`` None means Auto."""
-    import psutil
+    """``info`` is an engine.models.gguf.ModelInfo; ``n_ctx`` None means Auto.
 
+    The planner's RAM pool for that file at that context, all on the CPU
+    (``total`` is the pool's total, margin included)."""
     ctx = n_ctx or auto_context(info.n_ctx_train)
-    return Estimate(weights=int(info.weight_bytes), kv=int(info.kv_bytes_per_token(2.0) * ctx),
-                    compute=COMPUTE_ALLOWANCE, n_ctx=ctx,
-                    available=int(psutil.virtual_memory().available))
+    ram = planner_estimate(Config(spec_from_gguf(info.path), ctx, 0), cpu_only()).ram
+    return Estimate(weights=ram.weights, kv=ram.kv, compute=ram.total - ram.weights - ram.kv, n_ctx=ctx,
+                    available=ram.available)

@@ -8,7 +8,7 @@ import types
 import pytest
 
 from engine.sizing import hardware as hwmod
-from engine.sizing.hardware import GiB, MiB, format_size, parse_size, probe, simulated
+from engine.sizing.hardware import GiB, MiB, cpu_only, format_size, parse_size, probe, simulated
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -55,6 +55,17 @@ def test_probe_on_this_machine_never_raises_and_explains_a_missing_gpu(monkeypat
     hw = probe()
     assert hw.gpus == () and hw.ram_total > 0 and hw.cpu_cores >= 1
     assert any("no GPU" in n for n in hw.notes)
+
+
+def test_cpu_only_reads_the_ram_and_never_looks_for_a_gpu(monkeypatch):
+    def looked(*_):
+        raise AssertionError("cpu_only must not probe GPUs")
+    for name in ("_nvml", "_nvidia_smi", "_amd_sysfs", "_apple", "_torch"):
+        monkeypatch.setattr(hwmod, name, looked)
+    monkeypatch.setattr(hwmod, "_ram", lambda: (16 * GiB, 9 * GiB, 4))
+    hw = cpu_only()
+    assert (hw.gpus, hw.ram_total, hw.ram_available, hw.cpu_cores) == ((), 16 * GiB, 9 * GiB, 4)
+    assert hw.source == "probe"
 
 
 def _fake_pynvml(gpus, fail_init=None):

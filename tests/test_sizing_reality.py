@@ -1,4 +1,4 @@
-"""Sizing beyond the search: the CLI, the reality
+"""Sizing beyond the search: the CLI, the window's quick estimate, the reality
 check against what llama.cpp and transformers allocate, and the out-of-memory
 retry. The planner itself is tests/test_sizing.py.
 """
@@ -12,11 +12,11 @@ import pytest
 
 from engine.errors import ModelLoadError
 from engine.sizing.hardware import MiB, simulated
-from engine.sizing.memory import Config, estimate
+from engine.sizing.memory import Config, estimate, kv_cells
 from engine.sizing.plan import Choices, plan_for
 from engine.sizing.reality import (check_against_report, compare, describe_change, is_out_of_memory, load_with_retry,
                                    smaller_plan)
-from engine.sizing.spec import specs_from_hf_dir
+from engine.sizing.spec import spec_from_gguf, specs_from_hf_dir
 
 
 # -- the CLI ----------------------------------------------------------------------------
@@ -47,6 +47,20 @@ def test_plan_for_the_bundled_model_on_this_machine(bundled_path):
     p = plan_for(None)
     assert p.fits and p.spec.quant == "Q4_1" and p.n_ctx == 8192
     assert p.engine_kwargs()["n_ctx"] == 8192
+
+
+def test_the_windows_quick_estimate_is_the_planners_own(bundled_path):
+    """app/memory.py asks the planner's memory model; it keeps no estimate of its own."""
+    from app.memory import estimate as quick
+    from engine.models.gguf import model_info
+
+    info = model_info(bundled_path)
+    for n_ctx in (1000, 2048, 8192):  # 1000 is padded to llama.cpp's 256-cell KV blocks
+        est = quick(info, n_ctx)
+        ram = estimate(Config(spec_from_gguf(bundled_path), n_ctx, 0), simulated("none", "16GiB")).ram
+        assert (est.weights, est.kv, est.total) == (ram.weights, ram.kv, ram.total)
+        assert est.kv == kv_cells(n_ctx) * info.kv_bytes_per_token(2.0)
+        assert est.compute > ram.compute > 0  # plus the runtime overhead and the safety margin
 
 
 # -- checked against reality ----------------------------------------------------------------

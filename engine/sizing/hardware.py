@@ -248,6 +248,13 @@ def probe(*, allow_torch: bool = False) -> Hardware:
     return Hardware(tuple(gpus), ram_total, ram_avail, cores, "probe", tuple(notes))
 
 
+def cpu_only() -> Hardware:
+    """This machine's RAM and cores without looking for GPUs: a quick answer for
+    "does it fit in RAM" where the GPU probe (nvidia-smi, sysfs) would cost too much."""
+    ram_total, ram_avail, cores = _ram()
+    return Hardware((), ram_total, ram_avail, cores, "probe")
+
+
 def simulated(gpu: str | int | None = None, ram: str | int | None = None, *,
               base: Hardware | None = None, cores: int | None = None) -> Hardware:
     """A machine for tests and ``--gpu/--ram``.
