@@ -220,6 +220,7 @@ class MessageWidget(QFrame):
         if self.role != "assistant":
             # What the user typed is shown exactly as typed, not reinterpreted as Markdown.
             self.body.setPlainText(self.text)
+            self.btn_code.setVisible(bool(code_blocks(self.text)))
             return
         text = self.text
         if rebuild or not text.startswith(self._frozen):

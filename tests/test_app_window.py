@@ -319,6 +319,30 @@ def test_copy_message_and_code_block(qtbot, make_window):
     assert view.body.code_at(rect.center().toPoint()) == "print('hi')"
 
 
+def test_copy_code_shows_only_for_messages_with_code(qtbot):
+    from app.message_widget import MessageWidget
+
+    made = {name: MessageWidget(i, role, text, colors=BUBBLES["light"]) for i, (name, role, text) in enumerate((
+        ("user_plain", "user", "just words, `inline` is not a block"),
+        ("user_code", "user", "why does this fail?\n```\nx = 1/0\n```"),
+        ("reply_plain", "assistant", "no code here"),
+        ("reply_code", "assistant", "Here:\n\n```python\nprint(1)\n```\n")))}
+    for w in made.values():
+        qtbot.addWidget(w)
+    assert made["user_plain"].btn_code.isHidden() and made["reply_plain"].btn_code.isHidden()
+    assert not made["user_code"].btn_code.isHidden() and not made["reply_code"].btn_code.isHidden()
+
+
+def test_draft_acceptance_shows_only_when_drafts_were_tried(qtbot, make_window):
+    w = make_window(start=False)
+    base = {"decode_tok_s": 50.0, "ttft_ms": 20.0, "cached_tokens": 0, "prompt_tokens": 9}
+    result = {"text": "hi", "finish_reason": "eos", "complete": True}
+    w._on_finished(1, {**result, "metrics": {**base, "spec": {"drafted": 0, "accepted": 0, "acceptance_rate": 0.0}}})
+    assert "acceptance" not in w.stats_label.text() and "50.0 tok/s" in w.stats_label.text()
+    w._on_finished(1, {**result, "metrics": {**base, "spec": {"drafted": 8, "accepted": 6, "acceptance_rate": 0.75}}})
+    assert "draft acceptance 75%" in w.stats_label.text()
+
+
 def test_settings_dialog_shows_quantization_estimate_and_backend(qtbot, make_window, data_dir):
     from app.settings_dialog import SettingsDialog
     from app.settings import SettingsError
