@@ -67,7 +67,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         skipped = []
     contexts = (a.ctx,) if a.ctx else CONTEXTS
     cases: list[dict[str, Any]] = []
-    modes = [("cpu", 0, None)]
+    modes: list[tuple[str, int, Hardware | None]] = [("cpu", 0, None)]
     gpu_note = None
     if a.gpu_check:
         hw = probe()
@@ -79,8 +79,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         spec = spec_from_gguf(path)
         for want in contexts:
             n_ctx = min(want, spec.n_ctx_train) if spec.n_ctx_train else want
-            for mode, ngl, hw in modes:
-                row = measure(path, n_ctx, n_gpu_layers=ngl, n_threads=a.threads, hardware=hw)
+            for mode, ngl, machine in modes:
+                row = measure(path, n_ctx, n_gpu_layers=ngl, n_threads=a.threads, hardware=machine)
                 row.update(model=label, mode=mode)
                 if n_ctx != want:
                     row["clamped_from"] = want

@@ -157,7 +157,7 @@ def _nvidia_smi(notes: list[str]) -> list[GPU]:
 
 def _amd_sysfs(notes: list[str], root: Path = Path("/sys/class/drm")) -> list[GPU]:
     """AMD GPUs through the amdgpu driver's VRAM counters (Linux), no torch needed."""
-    gpus = []
+    gpus: list[GPU] = []
     for card in sorted(root.glob("card[0-9]*")) if root.is_dir() else []:
         dev = card / "device"
         total_f, used_f = dev / "mem_info_vram_total", dev / "mem_info_vram_used"
@@ -266,12 +266,16 @@ def simulated(gpu: str | int | None = None, ram: str | int | None = None, *,
     """
     if base is None and (gpu is None or ram is None):
         base = probe()
-    gpus = base.gpus if gpu is None else ()
-    if gpu is not None and str(gpu).strip().lower() not in ("none", "0", "cpu", ""):
+    gpus: tuple[GPU, ...] = ()
+    if gpu is None:
+        assert base is not None  # probed above
+        gpus = base.gpus
+    elif str(gpu).strip().lower() not in ("none", "0", "cpu", ""):
         sizes = [parse_size(s) for s in str(gpu).split(",")] if isinstance(gpu, str) else [parse_size(gpu)]
         gpus = tuple(GPU(i, f"simulated GPU {i}", "simulated", s, s)
                      for i, s in enumerate(sizes))
     if ram is None:
+        assert base is not None  # probed above
         ram_total, ram_avail = base.ram_total, base.ram_available
     else:
         ram_total = ram_avail = parse_size(ram)

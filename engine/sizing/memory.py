@@ -192,7 +192,7 @@ def estimate(cfg: Config, hw: Hardware) -> Breakdown:
     """Bytes per pool for ``cfg`` on ``hw`` (margin included in each pool's total)."""
     b = (_estimate_hf if cfg.backend == "hf" else _estimate_llama)(cfg, hw)
     if cfg.draft is not None:
-        _add_draft(b, cfg, hw)
+        _add_draft(b, cfg, cfg.draft, hw)
     b.ram.prefix_cache = cfg.prefix_cache  # snapshots are copied to host memory
     for g, pool in zip(hw.gpus, b.gpus):
         if g.unified:  # Apple: the GPU's allocations come out of the same RAM
@@ -291,10 +291,9 @@ def _estimate_hf(cfg: Config, hw: Hardware) -> Breakdown:
     return Breakdown(pools, cfg, {"weights": sum(p.weights for p in pools)})
 
 
-def _add_draft(b: Breakdown, cfg: Config, hw: Hardware) -> None:
-    """The draft model runs on the GPU when the target is fully offloaded
-    (a CPU draft would slow a GPU target down), otherwise in RAM."""
-    d = cfg.draft
+def _add_draft(b: Breakdown, cfg: Config, d: ModelSpec, hw: Hardware) -> None:
+    """The draft model (``d``, which is ``cfg.draft``) runs on the GPU when the target is
+    fully offloaded (a CPU draft would slow a GPU target down), otherwise in RAM."""
     cells = kv_cells(cfg.n_ctx)
     on_gpu = bool(hw.gpus) and cfg.all_on_gpu
     fa = on_gpu or cfg.kv_type not in ("f16", "f32", "bf16")

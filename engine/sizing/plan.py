@@ -233,7 +233,8 @@ def _alternatives(res: Resolved, hw: Hardware, ch: Choices) -> list[str]:
         if getattr(ch, f) is None:
             continue
         try:
-            p = plan_for(res, hw, replace(ch, **{f: None}), _alternatives_too=False)
+            auto: dict[str, Any] = {f: None}
+            p = plan_for(res, hw, replace(ch, **auto), _alternatives_too=False)
         except HearthError:
             continue
         if p.fits:

@@ -83,7 +83,7 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ModelSpec":
-        known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+        known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
@@ -136,7 +136,7 @@ def gguf_spec(meta: Mapping[str, Any], tensors: Iterable[tuple[str, tuple[int, .
                 n_vocab = n_vocab or int(shape[-1])
     ftype = meta.get("general.file_type")
     quant = FILE_TYPES.get(int(ftype), f"ftype{ftype}") if ftype is not None else (
-        max(counts, key=counts.get) if counts else "unknown")
+        max(counts, key=lambda t: counts[t]) if counts else "unknown")
     return ModelSpec(
         name=str(meta.get("general.name") or Path(source).stem or arch), format="gguf", quant=quant,
         architecture=arch, n_layers=n_layers, n_embd=n_embd, n_heads=n_heads, n_kv_heads=n_kv,
@@ -220,7 +220,7 @@ def hf_spec(config: Mapping[str, Any], tensors: Mapping[str, tuple[str, tuple[in
     head_dim = int(cfg.get("head_dim") or (n_embd // n_heads if n_heads else 0))
     layer_bytes, layer_params = [0] * n_layers, [0] * n_layers
     inp = out = embd = n_params = 0
-    mods = {}
+    mods: dict[str, str] = {}
     for tname, (dtype, shape) in tensors.items():
         ne = 1
         for d in shape:
