@@ -10,6 +10,9 @@ memory between CPU and GPU; its GPU is reported as ``unified``.
 
 Tests and ``python -m engine plan --gpu 8GiB --ram 16GiB`` inject a
 simulated machine with :func:`simulated`, so plans are reproducible.
+
+This module imports nothing from the engine: set-up (scripts/runtimes.py)
+loads it by file path, before any virtual environment exists.
 """
 from __future__ import annotations
 
