@@ -58,6 +58,30 @@ def _run_first_tokens(target, draft, sampler, prompt, k, n_out):
     return out
 
 
+def _assert_exact_first_two(target, draft, prompt, params, n, k=2):
+    """The empirical joint distribution of the first two tokens over ``n`` seeds
+    equals the target's exact one (chi-square), and no token the target's
+    filters removed is ever produced."""
+    v = target.n_vocab
+    ref = make_sampler(SamplingParams(**params))
+    p1 = ref.distribution(prompt, target.logits_after(prompt))
+    exact = np.array([p1[a] * ref.distribution(prompt + [a], target.logits_after(prompt + [a]))
+                      for a in range(v)])
+    counts = np.zeros((v, v))
+    for seed in range(n):
+        s = make_sampler(SamplingParams(seed=seed, **params))
+        a, b = _run_first_tokens(target, draft, s, prompt, k=k, n_out=2)
+        counts[a, b] += 1
+    expected = exact * n
+    mask = expected > 5
+    chi2 = float((((counts - expected) ** 2)[mask] / expected[mask]).sum())
+    dof = int(mask.sum()) - 1
+    # 99.9th percentile of chi-square for dof up to 35 is below 2 * dof + 10.
+    assert chi2 < 2 * dof + 10, (chi2, dof)
+    assert counts[~mask].sum() <= max(20, 0.01 * n)
+    assert counts[exact == 0].sum() == 0
+
+
 def test_sampling_is_exact_chi_square():
     """Empirical joint distribution of the first two tokens equals the target's
     exact distribution, with a draft whose distributions differ."""
@@ -67,23 +91,55 @@ def test_sampling_is_exact_chi_square():
     params = dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.3, penalty_last_n=8)
     ref = make_sampler(SamplingParams(**params))
     p1 = ref.distribution(prompt, target.logits_after(prompt))
-    exact = np.array([p1[a] * ref.distribution(prompt + [a], target.logits_after(prompt + [a]))
-                      for a in range(6)])
     q1 = ref.distribution(prompt, draft.backend.logits_after(prompt))
     assert np.abs(q1 - p1).max() > 0.1  # the draft really is different
-    n = 12000
-    counts = np.zeros((6, 6))
-    for seed in range(n):
-        s = make_sampler(SamplingParams(seed=seed, **params))
-        a, b = _run_first_tokens(target, draft, s, prompt, k=2, n_out=2)
-        counts[a, b] += 1
-    expected = exact * n
-    mask = expected > 5
-    chi2 = float((((counts - expected) ** 2)[mask] / expected[mask]).sum())
-    dof = int(mask.sum()) - 1
-    # 99.9th percentile of chi-square for dof up to 35 is below 2 * dof + 10.
-    assert chi2 < 2 * dof + 10, (chi2, dof)
-    assert counts[~mask].sum() <= max(20, 0.01 * n)
+    _assert_exact_first_two(target, draft, prompt, params, n=12000)
+
+
+def test_a_narrower_draft_samples_exactly():
+    # The draft's output layer lacks the target's last id (HF Qwen2.5 0.5B has
+    # 151,936 logits, the 7B 152,064): its distribution is padded with zeros,
+    # and a round after the target produced that id goes plain.
+    target = TinyBackend(n_vocab=6, seed=1, sharpness=1.2)
+    draft = ModelDraft(TinyBackend(n_vocab=5, seed=2, sharpness=1.2), n_vocab_target=6)
+    params = dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)
+    p1 = make_sampler(SamplingParams(**params)).distribution([1, 2, 3], target.logits_after([1, 2, 3]))
+    assert p1[5] > 0.05  # the target really produces the id the draft lacks
+    _assert_exact_first_two(target, draft, [1, 2, 3], params, n=4000)
+
+
+def test_model_draft_pads_its_distribution_and_skips_ids_it_lacks():
+    draft = ModelDraft(TinyBackend(n_vocab=5, seed=2), n_vocab_target=6)
+    s = make_sampler(SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=0))
+
+    def pick(ctx, logits):
+        q = s.distribution(ctx, logits)
+        return s.sample(q), q
+
+    toks, q = draft.propose([1, 2, 3], 3, pick)
+    assert len(toks) == 3 and all(d.shape == (6,) and d[5] == 0.0 and abs(d.sum() - 1) < 1e-9 for d in q)
+    calls = draft.backend.forward_calls
+    assert draft.propose([1, 2, 3, 5], 3, pick) == ([], [])
+    assert draft.backend.forward_calls == calls
+
+
+def test_greedy_identical_with_a_narrower_draft():
+    target = TinyBackend(n_vocab=12, seed=3, n_ctx=80, sharpness=2.0)
+    draft = ModelDraft(TinyBackend(n_vocab=10, seed=3, n_ctx=80, sharpness=2.0), n_vocab_target=12)
+    prompt = [1, 5, 7, 2]
+    greedy = make_sampler(SamplingParams(temperature=0.0))
+    plain, h = [], list(prompt)
+    target.truncate(0)
+    logits = target.forward(prompt)
+    while True:
+        t = greedy(h, logits)
+        plain.append(t)
+        h.append(t)
+        if target.kv_len >= target.n_ctx:
+            break
+        logits = target.forward([t])
+    assert max(plain) >= 10  # the target does produce ids the draft lacks
+    assert _run_first_tokens(target, draft, greedy, prompt, k=3, n_out=len(plain)) == plain
 
 
 @pytest.mark.parametrize("k", range(1, 9))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Protocol, Sequence
 
+import numpy as np
+
 from ..backends.base import Backend
 from ..kv.prefix_cache import common_prefix_len
 from ..types import Vocab
@@ -27,7 +29,10 @@ class ModelDraft:
     """A small model with the same tokenizer; keeps its own KV between rounds.
 
     ``n_vocab_target`` is the target's logits width: the draft never proposes
-    an id past it, and its distributions are vectors of that width.
+    an id past it, and its distributions are vectors of that width. Real pairs
+    differ in width (HF Qwen2.5 0.5B has 151,936 logits, the 7B 152,064): a
+    wider draft is cut, a narrower one's distribution gets zeros for the ids
+    it lacks, so the accept rule compares vectors of one width.
     """
 
     kind = "model"
@@ -48,6 +53,10 @@ class ModelDraft:
         # Reuse the draft's KV up to where it and the history diverge; the
         # newest token is always fed again, its logits start the proposal.
         common = min(common_prefix_len(self._kv, history), len(history) - 1)
+        if max(history[common:]) >= b.n_vocab:
+            # The target produced an id past the draft's vocabulary (one of its
+            # padding rows): the draft cannot read it, so this round goes plain.
+            return [], []
         b.truncate(common)
         t0 = time.perf_counter()
         logits = b.forward(history[common:])
@@ -61,6 +70,8 @@ class ModelDraft:
             if logits.shape[-1] > self.n_vocab_target:
                 logits = logits[: self.n_vocab_target]
             tok, dist = pick(ctx, logits)
+            if dist is not None and dist.shape[0] < self.n_vocab_target:
+                dist = np.pad(dist, (0, self.n_vocab_target - dist.shape[0]))
             drafts.append(tok)
             dists.append(dist)
             ctx.append(tok)
