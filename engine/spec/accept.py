@@ -31,15 +31,15 @@ def accept_sampled(drafts: Sequence[int], q: Sequence[np.ndarray | None], p: Cal
     (None = a deterministic draft, q one-hot at ``drafts[i]``); ``p(i)`` gives
     the target's (computed lazily: rejection usually stops early)."""
     for i, x in enumerate(drafts):
-        pi = p(i)
-        qx = 1.0 if q[i] is None else float(q[i][x])
+        pi, qi = p(i), q[i]
+        qx = 1.0 if qi is None else float(qi[x])
         if qx > 0.0 and uniform() < min(1.0, float(pi[x]) / qx):
             continue
-        if q[i] is None:
+        if qi is None:
             residual = pi.copy()
             residual[x] = 0.0
         else:
-            residual = np.maximum(pi - q[i], 0.0)
+            residual = np.maximum(pi - qi, 0.0)
         if residual.sum() <= 0.0:  # p == q exactly: any draw from p is exact
             residual = pi
         return i, sample(residual)

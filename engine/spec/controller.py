@@ -111,7 +111,7 @@ class SpecController:
         for m in live:  # measure every mode before trusting any number
             if self.rate[m] is None or (m != "plain" and self.rounds[m] < self.explore_rounds):
                 return m
-        best = max(live, key=lambda m: self.rate[m])
+        best = max(live, key=lambda m: self.rate[m] or 0.0)  # every live mode is measured here
         for m in live:
             if m != best and self.since_probe[m] >= self.probe_interval[m]:
                 self.since_probe[m] = 0
@@ -209,7 +209,7 @@ class SpecController:
             return
         # A probe that confirmed the mode is slower: wait twice as long before the next.
         best = max((m for m in self.modes if self.rate[m] is not None and m not in self.retired),
-                   key=lambda m: self.rate[m])
+                   key=lambda m: self.rate[m] or 0.0)
         if mode == best:
             self.probe_interval[mode] = self.probe_every
         elif self.current != mode:
