@@ -96,6 +96,32 @@ def test_sampling_is_exact_chi_square():
     _assert_exact_first_two(target, draft, prompt, params, n=12000)
 
 
+FILTERED = dict(temperature=0.9, top_k=4, top_p=0.8, min_p=0.0)
+
+
+def test_sampling_is_exact_with_top_k_and_top_p():
+    target = TinyBackend(n_vocab=6, seed=1, sharpness=1.2)
+    draft = ModelDraft(TinyBackend(n_vocab=6, seed=2, sharpness=1.2), n_vocab_target=6)
+    ref = make_sampler(SamplingParams(**FILTERED))
+    p1 = ref.distribution([1, 2, 3], target.logits_after([1, 2, 3]))
+    q1 = ref.distribution([1, 2, 3], draft.backend.logits_after([1, 2, 3]))
+    assert 0 < (p1 > 0).sum() < 4  # top-p cuts inside top-k
+    assert ((q1 > 0) & (p1 == 0)).any()  # the draft proposes tokens the target's filters removed
+    _assert_exact_first_two(target, draft, [1, 2, 3], FILTERED, n=4000)
+
+
+@pytest.mark.parametrize("params", [dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0), FILTERED],
+                         ids=["no-filters", "top-k-top-p"])
+def test_ngram_draft_samples_exactly(params):
+    # A deterministic draft (q one-hot): rejection sampling must still give p exactly.
+    target = TinyBackend(n_vocab=6, seed=1, sharpness=1.2)
+    prompt = [1, 2, 3, 4, 1, 2]
+    assert NgramDraft().propose(prompt, 2, None)[0] == [3, 4]  # the first round drafts
+    p1 = make_sampler(SamplingParams(**params)).distribution(prompt, target.logits_after(prompt))
+    assert 0.2 < p1[3] < 0.8  # ... a token the target sometimes takes and sometimes rejects
+    _assert_exact_first_two(target, NgramDraft(), prompt, params, n=4000)
+
+
 def test_a_narrower_draft_samples_exactly():
     # The draft's output layer lacks the target's last id (HF Qwen2.5 0.5B has
     # 151,936 logits, the 7B 152,064): its distribution is padded with zeros,
