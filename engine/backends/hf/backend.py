@@ -1,0 +1,205 @@
+"""HFBackend: a transformers model behind the Backend protocol, and ``load()``.
+
+``forward`` appends tokens to a KV cache the backend owns (kv.HearthCache) and
+returns float32 logits as numpy; ``truncate`` crops the cache,
+``snapshot``/``restore`` copy its tensors. ``model.generate()`` is never used.
+"""
+from __future__ import annotations
+
+import gc
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import transformers
+from transformers import DynamicCache
+
+from ...errors import ContextFullError, UnsupportedModelError
+from . import kv
+from .kv import GrowingLayer, HearthCache, HFState
+from .load import DEFAULT_CTX, load_model
+from .tokens import TokenBytes, chat_template, end_ids
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(self, model: Any, tokenizer: Any, *, n_ctx: int | None = None, quant: str = "none",
+                 source: str = "", info: Any = None, prefill_chunk: int = 512) -> None:
+        self.model = model.eval()
+        self.tok = tokenizer
+        self.info = info  # a GGUF source's header (engine.models.gguf.ModelInfo), for draft-model checks
+        self.quant = quant
+        self.source = source
+        self.prefill_chunk = prefill_chunk
+        cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        limit = getattr(cfg, "max_position_embeddings", None) or DEFAULT_CTX
+        self.n_ctx = min(n_ctx or min(limit, DEFAULT_CTX), limit)
+        self.n_vocab = int(model.get_output_embeddings().weight.shape[0])
+        from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+        if any(isinstance(layer, LinearAttentionCacheLayerMixin)
+               for layer in DynamicCache(config=model.config).layers):
+            raise UnsupportedModelError(
+                f"{source or 'this model'} has recurrent (linear-attention) layers whose state cannot be "
+                "rolled back; Hearth's transformers backend needs an attention-only model")
+        self._in_device = model.get_input_embeddings().weight.device
+        self._cache = HearthCache()
+        self._n = 0
+        self._kv_devices: list[torch.device] | None = None
+        self._bytes = TokenBytes(tokenizer, max(self.n_vocab, len(tokenizer)))
+        self._kind = self._bytes.kind
+        self._control = self._bytes.control
+
+        self.bos_token = tokenizer.bos_token or ""
+        self.eos_token = tokenizer.eos_token or ""
+        self._bos_id = tokenizer.bos_token_id
+        with_special = tokenizer.encode("a", add_special_tokens=True)
+        self.add_bos = self._bos_id is not None and with_special[:1] == [self._bos_id]
+        self.chat_template = chat_template(tokenizer)
+        self.eos_ids = end_ids(model, tokenizer, self.chat_template, self._control)
+        self.kv_dtype = self._warm_up()
+
+    @torch.inference_mode()
+    def _warm_up(self) -> torch.dtype:
+        """One token through the model: records each layer's KV device and dtype (for
+        restoring snapshots from disk) and takes first-call costs off the first reply."""
+        self.forward([self._bos_id if self._bos_id is not None else 0])
+        layers = self._cache.layers
+        self._kv_devices = [layer.keys.device for layer in layers]
+        dtype = layers[0].keys.dtype
+        self.truncate(0)
+        return dtype
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
+        ids = self.tok.encode(text, add_special_tokens=False, split_special_tokens=not special)
+        if add_bos and self._bos_id is not None:
+            ids = [self._bos_id, *ids]
+        return list(ids)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self._bytes.get(token_id)
+
+    # -- KV cache -------------------------------------------------------------------------
+
+    @property
+    def kv_len(self) -> int:
+        return self._n
+
+    @torch.inference_mode()
+    def forward(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("forward() needs at least one token")
+        if self._n + n > self.n_ctx:
+            raise ContextFullError(f"context is full ({self._n} + {n} > {self.n_ctx} tokens)")
+        start_len = self._n
+        try:
+            if n <= self.prefill_chunk:  # the decode step: one model call, nothing else
+                logits = self.model(input_ids=torch.tensor([list(tokens)], device=self._in_device),
+                                    cache=self._cache, use_cache=True,
+                                    logits_to_keep=0 if all_logits else 1).logits
+                self._n += n
+                return _to_numpy(logits[0] if all_logits else logits[0, -1])
+            rows = []
+            for s in range(0, n, self.prefill_chunk):
+                part = list(tokens[s:s + self.prefill_chunk])
+                last = s + len(part) == n
+                logits = self.model(input_ids=torch.tensor([part], device=self._in_device),
+                                    cache=self._cache, use_cache=True,
+                                    logits_to_keep=0 if all_logits else 1).logits
+                self._n += len(part)
+                if all_logits:
+                    rows.append(_to_numpy(logits[0]))
+                elif last:
+                    return _to_numpy(logits[0, -1])
+            return np.concatenate(rows)
+        except BaseException:
+            # Roll back whatever part of this call landed, so kv_len stays the truth.
+            self._n = self._cache.get_seq_length()
+            self.truncate(start_len)
+            raise
+
+    def truncate(self, n: int) -> None:
+        n = max(0, n)
+        if n >= self._n:
+            return
+        if n == 0:
+            self._cache = HearthCache()
+        else:
+            self._cache.crop(n - self._n)
+        self._n = n
+
+    def snapshot(self) -> HFState:
+        return kv.snapshot_of(self._cache, self._n)
+
+    def restore(self, state: HFState) -> None:
+        self._cache = kv.cache_from(state, self._kv_devices or [])
+        self._n = state.n_tokens
+
+    def nbytes(self, state: HFState) -> int:
+        return kv.state_nbytes(state)
+
+    def state_bytes(self, state: HFState) -> bytes:
+        return kv.state_to_bytes(state)
+
+    def state_from_bytes(self, n_tokens: int, data: bytes | bytearray) -> HFState:
+        return kv.state_from_bytes(n_tokens, data, devices=self._kv_devices or [], kv_dtype=self.kv_dtype)
+
+    def state_identity(self) -> dict[str, str]:
+        return {"backend": self.name,
+                "format": f"{kv.STATE_FORMAT} transformers {transformers.__version__} torch {torch.__version__}",
+                "quant": self.quant, "kv_dtype": str(self.kv_dtype),
+                "devices": ",".join(sorted({str(d) for d in self._kv_devices or []}))}
+
+    def memory_report(self) -> dict[str, int]:
+        """Bytes of parameters + buffers by device, and of the live KV cache."""
+        rep: dict[str, int] = {"weights": 0, "kv": 0}
+        seen: set[int] = set()
+        for t in (*self.model.parameters(), *self.model.buffers()):
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            b = t.numel() * t.element_size()
+            rep["weights"] += b
+            key = f"weights@{t.device}"
+            rep[key] = rep.get(key, 0) + b
+        for layer in self._cache.layers:
+            b = layer.nbytes() if isinstance(layer, GrowingLayer) else 0
+            if b:
+                rep["kv"] += b
+                key = f"kv@{layer.device}"
+                rep[key] = rep.get(key, 0) + b
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                rep[f"allocated@cuda:{i}"] = int(torch.cuda.memory_allocated(i))
+        rep["model_size"] = rep["weights"]
+        return rep
+
+    def close(self) -> None:
+        self.model = None
+        self._cache = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    # float32 on the CPU is a no-op view; anything else costs one copy of the row(s).
+    return t.float().cpu().numpy()
+
+
+def load(ref: Any, *, n_ctx: int | None = None, quant: str = "none", device: str = "auto",
+         max_memory: dict | None = None, n_threads: int | None = None, allow_pickle: bool = False,
+         allow_remote_code: bool = False) -> HFBackend:
+    """Build an HFBackend from a local ModelRef (kind ``hf_dir`` or ``gguf``) or a path.
+
+    Hub ids are fetched first by ``engine.models.hub.fetch_ref``. ``max_memory`` is the
+    hook for engine/sizing.py's plan; without it a simple default is used (see
+    ``placement.default_placement``).
+    """
+    m = load_model(ref, n_ctx=n_ctx, quant=quant, device=device, max_memory=max_memory, n_threads=n_threads,
+                   allow_pickle=allow_pickle, allow_remote_code=allow_remote_code)
+    return HFBackend(m.model, m.tokenizer, n_ctx=n_ctx, quant=m.quant, source=m.source, info=m.info)
