@@ -161,6 +161,58 @@ def test_memory_report_counts_weights_and_kv(hfb):
     hfb.truncate(0)
 
 
+# -- what the backend says about itself ------------------------------------------------
+
+TINY_WEIGHT_BYTES = 4 * (2 * 400 * 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 64)
+
+
+def test_describe_names_source_quant_runtime_device_and_size(hfb, tiny_dir):
+    from engine.types import BackendInfo
+
+    assert TINY_WEIGHT_BYTES == 500992 == sum(p.numel() * 4 for p in hfb.model.parameters())
+    assert hfb.describe() == BackendInfo(backend="hf", name="tiny-llama", path=str(tiny_dir), quant="float32",
+                                         runtime="torch-cpu", device="cpu", threads=1, n_ctx=512,
+                                         n_gpu_layers=0, kv_type="float32", weight_bytes=TINY_WEIGHT_BYTES)
+    assert hfb.add_bos is False  # the tokenizer has a BOS token but does not prepend it
+
+
+def test_vocab_is_the_tokenizers_id_to_token_table(hfb, tiny_dir):
+    v = hfb.vocab()
+    assert (v.name, v.tokenizer_model, v.weight_bytes, v.path) == \
+        (str(tiny_dir), f"hf-{type(hfb.tok).__name__}", TINY_WEIGHT_BYTES, "")
+    assert len(v.tokens) == 400 and v.tokens[:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    assert v.tokens == [hfb.tok.convert_ids_to_tokens(i) for i in range(400)]
+
+
+def test_open_draft_loads_another_model_with_the_same_context(tiny_dir):
+    from engine.backends import hf
+
+    b = hf.load(tiny_dir, device="cpu", n_ctx=32)
+    d = b.open_draft(str(tiny_dir))
+    try:
+        assert isinstance(d, hf.HFBackend) and d is not b and d.n_ctx == 32
+        assert d.describe().path == str(tiny_dir.resolve()) and d.vocab() == b.vocab()
+        np.testing.assert_array_equal(d.forward(A), b.forward(A))  # the same weights, the same logits
+    finally:
+        d.close()
+        b.close()
+
+
+def test_a_gguf_source_describes_and_vocabs_from_its_header(bundled_path):
+    from engine.backends import hf
+    from engine.models.gguf import model_info
+
+    info = model_info(bundled_path)
+    b = hf.load(bundled_path, device="cpu", n_ctx=256)
+    try:
+        d = b.describe()
+        assert (d.name, d.path, d.quant, d.runtime, d.device, d.n_ctx) == \
+            (info.name, str(bundled_path), "float32", "torch-cpu", "cpu", 256)
+        assert b.vocab() == info.vocab() and b.vocab().weight_bytes == info.weight_bytes > 0
+    finally:
+        b.close()
+
+
 # -- tokens -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("style", ["bytelevel", "spm"])

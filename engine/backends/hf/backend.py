@@ -7,6 +7,8 @@ returns float32 logits as numpy; ``truncate`` crops the cache,
 from __future__ import annotations
 
 import gc
+import os
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -15,9 +17,11 @@ import transformers
 from transformers import DynamicCache
 
 from ...errors import ContextFullError, UnsupportedModelError
+from ...types import BackendInfo, Vocab
 from . import kv
 from .kv import GrowingLayer, HearthCache, HFState
 from .load import DEFAULT_CTX, load_model
+from .placement import device_summary, parameter_bytes
 from .tokens import TokenBytes, chat_template, end_ids
 
 
@@ -70,6 +74,35 @@ class HFBackend:
         dtype = layers[0].keys.dtype
         self.truncate(0)
         return dtype
+
+    # -- what it is ----------------------------------------------------------------------------
+
+    def describe(self) -> BackendInfo:
+        """Name, quantization label (the bitsandbytes choice, else the weights' dtype),
+        source path, runtime, device placement, threads and weight bytes."""
+        quant = self.quant if self.quant != "none" else str(self.model.dtype).removeprefix("torch.")
+        device = device_summary(self.model)
+        name = self.info.name if self.info is not None else Path(self.source).name
+        return BackendInfo(backend=self.name, name=name, path=self.source, quant=quant,
+                           runtime="torch-cuda" if "cuda" in device else "torch-cpu", device=device,
+                           threads=torch.get_num_threads(), n_ctx=self.n_ctx,
+                           kv_type=str(self.kv_dtype).removeprefix("torch."),
+                           weight_bytes=parameter_bytes(self.model))
+
+    def vocab(self) -> Vocab:
+        """A GGUF source's header vocabulary, else the tokenizer's id -> token table."""
+        if self.info is not None:
+            return self.info.vocab()
+        tok = self.tok
+        return Vocab(name=tok.name_or_path or "model", tokenizer_model=f"hf-{type(tok).__name__}",
+                     tokens=tok.convert_ids_to_tokens(list(range(len(tok)))),
+                     weight_bytes=parameter_bytes(self.model), path="")
+
+    def open_draft(self, path: str | os.PathLike[str], *, n_threads: int | None = None) -> "HFBackend":
+        """Another model on transformers with this one's context size, to draft for it."""
+        from ...models.catalogue import resolve
+
+        return load(resolve(path), n_ctx=self.n_ctx, n_threads=n_threads)
 
     # -- tokens ------------------------------------------------------------------------------
 

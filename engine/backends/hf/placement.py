@@ -96,3 +96,23 @@ def default_placement(device: str, *, kv_reserve: int = 0, max_memory: dict | No
             max_memory[i] = max(0, int(free * 0.9) - (kv_reserve if i == 0 else 0))
         max_memory["cpu"] = int(psutil.virtual_memory().available * 0.8)
     return Placement("auto", max_memory, True)
+
+
+def device_summary(model: Any) -> str:
+    """Where the weights went: "cpu", "cuda:0", or e.g. "cuda:0+cpu" when accelerate
+    split the model (GPUs in index order, then RAM, then disk)."""
+    placed = getattr(model, "hf_device_map", None) or {"": next(model.parameters()).device}
+    names = {f"cuda:{d}" if isinstance(d, int) else str(d) for d in placed.values()}
+    names = {"cuda:0" if n == "cuda" else n for n in names}
+
+    def order(n: str) -> tuple[int, int, str]:
+        if n.startswith("cuda:"):
+            return (0, int(n.split(":", 1)[1]), n)
+        return ({"cpu": 1, "disk": 2}.get(n, 3), 0, n)
+
+    return "+".join(sorted(names, key=order))
+
+
+def parameter_bytes(model: Any) -> int:
+    """Bytes of the model's parameters as loaded (packed, for bitsandbytes weights)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
