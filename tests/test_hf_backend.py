@@ -122,6 +122,38 @@ def test_snapshot_restore_equals_fresh(hfb):
     assert hfb.kv_len == 0
 
 
+def test_snapshots_live_in_host_ram_and_restore_onto_the_cache_device(hfb, tiny_dir):
+    """The sizing plan counts prefix snapshots in RAM, so they must not stay on the GPU;
+    checked on the CPU always, and on CUDA too where there is a GPU."""
+    import torch
+
+    from engine.backends import hf
+
+    backends = [(hfb, False)]
+    if torch.cuda.is_available():
+        backends.append((hf.load(tiny_dir, device="gpu"), True))
+    for b, owned in backends:
+        b.truncate(0)
+        b.forward(A)
+        snap = b.snapshot()
+        expect = b.forward(B, all_logits=True).copy()
+        live = b._cache.layers[0].keys
+        assert all(t.device.type == "cpu" for kv in snap.layers for t in kv) and len(snap.layers) == 2
+        assert all(t.data_ptr() != live.data_ptr() for kv in snap.layers for t in kv)  # a copy, never a view
+        b.truncate(0)
+        b.restore(snap)
+        assert {layer.keys.device for layer in b._cache.layers} == {live.device}
+        np.testing.assert_array_equal(b.forward(B, all_logits=True), expect)
+        loaded = b.state_from_bytes(len(A), bytearray(b.state_bytes(snap)))
+        assert all(t.device.type == "cpu" for kv in loaded.layers for t in kv)
+        b.truncate(0)
+        b.restore(loaded)
+        np.testing.assert_array_equal(b.forward(B, all_logits=True), expect)
+        b.truncate(0)
+        if owned:
+            b.close()
+
+
 def test_state_bytes_round_trip_and_rejects_foreign_bytes(hfb):
     hfb.truncate(0)
     hfb.forward(A)

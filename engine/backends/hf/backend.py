@@ -2,7 +2,8 @@
 
 ``forward`` appends tokens to a KV cache the backend owns (kv.HearthCache) and
 returns float32 logits as numpy; ``truncate`` crops the cache,
-``snapshot``/``restore`` copy its tensors. ``model.generate()`` is never used.
+``snapshot``/``restore`` copy its tensors to host RAM and back. ``model.generate()``
+is never used.
 """
 from __future__ import annotations
 
@@ -179,7 +180,7 @@ class HFBackend:
         return kv.state_to_bytes(state)
 
     def state_from_bytes(self, n_tokens: int, data: bytes | bytearray) -> HFState:
-        return kv.state_from_bytes(n_tokens, data, devices=self._kv_devices or [], kv_dtype=self.kv_dtype)
+        return kv.state_from_bytes(n_tokens, data, n_layers=len(self._kv_devices or []), kv_dtype=self.kv_dtype)
 
     def state_identity(self) -> dict[str, str]:
         return {"backend": self.name,

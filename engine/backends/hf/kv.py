@@ -100,16 +100,18 @@ class HearthCache(DynamicCache):
 
 @dataclass(slots=True)
 class HFState:
-    """A deep copy of the KV cache: (keys, values) per layer, ``n_tokens`` long."""
+    """A deep copy of the KV cache: (keys, values) per layer, ``n_tokens`` long, in host
+    RAM whatever device the cache is on: the sizing plan counts prefix snapshots there,
+    so the GPU keeps its room for the live cache."""
 
     n_tokens: int
     layers: list[tuple[torch.Tensor, torch.Tensor]]
 
 
 def snapshot_of(cache: HearthCache, n_tokens: int) -> HFState:
-    """A copy of the first ``n_tokens`` of every layer's keys and values."""
-    layers = [] if n_tokens == 0 else [(layer.keys[..., :n_tokens, :].clone(),
-                                        layer.values[..., :n_tokens, :].clone())
+    """A copy, in host RAM, of the first ``n_tokens`` of every layer's keys and values."""
+    layers = [] if n_tokens == 0 else [(layer.keys[..., :n_tokens, :].to("cpu", copy=True),
+                                        layer.values[..., :n_tokens, :].to("cpu", copy=True))
                                        for layer in cache.layers]
     return HFState(n_tokens, layers)
 
@@ -123,7 +125,8 @@ def cache_from(state: HFState, devices: list[torch.device]) -> HearthCache:
         if len(state.layers) != len(devices):
             raise HearthError("could not restore a KV snapshot: it was taken from another model")
         for i, (k, v) in enumerate(state.layers):
-            cache.update(k, v, i)  # copies into the new cache's buffer
+            # The layer's buffer is made on the device of what it is given first.
+            cache.update(k.to(devices[i]), v.to(devices[i]), i)  # copies into the new cache's buffer
     return cache
 
 
@@ -138,16 +141,16 @@ def state_to_bytes(state: HFState) -> bytes:
 
     tensors = {}
     for i, (k, v) in enumerate(state.layers):
-        tensors[f"k.{i}"] = k.detach().to("cpu").contiguous()
-        tensors[f"v.{i}"] = v.detach().to("cpu").contiguous()
+        tensors[f"k.{i}"] = k.detach().contiguous()
+        tensors[f"v.{i}"] = v.detach().contiguous()
     return save(tensors, metadata={"format": STATE_FORMAT, "n_tokens": str(state.n_tokens),
                                    "n_layers": str(len(state.layers))})
 
 
-def state_from_bytes(n_tokens: int, data: bytes | bytearray, *, devices: list[torch.device],
+def state_from_bytes(n_tokens: int, data: bytes | bytearray, *, n_layers: int,
                      kv_dtype: torch.dtype) -> HFState:
-    """Inverse of ``state_to_bytes``; HearthError when the bytes are not a snapshot of
-    ``n_tokens`` tokens from a model with this cache layout."""
+    """Inverse of ``state_to_bytes`` (the snapshot stays in host RAM); HearthError when
+    the bytes are not a snapshot of ``n_tokens`` tokens from a model with this cache layout."""
     from safetensors.torch import load
 
     data = bytes(data)
@@ -159,13 +162,13 @@ def state_from_bytes(n_tokens: int, data: bytes | bytearray, *, devices: list[to
         raise HearthError(f"stored KV state is unreadable ({type(e).__name__})") from None
     if meta.get("format") != STATE_FORMAT or int(meta.get("n_tokens", -1)) != n_tokens:
         raise HearthError("stored KV state has another format or length")
-    n_layers = int(meta.get("n_layers", 0))
-    if n_tokens and n_layers != len(devices):
+    stored = int(meta.get("n_layers", 0))
+    if n_tokens and stored != n_layers:
         raise HearthError("stored KV state was taken from another model")
     layers = []
-    for i in range(n_layers if n_tokens else 0):
+    for i in range(stored if n_tokens else 0):
         k, v = tensors[f"k.{i}"], tensors[f"v.{i}"]
         if k.shape[-2] != n_tokens or k.dtype != kv_dtype:
             raise HearthError("stored KV state does not match this model's cache layout")
-        layers.append((k.to(devices[i]), v.to(devices[i])))
+        layers.append((k, v))
     return HFState(n_tokens, layers)
