@@ -59,11 +59,25 @@ def cmd_info(a: argparse.Namespace) -> int:
     return 0
 
 
+def _prefill_progress(min_tokens: int = 1024):
+    """A progress callback that shows "reading the prompt... 40%" on stderr
+    for prompts long enough to make the user wait, and clears it at the end."""
+    def show(done: int, total: int) -> None:
+        if total < min_tokens:
+            return
+        end = "\n" if done >= total - 1 else ""
+        print(f"\r\x1b[2mreading the prompt... {done * 100 // total}%\x1b[0m", end=end, file=sys.stderr,
+              flush=True)
+    return show
+
+
 def _print_stats(st) -> None:
     cached = f", cached {st.cached_tokens}/{st.prompt_tokens}" if st.prompt_tokens else ""
     spec = ""
     if st.spec and st.spec.get("drafted"):
         spec = f", draft acceptance {st.spec['acceptance_rate']:.0%}"
+    if st.dropped_messages:
+        spec += f", {st.dropped_messages} oldest messages left out to fit the context"
     print(f"\x1b[2m[{st.generated_tokens} tok, {st.decode_tok_s:.1f} tok/s, TTFT {st.ttft_ms:.0f} ms"
           f"{cached}{spec}, {st.finish_reason}]\x1b[0m", file=sys.stderr, flush=True)
 
@@ -100,7 +114,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
             continue
         history.append(Message("user", line))
         reply: list[str] = []
-        events = engine.stream(history, params)
+        events = engine.stream(history, params, progress=_prefill_progress())
         try:
             if interactive:
                 print("bot> ", end="", flush=True)
@@ -131,6 +145,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return 0
 
 
+def bench_names() -> tuple[str, ...]:
+    from .bench import NAMES
+
+    return NAMES
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine", description="Hearth inference engine")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -152,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("bench", help="benchmarks that print ratios against a reference")
-    p.add_argument("which", choices=["overhead", "prefix", "speculative", "sizing", "hf", "quality"])
+    p.add_argument("which", choices=bench_names())
     p.add_argument("--backend", choices=["llama_cpp", "hf"], default="llama_cpp")
     p.add_argument("--gpu-check", action="store_true", help="sizing: compare on the GPU too")
     p.add_argument("--quant", action="append", default=[], help="quality/hf: quantization(s) to compare")

@@ -84,11 +84,23 @@ class IncrementalDetokenizer:
                 return n
         return 0
 
+    @property
+    def incomplete(self) -> bool:
+        """True while the last bytes fed are the start of a character still missing its rest."""
+        return bool(self._decoder.getstate()[0])
+
     def flush(self) -> str:
-        """End of stream: release held text; a dangling partial UTF-8 sequence becomes U+FFFD."""
+        """End of stream: release held text.
+
+        A dangling partial UTF-8 sequence is dropped, not turned into U+FFFD:
+        the stream was cut inside a character (max tokens, Stop), and half a
+        character is not something the model wrote. Invalid bytes *inside*
+        the stream still decode to U+FFFD, as the model produced them.
+        """
         if self.stopped:
             return ""
-        out = self._pending + self._decoder.decode(b"", final=True)
+        self._decoder.reset()
+        out = self._pending
         self._pending = ""
         if out:
             self._emitted.append(out)

@@ -35,3 +35,8 @@ class TemplateError(HearthError):
 class ContextFullError(HearthError):
     """The KV cache has no room for the tokens being added (a backend-level
     guard; the decode loop stops with finish reason ``context_full`` first)."""
+
+
+class Cancelled(HearthError):
+    """Stop was pressed while a long computation (a prompt's prefill) ran; the
+    KV holds only what was complete before it."""

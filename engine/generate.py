@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
@@ -18,10 +18,11 @@ from .metrics import GenerationStats
 from .types import SamplingParams, StreamEvent
 
 Sampler = Callable[[Sequence[int], np.ndarray], int]
+FINISH_CHAR_TOKENS = 3  # byte tokens a reply may run past max_tokens to complete its last character
 
 
 def generate_step(backend: Backend, pending: Sequence[int], sampler: Sampler,
-                  history: list[int]) -> Iterator[tuple[int, bool]]:
+                  history: list[int]) -> Generator[tuple[int, bool], None, None]:
     """Prefill ``pending`` then yield ``(token, from_draft=False)`` forever.
 
     ``history`` holds every token so far (the prompt, then each yielded token
@@ -37,7 +38,13 @@ def generate_step(backend: Backend, pending: Sequence[int], sampler: Sampler,
         logits = backend.forward((tok,))
 
 
-def stream_tokens(backend: Backend, steps: Iterator[tuple[int, bool]], *, prompt_len: int, cached: int,
+def no_steps() -> Generator[tuple[int, bool], None, None]:
+    """The step generator of a request stopped before its first token."""
+    return
+    yield  # the bare yield makes this a generator
+
+
+def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, None], *, prompt_len: int, cached: int,
                   params: SamplingParams, stats: GenerationStats, t_start: float,
                   cancel: threading.Event | None = None, spec_stats=None) -> Iterator[StreamEvent]:
     """Turn a token generator into text events, applying every stop rule.
@@ -54,6 +61,7 @@ def stream_tokens(backend: Backend, steps: Iterator[tuple[int, bool]], *, prompt
     generated: list[int] = []
     t_first_text = t_first_tok = t_last_tok = None
     reason = "max_tokens"
+    extra = 0  # tokens past max_tokens spent finishing a character
     try:
         for tok, _from_draft in steps:
             now = time.perf_counter()
@@ -73,9 +81,14 @@ def stream_tokens(backend: Backend, steps: Iterator[tuple[int, bool]], *, prompt
             if detok.stopped:
                 reason = "stop_string"
                 break
-            if len(generated) >= params.max_tokens:
-                reason = "max_tokens"
-                break
+            if len(generated) >= params.max_tokens + extra:
+                # Cut inside a character: finish it (a UTF-8 character is at most
+                # 4 bytes) rather than end the reply on half of one.
+                if detok.incomplete and extra < FINISH_CHAR_TOKENS:
+                    extra += 1
+                else:
+                    reason = "max_tokens"
+                    break
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break
@@ -85,6 +98,8 @@ def stream_tokens(backend: Backend, steps: Iterator[tuple[int, bool]], *, prompt
                 break
     finally:
         steps.close()
+    if not generated and cancel is not None and cancel.is_set():
+        reason = "cancelled"  # stopped before the first token (during the prompt's prefill)
     tail = detok.flush()
     if tail:
         if t_first_text is None:

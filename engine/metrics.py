@@ -18,6 +18,8 @@ class GenerationStats:
     e2e_ms: float = 0.0
     finish_reason: str = ""
     backend: str = ""
+    n_ctx: int = 0               # the context window: prompt + reply must fit in it
+    dropped_messages: int = 0    # oldest messages left out so the conversation fits
     spec: dict | None = field(default=None)  # speculative-decoding stats, when used
 
     def finish(self, *, t_start: float, t_first_text: float | None, t_first_token: float | None,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .errors import HearthError
+from .metrics import GenerationStats
 
 Role = Literal["system", "user", "assistant", "tool"]
 _ROLES = ("system", "user", "assistant", "tool")
@@ -92,7 +93,7 @@ class StreamEvent:
     kind: Literal["delta", "final"]
     text: str = ""
     finish_reason: str | None = None
-    stats: object | None = None  # metrics.GenerationStats on the final event
+    stats: GenerationStats | None = None  # on the final event
     token_ids: list[int] = field(default_factory=list)
 
 

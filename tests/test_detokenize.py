@@ -60,12 +60,23 @@ def test_text_is_emitted_as_soon_as_valid():
     assert [d.push(i) for i in ids] == ["a", "", "", "😀", "b"]
 
 
-def test_dangling_bytes_at_end_become_one_replacement_char():
+def test_dangling_bytes_at_end_are_dropped_not_replaced():
+    # A stream cut inside a character (max tokens, Stop) must not end in U+FFFD.
     ids, lookup = _byte_tokens([b"ok", b"\xe4\xb8"])  # first two bytes of 中
     d = IncrementalDetokenizer(lookup)
     assert d.push(0) == "ok"
+    assert not d.incomplete
     assert d.push(1) == ""
-    assert d.flush() == "\ufffd"
+    assert d.incomplete
+    assert d.flush() == ""
+    assert d.text == "ok"
+
+
+def test_invalid_bytes_inside_the_stream_still_show_as_replacement():
+    # Bytes the model really wrote that are not UTF-8 stay visible as U+FFFD.
+    ids, lookup = _byte_tokens([b"a", b"\xff", b"b"])
+    d = IncrementalDetokenizer(lookup)
+    assert "".join(d.push(i) for i in ids) + d.flush() == "a\ufffdb"
 
 
 def test_stop_string_split_across_tokens_is_held_then_cut():

@@ -140,7 +140,7 @@ def test_third_turn_prefills_only_the_new_message(warm, cold):
     conv += [Message("assistant", r1.text), Message("user", "Name a vegetable.")]
     r2 = run(warm, conv)
     conv += [Message("assistant", r2.text), Message("user", "Name a colour.")]
-    before = len(warm._kv_tokens)
+    before = len(warm.kv.kv_tokens)
     r3 = run(warm, conv)
     assert r3.stats.cached_tokens == before
     assert r3.stats.prefill_tokens == r3.stats.prompt_tokens - before
@@ -193,7 +193,7 @@ def test_stop_mid_reply_then_continue(warm, cold):
         else:
             assert ev.finish_reason == "cancelled"
     conv += [Message("assistant", "".join(text)), Message("user", "Shorter please.")]
-    kv_before = len(warm._kv_tokens)
+    kv_before = len(warm.kv.kv_tokens)
     r = run(warm, conv)
     assert r.stats.cached_tokens >= kv_before - 1  # at most a re-tokenised boundary token
     assert r.token_ids == fresh(cold, conv).token_ids
@@ -257,3 +257,46 @@ def test_disk_store_rejects_stale_identity_and_truncation(tmp_path):
     (path,) = tmp_path.glob("*.kv")
     path.write_bytes(path.read_bytes()[:-3])
     assert s1.load([1, 2, 3]) is None and not path.exists()
+
+
+def test_insert_that_could_never_fit_copies_nothing():
+    # A live KV bigger than the whole budget used to be copied (hundreds of MB)
+    # and then thrown away on every conversation switch.
+    cache = PrefixCache(budget_bytes=10_000, block=4)
+    calls = []
+
+    def snap(n):
+        def take():
+            calls.append(n)
+            return bytearray(100 * n)  # 100 bytes per token
+        return take
+
+    assert cache.insert(list(range(8)), snap(8), len)          # 800 B + tokens: fits
+    assert not cache.insert(list(range(1000)), snap(1000), len)  # predicted ~100 kB: refused unseen
+    assert calls == [8]
+    assert cache.stats()["skipped"] == 1
+    assert cache.insert(list(range(50)), snap(50), len)         # still fits, still taken
+    assert calls == [8, 50]
+
+
+def test_disk_store_keeps_to_its_byte_cap_least_recently_used_first(tmp_path):
+    import os
+    import time
+
+    from engine.kv.disk_store import PrefixStore, clear_store, store_usage
+
+    store = PrefixStore(tmp_path, {"model_sha256": "aa"}, max_bytes=3_600)  # room for three ~1.2 kB entries
+    for i in range(3):
+        store.save([i, 1, 2], bytearray(1000))
+        past = time.time() - 100 + i  # distinct mtimes even on coarse file systems
+        os.utime(store._path(np.asarray([i, 1, 2], dtype=np.int32)), (past, past))
+    assert store_usage(tmp_path)[0] == 3
+    assert store.load([0, 1, 2]) is not None  # 0 is now the most recently used
+    store.save([3, 1, 2], bytearray(1000))    # over the cap: 1, the least recently used, goes
+    assert store.load([1, 1, 2]) is None
+    assert all(store.load([i, 1, 2]) is not None for i in (0, 2, 3))
+    n, used = store_usage(tmp_path)
+    assert n == 3 and used <= 3_600 and store.evictions == 1
+    store.save([9, 9, 9], bytearray(10_000))  # alone bigger than the cap: not written, nothing evicted
+    assert store.load([9, 9, 9]) is None and store_usage(tmp_path)[0] == 3
+    assert clear_store(tmp_path) == used and store_usage(tmp_path) == (0, 0)

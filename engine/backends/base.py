@@ -7,6 +7,7 @@ it are valid and ``truncate`` rolls it back.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -52,6 +53,10 @@ class Backend(Protocol):
         (used to verify draft tokens in one pass).
         The returned array may be a view that the next call overwrites; copy to keep it.
         """
+
+    def set_abort(self, flag: threading.Event | None) -> None:
+        """While ``flag`` is given, a long ``forward`` may stop early once it is
+        set, raising errors.Cancelled with the KV as it was before the call."""
 
     def truncate(self, n: int) -> None:
         """Drop every KV entry at position >= n."""

@@ -31,7 +31,7 @@ os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 
 import llama_cpp as lc  # noqa: E402
 
-from ..errors import ContextFullError, HearthError, ModelLoadError, UnsupportedModelError
+from ..errors import Cancelled, ContextFullError, HearthError, ModelLoadError, UnsupportedModelError
 from ..models.gguf import ModelInfo, model_info
 from ..types import BackendInfo, Vocab
 from . import devices
@@ -169,6 +169,11 @@ class LlamaCppBackend:
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         self._mem = lc.llama_get_memory(self._ctx)
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        # The callback closes over a one-slot list, not self: no reference cycle
+        # keeps a closed backend alive. Kept as an attribute: C holds the pointer.
+        abort: list[threading.Event | None] = [None]
+        self._abort = abort
+        self._abort_cb = lc.ggml_abort_callback(lambda _data: abort[0] is not None and abort[0].is_set())
         self._n_past = 0
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -251,6 +256,8 @@ class LlamaCppBackend:
                 lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)
                 if rc == 1:
                     raise ContextFullError("no room left in the KV cache for this batch")
+                if rc == 2:
+                    raise Cancelled("stopped while reading the prompt")
                 raise HearthError(f"llama_decode failed with code {rc}")
             self._n_past += m
             if all_logits:
@@ -259,6 +266,17 @@ class LlamaCppBackend:
         if all_logits:
             return rows[0] if len(rows) == 1 else np.concatenate(rows)
         return np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, -1), shape=(self.n_vocab,))
+
+    def set_abort(self, flag: threading.Event | None) -> None:
+        """While ``flag`` is given, llama.cpp checks it between graph nodes, so a
+        long prefill stops within milliseconds (forward raises Cancelled and the
+        KV keeps what it held before the call). Off during decoding: the check
+        takes the GIL on a compute thread, which a token step need not pay."""
+        self._abort[0] = flag
+        if flag is None:
+            lc.llama_set_abort_callback(self._ctx, lc.ggml_abort_callback(), None)  # a NULL callback
+        else:
+            lc.llama_set_abort_callback(self._ctx, self._abort_cb, None)
 
     def truncate(self, n: int) -> None:
         if n >= self._n_past:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality")
+NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak")
 
 
 def run(which: str, a: argparse.Namespace) -> dict:

@@ -87,7 +87,7 @@ def bench_overhead(a: argparse.Namespace) -> dict:
             (hearth if fn is run_hearth else reference).append(fn())
     bw = measure_read_bandwidth(threads)
     h_med, r_med = statistics.median(hearth), statistics.median(reference)
-    model_bytes = engine.backend.info.weight_bytes
+    model_bytes = engine.backend.describe().weight_bytes
     engine.close()
     return {
         "ratio": round(statistics.median(h / r for h, r in zip(hearth, reference)), 4),

@@ -46,7 +46,7 @@ def bench_prefix(a: argparse.Namespace) -> dict:
     for follow in ("Name another.", "And a third?"):
         ev = _ttft(on, msgs, max_tokens=48)[1]
         msgs = msgs + [Message("assistant", ev.text), Message("user", follow)]
-        kv_after_reply = len(on._kv_tokens)
+        kv_after_reply = len(on.kv.kv_tokens)
     ev3 = _ttft(on, msgs)[1]
     new_tokens = len(on.prompt_tokens(msgs)) - kv_after_reply
     cold, w = statistics.median(disabled), statistics.median(warm)

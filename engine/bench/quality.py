@@ -44,7 +44,7 @@ def perplexity(backend: Any, text: str, *, max_tokens: int | None = None) -> tup
 
     Returns (perplexity, number of predicted tokens).
     """
-    ids = backend.tokenize(text, add_bos=getattr(backend, "add_bos", False), special=False)
+    ids = backend.tokenize(text, add_bos=backend.add_bos, special=False)
     limit = min(backend.n_ctx, max_tokens or backend.n_ctx)
     ids = ids[:limit]
     backend.truncate(0)
@@ -128,10 +128,10 @@ def run(a: argparse.Namespace) -> dict:
         raise HearthError("bench quality: --quant applies to --backend hf; a GGUF file carries its own "
                           "quantization, which the llama_cpp report measures against its float32 weights")
     n_ctx = 2048
-    kw = dict(n_ctx=n_ctx, n_threads=threads, cache_budget=0)
+    kw: dict[str, Any] = dict(n_ctx=n_ctx, n_threads=threads, cache_budget=0)
 
     ref = Engine.load(ref_model.path, backend="hf", quant="none", **kw)
-    ref_dtype = str(ref.backend.kv_dtype).replace("torch.", "")
+    ref_dtype = ref.backend.describe().quant  # unquantized: the dtype the weights were loaded in
     ref_row, ref_tokens = _measure(ref, "none", text, prompts, None)
     rows = []
     if backend == "llama_cpp":
@@ -139,7 +139,7 @@ def run(a: argparse.Namespace) -> dict:
         rows.append(ref_row)
         ref.close()
         eng = Engine.load(ref_model.path, backend="llama_cpp", **kw)
-        row, _ = _measure(eng, f"gguf {eng.backend.info.file_type} (llama_cpp)", text, prompts, ref_tokens)
+        row, _ = _measure(eng, f"gguf {eng.backend.describe().quant} (llama_cpp)", text, prompts, ref_tokens)
         rows.append(row)
         eng.close()
     else:

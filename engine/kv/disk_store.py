@@ -23,6 +23,7 @@ log = logging.getLogger("hearth.prefix_store")
 
 MAGIC = b"HEARTHKV1\n"
 _HASH_MEMO = "model-hashes.json"
+DEFAULT_DISK_BUDGET = 2 * 1024 ** 3  # the app's cap on the folder; least recently used entries go first
 
 
 def file_sha256(path: Path, memo_dir: Path | None = None) -> str:
@@ -63,10 +64,37 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def store_usage(root: Path) -> tuple[int, int]:
+    """(entries, bytes) of every snapshot in the folder, whatever model made it."""
+    files = list(Path(root).glob("*.kv")) if Path(root).is_dir() else []
+    total = 0
+    for f in files:
+        try:
+            total += f.stat().st_size
+        except OSError:  # removed meanwhile
+            pass
+    return len(files), total
+
+
+def clear_store(root: Path) -> int:
+    """Delete every snapshot in the folder (the window's "Clear cache"); returns bytes freed."""
+    freed = 0
+    for f in list(Path(root).glob("*.kv")) if Path(root).is_dir() else []:
+        try:
+            freed += f.stat().st_size
+            f.unlink()
+        except OSError:
+            pass
+    return freed
+
+
 class PrefixStore:
-    def __init__(self, root: Path, identity: dict[str, str]) -> None:
-        """``identity``: model hash, backend, state format version, KV-changing settings."""
+    def __init__(self, root: Path, identity: dict[str, str], *, max_bytes: int | None = None) -> None:
+        """``identity``: model hash, backend, state format version, KV-changing settings.
+        ``max_bytes``: cap on the whole folder; saving evicts least recently used entries."""
         self.root = Path(root)
+        self.max_bytes = max_bytes
+        self.evictions = 0
         self.identity = dict(sorted(identity.items()))
         self._id_digest = hashlib.sha256(json.dumps(self.identity).encode()).hexdigest()
         self.rejected = 0
@@ -81,8 +109,35 @@ class PrefixStore:
         header = json.dumps({"identity": self.identity, "n_tokens": len(arr), "state_len": len(state),
                              "sha256": hashlib.sha256(payload).hexdigest()}).encode()
         path = self._path(arr)
-        _atomic_write(path, MAGIC + struct.pack("<I", len(header)) + header + payload)
+        blob = MAGIC + struct.pack("<I", len(header)) + header + payload
+        if self.max_bytes is not None and len(blob) > self.max_bytes:
+            return path  # could never fit: write nothing rather than evict everything
+        _atomic_write(path, blob)
+        self._enforce_cap(keep=path)
         return path
+
+    def _enforce_cap(self, keep: Path) -> None:
+        """Delete the least recently used snapshots until the folder fits ``max_bytes``.
+
+        Use is the file's mtime: ``load`` touches an entry it serves."""
+        if self.max_bytes is None:
+            return
+        entries = []
+        for f in self.root.glob("*.kv"):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            entries.append((st.st_mtime_ns, st.st_size, f))
+        total = sum(size for _, size, _ in entries)
+        for _, size, f in sorted(entries, key=lambda e: e[0]):
+            if total <= self.max_bytes:
+                break
+            if f == keep:
+                continue
+            f.unlink(missing_ok=True)
+            total -= size
+            self.evictions += 1
 
     def load(self, tokens: Sequence[int]) -> bytearray | None:
         """The stored state for exactly ``tokens``, or None. Bad files are deleted."""
@@ -99,6 +154,10 @@ class PrefixStore:
             self.reject(tokens, why)
             return None
         hlen = struct.unpack_from("<I", data, len(MAGIC))[0]
+        try:
+            os.utime(path)  # recently used: the cap evicts others first
+        except OSError:
+            pass
         return bytearray(data[len(MAGIC) + 4 + hlen + arr.nbytes:])
 
     def _check(self, data: bytes, arr: np.ndarray) -> str:

@@ -67,6 +67,8 @@ class PrefixCache:
         self.hits = 0
         self.tokens_served = 0
         self.evictions = 0
+        self.skipped = 0              # inserts refused because they could never fit
+        self._per_token: float | None = None  # smallest snapshot bytes per token seen so far
 
     # -- queries ----------------------------------------------------------
 
@@ -118,7 +120,9 @@ class PrefixCache:
         """Store a snapshot for exactly ``tokens`` (the KV must hold just these).
 
         ``snapshot`` is called only if the entry is new and could fit, because
-        taking one copies the whole KV state.
+        taking one copies the whole KV state: once one snapshot has been taken,
+        its bytes per token predict the next one's size, and a prefix that
+        could never fit the budget is refused before anything is copied.
         """
         arr = np.array(tokens, dtype=np.int32)
         if len(arr) == 0 or self.budget_bytes <= 0:
@@ -130,9 +134,15 @@ class PrefixCache:
                 e.pinned = e.pinned or pinned
                 self._entries.move_to_end(eid)
                 return True
+        if self._per_token is not None and self._per_token * len(arr) > self.budget_bytes:
+            self.skipped += 1
+            return False
         state = snapshot()
         size = nbytes(state) + arr.nbytes
+        rate = size / len(arr)
+        self._per_token = rate if self._per_token is None else min(self._per_token, rate)
         if size > self.budget_bytes:
+            self.skipped += 1
             return False
         self._make_room(size)
         eid = self._next_id
@@ -185,4 +195,5 @@ class PrefixCache:
             "hit_rate": self.hits / self.lookups if self.lookups else 0.0,
             "tokens_served": self.tokens_served,
             "evictions": self.evictions,
+            "skipped": self.skipped,
         }

@@ -1,0 +1,146 @@
+"""Messages in, prompt tokens out: the chat template, BOS, and what to leave
+out when a conversation no longer fits in the context.
+
+A conversation longer than the context goes on: by default the oldest turns
+are left out (the system prompt always stays), and the caller is told how
+many, so the window can mark the cut. The cut is sticky: the next turn keeps
+the same cut while it fits, so the tokens after the system prompt stay the
+same from turn to turn and the KV (and prefix cache) keep serving them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .backends.base import Backend
+from .chat_template import ChatTemplate
+from .errors import HearthError, PromptTooLongError
+from .kv.prefix_cache import common_prefix_len
+from .types import Message
+
+CONTEXT_POLICIES = ("drop_oldest", "stop")
+REFILL = 0.75  # after a cut, the kept turns fill at most this share of the room, leaving headroom
+
+
+@dataclass(slots=True, frozen=True)
+class Prompt:
+    tokens: list[int]
+    messages: list[Message]  # what was rendered (after merging and the cut)
+    dropped: int = 0         # messages left out from the start of the conversation
+
+
+def as_messages(messages: Sequence[Message | Mapping[str, str]]) -> list[Message]:
+    """Plain ``Message`` objects, with consecutive turns of the same role merged.
+
+    Two user turns side by side happen when a reply was stopped before any
+    text (it is not kept); strict templates (Mistral, Gemma) refuse that
+    shape outright, so the conversation would be stuck for good.
+    """
+    out: list[Message] = []
+    for m in messages:
+        msg = m if isinstance(m, Message) else Message(m.get("role", ""), m.get("content", ""))
+        if out and out[-1].role == msg.role and msg.role in ("user", "assistant"):
+            out[-1] = Message(msg.role, f"{out[-1].content}\n\n{msg.content}")
+        else:
+            out.append(msg)
+    return out
+
+
+class PromptBuilder:
+    """Renders conversations for one backend and fits them into its context."""
+
+    def __init__(self, backend: Backend, template: ChatTemplate) -> None:
+        self.backend = backend
+        self.template = template
+        self._sys_tokens: dict[str, list[int]] = {}
+        self._cut: tuple[tuple[Message, ...], int] | None = None  # (the messages left out, how many)
+
+    def render(self, messages: Sequence[Message | Mapping[str, str]]) -> str:
+        return self.template.render(as_messages(messages), add_generation_prompt=True)
+
+    def tokens(self, messages: Sequence[Message | Mapping[str, str]]) -> list[int]:
+        text = self.render(messages)
+        b = self.backend
+        # Templates that write the BOS text themselves must not get a second BOS.
+        add_bos = b.add_bos and not (b.bos_token and text.startswith(b.bos_token))
+        return b.tokenize(text, add_bos=add_bos, special=True)
+
+    def build(self, messages: Sequence[Message | Mapping[str, str]], *, reserve: int,
+              policy: str = "drop_oldest") -> Prompt:
+        """The prompt for ``messages``, leaving ``reserve`` tokens of room for the reply.
+
+        ``policy="stop"`` never leaves anything out: a prompt that cannot fit
+        raises PromptTooLongError. ``"drop_oldest"`` leaves out the oldest turns
+        (never the system prompt or the newest message) until it fits.
+        """
+        if policy not in CONTEXT_POLICIES:
+            raise HearthError(f"unknown context policy {policy!r}; choose one of {', '.join(CONTEXT_POLICIES)}")
+        msgs = as_messages(messages)
+        n_ctx = self.backend.n_ctx
+        room = max(1, n_ctx - max(0, min(reserve, n_ctx // 4)))
+        full = self.tokens(msgs)
+        if policy == "stop" or len(full) <= room:
+            self._check_fits(full, cut=False)
+            return Prompt(full, msgs)
+        head = 1 if msgs and msgs[0].role == "system" else 0
+        # Where a cut may go: before a user turn, never before the newest message.
+        cuts = [i for i in range(head + 1, len(msgs) - 1) if msgs[i].role == "user"] + [len(msgs) - 1]
+        if self._cut is not None:
+            left_out, n = self._cut
+            if n in cuts and tuple(msgs[head:n]) == left_out:
+                kept = self._candidate(msgs, head, n)
+                if len(kept) <= room:
+                    return Prompt(kept, msgs[:head] + msgs[n:], n - head)
+        # The fewest turns left out that fit within REFILL of the room (binary search:
+        # leaving more out never makes the prompt longer).
+        lo, hi = 0, len(cuts) - 1
+        target = max(1, int(room * REFILL))
+        best = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            toks = self._candidate(msgs, head, cuts[mid])
+            if len(toks) <= target:
+                best, hi = (cuts[mid], toks), mid - 1
+            else:
+                lo = mid + 1
+        if best is None:  # even the newest message alone is too long for the target
+            n = cuts[-1]
+            best = (n, self._candidate(msgs, head, n))
+            self._check_fits(best[1], cut=True)
+        n, toks = best
+        self._cut = (tuple(msgs[head:n]), n)
+        return Prompt(toks, msgs[:head] + msgs[n:], n - head)
+
+    def _candidate(self, msgs: list[Message], head: int, n: int) -> list[int]:
+        return self.tokens(msgs[:head] + msgs[n:])
+
+    def _check_fits(self, tokens: list[int], *, cut: bool) -> None:
+        n_ctx = self.backend.n_ctx
+        if len(tokens) >= n_ctx:
+            what = "the system prompt and your newest message alone are" if cut else "the conversation is"
+            raise PromptTooLongError(
+                f"{what} {len(tokens)} tokens but the context holds {n_ctx}; "
+                "shorten the message, start a new conversation, or raise the context length")
+
+    def shared_system_tokens(self, messages: Sequence[Message]) -> list[int] | None:
+        """The tokens every conversation with this system prompt starts with:
+        the system prompt plus whatever the template always writes before a
+        user's words (e.g. ``<|im_start|>user\\n``). None without a system prompt."""
+        if not messages or messages[0].role != "system":
+            return None
+        content = messages[0].content
+        shared = self._sys_tokens.get(content)
+        if shared is None:  # tokenizing a long system prompt costs ~10 ms: once per prompt
+            if len(self._sys_tokens) > 32:
+                self._sys_tokens.clear()
+            # Two renders that differ only in the user's words: their common
+            # tokens are exactly what every conversation with this prompt shares.
+            try:
+                a, b = (self.template.render([Message("system", content), Message("user", u)],
+                                             add_generation_prompt=False) for u in ("A", "Z"))
+            except HearthError:  # a template that insists on another shape: the system part alone
+                a = b = self.template.render(list(messages[:1]), add_generation_prompt=False)
+            ta = self.backend.tokenize(a, special=True)
+            tb = self.backend.tokenize(b, special=True)
+            shared = self._sys_tokens[content] = ta[:common_prefix_len(ta, tb)]
+        return shared
