@@ -24,6 +24,7 @@ SOURCES = ("bundled", "gguf", "hf_dir", "hub")
 BACKENDS = ("auto", "llama_cpp", "hf")
 QUANTS = ("auto", "none", "int8", "int4")
 HF_QUANTS = ("none", "int8", "int4")
+KV_TYPES = ("auto", "f16", "q8_0", "q4_0")  # llama.cpp's KV cache types the window offers
 # Same list as engine/backends/hf.py (kept here so checking a folder never imports torch).
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 HUB_PLACEHOLDER = "owner/name, owner/name:Q4_K_M or owner/name/file.gguf"

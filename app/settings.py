@@ -24,7 +24,7 @@ from typing import Any
 
 from engine import HearthError, SamplingParams
 
-from .model_choice import BACKENDS, QUANTS, SOURCES, effective_backend, infer_source, runs_gguf
+from .model_choice import BACKENDS, KV_TYPES, QUANTS, SOURCES, effective_backend, infer_source, runs_gguf
 from .paths import config_dir, move_aside
 
 FILE_NAME = "settings.json"
@@ -33,7 +33,7 @@ BUNDLED = "bundled"
 THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
-LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads")
+LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "gpu_layers", "kv_type")
 
 # The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
@@ -67,6 +67,8 @@ class Settings:
     context: int | None = None      # None = Auto (the engine picks)
     draft: str = "auto"             # "auto" | "none" (a chosen draft model arrives with speculative.py)
     n_threads: int | None = None    # None = the engine's default
+    gpu_layers: int | str | None = None  # None = Auto (the memory plan), "all", or blocks on the GPU
+    kv_type: str = "auto"           # "auto" (the memory plan) | "f16" | "q8_0" | "q4_0"
     sampling: dict[str, Any] = field(default_factory=_default_sampling)
     presets: list[dict[str, str]] = field(default_factory=lambda: [dict(p) for p in DEFAULT_PRESETS])
     default_preset: str = "None"    # preset a new conversation starts with
@@ -111,6 +113,14 @@ class Settings:
             raise SettingsError(f"draft: must be one of {', '.join(DRAFTS)}, got {self.draft!r}")
         if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
             raise SettingsError(f"n_threads: must be a positive whole number, got {self.n_threads!r}")
+        gl = self.gpu_layers
+        if gl is not None and gl != "all" and (not isinstance(gl, int) or isinstance(gl, bool) or gl < 0):
+            raise SettingsError(f"gpu_layers: must be Auto, all or a whole number from 0, got {gl!r}")
+        if self.kv_type not in KV_TYPES:
+            raise SettingsError(f"kv_type: must be one of {', '.join(KV_TYPES)}, got {self.kv_type!r}")
+        if self.kv_type != "auto" and self.effective_backend == "hf":
+            raise SettingsError("kv_type: the KV cache type is a choice for GGUF files on llama.cpp; "
+                                "transformers keeps the cache in the model's compute dtype")
         if self.theme not in THEMES:
             raise SettingsError(f"theme: must be one of {', '.join(THEMES)}, got {self.theme!r}")
         unknown = set(self.sampling) - set(SAMPLING_KEYS)
@@ -147,7 +157,7 @@ class Settings:
     def with_load_key(self, key: dict[str, Any]) -> "Settings":
         """These settings with another model set-up. A key saved before a field existed
         means that field's default (source: worked out from the model)."""
-        key = {**{"source": None, "backend": "auto", "quant": "auto"}, **key}
+        key = {**{"source": None, "backend": "auto", "quant": "auto", "gpu_layers": None, "kv_type": "auto"}, **key}
         return replace(self, **{k: key[k] for k in LOAD_KEYS if k in key})
 
     @property
