@@ -93,10 +93,10 @@ def apply_penalties(
     toks = np.asarray(recent_tokens, dtype=np.int64)
     if toks.size == 0:
         return out
-    toks, counts = np.unique(toks, return_counts=True)
+    toks, counts = np.unique(np.asarray(toks), return_counts=True)
     inside = (toks >= 0) & (toks < out.size)
     toks, counts = toks[inside], counts[inside]
-    vals = out[toks]
+    vals: np.ndarray = out[toks]
     if repeat_penalty != 1.0:
         vals = np.where(vals <= 0, vals * repeat_penalty, vals / repeat_penalty)
     vals = vals - (counts * frequency + presence)

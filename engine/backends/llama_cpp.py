@@ -239,6 +239,7 @@ class LlamaCppBackend:
             raise ContextFullError(f"context is full ({self._n_past} + {n} > {self.n_ctx} tokens)")
         rows: list[np.ndarray] = []
         batch = self._batch
+        assert batch is not None, "forward() after close()"
         for start in range(0, n, self.n_batch):
             chunk = tokens[start:start + self.n_batch]
             m = len(chunk)

@@ -74,12 +74,13 @@ def bench_overhead(a: argparse.Namespace) -> dict:
         engine.reset()
         for ev in engine.stream(BENCH_PROMPT, params):
             if ev.kind == "final":
-                assert ev.stats.generated_tokens == n_tok, ev.stats
+                assert ev.stats is not None and ev.stats.generated_tokens == n_tok, ev.stats
                 return ev.stats.decode_tok_s
         raise RuntimeError("no final event")
 
     run_reference(), run_hearth()  # warm-up: page in weights, build caches
-    hearth, reference = [], []
+    hearth: list[float] = []
+    reference: list[float] = []
     for i in range(a.rounds):
         # Alternate which side goes first so drift on the machine hits both.
         order = (run_hearth, run_reference) if i % 2 == 0 else (run_reference, run_hearth)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from ..types import Message, SamplingParams
+from ..types import Message, SamplingParams, StreamEvent
 
 
-def _ttft(engine, messages, max_tokens: int = 1) -> tuple[float, object]:
+def _ttft(engine, messages, max_tokens: int = 1) -> tuple[float, StreamEvent]:
     for ev in engine.stream(messages, SamplingParams(temperature=0.0, max_tokens=max_tokens)):
-        if ev.kind == "final":
+        if ev.kind == "final" and ev.stats is not None:
             return ev.stats.ttft_ms, ev
     raise RuntimeError("no final event")
 
@@ -36,7 +36,7 @@ def bench_prefix(a: argparse.Namespace) -> dict:
         miss.append(_ttft(on, conv(users[i % len(users)]))[0])
         on.reset()  # the live KV is gone; only the cached snapshot can serve
         t, ev = _ttft(on, conv(users[(i + 1) % len(users)]))
-        assert ev.stats.cached_tokens > 1000, ev.stats
+        assert ev.stats is not None and ev.stats.cached_tokens > 1000, ev.stats
         warm.append(t)
     # A scripted three-turn conversation: the third turn should prefill only its
     # own message and the template tokens around it.
@@ -48,6 +48,7 @@ def bench_prefix(a: argparse.Namespace) -> dict:
         msgs = msgs + [Message("assistant", ev.text), Message("user", follow)]
         kv_after_reply = len(on.kv.kv_tokens)
     ev3 = _ttft(on, msgs)[1]
+    assert ev3.stats is not None
     new_tokens = len(on.prompt_tokens(msgs)) - kv_after_reply
     cold, w = statistics.median(disabled), statistics.median(warm)
     prompt_tokens = len(on.prompt_tokens(conv(users[0])))

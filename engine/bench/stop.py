@@ -13,7 +13,7 @@ import argparse
 import threading
 import time
 
-from ..types import Message, SamplingParams
+from ..types import Message, SamplingParams, StreamEvent
 
 SENTENCE = "The keeper climbed the spiral stairs at dusk, counting every step, and lit the lamp again. "
 
@@ -36,13 +36,14 @@ def _stopped_after(engine, messages, delay_s: float, params: SamplingParams) -> 
 
     timer = threading.Timer(delay_s, press)
     timer.start()
-    final = None
+    final: StreamEvent | None = None
     for ev in engine.stream(messages, params, cancel=cancel,
                             progress=lambda done, total: last_progress.__setitem__(0, done)):
         if ev.kind == "final":
             final = ev
     ended = time.perf_counter()
     timer.cancel()
+    assert final is not None
     if not pressed:  # the prefill finished before Stop was pressed
         return {"delay_s": delay_s, "stopped": False}
     return {"delay_s": delay_s, "stopped": final.finish_reason == "cancelled",
@@ -79,5 +80,5 @@ def run(a: argparse.Namespace) -> dict:
         "bar_ms": 300,
         "meets_bar": bool(latencies) and max(latencies) <= 300,
         "identical": after.token_ids == fresh.token_ids,
-        "full_prefill_ms": round(after.stats.prefill_ms, 1),
+        "full_prefill_ms": round(after.stats.prefill_ms, 1) if after.stats else None,
     }

@@ -314,7 +314,7 @@ def model_info(path: str | os.PathLike[str]) -> ModelInfo:
 
     ftype_id = m.get("general.file_type")
     if ftype_id is None:
-        file_type = max(types, key=types.get) if types else "unknown"
+        file_type = max(types, key=lambda k: types[k]) if types else "unknown"
     else:
         file_type = FILE_TYPES.get(int(ftype_id), f"ftype{ftype_id}")
 

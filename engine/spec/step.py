@@ -9,7 +9,7 @@ tail).
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Generator, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ def pick_and_verify(sampler: Sampler) -> tuple[Pick, Verify]:
 
 def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecController,
                      pending: Sequence[int], sampler: Sampler, history: list[int],
-                     stats: SpecStats) -> Iterator[tuple[int, bool]]:
+                     stats: SpecStats) -> Generator[tuple[int, bool], None, None]:
     """Same contract as ``generate_step``: prefill ``pending``, then yield
     ``(token, from_draft)`` forever; ``history`` grows with every yield.
 
