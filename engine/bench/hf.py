@@ -58,6 +58,7 @@ def run(a: argparse.Namespace) -> dict:
     import torch
     from transformers import GenerationConfig
 
+    from ..backends.hf import HFBackend
     from ..engine import Engine
     from ..generate import generate_step, stream_tokens
     from ..metrics import GenerationStats
@@ -69,6 +70,7 @@ def run(a: argparse.Namespace) -> dict:
     engine = Engine.load(a.model, backend="hf", quant=quant, n_ctx=1024 + n_tok, n_threads=threads,
                          cache_budget=0)
     b = engine.backend
+    assert isinstance(b, HFBackend)  # what backend="hf" loads; its model and tokenizer are compared below
     model = b.model
     prompt = engine.prompt_tokens(BENCH_PROMPT)
     params = SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=n_tok,
@@ -78,7 +80,7 @@ def run(a: argparse.Namespace) -> dict:
     gen_cfg = GenerationConfig(do_sample=False, max_new_tokens=n_tok, eos_token_id=None,
                                pad_token_id=b.tok.pad_token_id if b.tok.pad_token_id is not None else 0,
                                use_cache=True)
-    input_ids = torch.tensor([prompt], device=b._in_device)
+    input_ids = torch.tensor([prompt], device=b.input_device)
     mask = torch.ones_like(input_ids)
     last_tokens: dict[str, list[int]] = {}
 
@@ -130,7 +132,7 @@ def run(a: argparse.Namespace) -> dict:
         "same_tokens_prefix": same_prefix,
         "model": engine.model.label if engine.model else str(a.model),
         "quant": quant,
-        "device": str(b._in_device),
+        "device": str(b.input_device),
         "dtype": str(b.kv_dtype).replace("torch.", ""),
         "weight_bytes": mem.get("weights", 0),
         "prompt_tokens": len(prompt),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -20,7 +21,7 @@ from transformers import DynamicCache
 from ...errors import ContextFullError, UnsupportedModelError
 from ...types import BackendInfo, Vocab
 from . import kv
-from .kv import GrowingLayer, HearthCache, HFState
+from .kv import HearthCache, HFState
 from .load import DEFAULT_CTX, load_model
 from .placement import device_summary, parameter_bytes
 from .tokens import TokenBytes, chat_template, end_ids
@@ -48,7 +49,7 @@ class HFBackend:
             raise UnsupportedModelError(
                 f"{source or 'this model'} has recurrent (linear-attention) layers whose state cannot be "
                 "rolled back; Hearth's transformers backend needs an attention-only model")
-        self._in_device = model.get_input_embeddings().weight.device
+        self.input_device = model.get_input_embeddings().weight.device
         self._cache = HearthCache()
         self._n = 0
         self._kv_devices: list[torch.device] | None = None
@@ -70,9 +71,9 @@ class HFBackend:
         """One token through the model: records each layer's KV device and dtype (for
         restoring snapshots from disk) and takes first-call costs off the first reply."""
         self.forward([self._bos_id if self._bos_id is not None else 0])
-        layers = self._cache.layers
-        self._kv_devices = [layer.keys.device for layer in layers]
-        dtype = layers[0].keys.dtype
+        layers = self._cache.growing_layers()
+        self._kv_devices = [layer.device for layer in layers]
+        dtype = layers[0].buffer_dtype
         self.truncate(0)
         return dtype
 
@@ -132,7 +133,7 @@ class HFBackend:
         start_len = self._n
         try:
             if n <= self.prefill_chunk:  # the decode step: one model call, nothing else
-                logits = self.model(input_ids=torch.tensor([list(tokens)], device=self._in_device),
+                logits = self.model(input_ids=torch.tensor([list(tokens)], device=self.input_device),
                                     cache=self._cache, use_cache=True,
                                     logits_to_keep=0 if all_logits else 1).logits
                 self._n += n
@@ -141,7 +142,7 @@ class HFBackend:
             for s in range(0, n, self.prefill_chunk):
                 part = list(tokens[s:s + self.prefill_chunk])
                 last = s + len(part) == n
-                logits = self.model(input_ids=torch.tensor([part], device=self._in_device),
+                logits = self.model(input_ids=torch.tensor([part], device=self.input_device),
                                     cache=self._cache, use_cache=True,
                                     logits_to_keep=0 if all_logits else 1).logits
                 self._n += len(part)
@@ -155,6 +156,10 @@ class HFBackend:
             self._n = self._cache.get_seq_length()
             self.truncate(start_len)
             raise
+
+    def set_abort(self, flag: threading.Event | None) -> None:
+        """A torch forward cannot be interrupted from outside; Stop takes effect
+        between the prefill's chunks (engine.kv.reuse.prefill checks the flag)."""
 
     def truncate(self, n: int) -> None:
         n = max(0, n)
@@ -200,8 +205,8 @@ class HFBackend:
             rep["weights"] += b
             key = f"weights@{t.device}"
             rep[key] = rep.get(key, 0) + b
-        for layer in self._cache.layers:
-            b = layer.nbytes() if isinstance(layer, GrowingLayer) else 0
+        for layer in self._cache.growing_layers():
+            b = layer.nbytes()
             if b:
                 rep["kv"] += b
                 key = f"kv@{layer.device}"
@@ -214,7 +219,7 @@ class HFBackend:
 
     def close(self) -> None:
         self.model = None
-        self._cache = None
+        self._cache = HearthCache()  # empty: the KV memory goes with the old one
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

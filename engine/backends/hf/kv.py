@@ -27,17 +27,21 @@ class GrowingLayer(DynamicLayer):
     """
 
     min_capacity = 256
+    device: torch.device
+    _kbuf: torch.Tensor
+    _vbuf: torch.Tensor
+    _len: int
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
         self._len = 0
-        self._kbuf = self._vbuf = None
-        self.keys = key_states[..., :0, :]
-        self.values = value_states[..., :0, :]
+        # Zero-capacity buffers of the right dtype and device; the first update grows them.
+        self._kbuf = self.keys = key_states[..., :0, :]
+        self._vbuf = self.values = value_states[..., :0, :]
         self.is_initialized = True
 
     def _reserve(self, need: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        cap = 0 if self._kbuf is None else self._kbuf.shape[-2]
+        cap = self._kbuf.shape[-2]
         if need <= cap:
             return
         cap = max(self.min_capacity, need, 2 * cap)
@@ -58,9 +62,17 @@ class GrowingLayer(DynamicLayer):
         self._kbuf[..., self._len:end, :].copy_(key_states)
         self._vbuf[..., self._len:end, :].copy_(value_states)
         self._len = end
-        self.keys = self._kbuf[..., :end, :]
-        self.values = self._vbuf[..., :end, :]
-        return self.keys, self.values
+        keys, values = self.prefix(end)
+        self.keys, self.values = keys, values
+        return keys, values
+
+    def prefix(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of the first ``n`` cached tokens' keys and values."""
+        return self._kbuf[..., :n, :], self._vbuf[..., :n, :]
+
+    @property
+    def buffer_dtype(self) -> torch.dtype:
+        return self._kbuf.dtype
 
     def get_seq_length(self) -> int:
         return self._len if self.is_initialized else 0
@@ -71,17 +83,17 @@ class GrowingLayer(DynamicLayer):
         if tokens_to_remove == 0 or not self.is_initialized:
             return
         self._len = max(0, self._len + tokens_to_remove)
-        self.keys = self._kbuf[..., :self._len, :]
-        self.values = self._vbuf[..., :self._len, :]
+        self.keys, self.values = self.prefix(self._len)
 
     def reset(self) -> None:
-        self.keys = self.values = self._kbuf = self._vbuf = None
+        self.keys = self.values = None
+        self._kbuf = self._vbuf = torch.empty(0)
         self._len = 0
         self.is_initialized = False
 
     def nbytes(self) -> int:
         """Bytes actually allocated (the buffer's capacity, not just the used prefix)."""
-        if self._kbuf is None:
+        if not self.is_initialized:
             return 0
         return (self._kbuf.numel() + self._vbuf.numel()) * self._kbuf.element_size()
 
@@ -98,6 +110,10 @@ class HearthCache(DynamicCache):
         super().__init__()
         self.layer_class_to_replicate = GrowingLayer
 
+    def growing_layers(self) -> list[GrowingLayer]:
+        """The layers created so far (every one a GrowingLayer)."""
+        return [layer for layer in self.layers if isinstance(layer, GrowingLayer)]
+
 @dataclass(slots=True)
 class HFState:
     """A deep copy of the KV cache: (keys, values) per layer, ``n_tokens`` long, in host
@@ -110,9 +126,10 @@ class HFState:
 
 def snapshot_of(cache: HearthCache, n_tokens: int) -> HFState:
     """A copy, in host RAM, of the first ``n_tokens`` of every layer's keys and values."""
-    layers = [] if n_tokens == 0 else [(layer.keys[..., :n_tokens, :].to("cpu", copy=True),
-                                        layer.values[..., :n_tokens, :].to("cpu", copy=True))
-                                       for layer in cache.layers]
+    layers = []
+    for layer in cache.growing_layers() if n_tokens else ():
+        k, v = layer.prefix(n_tokens)
+        layers.append((k.to("cpu", copy=True), v.to("cpu", copy=True)))
     return HFState(n_tokens, layers)
 
 

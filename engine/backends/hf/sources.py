@@ -107,7 +107,7 @@ def gguf_as_folder(path: Path, *, cache: Path | None = None) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     # Dequantized, these are plain Linear layers; drop the GGUF marker so the
     # folder reads as an ordinary float32 checkpoint (and can take int8/int4).
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # nn.Module's setter types want a Tensor or Module
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     for attr in ("is_quantized", "quantization_method"):

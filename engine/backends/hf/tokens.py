@@ -81,7 +81,7 @@ class TokenBytes:
         self.tok = tok
         self.kind = decoder_kind(tok)
         self.control = control_ids(tok)
-        self._byte_dec = byte_decoder() if self.kind == "bytelevel" else None
+        self._byte_dec = byte_decoder() if self.kind == "bytelevel" else {}
         self._pieces: list[bytes | None] = [None] * n_ids
 
     def get(self, token_id: int) -> bytes:
