@@ -207,16 +207,3 @@ def _known_model_types() -> frozenset[str] | None:
             return None
     return _KNOWN
 
-
-def auto_quant(ref, n_ctx: int | None) -> str:
-    """Quantization for "Auto" on the transformers backend: what engine.sizing plans for this
-    folder on this machine (full precision when it fits, else int8, then int4), else none."""
-    try:
-        from engine.sizing.plan import Choices, plan_for
-
-        plan = plan_for(str(ref.path), choices=Choices(n_ctx=n_ctx, draft="none"))
-    except Exception as e:  # a planner that cannot plan must not stop the load
-        log.info("no sizing plan for %s (%s); loading without quantization", ref.label, e)
-        return "none"
-    q = plan.spec.quant if plan.spec.format == "hf" else "none"
-    return q if q in HF_QUANTS else "none"  # "as-stored": a pre-quantized checkpoint loads as it is

@@ -13,6 +13,9 @@ import time
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton
 
+from engine.sizing.reality import is_out_of_memory
+
+from .memory_details import MemoryDetails, MemoryFigure, memory_tooltip
 from .model_choice import model_title
 from .text_utils import human_bytes
 
@@ -36,8 +39,11 @@ class ModelLoadingMixin:
         self.cancel_load_button.clicked.connect(self.cancel_load)
         self.cancel_load_button.hide()
         self.model_label = QLabel("No model loaded")
-        self.memory_label = QLabel()
-        self.memory_label.setToolTip("Memory the loaded model allocated (weights, KV cache, compute buffers)")
+        self.memory_label = MemoryFigure()
+        self.memory_label.clicked.connect(self.show_memory_details)
+        self.memory_details: MemoryDetails | None = None
+        self._oom_retried = False  # a reply that runs out of memory reloads a smaller plan, once per load
+        self.host.failed.connect(self._reply_failed)
         sb.addWidget(self.load_bar)
         sb.addWidget(self.cancel_load_button)
 
@@ -123,13 +129,16 @@ class ModelLoadingMixin:
         draft = info.get("draft", "none") + (f" ({info['draft_model']})" if info.get("draft_model") else "")
         self.model_label.setToolTip(f"{info['path']}\nbackend: {info['backend']}\n"
                                     f"runs on: {info['runtime']} ({info['device']})\n"
+                                    f"GPU layers: {info.get('n_gpu_layers', 0)}, KV cache: {info.get('kv_type')}\n"
                                     f"speculative decoding: {draft}\n"
                                     f"CPU threads: {info.get('n_threads')}\n"
                                     f"loaded in {info.get('load_ms', 0):.0f} ms")
         self.memory_label.setText(f"Memory {human_bytes(info['memory_total'])}")
-        self.memory_label.setToolTip("\n".join(f"{k}: {human_bytes(v)}" for k, v in info["memory"].items()
-                                               if "@" not in k))
-        if self._load_key == self.settings.load_key():
+        self.memory_label.setToolTip(memory_tooltip(info))
+        for text in info.get("plan_messages", ()):
+            self.info.show_message(text, "info", action=("Details…", self.show_memory_details))
+        self._oom_retried = "retry_after" in (self._load_key or {})
+        if self._plain_key() == self.settings.load_key():
             try:
                 self.settings_file.mark_working(self.settings)
             except OSError as e:
@@ -150,7 +159,7 @@ class ModelLoadingMixin:
     def _fail_load(self, text: str) -> None:
         self.model_label.setText("No model loaded")
         target = self.settings_file.rolled_back(self.settings)
-        if not self._rolling_back and target.load_key() != self._load_key:
+        if not self._rolling_back and target.load_key() != self._plain_key():
             # Go back to what last worked, and make that the saved choice again.
             self._rolling_back = True
             self.settings = target
@@ -162,6 +171,29 @@ class ModelLoadingMixin:
         self._rolling_back = False
         self.info.show_message(f"{text} No model is loaded; choose one in Settings.", "error",
                                action=("Settings…", self.open_settings))
+
+    def _plain_key(self) -> dict | None:
+        """The load key in flight without the out-of-memory retry's note: the settings' own key."""
+        return None if self._load_key is None else {k: v for k, v in self._load_key.items() if k != "retry_after"}
+
+    def show_memory_details(self) -> None:
+        """Plan vs allocated, per part, for the loaded model (a window beside the chat)."""
+        if self.host.model is None:
+            self.statusBar().showMessage("No model is loaded yet.", 3000)
+            return
+        if self.memory_details is not None:
+            self.memory_details.close()
+        self.memory_details = MemoryDetails(self.host.model, self)
+        self.memory_details.show()
+
+    def _reply_failed(self, _mid: int, msg: str, _partial: str) -> None:
+        """A reply ran out of memory: load the next smaller plan, once per load. The reply's
+        own failure handling gives back the text (or keeps the partial reply)."""
+        if self._oom_retried or self._closed or self._load_key is None or not is_out_of_memory(Exception(msg)):
+            return
+        self._oom_retried = True
+        key = {**self._plain_key(), "retry_after": msg}
+        QTimer.singleShot(0, lambda: self.load_model(key))  # after the reply's failure is shown
 
     def _save_settings(self) -> None:
         try:

@@ -30,7 +30,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import HearthError, Message, SamplingParams
 
-from .model_choice import auto_quant, model_ref, model_title
+from . import plan_load
+from .model_choice import model_ref, model_title
 from .store import Store
 from .text_utils import COMPLETE_REASONS
 
@@ -46,7 +47,9 @@ _REQUEST_IDS = itertools.count(1)
 class LoadRequest:
     """One model load. Every signal of its load carries ``id``, so the host can tell a
     superseded load's late answers from the newest one's."""
-    key: dict[str, Any]  # Settings.load_key(): model, source, backend, quant, context, draft, n_threads
+    # Settings.load_key() (model, source, backend, quant, context, draft, n_threads, gpu_layers, kv_type),
+    # plus "retry_after": a reply's out-of-memory message, to load the next smaller plan
+    key: dict[str, Any]
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=lambda: next(_REQUEST_IDS))
 
@@ -81,13 +84,22 @@ class SharedEngine:
     engine = None
 
 
-def _memory_in_use(report: dict[str, int]) -> int:
-    # Per-device keys ("kv@CPU") repeat the totals; model_size repeats weights.
-    return sum(v for k, v in report.items() if "@" not in k and k != "model_size")
+def _device_memory() -> dict[str, int]:
+    """Each ggml device's free and total bytes now (empty where ggml cannot say)."""
+    try:
+        from engine.backends.devices import memory_entries
+
+        return memory_entries()
+    except (ImportError, OSError, AttributeError):  # a build without ggml's device API
+        return {}
 
 
-def describe(engine) -> dict[str, Any]:
-    """What the window shows about a loaded engine (plain data, safe to send across threads)."""
+def describe(engine, loaded: plan_load.Loaded | None = None) -> dict[str, Any]:
+    """What the window shows about a loaded engine (plain data, safe to send across threads).
+
+    ``memory_total`` counts weights + KV cache + compute buffers as allocated,
+    the same parts as the plan's predicted total (``plan``), which also carries
+    the per-part relative error."""
     b = engine.backend
     info = b.describe()
     report = b.memory_report()
@@ -97,9 +109,14 @@ def describe(engine) -> dict[str, Any]:
             "bundled": bool(engine.model and engine.model.is_bundled),
             "backend": info.backend, "n_ctx": info.n_ctx, "n_threads": info.threads,
             "runtime": info.runtime, "device": info.device,
+            "n_gpu_layers": info.n_gpu_layers, "kv_type": info.kv_type,
             "draft": engine.spec_kind,
             "draft_model": Path(draft.backend.describe().path).name if draft is not None else None,
-            "quant": info.quant, "memory": report, "memory_total": _memory_in_use(report)}
+            "draft_memory": plan_load.buffers_total(draft.backend.memory_report()) if draft is not None else 0,
+            "quant": info.quant, "memory": report, "memory_total": plan_load.buffers_total(report),
+            "prefix_budget": int(engine.cache_stats()["budget_bytes"]), "devices": _device_memory(),
+            "plan": plan_load.plan_view(loaded) if loaded is not None else None,
+            "plan_messages": list(loaded.messages) if loaded is not None else []}
 
 
 class LoadWorker(QObject):
@@ -138,14 +155,10 @@ class LoadWorker(QObject):
                 from engine.models.catalogue import default_backend
 
                 backend = default_backend(ref)
-            quant = key.get("quant") or "auto"
-            if backend != "hf":
-                quant = "none"  # a GGUF file on llama.cpp carries its own quantization
-            elif quant == "auto":
-                quant = auto_quant(ref, key.get("context"))
-            engine = Engine.load(ref, backend=backend, quant=quant, n_ctx=key.get("context"),
-                                 n_threads=key.get("n_threads") or app_threads(),
-                                 draft=key.get("draft") or "none", cancel=req.cancel)
+            # Auto settings come from the memory plan; an out-of-memory load retries with a smaller one.
+            loaded = plan_load.load(ref, key, backend, n_threads=key.get("n_threads") or app_threads(),
+                                    loader=Engine.load, retry_after=key.get("retry_after"))
+            engine = loaded.engine
         except HearthError as e:
             if req.cancel.is_set():  # a download stops with DownloadCancelled: that is a cancel
                 self.cancelled.emit(rid)
@@ -163,8 +176,11 @@ class LoadWorker(QObject):
             self.cancelled.emit(rid)
             return
         self._shared.engine = engine
-        info = describe(engine)
+        info = describe(engine, loaded)
         info["load_ms"] = (time.perf_counter() - t0) * 1e3
+        note = plan_load.record(loaded, info)
+        if note:
+            info["plan_messages"].append(note)
         self.loaded.emit(rid, info)
 
     @Slot()

@@ -1,11 +1,91 @@
 """The window carries out the memory plan: Auto settings come from engine.sizing, fixed
-ones stay as chosen.
+ones stay as chosen, an out-of-memory load or reply retries with the next smaller plan,
+the memory figure and the plan count the same parts, and the disk prompt cache is on.
+
+The real window and the real bundled model run on the CPU. A GPU is simulated through
+the planner's Hardware (app.plan_load.machine): llama.cpp's CPU build runs the layers the
+plan "offloads" on the CPU, so everything here passes without a GPU.
 """
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+
+from app import plan_load
+from app.main_window import MainWindow
+from app.selftest import write_settings
 from app.settings import Settings, SettingsError, SettingsFile
+from engine.errors import HearthError, ModelLoadError
+from engine.sizing.hardware import simulated
+from engine.sizing.plan import plan_for
+
+OOM = "not enough memory to create a 8192-token context for the model (CUDA0: failed to allocate buffer)"
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """gpu("1GiB") -> that simulated machine, which every plan in the app now sees."""
+    def use(size: str):
+        hw = simulated(size, "8GiB", cores=2)
+        monkeypatch.setattr(plan_load, "machine", lambda fmt, **_kw: hw)
+        return hw
+    return use
+
+
+@pytest.fixture
+def make_window(qtbot, data_dir):
+    made: list[MainWindow] = []
+
+    def make(settings: Settings | None = None, start: bool = True) -> MainWindow:
+        if settings is None:
+            write_settings(max_tokens=8)
+        else:
+            settings.sampling.update(temperature=0.0, seed=0, max_tokens=8)
+            SettingsFile().save(settings)
+        w = MainWindow()
+        made.append(w)
+        w.show()
+        if start:
+            w.start()
+            qtbot.waitUntil(lambda: not w.host.loading, timeout=60_000)
+            assert w.host.ready, w.info.messages()
+        return w
+
+    yield make
+    for w in made:
+        w.close()
+
+
+def fail_first_load(monkeypatch, message: str = OOM) -> list[dict]:
+    """Engine.load runs out of memory the first time (a device that was shorter than it
+    said), then loads for real; returns the keyword arguments of every call."""
+    from engine import Engine
+
+    real = Engine.load
+    calls: list[dict] = []
+
+    def load(cls, *args, **kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise ModelLoadError(message)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(Engine, "load", classmethod(load))
+    return calls
+
+
+def log_lines(data_dir) -> list[dict]:
+    path = data_dir / plan_load.PLAN_LOG
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 # -- settings and the plan's arguments (no window) ---------------------------------------
@@ -27,3 +107,158 @@ def test_gpu_layers_and_kv_type_are_settings_with_clear_errors(tmp_path):
     # a rollback target saved before these settings existed means Auto for both
     back = Settings().with_load_key({"model": "bundled", "context": 1024})
     assert (back.gpu_layers, back.kv_type, back.context) == (None, "auto", 1024)
+
+
+def test_auto_takes_the_plan_and_fixed_choices_stay_as_chosen(data_dir):
+    hw = simulated("600MiB", "8GiB", cores=2)
+    auto = Settings().load_key()
+    plan = plan_load.plan_for_key(auto, hardware=hw)
+    assert plan.n_gpu_layers == 24 and plan.kv_type == "q8_0"  # the plan shrank the KV, then offloaded
+    kw = plan_load.engine_kwargs(plan, auto, "llama_cpp", 1)
+    assert (kw["n_ctx"], kw["n_gpu_layers"], kw["kv_type"], kw["cache_budget"]) == \
+        (plan.n_ctx, 24, "q8_0", plan.prefix_cache)
+    assert kw["disk_cache"] == data_dir / plan_load.PREFIX_STORE and kw["disk_cache_bytes"] > 0
+    assert kw["draft"] == "auto" and kw["backend"] == "llama_cpp"
+
+    fixed = {**auto, "context": 4096, "gpu_layers": 10, "kv_type": "f16", "draft": "none"}
+    plan = plan_load.plan_for_key(fixed, hardware=hw)
+    kw = plan_load.engine_kwargs(plan, fixed, "llama_cpp", 1)
+    assert (kw["n_ctx"], kw["n_gpu_layers"], kw["kv_type"], kw["draft"]) == (4096, 10, "f16", "none")
+    everything = plan_load.plan_for_key({**auto, "gpu_layers": "all"}, hardware=hw)
+    assert everything.config.all_on_gpu  # "all" is every block and the output head
+    # with no plan (a GGUF file on transformers), the settings go through as chosen
+    assert plan_load.plan_format({**auto, "backend": "hf"}) is None
+    kw = plan_load.engine_kwargs(None, {**auto, "gpu_layers": "all", "context": 2048}, "llama_cpp", 1)
+    assert (kw["n_gpu_layers"], kw["kv_type"], kw["n_ctx"]) == (-1, "f16", 2048)
+
+
+def test_the_window_loads_the_plan(qtbot, make_window, gpu, data_dir):
+    hw = gpu("600MiB")
+    plan = plan_for(None, hw)
+    w = make_window()
+    m = w.host.model
+    assert (m["n_ctx"], m["n_gpu_layers"], m["kv_type"]) == (plan.n_ctx, plan.n_gpu_layers, plan.kv_type)
+    assert m["plan"]["summary"] == plan.summary() and m["prefix_budget"] == plan.prefix_cache
+    assert "GPU layers: 24, KV cache: q8_0" in w.model_label.toolTip()
+    assert (w.settings.gpu_layers, w.settings.kv_type, w.settings.context) == (None, "auto", None)  # still Auto
+
+
+def test_memory_figure_counts_what_the_plan_counts_and_each_load_is_recorded(qtbot, make_window, data_dir):
+    w = make_window()
+    m = w.host.model
+    plan = m["plan"]
+    measured = plan["actual"]
+    assert m["memory_total"] == measured["weights"] + measured["kv"] + measured["compute"] == measured["total"]
+    assert w.memory_label.text().startswith("Memory ")
+    tip = w.memory_label.toolTip()
+    assert "Weights + KV cache + compute buffers" in tip and "predicted" in tip and "Not in this figure" in tip
+    assert abs(plan["rel_error"]["total"]) < 0.10  # the CPU is the case the memory model was fitted on
+    (entry,) = log_lines(data_dir)
+    assert entry["model"] and entry["rel_error"] == plan["rel_error"] and entry["retried"] is False
+    assert entry["predicted"]["total"] == plan["predicted"]["total"] and entry["runtime"] == "cpu"
+
+    QTest.mouseClick(w.memory_label, Qt.MouseButton.LeftButton)
+    dlg = w.memory_details
+    assert dlg is not None and dlg.isVisible()
+    rows = {dlg.table.item(r, 0).text(): [dlg.table.item(r, c).text() for c in range(1, 4)]
+            for r in range(dlg.table.rowCount())}
+    assert {"weights", "KV cache", "compute buffers", "total (the status bar's figure)",
+            "prefix cache in RAM", "prefix cache on disk"} <= set(rows)
+    assert rows["total (the status bar's figure)"][1] == w.memory_label.text().removeprefix("Memory ")
+    assert rows["KV cache"][2].endswith("%")
+
+    w.apply_settings(Settings(**{**w.settings.to_dict(), "context": 1024}))
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    assert [e["n_ctx"] for e in log_lines(data_dir)] == [m["n_ctx"], 1024]  # one record per load
+
+
+def test_a_load_that_runs_out_of_memory_retries_with_a_smaller_plan(qtbot, make_window, gpu, monkeypatch,
+                                                                   data_dir):
+    hw = gpu("1GiB")
+    first = plan_for(None, hw)
+    assert first.config.all_on_gpu and first.kv_type == "f16"
+    calls = fail_first_load(monkeypatch)
+    w = make_window(start=False)
+    w.chat.input.setPlainText("typed while the model loads")
+    w.start()
+    qtbot.waitUntil(lambda: not w.host.loading, timeout=60_000)
+    assert w.host.ready, w.info.messages()
+    assert len(calls) == 2 and calls[0]["n_gpu_layers"] == 31 and calls[1]["kv_type"] == "q8_0"
+    m = w.host.model
+    assert (m["n_gpu_layers"], m["kv_type"]) == (30, "q8_0")
+    msgs = " ".join(w.info.messages())
+    assert "Out of memory with the first plan; loaded with GPU layers 30/30 + head -> 30/30, " \
+           "KV cache f16 -> q8_0 instead." in msgs
+    assert w.chat.input_text() == "typed while the model loads"
+    saved, _ = SettingsFile().load()
+    assert (saved.gpu_layers, saved.kv_type) == (None, "auto")  # Auto stays Auto; nothing was fixed
+    assert log_lines(data_dir)[-1]["retried"] is True
+
+
+def test_a_fixed_choice_that_runs_out_of_memory_is_not_overridden(qtbot, make_window, gpu, monkeypatch):
+    gpu("1GiB")
+    fixed = Settings(gpu_layers="all", kv_type="f16", context=8192)
+    SettingsFile().mark_working(Settings())
+    calls = fail_first_load(monkeypatch)
+    w = make_window(fixed, start=False)
+    w.start()
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)  # failed, then back on the set-up that worked
+    msgs = " ".join(w.info.messages())
+    assert "with the settings you fixed (context, gpu_layers, kv) there is no smaller plan" in msgs
+    assert "Went back to the bundled model" in msgs
+    assert calls[0]["n_gpu_layers"] == 31 and calls[0]["kv_type"] == "f16" and calls[0]["n_ctx"] == 8192
+
+
+def test_a_reply_that_runs_out_of_memory_reloads_a_smaller_plan_and_keeps_the_text(qtbot, make_window, gpu,
+                                                                                   monkeypatch):
+    from engine import Engine
+
+    gpu("1GiB")
+    w = make_window()
+    assert w.host.model["kv_type"] == "f16"
+    real = Engine.stream
+    failed: list[int] = []
+
+    def stream(self, *args, **kwargs):
+        if not failed:
+            failed.append(1)
+            raise HearthError("not enough memory for the compute buffer (CUDA0: failed to allocate)")
+        yield from real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "stream", stream)
+    w.chat.input.setPlainText("Hello")
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    assert w.chat.input_text() == "Hello"  # the failed send gave the text back
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model["kv_type"] == "q8_0", timeout=60_000)
+    msgs = " ".join(w.info.messages())
+    assert "The reply ran out of memory" in msgs and "reloaded with" in msgs and "KV cache f16 -> q8_0" in msgs
+    assert w.settings.kv_type == "auto"
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)  # now the reply comes
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    assert [m.role for m in w.store.messages(w.current)] == ["user", "assistant"]
+
+
+def test_the_disk_prompt_cache_is_on_and_clear_cache_frees_it(qtbot, make_window, data_dir):
+    from app.text_utils import human_bytes
+
+    w = make_window()
+    bar = w.chat.system
+    bar.toggle.setChecked(True)
+    bar.editor.setPlainText("You are a careful assistant who answers in one short sentence. " * 8)
+    bar.flush()
+    w.chat.input.setPlainText("Hi")
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    store = data_dir / plan_load.PREFIX_STORE
+    saved = sum(p.stat().st_size for p in store.glob("*.kv"))
+    assert saved > 0  # the system prompt's KV went to disk, for the next start
+    w.show_memory_details()
+    dlg = w.memory_details
+    row = next(r for r in range(dlg.table.rowCount()) if dlg.table.item(r, 0).text() == "prefix cache on disk")
+    assert dlg.table.item(row, 2).text() == human_bytes(saved)
+    dlg.clear_button.click()
+    assert dlg.cleared.text() == f"Freed {human_bytes(saved)} of saved prompt snapshots."
+    assert dlg.table.item(row, 2).text() == "0 B" and not list(store.glob("*.kv"))
+
+
