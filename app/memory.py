@@ -3,7 +3,7 @@
 The full plan (engine.sizing.plan, made off the GUI thread by plan_runner.py)
 searches every knob and takes most of a second. This asks the same memory
 model (engine.sizing.memory) about one configuration only: the context the
-engine's Auto picks, every block in RAM, no draft and no prefix cache. That
+plan aims for under Auto, every block in RAM, no draft and no prefix cache. That
 is quick enough for the GUI thread, so the window shows a number at once,
 and the number is the planner's, not a second estimate that could disagree.
 """
@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.engine import DEFAULT_CTX
 from engine.sizing.hardware import cpu_only
 from engine.sizing.memory import Config
 from engine.sizing.memory import estimate as planner_estimate
+from engine.sizing.search import CTX_COMFORT, CTX_MAX_AUTO
 from engine.sizing.spec import spec_from_gguf
 
 
 def auto_context(n_ctx_train: int) -> int:
-    """What the engine picks for 'Auto' (mirrors Engine.load)."""
-    return min(n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
+    """The context the memory plan aims for under 'Auto' before counting memory (the
+    search's target; the full plan may give some of it up when memory is short)."""
+    return min(n_ctx_train or CTX_COMFORT, CTX_MAX_AUTO)
 
 
 @dataclass(slots=True, frozen=True)

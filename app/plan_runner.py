@@ -1,15 +1,22 @@
 """Runs the engine's sizing planner off the GUI thread for the settings dialog.
 
 ``engine.sizing.plan.plan_for`` reads the model file and searches the memory
-model (most of a second for a small GGUF), too slow for the GUI thread.
+model (most of a second for a small GGUF), too slow for the GUI thread. It
+plans a load key the way the load itself will (app.plan_load), on the same
+machine view, so the dialog shows the plan that is carried out.
 Each request gets a number; the dialog shows only the newest answer.
 """
 from __future__ import annotations
 
 import threading
 import traceback
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
+
+from engine.sizing.hardware import Hardware
+
+from . import plan_load
 
 
 class PlanRunner(QObject):
@@ -19,29 +26,29 @@ class PlanRunner(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._n = 0
-        self._hardware = None
+        self._hardware: dict[str, Hardware] = {}
         self._lock = threading.Lock()
 
-    def request(self, model: str | None, n_ctx: int | None, draft: str | None, quant: str | None = None) -> int:
-        """Plan ``model`` (None = bundled) with these choices (``quant`` None = Auto);
-        returns the request number."""
+    def request(self, key: dict[str, Any]) -> int:
+        """Plan a settings load key (app.plan_load.plan_for_key, as the load will); returns the request number."""
         self._n += 1
         n = self._n
-        threading.Thread(target=self._run, args=(n, model, n_ctx, draft, quant), daemon=True,
-                         name=f"hearth-plan-{n}").start()
+        threading.Thread(target=self._run, args=(n, dict(key)), daemon=True, name=f"hearth-plan-{n}").start()
         return n
 
-    def _run(self, n: int, model: str | None, n_ctx: int | None, draft: str | None, quant: str | None) -> None:
+    def _run(self, n: int, key: dict[str, Any]) -> None:
         from engine import HearthError
-        from engine.sizing.hardware import probe
-        from engine.sizing.plan import Choices, plan_for
 
         try:
-            with self._lock:  # one probe per dialog; it never changes while the dialog is open
-                if self._hardware is None:
-                    self._hardware = probe(allow_torch=False)
-            plan = plan_for(model, hardware=self._hardware, choices=Choices(quant=quant, n_ctx=n_ctx, draft=draft))
-            result = (self.ready, (n, plan))
+            fmt = plan_load.plan_format(key)
+            if fmt is None:
+                raise HearthError("the memory plan covers GGUF files on llama.cpp and transformers checkpoints; "
+                                  "a GGUF file on transformers is dequantized, which it does not plan")
+            with self._lock:  # one probe per kind of machine per dialog; it never changes while the dialog is open
+                if fmt not in self._hardware:
+                    self._hardware[fmt] = plan_load.machine(fmt, torch_ok=False)
+                hw = self._hardware[fmt]
+            result = (self.ready, (n, plan_load.plan_for_key(key, hardware=hw)))
         except HearthError as e:
             result = (self.failed, (n, str(e)))
         except Exception as e:  # a planner bug must not take the dialog down; say so instead

@@ -8,8 +8,10 @@ code) is refused here already, with the engine's reason.
 
 The dialog edits a copy of the settings and only hands it back when it
 validates. Before the user confirms it shows the memory plan for the chosen
-model, context and draft (engine.sizing, computed off the GUI thread) and
-whether it fits; a quick estimate is shown at once while the plan is made.
+model, context, GPU layers, KV cache type and draft (engine.sizing, computed
+off the GUI thread the way the load will) and whether it fits; a quick
+estimate is shown at once while the plan is made. A set-up that does not fit
+is refused with the reason and what would fit, unless the user confirms it.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout
 
 from engine import HearthError
 
+from .plan_text import refusal
 from .presets_editor import PresetsEditor
 from .sampling_form import SamplingForm
 from .settings import DRAFTS, THEMES, Settings, SettingsError
@@ -79,6 +82,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
                      quant=self.chosen_quant(),
                      context=None if self.ctx_auto.isChecked() else self.ctx.value(),
                      draft=DRAFTS[self.draft.currentIndex()], n_threads=self._orig.n_threads,
+                     gpu_layers=self.chosen_gpu_layers(), kv_type=self.chosen_kv_type(),
                      sampling=sampling, presets=self.presets_editor.presets(),
                      default_preset=self.presets_editor.default_name(),
                      theme=THEMES[self.theme.currentIndex()])
@@ -88,6 +92,12 @@ class SettingsDialog(ModelTabMixin, QDialog):
         except HearthError as e:
             raise SettingsError(f"model: {e}") from None
         return s
+
+    def confirm_too_big(self, why: str) -> bool:
+        """Ask before loading a set-up the plan says does not fit (tests replace this)."""
+        answer = QMessageBox.warning(self, "Model does not fit", f"{why}\n\nLoad it anyway?",
+                                     QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes
 
     def accept(self) -> None:  # noqa: D401 (Qt override)
         try:
@@ -99,14 +109,12 @@ class SettingsDialog(ModelTabMixin, QDialog):
         est = self._estimate
         too_big = (not self.plan.fits) if self.plan is not None else (est is not None and not est.fits)
         if too_big and s.load_key() != self._orig.load_key():
-            need = self.plan.breakdown.ram.total if self.plan is not None else est.total
-            have = self.plan.breakdown.ram.available if self.plan is not None else est.available
-            answer = QMessageBox.warning(
-                self, "Model may not fit",
-                f"The memory plan needs {human_bytes(need)}, more than the RAM available now "
-                f"({human_bytes(have)}). Load it anyway?",
-                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
-            if answer != QMessageBox.StandardButton.Yes:
+            if self.plan is not None:
+                why = refusal(self.plan)
+            else:
+                why = (f"The quick estimate needs {human_bytes(est.total)}, more than the RAM available now "
+                       f"({human_bytes(est.available)}).")
+            if not self.confirm_too_big(why):
                 return
         self.result_settings = s
         super().accept()

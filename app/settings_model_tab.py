@@ -1,5 +1,8 @@
-"""The settings dialog's Model tab: which model, backend, quantization, draft and context,
-and whether it fits (a quick estimate at once, then engine.sizing's plan, made off the GUI thread).
+"""The settings dialog's Model tab: which model, backend, quantization, draft, context, GPU layers
+and KV cache type, and whether it fits (a quick estimate at once, then engine.sizing's plan, made
+off the GUI thread the way the load will make it). Under Auto the boxes show what the plan picked,
+which is what the model will run with; a plan that does not fit says why before anything loads.
+The disk prompt cache's size and its "Clear cache" button are here too.
 
 A mixin of SettingsDialog (it reads and sets the dialog's plan state); it lives in
 its own file so the model choice can be read on its own.
@@ -15,11 +18,15 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, 
                                QVBoxLayout, QWidget)
 
 from engine import HearthError
+from engine.kv.disk_store import DEFAULT_DISK_BUDGET, store_usage
 from engine.models.catalogue import BUNDLED_NAME, parse_hub_id
 
 from .memory import estimate
-from .model_choice import HUB_PLACEHOLDER, QUANTS, ModelCheck, effective_backend, runs_gguf
+from .memory_details import clear_prefix_store
+from .model_choice import HUB_PLACEHOLDER, KV_TYPES, QUANTS, ModelCheck, effective_backend, runs_gguf
+from .plan_load import prefix_store_dir
 from .plan_runner import PlanRunner
+from .plan_text import headline
 from .settings import BUNDLED, DRAFTS, MAX_CONTEXT, Settings
 from .text_utils import human_bytes
 
@@ -27,6 +34,12 @@ HUB_TIP = ("A model on the Hugging Face Hub. It is downloaded into the Hugging F
            "with progress in the status bar; Cancel keeps what was fetched and the next try resumes it. "
            "Offline, the cached copy is used.")
 PLAN_DELAY_MS = 250  # plan once the user stops changing things
+GPU_TIP = ("Transformer blocks on the GPU. Auto: as many as the memory plan fits; All: every block and the "
+           "output head; a number: that many (llama.cpp offloads the last ones). Without a GPU that llama.cpp "
+           "can use, everything runs on the CPU.")
+KV_TIP = ("Precision of the KV cache. f16 is exact; q8_0 halves the cache for a tiny change in the numbers; "
+          "q4_0 quarters it at a visible cost in quality. On the CPU a quantized cache needs flash attention, "
+          "which gives up bit-identical batched logits. Auto keeps f16 unless memory is short.")
 
 
 class ModelTabMixin:
@@ -132,6 +145,30 @@ class ModelTabMixin:
         ctx_row.addWidget(self.ctx_auto)
         ctx_row.addWidget(self.ctx, 1)
         form.addRow("Context length", ctx_row)
+        gpu_row = QHBoxLayout()
+        self.gpu_mode = QComboBox()
+        for label, data in (("Auto", "auto"), ("All", "all"), ("Number", "number")):
+            self.gpu_mode.addItem(label, data)
+        gl = s.gpu_layers
+        self.gpu_mode.setCurrentIndex(self.gpu_mode.findData("auto" if gl is None else "all" if gl == "all"
+                                                             else "number"))
+        self.gpu_mode.setToolTip(GPU_TIP)
+        self.gpu_layers = QSpinBox()
+        self.gpu_layers.setRange(0, 999)
+        self.gpu_layers.setValue(gl if isinstance(gl, int) else 0)
+        self.gpu_layers.setEnabled(isinstance(gl, int))
+        self.gpu_layers.setToolTip(GPU_TIP)
+        self.gpu_mode.currentIndexChanged.connect(
+            lambda _i: self.gpu_layers.setEnabled(self.gpu_mode.currentData() == "number"))
+        gpu_row.addWidget(self.gpu_mode)
+        gpu_row.addWidget(self.gpu_layers, 1)
+        form.addRow("GPU layers", gpu_row)
+        self.kv_combo = QComboBox()
+        for k in KV_TYPES:
+            self.kv_combo.addItem("Auto" if k == "auto" else k, k)
+        self.kv_combo.setCurrentIndex(KV_TYPES.index(s.kv_type))
+        self.kv_combo.setToolTip(KV_TIP)
+        form.addRow("KV cache type", self.kv_combo)
         self.memory = QLabel()
         self.memory.setWordWrap(True)
         self.memory.setTextFormat(Qt.TextFormat.RichText)
@@ -142,11 +179,23 @@ class ModelTabMixin:
         self.plan_view.setMinimumHeight(220)
         self.plan_view.setPlaceholderText("The memory plan appears here.")
         form.addRow("Plan", self.plan_view)
+        cache_row = QHBoxLayout()
+        self.cache_label = QLabel()
+        self.cache_label.setWordWrap(True)
+        self.cache_label.setToolTip(f"KV snapshots of system prompts, kept in {prefix_store_dir()} so a restart "
+                                    "does not read them again; the least recently used go first past the cap")
+        self.clear_cache_button = QPushButton("Clear cache")
+        self.clear_cache_button.clicked.connect(lambda: self._show_cache_usage(clear_prefix_store()))
+        cache_row.addWidget(self.cache_label, 1)
+        cache_row.addWidget(self.clear_cache_button)
+        form.addRow("Prompt cache", cache_row)
+        self._show_cache_usage()
 
         self._group.buttonToggled.connect(lambda _b, on: self.refresh_model() if on else None)
         self.backend_combo.currentIndexChanged.connect(self._backend_changed)
         for sig in (self.ctx_auto.toggled, self.ctx.valueChanged, self.draft.currentIndexChanged,
-                    self.quant_combo.currentIndexChanged):
+                    self.quant_combo.currentIndexChanged, self.gpu_mode.currentIndexChanged,
+                    self.gpu_layers.valueChanged, self.kv_combo.currentIndexChanged):
             sig.connect(self.refresh_model)
         return w
 
@@ -165,6 +214,12 @@ class ModelTabMixin:
             self.folder_edit.setText(path)
             self.rb_hf.setChecked(True)
             self.refresh_model()
+
+    def _show_cache_usage(self, freed: int | None = None) -> None:
+        n, size = store_usage(prefix_store_dir())
+        text = (f"{n} saved system-prompt snapshot{'s' if n != 1 else ''}: {human_bytes(size)} on disk "
+                f"(at most {human_bytes(DEFAULT_DISK_BUDGET)})")
+        self.cache_label.setText(text if freed is None else f"Freed {human_bytes(freed)}. {text}")
 
     def _backend_changed(self) -> None:
         if self.backend_combo.isEnabled():
@@ -188,6 +243,22 @@ class ModelTabMixin:
         backend = effective_backend(self.chosen_source(), self.chosen_model(), self.chosen_backend())
         return self.quant_combo.currentData() if backend == "hf" else "auto"
 
+    def chosen_gpu_layers(self) -> int | str | None:
+        """None (Auto), "all" or a number of blocks."""
+        mode = self.gpu_mode.currentData()
+        return None if mode == "auto" else "all" if mode == "all" else self.gpu_layers.value()
+
+    def chosen_kv_type(self) -> str:
+        backend = effective_backend(self.chosen_source(), self.chosen_model(), self.chosen_backend())
+        return self.kv_combo.currentData() if backend == "llama_cpp" else "auto"
+
+    def chosen_key(self) -> dict:
+        """The load key the dialog's choices stand for (what the plan and the load both see)."""
+        return {"model": self.chosen_model(), "source": self.chosen_source(), "backend": self.chosen_backend(),
+                "quant": self.chosen_quant(), "context": None if self.ctx_auto.isChecked() else self.ctx.value(),
+                "draft": DRAFTS[self.draft.currentIndex()], "gpu_layers": self.chosen_gpu_layers(),
+                "kv_type": self.chosen_kv_type()}
+
     def _sync_backend(self, source: str, model: str) -> str:
         """Make the backend choice follow the model's type; return the backend in use."""
         gguf = runs_gguf(source, model)
@@ -204,6 +275,7 @@ class ModelTabMixin:
             hint = "GGUF files run on llama.cpp"
         self.backend_label.setText(hint)
         self.quant_combo.setHidden(want != "hf")
+        self.kv_combo.setEnabled(want == "llama_cpp")  # transformers keeps the cache in its compute dtype
         return want
 
     def _clear_plan(self) -> None:
@@ -212,6 +284,7 @@ class ModelTabMixin:
         self._plan_timer.stop()
         self._plan_request = -1  # ignore any plan still being made for the old choice
         self.plan_view.clear()
+        self.kv_combo.setItemText(0, "Auto")
 
     def refresh_model(self) -> None:
         """Update backend, quantization and the memory estimate for the current choices."""
@@ -242,6 +315,7 @@ class ModelTabMixin:
         self.quant_label.setText(f"{info.file_type} (from the file's metadata)")
         est = estimate(info, None if self.ctx_auto.isChecked() else self.ctx.value())
         self._estimate = est
+        self._show_auto(self.ctx, self.ctx_auto.isChecked(), est.n_ctx)
         verdict = ("<b>fits</b>" if est.fits else
                    "<b style='color:#d9480f'>may not fit</b> — choose a smaller context or model")
         self.memory.setText(
@@ -252,26 +326,25 @@ class ModelTabMixin:
         self._plan_timer.start()
 
     def _request_plan(self) -> None:
-        model = self.chosen_model()
-        # Plan the context the engine will really use: its Auto is not the planner's Auto.
-        est = self._estimate
-        n_ctx = est.n_ctx if est is not None else (None if self.ctx_auto.isChecked() else self.ctx.value())
-        quant = self.chosen_quant()
-        self._plan_request = self._planner.request(
-            None if model == BUNDLED else model, n_ctx,
-            "none" if DRAFTS[self.draft.currentIndex()] == "none" else None,
-            None if quant == "auto" else quant)
+        self._plan_request = self._planner.request(self.chosen_key())
+
+    @staticmethod
+    def _show_auto(box: QSpinBox, auto: bool, value: int) -> None:
+        """Under Auto a (disabled) box shows the value the load will use."""
+        if auto:
+            box.blockSignals(True)  # showing a value is not the user changing it
+            box.setValue(value)
+            box.blockSignals(False)
 
     def _plan_ready(self, n: int, plan) -> None:
         if n != self._plan_request:
             return  # an answer for choices the user has since changed
         self.plan = plan
-        ram = plan.breakdown.ram
-        colour = "" if plan.fits else " style='color:#d9480f'"
-        self.memory.setText(f"<b{colour}>{plan.status}</b>: {human_bytes(ram.total)} of the "
-                            f"{human_bytes(ram.available)} of RAM available now.<br>"
-                            f"<i>{plan.summary()}. The status bar shows what the loaded model "
-                            "really uses.</i>")
+        self.memory.setText(headline(plan))
+        self._show_auto(self.ctx, self.ctx_auto.isChecked(), plan.n_ctx)
+        self._show_auto(self.gpu_layers, self.gpu_mode.currentData() == "auto", plan.n_gpu_layers)
+        if self.kv_combo.isEnabled():
+            self.kv_combo.setItemText(0, f"Auto ({plan.kv_type})")
         from engine.sizing.report import render_table
 
         self.plan_view.setPlainText(render_table(plan))

@@ -132,7 +132,25 @@ def test_auto_takes_the_plan_and_fixed_choices_stay_as_chosen(data_dir):
     assert (kw["n_gpu_layers"], kw["kv_type"], kw["n_ctx"]) == (-1, "f16", 2048)
 
 
-def test_the_window_loads_the_plan(qtbot, make_window, gpu, data_dir):
+def test_a_plan_that_does_not_fit_says_why_and_keeps_the_choices():
+    from app.plan_text import headline, refusal
+
+    hw = simulated("450MiB", "8GiB", cores=2)
+    key = {**Settings().load_key(), "gpu_layers": "all", "kv_type": "f16"}
+    plan = plan_load.plan_for_key(key, hardware=hw)
+    assert not plan.fits and plan.config.all_on_gpu and plan.kv_type == "f16"
+    why = refusal(plan)
+    assert why.startswith("It does not fit: GPU memory is short by ")
+    assert "Your choices are kept as they are (GPU layers 30/30 + head, KV cache f16)" in why
+    assert "What would fit: with GPU layers on Auto" in why
+    assert headline(plan).endswith("<br>" + refusal(plan, html=True)) and why in refusal(plan, html=True)
+
+
+# -- the window -------------------------------------------------------------------------
+
+def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbot, make_window, gpu, data_dir):
+    from app.settings_dialog import SettingsDialog
+
     hw = gpu("600MiB")
     plan = plan_for(None, hw)
     w = make_window()
@@ -141,6 +159,25 @@ def test_the_window_loads_the_plan(qtbot, make_window, gpu, data_dir):
     assert m["plan"]["summary"] == plan.summary() and m["prefix_budget"] == plan.prefix_cache
     assert "GPU layers: 24, KV cache: q8_0" in w.model_label.toolTip()
     assert (w.settings.gpu_layers, w.settings.kv_type, w.settings.context) == (None, "auto", None)  # still Auto
+
+    dlg = SettingsDialog(w.settings, w)
+    qtbot.addWidget(dlg)
+    qtbot.waitUntil(lambda: dlg.plan is not None, timeout=30_000)
+    assert dlg.plan.summary() == plan.summary()  # the dialog plans what the load carried out
+    assert dlg.ctx_auto.isChecked() and dlg.ctx.value() == plan.n_ctx and not dlg.ctx.isEnabled()
+    assert dlg.gpu_mode.currentData() == "auto" and dlg.gpu_layers.value() == 24
+    assert dlg.kv_combo.currentData() == "auto" and dlg.kv_combo.currentText() == "Auto (q8_0)"
+    assert "what the status bar shows once loaded" in dlg.memory.text()
+    dlg.gpu_mode.setCurrentIndex(dlg.gpu_mode.findData("number"))
+    dlg.gpu_layers.setValue(5)
+    dlg.kv_combo.setCurrentIndex(dlg.kv_combo.findData("q4_0"))
+    qtbot.waitUntil(lambda: dlg.plan is not None and dlg.plan.n_gpu_layers == 5, timeout=30_000)
+    assert dlg.plan.kv_type == "q4_0"
+    built = dlg.build()
+    assert (built.gpu_layers, built.kv_type) == (5, "q4_0")
+    w.apply_settings(built)
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    assert (w.host.model["n_gpu_layers"], w.host.model["kv_type"]) == (5, "q4_0")
 
 
 def test_memory_figure_counts_what_the_plan_counts_and_each_load_is_recorded(qtbot, make_window, data_dir):
@@ -209,6 +246,31 @@ def test_a_fixed_choice_that_runs_out_of_memory_is_not_overridden(qtbot, make_wi
     assert calls[0]["n_gpu_layers"] == 31 and calls[0]["kv_type"] == "f16" and calls[0]["n_ctx"] == 8192
 
 
+def test_the_dialog_refuses_a_set_up_that_does_not_fit_unless_confirmed(qtbot, make_window, gpu):
+    from app.settings_dialog import SettingsDialog
+
+    gpu("450MiB")
+    w = make_window(start=False)
+    dlg = SettingsDialog(w.settings, w)
+    qtbot.addWidget(dlg)
+    dlg.gpu_mode.setCurrentIndex(dlg.gpu_mode.findData("all"))
+    dlg.kv_combo.setCurrentIndex(dlg.kv_combo.findData("f16"))
+    qtbot.waitUntil(lambda: dlg.plan is not None and dlg.plan.config.all_on_gpu, timeout=30_000)
+    assert not dlg.plan.fits
+    assert "does not fit" in dlg.memory.text() and "GPU memory is short by" in dlg.memory.text()
+    asked: list[str] = []
+    dlg.confirm_too_big = lambda why: asked.append(why) or False
+    dlg.accept()
+    assert dlg.result_settings is None and asked and "Your choices are kept as they are" in asked[0]
+    dlg.confirm_too_big = lambda why: True
+    dlg.accept()
+    assert (dlg.result_settings.gpu_layers, dlg.result_settings.kv_type) == ("all", "f16")
+    w.apply_settings(dlg.result_settings)
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    assert w.host.model["n_gpu_layers"] == 31 and w.host.model["kv_type"] == "f16"  # as chosen
+    assert any("it loads with your choices as they are" in m for m in w.info.messages())
+
+
 def test_a_reply_that_runs_out_of_memory_reloads_a_smaller_plan_and_keeps_the_text(qtbot, make_window, gpu,
                                                                                    monkeypatch):
     from engine import Engine
@@ -262,3 +324,18 @@ def test_the_disk_prompt_cache_is_on_and_clear_cache_frees_it(qtbot, make_window
     assert dlg.table.item(row, 2).text() == "0 B" and not list(store.glob("*.kv"))
 
 
+def test_settings_shows_the_disk_prompt_cache_and_clears_it(qtbot, make_window, data_dir):
+    from app.settings_dialog import SettingsDialog
+    from app.text_utils import human_bytes
+
+    store = data_dir / plan_load.PREFIX_STORE
+    store.mkdir()
+    (store / "a.kv").write_bytes(b"x" * 3000)
+    (store / "b.kv").write_bytes(b"x" * 2000)
+    w = make_window(start=False)
+    dlg = SettingsDialog(w.settings, w)
+    qtbot.addWidget(dlg)
+    assert dlg.cache_label.text().startswith(f"2 saved system-prompt snapshots: {human_bytes(5000)} on disk")
+    dlg.clear_cache_button.click()
+    assert dlg.cache_label.text().startswith(f"Freed {human_bytes(5000)}. 0 saved system-prompt snapshots: 0 B")
+    assert not list(store.glob("*.kv"))
