@@ -122,6 +122,7 @@ class MessageWidget(QFrame):
         self.text = content
         self.metrics: dict | None = None
         self.streaming = False
+        self.reading = False  # the engine is still reading the prompt; no reply text yet
         self.setObjectName("message")
         self.setFrameShape(QFrame.Shape.StyledPanel)
 
@@ -238,9 +239,18 @@ class MessageWidget(QFrame):
         self.btn_code.setVisible(bool(code_blocks(text)) and not self.streaming)
 
     def append(self, text: str) -> None:
+        if self.reading:
+            self.reading = False
+            self.note.setText("Writing…")
         self.text += text
         if not self._render_timer.isActive():
             self._render_timer.start()
+
+    def set_reading(self, percent: int) -> None:
+        """Say in the pending reply how much of a long prompt the model has read."""
+        self.reading = True
+        self.note.setText(f"Reading the prompt… {percent}%")
+        self.note.show()
 
     def set_streaming(self, on: bool) -> None:
         self.streaming = on
@@ -254,7 +264,7 @@ class MessageWidget(QFrame):
                    error: str | None = None, metrics: dict | None = None) -> None:
         """Show a reply's final state (or the state it was left in)."""
         self._render_timer.stop()
-        self.streaming = False
+        self.streaming = self.reading = False
         self.text = text
         self.metrics = metrics
         note = finish_note(complete, finish_reason, error)

@@ -5,12 +5,17 @@ stream belongs to its conversation: deltas are shown only while that
 conversation is on screen, and the worker saves them to that conversation
 whatever is on screen. A send that fails before any reply text comes back
 puts the message back in the input box.
+
+A long prompt is read in chunks before the first token: the pending reply and
+the status bar say how far, and Stop works then too.
 """
 from __future__ import annotations
 
 from engine import Message
 
 from .worker import GenerationJob
+
+READING_SHOWN_BELOW = 99  # percent: a prompt read in one go (cached, or short) shows no progress
 
 
 class RepliesMixin:
@@ -109,6 +114,19 @@ class RepliesMixin:
                 w.append(text)
 
     def _on_progress(self, mid: int, p: dict) -> None:
+        s = self.stream
+        if s is None or s["mid"] != mid:
+            return
+        if "prompt_total" in p:
+            done, total = p["prompt_done"], p["prompt_total"]
+            percent = 100 * done // max(1, total)
+            if percent >= READING_SHOWN_BELOW:
+                return
+            self.stats_label.setText(f"Reading the prompt… {percent}% ({done:,} of {total:,} tokens)")
+            w = self.chat.widget(mid) if s["conv"] == self.current else None
+            if w is not None:
+                w.set_reading(percent)
+            return
         self.stats_label.setText(f"{p['tok_s']:.1f} tok/s · TTFT {p['ttft_ms']:.0f} ms · "
                                  f"{p['tokens']} tokens")
 

@@ -4,7 +4,7 @@ Both workers live on one "engine thread", so a load and a generation can
 never overlap (the engine allows one stream at a time, and a new model should
 replace the old one, not sit next to it in memory). They only emit signals;
 they never touch widgets. Stopping sets a ``threading.Event`` that the engine
-checks between tokens; the thread is never killed.
+checks between tokens and while it reads a long prompt; the thread is never killed.
 
 The generation worker writes the reply to the database itself, on its own
 connection, as it streams (throttled). So the stream keeps saving to *its*
@@ -195,7 +195,9 @@ class LoadWorker(QObject):
 
 class GenerationWorker(QObject):
     delta = Signal(int, str)         # message id, new text
-    progress = Signal(int, object)     # message id, live numbers (tokens, tok_s, ttft_ms)
+    # message id, live numbers: {tokens, tok_s, ttft_ms} while the reply streams, and
+    # {prompt_done, prompt_total} (prompt tokens read so far) while a long prompt is read first
+    progress = Signal(int, object)
     finished = Signal(int, object)     # message id, {text, finish_reason, complete, metrics}
     failed = Signal(int, str, str)   # message id, error message, partial text
 
@@ -224,7 +226,10 @@ class GenerationWorker(QObject):
             t_first = None
             last_flush = last_progress = t0
             unflushed = 0
-            for ev in engine.stream(job.messages, job.params, cancel=job.cancel):
+            def reading(done: int, total: int) -> None:  # called on this thread, between prefill chunks
+                self.progress.emit(mid, {"prompt_done": done, "prompt_total": total})
+
+            for ev in engine.stream(job.messages, job.params, cancel=job.cancel, progress=reading):
                 if ev.kind == "delta":
                     now = time.perf_counter()
                     if t_first is None:
