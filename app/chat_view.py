@@ -155,6 +155,13 @@ class ChatView(QWidget):
         self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty.setStyleSheet("color: palette(placeholder-text);")
         self._list.insertWidget(0, self.empty)
+        # Where the model's view of the conversation begins, once it outgrew the context.
+        self.context_marker = QLabel()
+        self.context_marker.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.context_marker.setWordWrap(True)
+        self.context_marker.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
+        self.context_marker.hide()
+        self._marker_mid: int | None = None
         self.scroll.setWidget(self._page)
         self._stick = True
         bar = self.scroll.verticalScrollBar()
@@ -216,7 +223,26 @@ class ChatView(QWidget):
             self._list.removeWidget(w)
             w.deleteLater()
         self._widgets.clear()
+        self.set_context_marker(None)
         self.empty.show()
+
+    def set_context_marker(self, mid: int | None, count: int = 0, *, n_ctx: int = 0) -> None:
+        """Mark that the ``count`` messages above message ``mid`` are outside the model's
+        context (None: no marker)."""
+        m = self.context_marker
+        self._list.removeWidget(m)
+        w = self._widgets.get(mid) if mid is not None else None
+        self._marker_mid = mid if w is not None else None
+        if w is None:
+            m.hide()
+            return
+        what = "1 earlier message is" if count == 1 else f"{count:,} earlier messages are"
+        m.setText(f"— {what} outside the model's context —")
+        m.setToolTip(f"The conversation outgrew the model's context window ({n_ctx:,} tokens), so the last "
+                     "reply was written without the messages above this line; the system prompt was kept. "
+                     "They stay here and in the history.")
+        self._list.insertWidget(self._list.indexOf(w), m)
+        m.show()
 
     def add_message(self, mid: int, role: str, content: str) -> MessageWidget:
         w = MessageWidget(mid, role, content, colors=self.colors)
@@ -242,6 +268,8 @@ class ChatView(QWidget):
             w = self._widgets.pop(k)
             self._list.removeWidget(w)
             w.deleteLater()
+        if self._marker_mid is not None and self._marker_mid >= mid:
+            self.set_context_marker(None)
         self.empty.setVisible(not self._widgets)
 
     def apply_colors(self, colors: dict[str, str]) -> None:

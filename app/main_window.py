@@ -105,6 +105,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
         self.stats_label.setToolTip("Live while a reply streams; then the last reply's numbers")
         self._build_model_status(sb)
         sb.addPermanentWidget(self.stats_label)
+        sb.addPermanentWidget(self._build_context_meter())
         sb.addPermanentWidget(self.model_label)
         sb.addPermanentWidget(self.memory_label)
 
@@ -205,6 +206,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
         conv = self.store.conversation(self.current)
         msgs = self.store.messages(self.current)
         self.chat.show_conversation(conv.title, conv.system_prompt, conv.draft, msgs)
+        self._show_context(self.current, msgs)
         s = self.stream
         if s is not None and s["conv"] == self.current:
             # The store lags the stream by up to half a second; show the live text.

@@ -7,18 +7,86 @@ whatever is on screen. A send that fails before any reply text comes back
 puts the message back in the input box.
 
 A long prompt is read in chunks before the first token: the pending reply and
-the status bar say how far, and Stop works then too.
+the status bar say how far, and Stop works then too. A conversation that
+outgrew the context goes on without its oldest turns; the reply's stored
+metrics say how many were left out, and the chat shows a marker there.
+Nothing else is stored for it.
 """
 from __future__ import annotations
 
+from PySide6.QtWidgets import QLabel
+
 from engine import Message
 
+from .store import StoredMessage
 from .worker import GenerationJob
 
 READING_SHOWN_BELOW = 99  # percent: a prompt read in one go (cached, or short) shows no progress
 
 
+def context_cut(messages: list[StoredMessage]) -> tuple[int, int] | None:
+    """Where the latest reply's view of the conversation began, when turns were left out:
+    (id of the first message the model still saw, how many messages are shown above it).
+
+    The engine counts left-out messages as it saw them: the replies' prompt holds
+    only messages with text (see ``_history``), and turns of one role side by side
+    are merged into one. The same walk here finds the message it means.
+    """
+    last = next((i for i in range(len(messages) - 1, -1, -1)
+                 if messages[i].role == "assistant" and messages[i].metrics), None)
+    if last is None:
+        return None
+    dropped = messages[last].metrics.get("dropped_messages") or 0
+    if not dropped:
+        return None
+    seen, role = 0, None
+    for j, m in enumerate(messages[:last]):
+        if not m.content:
+            continue
+        if m.role != role or m.role not in ("user", "assistant"):
+            if seen == dropped:
+                return m.id, j
+            seen, role = seen + 1, m.role
+    return None
+
+
+def context_use(metrics: dict | None) -> tuple[str, str]:
+    """The context meter's text and tooltip for a reply's metrics ('' when they do not say)."""
+    m = metrics or {}
+    n_ctx = m.get("n_ctx") or 0
+    if not n_ctx:
+        return "", ""
+    prompt, reply = m.get("prompt_tokens", 0), m.get("generated_tokens", 0)
+    tip = (f"The last reply in this conversation used {prompt + reply:,} of the model's {n_ctx:,}-token "
+           f"context: the conversation as the model saw it ({prompt:,} tokens) and the reply ({reply:,}).")
+    dropped = m.get("dropped_messages") or 0
+    if dropped:
+        tip += (f"\nThe conversation had outgrown the context, so its {dropped:,} oldest messages were left "
+                "out (the system prompt was kept); the chat marks where.")
+    else:
+        tip += ("\nWhen a conversation outgrows it, its oldest messages are left out (the system prompt "
+                "stays), as the marker in the chat shows.")
+    return f"Context {prompt + reply:,} / {n_ctx:,}", tip
+
+
 class RepliesMixin:
+    def _build_context_meter(self) -> QLabel:
+        """The status bar's context meter (the caller places it)."""
+        self.context_label = QLabel()
+        return self.context_label
+
+    def _show_context(self, cid: int, msgs: list[StoredMessage] | None = None) -> None:
+        """Show how full the context was at the conversation's last reply, and mark
+        where that reply's view of the conversation began if turns were left out."""
+        msgs = self.store.messages(cid) if msgs is None else msgs
+        last = next((m for m in reversed(msgs) if m.role == "assistant" and m.metrics), None)
+        text, tip = context_use(last.metrics if last is not None else None)
+        self.context_label.setText(text)
+        self.context_label.setToolTip(tip)
+        cut = context_cut(msgs)
+        n_ctx = last.metrics.get("n_ctx", 0) if last is not None else 0
+        self.chat.set_context_marker(*(cut or (None, 0)), n_ctx=n_ctx)
+
     def _can_send(self) -> bool:
         """Say clearly why a message cannot go now; the text stays in the input box."""
         if self.host.job is not None:
@@ -152,6 +220,7 @@ class RepliesMixin:
                 w.set_result(result["text"], complete=result["complete"],
                              finish_reason=result["finish_reason"], metrics=result.get("metrics"))
             self.chat.refresh_actions()
+            self._show_context(s["conv"])
 
     def _on_failed(self, mid: int, msg: str, partial: str) -> None:
         s = self._end_stream()

@@ -10,8 +10,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from app.main_window import MainWindow
+from app.replies import context_cut, context_use
 from app.selftest import write_settings
 from app.settings import Settings, SettingsFile
+from app.store import StoredMessage
 
 SHORT = "What is the capital of France?"
 # About 1,500 tokens: six prefill chunks, so Stop lands while the prompt is read.
@@ -57,6 +59,49 @@ def type_and_enter(w: MainWindow, text: str) -> None:
 
 def wait_reply(qtbot, w: MainWindow, timeout: int = 60_000) -> None:
     qtbot.waitUntil(lambda: w.stream is None, timeout=timeout)
+
+
+def long_chat(w: MainWindow, turns: int = 8) -> int:
+    """A conversation of ``turns`` stored messages (user and reply by turns), on screen."""
+    cid = w.current
+    for i in range(turns):
+        w.store.add_message(cid, "user" if i % 2 == 0 else "assistant", f"Turn {i}. {TURN}")
+    w.current = None
+    w.select_conversation(cid)
+    return cid
+
+
+def msg(mid: int, role: str, content: str, metrics: dict | None = None) -> StoredMessage:
+    return StoredMessage(mid, 1, role, content, True, "eos", None, metrics, 0.0)
+
+
+# -- the marker and the meter, on hand-written conversations ---------------------
+
+
+def test_context_cut_finds_the_first_message_the_model_still_saw():
+    u, a = "user", "assistant"
+    plain = [msg(1, u, "a"), msg(2, a, "b"), msg(3, u, "c"), msg(4, a, "d"), msg(5, u, "e"),
+             msg(6, a, "f", {"dropped_messages": 2})]
+    assert context_cut(plain) == (3, 2)
+    # An empty reply (stopped before any text) is not in the prompt, and the two user
+    # turns around it reach the engine as one: it counted 2 messages, the chat shows 4.
+    merged = [msg(1, u, "a"), msg(2, a, ""), msg(3, u, "b"), msg(4, a, "c"), msg(5, u, "d"),
+              msg(6, a, "e", {"dropped_messages": 2})]
+    assert context_cut(merged) == (5, 4)
+    # The latest reply with metrics decides; nothing left out means no marker.
+    assert context_cut(plain[:4] + [msg(5, u, "e"), msg(6, a, "f", {"dropped_messages": 0})]) is None
+    assert context_cut(plain[:5] + [msg(6, a, "", None)]) is None  # still streaming, no metrics
+    assert context_cut(plain + [msg(7, u, "g"), msg(8, a, "h", {"dropped_messages": 4})]) == (5, 4)
+    assert context_cut([msg(1, a, "x", {"n_ctx": 256})]) is None  # written before the field existed
+
+
+def test_context_use_says_how_full_the_context_was():
+    text, tip = context_use({"prompt_tokens": 1200, "generated_tokens": 34, "n_ctx": 8192, "dropped_messages": 0})
+    assert text == "Context 1,234 / 8,192"
+    assert "1,234 of the model's 8,192-token context" in tip and "oldest messages are left out" in tip
+    _, tip = context_use({"prompt_tokens": 100, "generated_tokens": 16, "n_ctx": 256, "dropped_messages": 6})
+    assert "its 6 oldest messages were left out" in tip
+    assert context_use(None) == ("", "") and context_use({"prompt_tokens": 3}) == ("", "")
 
 
 # -- the window ------------------------------------------------------------------
@@ -109,3 +154,59 @@ def test_a_long_prompt_shows_reading_progress_and_stop_works_while_it_is_read(qt
     finally:
         fresh.close()
     assert reply.content == final.text  # the same reply as a fresh engine's
+
+
+def test_the_context_meter_shows_the_last_replys_use(qtbot, make_window):
+    w = make_window()
+    first = w.current
+    assert w.context_label.text() == ""  # no reply yet
+    type_and_enter(w, SHORT)
+    wait_reply(qtbot, w)
+    m = w.store.messages(first)[-1].metrics
+    assert m["n_ctx"] == w.host.model["n_ctx"]
+    used = m["prompt_tokens"] + m["generated_tokens"]
+    assert w.context_label.text() == f"Context {used:,} / {m['n_ctx']:,}"
+    assert f"{used:,} of the model's {m['n_ctx']:,}-token context" in w.context_label.toolTip()
+    type_and_enter(w, "And of Germany?")
+    wait_reply(qtbot, w)
+    m2 = w.store.messages(first)[-1].metrics
+    assert m2["prompt_tokens"] > used
+    assert w.context_label.text() == f"Context {m2['prompt_tokens'] + m2['generated_tokens']:,} / {m2['n_ctx']:,}"
+    after = w.context_label.text()
+    w.new_conversation()
+    assert w.context_label.text() == ""  # the meter follows the conversation on screen
+    w.select_conversation(first)
+    assert w.context_label.text() == after
+
+
+def test_a_chat_longer_than_the_context_goes_on_and_marks_the_cut(qtbot, make_window):
+    w = make_window(Settings(context=256))
+    cid = long_chat(w)  # ~330 tokens: more than the model can see
+    assert not w.chat.context_marker.isVisibleTo(w)
+    type_and_enter(w, SHORT)
+    wait_reply(qtbot, w)
+    msgs = w.store.messages(cid)
+    assert len(msgs) == 10  # the turn and its reply: nothing else is stored for the cut
+    reply = msgs[-1]
+    assert reply.finish_reason in ("eos", "max_tokens") and reply.content and not reply.error
+    dropped = reply.metrics["dropped_messages"]
+    assert 0 < dropped < 8 and msgs[dropped].role == "user"
+    marker = w.chat.context_marker
+    assert marker.isVisibleTo(w)
+    assert marker.text() == f"— {dropped} earlier messages are outside the model's context —"
+    lay = w.chat._list
+    assert lay.indexOf(marker) == lay.indexOf(w.chat.widget(msgs[dropped].id)) - 1
+    used = reply.metrics["prompt_tokens"] + reply.metrics["generated_tokens"]
+    assert w.context_label.text() == f"Context {used:,} / 256"
+    assert f"its {dropped} oldest messages were left out" in w.context_label.toolTip()
+
+    w.new_conversation()
+    assert not w.chat.context_marker.isVisibleTo(w)
+    w.select_conversation(cid)  # derived from the stored metrics, so it comes back
+    assert marker.isVisibleTo(w) and lay.indexOf(marker) == lay.indexOf(w.chat.widget(msgs[dropped].id)) - 1
+
+    type_and_enter(w, "And of Germany?")  # the chat goes on after the cut, reusing its KV
+    wait_reply(qtbot, w)
+    nxt = w.store.messages(cid)[-1]
+    assert nxt.content and nxt.metrics["dropped_messages"] >= dropped and nxt.metrics["cached_tokens"] > 0
+    assert marker.isVisibleTo(w)
