@@ -8,9 +8,9 @@ puts the message back in the input box.
 
 A long prompt is read in chunks before the first token: the pending reply and
 the status bar say how far, and Stop works then too. A conversation that
-outgrew the context goes on without its oldest turns; the reply's stored
-metrics say how many were left out, and the chat shows a marker there.
-Nothing else is stored for it.
+outgrew the context goes on without its oldest turns (unless Settings say
+stop); the reply's stored metrics say how many were left out, and the chat
+shows a marker there. Nothing else is stored for it.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def context_use(metrics: dict | None) -> tuple[str, str]:
                 "out (the system prompt was kept); the chat marks where.")
     else:
         tip += ("\nWhen a conversation outgrows it, its oldest messages are left out (the system prompt "
-                "stays), as the marker in the chat shows.")
+                "stays), or Hearth stops and says so: Settings → Sampling.")
     return f"Context {prompt + reply:,} / {n_ctx:,}", tip
 
 
@@ -151,7 +151,8 @@ class RepliesMixin:
         title = conv.title
         self.stream = {"conv": cid, "mid": mid, "user_mid": user_mid, "user_text": user_text,
                        "parts": [], "title": title}
-        job = GenerationJob(cid, mid, history, self.settings.sampling_params(), self.store.path)
+        job = GenerationJob(cid, mid, history, self.settings.sampling_params(), self.store.path,
+                            context_policy=self.settings.context_policy)
         w = self.chat.add_message(mid, "assistant", "")
         w.set_streaming(True)
         self.stats_label.setText("Waiting for the first token…")

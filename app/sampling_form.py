@@ -1,17 +1,21 @@
-"""The settings dialog's Sampling tab: one spin box per knob, the seed, and a reset."""
+"""The settings dialog's Sampling tab: one spin box per knob, the seed, what to do when a
+chat outgrows the context, and a reset."""
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QPushButton, QSpinBox, QWidget
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QPushButton,
+                               QSpinBox, QWidget)
 
-from .settings import _default_sampling
+from .settings import DEFAULT_CONTEXT_POLICY, _default_sampling
 
 TIPS = {"temperature": "0 = always the most likely token (greedy)", "top_k": "0 disables",
         "top_p": "1.0 disables", "min_p": "0 disables", "repeat_penalty": "1.0 disables",
         "penalty_last_n": "how many recent tokens the penalties look at; -1 = all",
         "max_tokens": "the longest reply, in tokens"}
 LABELS = {"top_p": "Top-p", "top_k": "Top-k", "min_p": "Min-p", "max_tokens": "Max tokens"}
+CONTEXT_POLICY_LABELS = {"drop_oldest": "Drop the oldest messages (keep the system prompt)",
+                         "stop": "Stop and say so"}
 
 
 def _dspin(lo: float, hi: float, step: float, value: float, decimals: int = 2) -> QDoubleSpinBox:
@@ -31,9 +35,11 @@ def _ispin(lo: int, hi: int, value: int) -> QSpinBox:
 
 
 class SamplingForm(QWidget):
-    """Edits the settings' sampling dict; ``values()`` gives it back."""
+    """Edits the settings' sampling dict (``values()`` gives it back) and the context
+    policy (``context_policy()``)."""
 
-    def __init__(self, sampling: dict[str, Any], parent: QWidget | None = None) -> None:
+    def __init__(self, sampling: dict[str, Any], context_policy: str = DEFAULT_CONTEXT_POLICY,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         form = QFormLayout(self)
         v = {**_default_sampling(), **sampling}
@@ -60,6 +66,14 @@ class SamplingForm(QWidget):
         seed_row.addWidget(self.seed_random)
         seed_row.addWidget(self.seed, 1)
         form.addRow("Seed", seed_row)
+        self.policy = QComboBox()
+        for key, label in CONTEXT_POLICY_LABELS.items():
+            self.policy.addItem(label, key)
+        self.policy.setCurrentIndex(max(0, self.policy.findData(context_policy)))
+        self.policy.setToolTip("A long conversation can outgrow the model's context window. Dropping the "
+                               "oldest messages lets it go on (the chat marks where the model's view begins); "
+                               "stopping refuses the next message and keeps it in the input box.")
+        form.addRow("When a chat outgrows the context", self.policy)
         reset = QPushButton("Reset to defaults")
         reset.clicked.connect(self.reset)
         form.addRow("", reset)
@@ -71,9 +85,14 @@ class SamplingForm(QWidget):
         sampling["seed"] = None if self.seed_random.isChecked() else self.seed.value()
         return sampling
 
+    def context_policy(self) -> str:
+        """The chosen context policy ("drop_oldest" or "stop")."""
+        return self.policy.currentData()
+
     def reset(self) -> None:
         """Put every knob back to the engine's default."""
         d = _default_sampling()
         for k, widget in self.sp.items():
             widget.setValue(d[k])
         self.seed_random.setChecked(d["seed"] is None)
+        self.policy.setCurrentIndex(self.policy.findData(DEFAULT_CONTEXT_POLICY))

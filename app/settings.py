@@ -10,8 +10,9 @@ The model choice that last loaded successfully is kept under ``last_working``
 so a failed load can roll back.
 
 Files written before a field existed still load: a missing ``source`` is
-worked out from ``model`` (older files hold only "bundled" or a GGUF path), and
-a missing ``backend``/``quant`` means Auto.
+worked out from ``model`` (older files hold only "bundled" or a GGUF path), a
+missing ``backend``/``quant`` means Auto, and a missing ``context_policy``
+means dropping the oldest turns.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import HearthError, SamplingParams
+from engine.prompt import CONTEXT_POLICIES
 
 from .model_choice import BACKENDS, KV_TYPES, QUANTS, SOURCES, effective_backend, infer_source, runs_gguf
 from .paths import config_dir, move_aside
@@ -33,6 +35,7 @@ BUNDLED = "bundled"
 THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
+DEFAULT_CONTEXT_POLICY = "drop_oldest"
 LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "gpu_layers", "kv_type")
 
 # The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
@@ -73,6 +76,9 @@ class Settings:
     presets: list[dict[str, str]] = field(default_factory=lambda: [dict(p) for p in DEFAULT_PRESETS])
     default_preset: str = "None"    # preset a new conversation starts with
     theme: str = "system"
+    # A chat longer than the context: "drop_oldest" (leave out the oldest turns, keep the
+    # system prompt) or "stop" (refuse the send and say so). Passed with each reply.
+    context_policy: str = DEFAULT_CONTEXT_POLICY
 
     def __post_init__(self) -> None:
         if self.source is None and isinstance(self.model, str):
@@ -123,6 +129,9 @@ class Settings:
                                 "transformers keeps the cache in the model's compute dtype")
         if self.theme not in THEMES:
             raise SettingsError(f"theme: must be one of {', '.join(THEMES)}, got {self.theme!r}")
+        if self.context_policy not in CONTEXT_POLICIES:
+            raise SettingsError(f"context_policy: must be one of {', '.join(CONTEXT_POLICIES)}, "
+                                f"got {self.context_policy!r}")
         unknown = set(self.sampling) - set(SAMPLING_KEYS)
         if unknown:
             raise SettingsError(f"sampling: unknown setting {sorted(unknown)[0]!r}")

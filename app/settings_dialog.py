@@ -40,7 +40,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
         lay = QVBoxLayout(self)
         tabs = QTabWidget()
         tabs.addTab(self._model_tab(settings), "Model")
-        self.sampling_form = SamplingForm(settings.sampling)
+        self.sampling_form = SamplingForm(settings.sampling, settings.context_policy)
         # The tabs' widgets stay reachable under their old names on the dialog.
         self.sp, self.seed_random, self.seed = (self.sampling_form.sp, self.sampling_form.seed_random,
                                                 self.sampling_form.seed)
@@ -85,7 +85,8 @@ class SettingsDialog(ModelTabMixin, QDialog):
                      gpu_layers=self.chosen_gpu_layers(), kv_type=self.chosen_kv_type(),
                      sampling=sampling, presets=self.presets_editor.presets(),
                      default_preset=self.presets_editor.default_name(),
-                     theme=THEMES[self.theme.currentIndex()])
+                     theme=THEMES[self.theme.currentIndex()],
+                     context_policy=self.sampling_form.context_policy())
         s.validate()
         try:
             self._model_check.check(s.source, s.model)

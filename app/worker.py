@@ -62,6 +62,7 @@ class GenerationJob:
     params: SamplingParams
     db_path: Path
     cancel: threading.Event = field(default_factory=threading.Event)
+    context_policy: str = "drop_oldest"  # a chat longer than the context: "drop_oldest" or "stop"
 
 
 def app_threads() -> int:
@@ -229,7 +230,8 @@ class GenerationWorker(QObject):
             def reading(done: int, total: int) -> None:  # called on this thread, between prefill chunks
                 self.progress.emit(mid, {"prompt_done": done, "prompt_total": total})
 
-            for ev in engine.stream(job.messages, job.params, cancel=job.cancel, progress=reading):
+            for ev in engine.stream(job.messages, job.params, cancel=job.cancel, progress=reading,
+                                    context_policy=job.context_policy):
                 if ev.kind == "delta":
                     now = time.perf_counter()
                     if t_first is None:

@@ -3,6 +3,7 @@ reading progress and Stop during a prefill, the context meter, the marker where 
 were left out, the context-policy setting, and a replaced engine being freed."""
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -102,6 +103,40 @@ def test_context_use_says_how_full_the_context_was():
     _, tip = context_use({"prompt_tokens": 100, "generated_tokens": 16, "n_ctx": 256, "dropped_messages": 6})
     assert "its 6 oldest messages were left out" in tip
     assert context_use(None) == ("", "") and context_use({"prompt_tokens": 3}) == ("", "")
+
+
+# -- the setting -----------------------------------------------------------------
+
+
+def test_the_context_policy_setting_is_read_written_and_checked(data_dir):
+    f = SettingsFile()
+    old = Settings(theme="dark").to_dict()
+    del old["context_policy"]  # a file written before the setting existed
+    f.path.write_text(json.dumps(old))
+    s, notice = f.load()
+    assert notice is None and s.context_policy == "drop_oldest" and s.theme == "dark"
+    f.save(Settings(context_policy="stop"))
+    assert f.load()[0].context_policy == "stop"
+    bad = {**Settings(context=2048).to_dict(), "context_policy": "sometimes"}
+    f.path.write_text(json.dumps(bad))
+    s, notice = f.load()
+    assert s.context_policy == "drop_oldest" and s.context == 2048
+    assert "context_policy: must be one of drop_oldest, stop" in notice
+
+
+def test_the_sampling_tab_edits_the_context_policy(qtbot, data_dir):
+    from app.settings_dialog import SettingsDialog
+
+    dlg = SettingsDialog(Settings(context_policy="stop"))
+    qtbot.addWidget(dlg)
+    form = dlg.sampling_form
+    assert form.policy.currentText() == "Stop and say so" and dlg.build().context_policy == "stop"
+    form.policy.setCurrentIndex(form.policy.findData("drop_oldest"))
+    assert form.policy.currentText() == "Drop the oldest messages (keep the system prompt)"
+    assert dlg.build().context_policy == "drop_oldest"
+    form.policy.setCurrentIndex(form.policy.findData("stop"))
+    form.reset()
+    assert form.context_policy() == "drop_oldest"
 
 
 # -- the window ------------------------------------------------------------------
@@ -210,3 +245,16 @@ def test_a_chat_longer_than_the_context_goes_on_and_marks_the_cut(qtbot, make_wi
     nxt = w.store.messages(cid)[-1]
     assert nxt.content and nxt.metrics["dropped_messages"] >= dropped and nxt.metrics["cached_tokens"] > 0
     assert marker.isVisibleTo(w)
+
+
+def test_the_stop_policy_refuses_the_send_and_keeps_the_text(qtbot, make_window):
+    w = make_window(Settings(context=256, context_policy="stop"))
+    cid = long_chat(w)
+    before = [m.id for m in w.store.messages(cid)]
+    type_and_enter(w, SHORT)
+    wait_reply(qtbot, w)
+    msgs = " ".join(w.info.messages())
+    assert "not sent" in msgs and "the context holds 256" in msgs
+    assert w.chat.input_text() == SHORT  # the typed message is back in the input box
+    assert [m.id for m in w.store.messages(cid)] == before
+    assert w.store.conversation(cid).draft == SHORT
