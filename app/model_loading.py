@@ -32,6 +32,8 @@ class ModelLoadingMixin:
         self._downloading = False
         self._load_started = 0.0
         self._load_what = ""
+        self._loads_requested = 0
+        self._free_replaced = False  # a model was (or may have been) closed since the last collection
         self._load_clock = QTimer(self)
         self._load_clock.setInterval(1000)  # big models take minutes: show that time is passing
         self._load_clock.timeout.connect(self._show_load_time)
@@ -55,6 +57,10 @@ class ModelLoadingMixin:
         if self.host.job is not None:
             self.host.stop()  # the load waits for the reply to end; make that quick
         self._load_key = dict(key)
+        # Every load but the first replaces a model (or a load's result), which the
+        # engine thread closes as this load begins; _settle_memory frees it after.
+        self._free_replaced = self._free_replaced or self._loads_requested > 0
+        self._loads_requested += 1
         # Everything alive now (the window, imported modules) leaves the cyclic
         # GC's reach, so a full collection triggered by the load's allocations
         # scans only the new objects instead of stopping every thread for
@@ -109,7 +115,27 @@ class ModelLoadingMixin:
         self.load_bar.setToolTip(f"Downloading {name}" if name else "")
         self.model_label.setText(f"Downloading {self._load_what}: {human_bytes(done)} of {human_bytes(total)}")
 
+    def _settle_memory(self) -> None:
+        """Freeze what is alive after a load, first freeing a model the load replaced.
+
+        Frozen objects are never collected, and the model being replaced was still
+        alive at the load's freeze: any reference cycle in it (or any other garbage
+        frozen with it) would stay in memory for good, growing with every model
+        change. So after a change everything is unfrozen and collected once
+        (tens of milliseconds, once per model change, while the window shows the
+        load), then frozen again. The first load replaces nothing and skips it.
+        """
+        if self._free_replaced:
+            self._free_replaced = False
+            gc.unfreeze()
+            gc.collect()
+        # Move everything alive now (the model's vocabulary tables, Qt wrappers)
+        # out of the cyclic GC's reach: a full collection over them stops every
+        # thread for 35-100 ms, and one used to land right as a reply started.
+        gc.freeze()
+
     def _end_loading(self) -> None:
+        self._settle_memory()  # loaded, failed or cancelled: the replaced model is gone either way
         self._load_clock.stop()
         self.monitor.end("loading")
         self._downloading = False
@@ -120,10 +146,6 @@ class ModelLoadingMixin:
         self.statusBar().clearMessage()
 
     def _on_loaded(self, info: dict) -> None:
-        # Move everything alive now (the model's vocabulary tables, Qt wrappers)
-        # out of the cyclic GC's reach: a full collection over them stops every
-        # thread for 35-100 ms, and one used to land right as a reply started.
-        gc.freeze()
         self._end_loading()
         self.model_label.setText(f"{info['label']} · {info['quant']} · context {info['n_ctx']:,}")
         draft = info.get("draft", "none") + (f" ({info['draft_model']})" if info.get("draft_model") else "")

@@ -3,8 +3,10 @@ reading progress and Stop during a prefill, the context meter, the marker where 
 were left out, the context-policy setting, and a replaced engine being freed."""
 from __future__ import annotations
 
+import gc
 import json
 import time
+import weakref
 
 import pytest
 from PySide6.QtCore import Qt
@@ -258,3 +260,22 @@ def test_the_stop_policy_refuses_the_send_and_keeps_the_text(qtbot, make_window)
     assert w.chat.input_text() == SHORT  # the typed message is back in the input box
     assert [m.id for m in w.store.messages(cid)] == before
     assert w.store.conversation(cid).draft == SHORT
+
+
+def test_a_replaced_engine_is_freed(qtbot, make_window):
+    w = make_window()
+    type_and_enter(w, SHORT)
+    wait_reply(qtbot, w)
+    old = w.host._shared.engine
+    old.self_reference = old  # a reference cycle: only the cyclic GC can free it
+    ref = weakref.ref(old)
+    del old
+    w.apply_settings(Settings(**{**w.settings.to_dict(), "context": 1024}))  # a model change
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    assert w.host.model["n_ctx"] == 1024 and w.host._shared.engine is not ref()
+    gc.collect()
+    assert ref() is None  # a frozen cycle would stay in memory for good
+    assert gc.get_freeze_count() > 0  # what is alive stays out of the collector's way
+    type_and_enter(w, SHORT)  # and the new model replies
+    wait_reply(qtbot, w)
+    assert w.store.messages(w.current)[-1].content
