@@ -1,7 +1,6 @@
 """GGUF metadata and the clear errors for bad model files."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 

@@ -373,7 +373,8 @@ def test_sparse_distribution_matches_dense():
 
 def reference(x, p: SamplingParams, hist):
     """The chain written out on the full vocabulary with the pure functions."""
-    x = apply_penalties(x, recent_window(hist, p.penalty_last_n), p.repeat_penalty, p.presence_penalty, p.frequency_penalty)
+    x = apply_penalties(x, recent_window(hist, p.penalty_last_n), p.repeat_penalty, p.presence_penalty,
+                        p.frequency_penalty)
     x = top_k_mask(x, p.top_k)
     x = top_p_mask(x, p.top_p)
     x = min_p_mask(x, p.min_p)

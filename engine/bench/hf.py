@@ -109,18 +109,18 @@ def run(a: argparse.Namespace) -> dict:
         for ev in stream_tokens(b, steps, prompt_len=len(prompt), cached=0, params=params,
                                 stats=stats, t_start=time.perf_counter()):
             if ev.kind == "final":
-                assert ev.stats.generated_tokens == n_tok, ev.stats
+                assert ev.stats is not None and ev.stats.generated_tokens == n_tok, ev.stats
                 last_tokens["hearth"] = list(ev.token_ids)
         return _speeds(times)
 
     run_reference(), run_hearth()  # warm-up: page in weights, first-call costs
-    hearth, reference = [], []
+    runs: dict[str, list[tuple[float, float]]] = {"hearth": [], "generate": []}
     for i in range(a.rounds):
         order = (run_hearth, run_reference) if i % 2 == 0 else (run_reference, run_hearth)
         for fn in order:
-            (hearth if fn is run_hearth else reference).append(fn())
-    tput_h, tput_g = [x[1] for x in hearth], [x[1] for x in reference]
-    hearth, reference = [x[0] for x in hearth], [x[0] for x in reference]
+            runs["hearth" if fn is run_hearth else "generate"].append(fn())
+    tput_h, tput_g = [x[1] for x in runs["hearth"]], [x[1] for x in runs["generate"]]
+    hearth, reference = [x[0] for x in runs["hearth"]], [x[0] for x in runs["generate"]]
     h, g = last_tokens["hearth"], last_tokens["generate"]
     same_prefix = next((i for i, (x, y) in enumerate(zip(h, g)) if x != y), min(len(h), len(g)))
     mem = b.memory_report()
