@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("which", choices=bench_names())
     p.add_argument("--backend", choices=["llama_cpp", "hf"], default="llama_cpp")
     p.add_argument("--gpu-check", action="store_true", help="sizing: compare on the GPU too")
+    p.add_argument("--system-file", default=None, help="prefix: the system prompt to measure (any language)")
     p.add_argument("--quant", action="append", default=[], help="quality/hf: quantization(s) to compare")
     _model_flags(p)
     p.add_argument("--json", action="store_true", help="one-line JSON")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from typing import Any
 
 from ..types import Message, SamplingParams, StreamEvent
 
@@ -16,13 +17,19 @@ def _ttft(engine, messages, max_tokens: int = 1) -> tuple[float, StreamEvent]:
 
 
 def bench_prefix(a: argparse.Namespace) -> dict:
-    """TTFT with the ~1.5k-token system prompt cold, cached, and cache-missing."""
+    """TTFT with a long system prompt (``--system-file``, default the ~1.5k-token
+    one in engine/data) cold, cached, cache-missing, and after a restart (disk)."""
     from importlib.resources import files
+    from pathlib import Path
 
     from ..engine import Engine
 
-    system = files("engine").joinpath("data/system_prompt_long.txt").read_text()
-    kw = dict(n_ctx=4096, n_threads=a.threads, backend=a.backend)
+    path = getattr(a, "system_file", None)
+    system = Path(path).read_text() if path else files("engine").joinpath("data/system_prompt_long.txt").read_text()
+    probe = Engine.load(a.model, n_ctx=512, n_threads=a.threads, backend=a.backend, cache_budget=0)
+    n_ctx = max(4096, len(probe.backend.tokenize(system, special=False)) + 1024)
+    probe.close()
+    kw: dict[str, Any] = dict(n_ctx=n_ctx, n_threads=a.threads, backend=a.backend)
     on = Engine.load(a.model, **kw)
     off = Engine.load(a.model, cache_budget=0, **kw)
     users = ["Hi!", "Hello?", "Hey there.", "Good morning!", "Any news?", "Help me."]
@@ -50,6 +57,7 @@ def bench_prefix(a: argparse.Namespace) -> dict:
     ev3 = _ttft(on, msgs)[1]
     assert ev3.stats is not None
     new_tokens = len(on.prompt_tokens(msgs)) - kv_after_reply
+    restart = _after_restart(Engine, a.model, kw, conv(users[0]), conv(users[1]))
     cold, w = statistics.median(disabled), statistics.median(warm)
     prompt_tokens = len(on.prompt_tokens(conv(users[0])))
     result = {
@@ -59,6 +67,8 @@ def bench_prefix(a: argparse.Namespace) -> dict:
         "warm_ttft_ms": round(w, 2),
         "speedup": round(cold / w, 1),
         "miss_overhead_ratio": round(statistics.median(miss) / cold, 4),
+        "restart_ttft_ms": round(restart, 2),
+        "restart_speedup": round(cold / restart, 1),
         "turn3_prefill_tokens": ev3.stats.prefill_tokens,
         "turn3_new_message_and_template_tokens": new_tokens,
         "cache": on.cache_stats(),
@@ -70,6 +80,22 @@ def bench_prefix(a: argparse.Namespace) -> dict:
     on.close()
     off.close()
     return result
+
+
+def _after_restart(engine_cls, model, kw: dict[str, Any], first: list[Message], second: list[Message]) -> float:
+    """TTFT of a new question after a restart: one engine answers ``first`` with
+    the disk store on and closes; a new engine on the same folder answers ``second``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="hearth-bench-disk-") as tmp:
+        e = engine_cls.load(model, disk_cache=tmp, **kw)
+        _ttft(e, first)
+        e.close()
+        e = engine_cls.load(model, disk_cache=tmp, **kw)
+        t, ev = _ttft(e, second)
+        assert ev.stats is not None and ev.stats.cached_tokens > 0, "the restart was not served from disk"
+        e.close()
+    return t
 
 
 run = bench_prefix
