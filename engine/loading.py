@@ -38,7 +38,7 @@ def open_backend(ref: ModelRef, *, backend: str | None, n_ctx: int | None, n_thr
             raise HearthError("int8/int4 are transformers-backend choices; a GGUF file carries its "
                               "own quantization (pick another GGUF file to change it)")
         from .backends.llama_cpp import LlamaCppBackend  # native library: load only when asked
-        from .kv.disk_store import file_sha256
+        from .models.digest import file_sha256
         from .models.gguf import model_info
 
         info = model_info(ref.path)

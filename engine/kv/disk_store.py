@@ -13,55 +13,17 @@ import json
 import logging
 import os
 import struct
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from ..models.digest import atomic_write
+
 log = logging.getLogger("hearth.prefix_store")
 
 MAGIC = b"HEARTHKV1\n"
-_HASH_MEMO = "model-hashes.json"
 DEFAULT_DISK_BUDGET = 2 * 1024 ** 3  # the app's cap on the folder; least recently used entries go first
-
-
-def file_sha256(path: Path, memo_dir: Path | None = None) -> str:
-    """SHA-256 of a model file, memoised by (path, size, mtime) under memo_dir."""
-    st = path.stat()
-    memo_key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    memo_path = memo_dir / _HASH_MEMO if memo_dir else None
-    memo: dict[str, str] = {}
-    if memo_path and memo_path.exists():
-        try:
-            memo = json.loads(memo_path.read_text())
-        except (OSError, ValueError):
-            memo = {}
-        if memo_key in memo:
-            return memo[memo_key]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    if memo_path:
-        memo[memo_key] = digest
-        _atomic_write(memo_path, json.dumps(memo).encode())
-    return digest
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def store_usage(root: Path) -> tuple[int, int]:
@@ -112,7 +74,7 @@ class PrefixStore:
         blob = MAGIC + struct.pack("<I", len(header)) + header + payload
         if self.max_bytes is not None and len(blob) > self.max_bytes:
             return path  # could never fit: write nothing rather than evict everything
-        _atomic_write(path, blob)
+        atomic_write(path, blob)
         self._enforce_cap(keep=path)
         return path
 

@@ -79,7 +79,7 @@ def gguf_as_folder(path: Path, *, cache: Path | None = None) -> Path:
     """
     import psutil
 
-    from ...kv.disk_store import file_sha256
+    from ...models.digest import file_sha256
     from ...models.gguf import read_gguf
 
     root = (cache or hearth_cache()) / "from-gguf"
@@ -128,7 +128,7 @@ def source_sha256(path: Path, memo_dir: Path | None = None) -> str:
     folder's config and weight files."""
     import hashlib
 
-    from ...kv.disk_store import file_sha256
+    from ...models.digest import file_sha256
 
     if path.is_file():
         return file_sha256(path, memo_dir=memo_dir)
