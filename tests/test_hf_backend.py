@@ -183,6 +183,31 @@ def test_context_full_leaves_the_cache_intact(tiny_dir):
     b.close()
 
 
+@pytest.mark.parametrize("start", [0, len(A)])
+def test_a_forward_that_fails_inside_the_model_leaves_every_layer_as_it_was(hfb, start):
+    """A failure in the second layer comes after the first one stored the new tokens;
+    the rollback must cut both to the old length (a relative crop left them 2 apart, and
+    the next forward failed on mismatched attention sizes)."""
+    hfb.truncate(0)
+    if start:
+        hfb.forward(A[:start])
+    expect = hfb.forward((A + B)[start:], all_logits=True).copy()  # the same call as after the failure
+    hfb.truncate(start)
+
+    def boom(module, args):
+        raise RuntimeError("boom")
+
+    hook = hfb.model.model.layers[1].register_forward_pre_hook(boom)
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            hfb.forward([5, 6])
+    finally:
+        hook.remove()
+    assert hfb.kv_len == start and [layer.get_seq_length() for layer in hfb._cache.layers] in ([], [start] * 2)
+    np.testing.assert_array_equal(hfb.forward((A + B)[start:], all_logits=True), expect)
+    hfb.truncate(0)
+
+
 def test_memory_report_counts_weights_and_kv(hfb):
     hfb.truncate(0)
     hfb.forward(A)

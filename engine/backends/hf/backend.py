@@ -152,9 +152,8 @@ class HFBackend:
                     return _to_numpy(logits[0, -1])
             return np.concatenate(rows)
         except BaseException:
-            # Roll back whatever part of this call landed, so kv_len stays the truth.
-            self._n = self._cache.get_seq_length()
-            self.truncate(start_len)
+            # Roll back whatever part of this call landed, in every layer, so kv_len stays the truth.
+            self._cut(start_len)
             raise
 
     def set_abort(self, flag: threading.Event | None) -> None:
@@ -163,12 +162,14 @@ class HFBackend:
 
     def truncate(self, n: int) -> None:
         n = max(0, n)
-        if n >= self._n:
-            return
+        if n < self._n:
+            self._cut(n)
+
+    def _cut(self, n: int) -> None:
         if n == 0:
             self._cache = HearthCache()
         else:
-            self._cache.crop(n - self._n)
+            self._cache.keep(n)
         self._n = n
 
     def snapshot(self) -> HFState:

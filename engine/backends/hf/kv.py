@@ -85,6 +85,12 @@ class GrowingLayer(DynamicLayer):
         self._len = max(0, self._len + tokens_to_remove)
         self.keys, self.values = self.prefix(self._len)
 
+    def keep(self, n: int) -> None:
+        """Drop every token at position >= ``n`` (an absolute length, where ``crop`` is relative)."""
+        if self.is_initialized and n < self._len:
+            self._len = max(0, n)
+            self.keys, self.values = self.prefix(self._len)
+
     def reset(self) -> None:
         self.keys = self.values = None
         self._kbuf = self._vbuf = torch.empty(0)
@@ -109,6 +115,13 @@ class HearthCache(DynamicCache):
     def __init__(self) -> None:
         super().__init__()
         self.layer_class_to_replicate = GrowingLayer
+
+    def keep(self, n: int) -> None:
+        """Every layer cut to its first ``n`` tokens. Absolute, unlike ``crop``: after a
+        forward that failed inside the model, the layers before the failure hold more
+        tokens than those after it, and a relative crop would keep them apart."""
+        for layer in self.growing_layers():
+            layer.keep(n)
 
     def growing_layers(self) -> list[GrowingLayer]:
         """The layers created so far (every one a GrowingLayer)."""
