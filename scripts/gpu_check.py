@@ -88,7 +88,7 @@ def build(kit: Path, site: Path) -> dict:
     ladder, notes = runtimes.ladder(machine, forced="cuda")
     rt = ladder[0]
     (sdist,) = kit.glob("llama_cpp_python-*.tar.gz")
-    args = [rt.flags, *toolchains.cuda_args(Path(sys.executable)), "-DLLAVA_BUILD=OFF"]
+    args = [rt.flags, *toolchains.cuda_args(Path(sys.executable))]
     env = dict(os.environ, CMAKE_ARGS=" ".join(args), FORCE_CMAKE="1",
                CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 4))
     out = site.parent / "wheel"

@@ -13,6 +13,14 @@ can target (compute capability 7.5 and up), built for those cards only; Vulkan
 for any GPU with a Vulkan driver (AMD, Intel, NVIDIA without CUDA), and for
 Mesa's software device lavapipe on a developer set-up (``--dev``: the device
 tests run on it); then the portable CPU builds. ``HEARTH_RUNTIME`` forces one.
+
+One runtime per build, not ``GGML_BACKEND_DL``: llama-cpp-python 0.3.36 never
+calls ``ggml_backend_load_all`` (llama-cpp-python#2069), so a DL build would
+register no backend unless Hearth called ``ggml_backend_load_all_from_path``
+through ctypes before ``llama_backend_init``; its CMakeLists installs
+``ggml-cpu`` but none of ``GGML_CPU_ALL_VARIANTS``' per-CPU modules; and each
+further configuration is another 20-40 minute build to verify on 2 cores. Set-up
+builds for the machine it runs on, where one runtime is what that machine has.
 """
 from __future__ import annotations
 
@@ -46,10 +54,10 @@ CPU_LADDER = (
 )
 # Apple silicon: no x86 flags; NATIVE off with an explicit ARM baseline every M-series chip has.
 _APPLE_CPU = "-DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16 -DGGML_LLAMAFILE=OFF"
-# lavapipe: what llama.cpp's own llvmpipe CI job sets, and a device of type CPU
-# is only used when named.
-SOFTWARE_VULKAN_ENV = (("GGML_VK_VISIBLE_DEVICES", "0"), ("GGML_VK_DISABLE_F16", "1"),
-                       ("GGML_VK_DISABLE_COOPMAT", "1"))
+# lavapipe is a Vulkan device of type CPU: ggml uses it only when it is named.
+# (llama.cpp's llvmpipe CI also sets GGML_VK_DISABLE_F16/COOPMAT; lavapipe from
+# Mesa 22.3 passed the probe and the device tests without them, at the same speed.)
+SOFTWARE_VULKAN_ENV = (("GGML_VK_VISIBLE_DEVICES", "0"),)
 
 
 @dataclass(frozen=True)
@@ -203,7 +211,9 @@ def ladder(machine: Machine, *, dev: bool = False, forced: str | None = None) ->
                      "those cards run Vulkan")
     if archs:
         flavour = "cuda-" + "-".join("sm" + a.split("-")[0] for a in archs)
-        out.append(Runtime("cuda", flavour, f"-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)} {cpu_flags}",
+        # LLAVA_BUILD off: Hearth never loads libmtmd, and it is minutes of the longest build.
+        out.append(Runtime("cuda", flavour, f"-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)} "
+                           f"-DLLAVA_BUILD=OFF {cpu_flags}",
                            f"NVIDIA {names} (compute capability {', '.join(machine.nvidia_caps)})"))
     elif forced == "cuda":
         notes.append("HEARTH_RUNTIME=cuda, but nvidia-smi reports no card to build for")
