@@ -2,6 +2,7 @@
 
     probe_llama.py MODEL.gguf          # the CPU path
     probe_llama.py MODEL.gguf --gpu    # every layer offloaded to the GPU runtime
+    probe_llama.py MODEL.gguf --gpu --quick   # a build that passed before: the device is still there
 
 Run by scripts/setup.py. A native build with the AMX kernels segfaults on some
 CPUs as soon as a batch holds more than one token, so we decode a real 48-token
@@ -69,7 +70,7 @@ def _decode(lc, model, *, op_offload: bool) -> list[float] | str:
         lc.llama_free(ctx)
 
 
-def main(model_path: str, gpu: bool) -> int:
+def main(model_path: str, gpu: bool, quick: bool = False) -> int:
     import llama_cpp as lc
 
     lines: list[str] = []
@@ -89,7 +90,7 @@ def main(model_path: str, gpu: bool) -> int:
                         + (f"; {hint[-1][:200]}" if hint else ""))
     out: dict = {"ok": True, "version": lc.__version__, "gpu": gpu}
     logits = {}
-    for ngl in ((0, 999) if gpu else (0,)):
+    for ngl in ((0, 999) if gpu and not quick else (0,)):
         mp = lc.llama_model_default_params()
         mp.n_gpu_layers = ngl
         mark = len(lines)
@@ -110,7 +111,12 @@ def main(model_path: str, gpu: bool) -> int:
         if not all(math.isfinite(x) for x in res):
             return _fail(6, f"non-finite logits with n_gpu_layers={ngl}")
         logits[ngl] = res
-    if gpu:
+    if gpu and quick:
+        # Passed the full probe before with this very build: that its device is
+        # still there is what can have changed (a driver update, a card removed).
+        out.update(device=found[0].name, runtime=found[0].runtime, device_desc=found[0].description,
+                   device_total=found[0].total, quick=True)
+    elif gpu:
         if out["runtime"] == "cpu" or out["layers"].split("/")[0] != out["layers"].split("/")[1]:
             return _fail(7, f"llama.cpp did not offload every layer (offloaded {out['layers']} to {out['device']})")
         cpu, dev = logits[0], logits[999]
@@ -128,4 +134,4 @@ def main(model_path: str, gpu: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], "--gpu" in sys.argv[2:]))
+    sys.exit(main(sys.argv[1], "--gpu" in sys.argv[2:], "--quick" in sys.argv[2:]))

@@ -95,9 +95,11 @@ def bundled_model() -> Path:
     return Path(out)
 
 
-def probe(model: Path, rt: runtimes.Runtime) -> tuple[bool, dict]:
-    """Run scripts/probe_llama.py on the installed build; (passed, its report)."""
-    cmd = [str(PY), str(ROOT / "scripts" / "probe_llama.py"), str(model)] + (["--gpu"] if rt.gpu else [])
+def probe(model: Path, rt: runtimes.Runtime, *, quick: bool = False) -> tuple[bool, dict]:
+    """Run scripts/probe_llama.py on the installed build; (passed, its report).
+    ``quick``: the build passed the full probe before; check its device is still there."""
+    cmd = [str(PY), str(ROOT / "scripts" / "probe_llama.py"), str(model)] + (["--gpu"] if rt.gpu else []) \
+        + (["--quick"] if quick and rt.gpu else [])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                               env=dict(os.environ, **dict(rt.probe_env)))
@@ -200,8 +202,8 @@ def try_runtime(rt: runtimes.Runtime, key: str, state: dict, model: Path) -> dic
     """Make ``rt`` the installed build and probe it; its probe report, or BuildFailed."""
     rec = state.get("llama") or {}
     if rec.get("key") == key and installed_llama() == LLAMA_VERSION:
-        # Installed and probed before with these flags: re-probe, never rebuild.
-        ok, report = probe(model, rt)
+        # Installed and probed before with these flags: re-check, never rebuild.
+        ok, report = probe(model, rt, quick=True)
         if ok:
             return report
         raise BuildFailed(f"the installed {rt.flavour} build no longer passes its probe: {report['error']}")

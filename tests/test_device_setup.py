@@ -207,8 +207,8 @@ class Box:
         def pip(*args, env=None):
             self.installed.append(Path(args[-1]).stem)
 
-        def probe(model, rt):
-            self.probed.append(rt.flavour)
+        def probe(model, rt, quick=False):
+            self.probed.append(rt.flavour + ("-quick" if quick else ""))
             if broken.get(rt.flavour) == "probe":
                 return False, {"error": "signal 11: crashed on a batch"}
             dev = {"device": "Vulkan0", "device_desc": "llvmpipe"} if rt.gpu else {}
@@ -237,7 +237,7 @@ def test_a_gpu_build_that_fails_falls_back_and_the_reason_is_recorded(monkeypatc
 
     again = Box(monkeypatch, tmp_path, LAVAPIPE, broken={"vulkan": "probe"})
     setup.ensure_llama(state, ["dev"])
-    assert again.built == [] and again.installed == [] and again.probed == ["avx2"]
+    assert again.built == [] and again.installed == [] and again.probed == ["avx2-quick"]
     assert any("HEARTH_RUNTIME=vulkan" in f for f in state["llama"]["fallbacks"])
 
 
@@ -257,7 +257,7 @@ def test_what_passed_its_probe_is_not_rebuilt_even_without_the_wheel_cache(monke
     assert box.built == ["vulkan"] and state["llama"]["device"] == "Vulkan0 (llvmpipe)"
     again = Box(monkeypatch, tmp_path, LAVAPIPE)  # build_wheel records any call: the cache may be empty
     setup.ensure_llama(state, ["dev"])
-    assert again.built == [] and again.installed == [] and again.probed == ["vulkan"]
+    assert again.built == [] and again.installed == [] and again.probed == ["vulkan-quick"]
 
 
 def test_a_missing_toolchain_is_looked_for_again_next_time(monkeypatch, tmp_path):
