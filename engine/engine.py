@@ -20,7 +20,7 @@ from .errors import Cancelled, HearthError, PromptTooLongError
 from .generate import generate_step, no_steps, stream_tokens
 from .kv.disk_store import DEFAULT_DISK_BUDGET, PrefixStore
 from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache
-from .kv.reuse import KVReuse, ProgressFn, prefill
+from .kv.reuse import FINAL_PIECE, KVReuse, ProgressFn, prefill
 from .loading import DEFAULT_CTX, draft_header_vocab, find_draft_for, open_backend
 from .metrics import GenerationStats
 from .models.catalogue import ModelRef, resolve
@@ -221,10 +221,11 @@ class Engine:
         try:
             try:
                 keep = self.kv.prepare(prompt, checkpoints, cancel=cancel, progress=progress)
-                # All but the last prompt token, in chunks: Stop works during a long
-                # prompt. The last one is fed by the step loop; its logits start decoding.
-                prefill(b, prompt[b.kv_len:-1], cancel=cancel, progress=progress, done=b.kv_len,
-                        total=len(prompt))
+                # All but the last few prompt tokens, in chunks: Stop works during a
+                # long prompt. The step loop feeds the rest; its logits start decoding.
+                tail = min(FINAL_PIECE, len(prompt) - b.kv_len)
+                prefill(b, prompt[b.kv_len:len(prompt) - tail], cancel=cancel, progress=progress,
+                        done=b.kv_len, total=len(prompt))
             except Cancelled:
                 steps = no_steps()
                 spec = None

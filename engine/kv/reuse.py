@@ -17,6 +17,10 @@ from .disk_store import PrefixStore
 from .prefix_cache import PrefixCache, common_prefix_len
 
 PREFILL_CHUNK = 256  # tokens per forward() while prefilling: cancel and progress between chunks
+# The prompt's last few tokens are fed by the first decode step in one forward,
+# without the abort check: a short follow-up turn then costs one llama_decode,
+# not two, and Stop still lands within this many tokens' compute (~0.25 s here).
+FINAL_PIECE = 32
 
 ProgressFn = Callable[[int, int], None]
 
@@ -35,6 +39,8 @@ def prefill(backend: Backend, tokens: Sequence[int], *, cancel: threading.Event 
     counts prompt tokens, ``done`` of them already in the KV before this call.
     """
     total = done + len(tokens) if total is None else total
+    if not tokens:
+        return
     backend.set_abort(cancel)
     try:
         for i in range(0, len(tokens), chunk):
