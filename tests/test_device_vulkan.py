@@ -25,6 +25,9 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve()
+# The worker's run on lavapipe takes minutes on 2 cores (about 4 on a quiet machine), all of it
+# inside the first test's fixture: past the suite's 300 s default on a busy machine.
+pytestmark = pytest.mark.timeout(1800)
 # lavapipe runs a 135M model at about a token a second on 2 cores: every case here is short.
 CTX = 256
 GREEDY = dict(temperature=0.0, max_tokens=8)
