@@ -14,20 +14,11 @@ from engine.errors import Cancelled, PromptTooLongError
 from engine.kv.reuse import FINAL_PIECE
 from engine.prompt import as_messages
 from engine.types import Message, SamplingParams
+from test_engine import collect
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
 LONG_SYSTEM = " ".join(f"Rule {i}: answer politely and keep to the point of question {i}." for i in range(80))
-
-
-def collect(events):
-    deltas, final = [], None
-    for ev in events:
-        if ev.kind == "delta":
-            deltas.append(ev.text)
-        else:
-            final = ev
-    return deltas, final
 
 
 @pytest.fixture(scope="module")
