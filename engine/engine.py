@@ -58,7 +58,7 @@ class Engine:
              draft: str | os.PathLike[str] | None = None, draft_k: int | None = None,
              backend: str | None = None, quant: str = "none", device: str = "auto",
              max_memory: dict | None = None, allow_pickle: bool = False, allow_remote_code: bool = False,
-             repack: bool = False, progress: Callable[[int, int, str], None] | None = None,
+             repack: bool = False, exactness: str = "exact", progress: Callable[[int, int, str], None] | None = None,
              cancel: threading.Event | None = None) -> "Engine":
         """Load a model (the bundled GGUF by default): a GGUF file, a transformers
         folder or a Hugging Face Hub id (downloaded first, with ``progress`` and ``cancel``).
@@ -71,6 +71,8 @@ class Engine:
         ``draft``: speculative decoding: None/"none", "ngram", "auto" or a draft GGUF path.
         ``repack``: llama.cpp's faster CPU kernels for some quant types, which make
         logits depend on batch shape (see LlamaCppBackend); off keeps output exact.
+        ``exactness``: "exact" (default) or "fast" (repack and flash attention on; cached
+        and speculative output may then differ slightly from plain decoding).
         """
         ref = resolve(model)
         if ref.kind == "hub":
@@ -81,7 +83,8 @@ class Engine:
         be, model_sha = open_backend(ref, backend=backend, n_ctx=n_ctx, n_threads=n_threads,
                                      n_gpu_layers=n_gpu_layers, kv_type=kv_type, quant=quant, device=device,
                                      max_memory=max_memory, allow_pickle=allow_pickle,
-                                     allow_remote_code=allow_remote_code, repack=repack)
+                                     allow_remote_code=allow_remote_code, repack=repack,
+                                     exactness=exactness)
         store = None
         if disk_cache is not None and cache_budget > 0:
             root = Path(disk_cache)

@@ -21,7 +21,7 @@ DEFAULT_CTX = 8192
 def open_backend(ref: ModelRef, *, backend: str | None, n_ctx: int | None, n_threads: int | None,
                  n_gpu_layers: int, kv_type: str, quant: str, device: str, max_memory: dict | None,
                  allow_pickle: bool, allow_remote_code: bool,
-                 repack: bool) -> tuple[Backend, Callable[[Path], str]]:
+                 repack: bool, exactness: str = "exact") -> tuple[Backend, Callable[[Path], str]]:
     """The backend for a local ``ref`` (a Hub id is fetched before this), and a
     function giving the model's SHA-256 (memoised under a folder) for the disk cache key."""
     kind = backend or default_backend(ref)
@@ -45,7 +45,8 @@ def open_backend(ref: ModelRef, *, backend: str | None, n_ctx: int | None, n_thr
         if n_ctx is None:
             n_ctx = min(info.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
         lb = LlamaCppBackend(ref.path, n_ctx=n_ctx, n_threads=n_threads,
-                             n_gpu_layers=n_gpu_layers, kv_type=kv_type, repack=repack, info=info)
+                             n_gpu_layers=n_gpu_layers, kv_type=kv_type, repack=repack, info=info,
+                             exactness=exactness)
         return lb, lambda root: file_sha256(ref.path, memo_dir=root)
     raise HearthError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
 

@@ -129,3 +129,4 @@ class BackendInfo:
     n_gpu_layers: int = 0
     kv_type: str = "f16"
     weight_bytes: int = 0
+    exactness: str = "exact"  # "exact" (batch-invariant kernels) or "fast"; see LlamaCppBackend

@@ -39,6 +39,12 @@ from . import devices
 log = logging.getLogger("hearth.llama_cpp")
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2, "f32": 0, "bf16": 30}
+# "exact": batch-invariant kernels, so cached and speculative output equal plain
+# decoding bit for bit. "fast": the two runtime switches llama.cpp offers back on
+# (repack buffers, flash attention). LLAMAFILE is a compile-time switch and stays
+# off in either profile; the tiled K-quant matmul is read once per process
+# (GGML_CPU_TILED_MM above), so a profile chosen after start-up cannot change it.
+EXACTNESS = ("exact", "fast")
 
 # llama.cpp logs through one process-wide callback. We keep recent lines so a
 # failed load can say *why*, and so memory_report() can read the buffer sizes
@@ -110,13 +116,19 @@ class LlamaCppBackend:
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
                  flash_attn: bool | None = None, repack: bool = False,
-                 info: ModelInfo | None = None) -> None:
+                 info: ModelInfo | None = None, exactness: str = "exact") -> None:
         # Parse the header ourselves first: a missing/truncated/corrupt file gets
         # a clear message here instead of a NULL pointer from C.
         self.info = info or model_info(path)
         self.path = Path(path)
         if kv_type not in KV_TYPES:
             raise HearthError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
+        if exactness not in EXACTNESS:
+            raise HearthError(f"unknown exactness profile {exactness!r}; choose exact or fast")
+        if exactness == "fast":
+            repack = True
+            flash_attn = True if flash_attn is None else flash_attn
+        self.exactness = exactness
         self._model = self._ctx = self._batch = None
         mark = _log_mark()
 
@@ -329,7 +341,7 @@ class LlamaCppBackend:
                            quant=self.info.file_type, runtime=where.runtime,
                            device=where.device, threads=self.n_threads, n_ctx=self.n_ctx,
                            n_gpu_layers=self.n_gpu_layers, kv_type=self.kv_type,
-                           weight_bytes=self.info.weight_bytes)
+                           weight_bytes=self.info.weight_bytes, exactness=self.exactness)
 
     def vocab(self) -> Vocab:
         return self.info.vocab()
