@@ -1,0 +1,104 @@
+"""The per-reply timeline: pure checks of the dataclass and the recorder, then
+real replies on the bundled model through the engine (and the window's store)."""
+from __future__ import annotations
+
+import json
+from time import perf_counter
+
+import numpy as np
+import pytest
+
+from engine.metrics import GenerationStats, percentile
+from engine.timeline import NO_TIMELINE, PARTS, Recorder, Timeline, TimedSampler
+from engine.types import SamplingParams
+
+
+def _sample_timeline() -> Timeline:
+    return Timeline(template_ms=0.41, tokenize_ms=1.2, prefill_ms=80.5, prefill_tokens=120, prefill_tok_s=1490.7,
+                    cached_tokens=16, prompt_tokens=136, ttft_ms=83.0, generated_tokens=4,
+                    step_ms=[6.1234567, 7.5, 12.25], tpot_p50_ms=7.5, tpot_p90_ms=11.3, tpot_p99_ms=12.155,
+                    slowest_step=2, slowest_step_ms=12.25, decode_ms=25.0, sampling_ms=0.2,
+                    sampling_ms_per_token=0.05, detokenize_ms=0.1, spec_acceptance=[0.75, 0.5],
+                    kv_used=140, n_ctx=2048, cache_hits=1, cache_inserts=2, cache_evictions=0, e2e_ms=108.0)
+
+
+def test_round_trip_through_json_keeps_every_field():
+    tl = _sample_timeline()
+    back = Timeline.from_dict(json.loads(json.dumps(tl.to_dict())))
+    assert back.step_ms == [6.123, 7.5, 12.25]  # rounded to the microsecond
+    back.step_ms = tl.step_ms
+    assert back == tl
+
+
+def test_from_dict_ignores_unknown_keys_and_defaults_missing_ones():
+    back = Timeline.from_dict({"prefill_ms": 5.0, "from_a_newer_version": 1})
+    assert back.prefill_ms == 5.0 and back.step_ms == [] and back.e2e_ms == 0.0
+
+
+def test_parts_are_in_request_order_and_other_is_the_rest():
+    tl = _sample_timeline()
+    assert list(tl.parts()) == ["template", "tokenize", "queue_wait", "prefill", "decode", "sampling", "detokenize"]
+    assert tl.other_ms == pytest.approx(108.0 - (0.41 + 1.2 + 80.5 + 25.0 + 0.2 + 0.1))
+    assert len(PARTS) == len(tl.parts())
+
+
+def test_queue_wait_adds_to_ttft_and_end_to_end():
+    tl = _sample_timeline()
+    tl.record_queue_wait(40.0)
+    assert (tl.queue_wait_ms, tl.ttft_ms, tl.e2e_ms) == (40.0, 123.0, 148.0)
+    assert tl.other_ms == pytest.approx(_sample_timeline().other_ms)
+    with pytest.raises(ValueError):
+        tl.record_queue_wait(-1.0)
+
+
+def test_timed_sampler_picks_what_the_plain_one_picks():
+    from engine.sampling import make_sampler
+
+    params = SamplingParams(temperature=0.8, top_k=40, seed=3)
+    plain, timed = make_sampler(params), TimedSampler(params)
+    logits = np.random.default_rng(0).normal(size=500).astype(np.float32)
+    assert [plain([1], logits) for _ in range(20)] == [timed([1], logits) for _ in range(20)]
+    assert timed.spent > 0.0
+
+
+def test_recorder_derives_steps_percentiles_and_cache_diffs():
+    counters = {"hits": 3, "inserts": 5, "evictions": 1}
+    t0 = perf_counter()
+    rec = Recorder(t0, lambda: dict(counters))
+    rec.prompt_built(0.001, 0.002)
+    sampler = rec.make_sampler(SamplingParams(temperature=0.0))
+    push = rec.timed(lambda tok: str(tok))
+    logits = np.arange(10, dtype=np.float32)
+    for i in range(6):
+        sampler([], logits)
+        rec.mark(perf_counter())
+        if i == 0:
+            rec.first_token()
+        push(i)
+    counters.update(hits=4, inserts=7, evictions=2)
+    stats = GenerationStats(prompt_tokens=10, cached_tokens=4, prefill_tokens=6, generated_tokens=6, n_ctx=64,
+                            ttft_ms=1.0)
+    tl = rec.finish(stats, kv_used=15, t_end=perf_counter())
+    assert tl is not None
+    assert len(tl.step_ms) == 5 and all(s >= 0 for s in tl.step_ms)
+    assert tl.tpot_p50_ms == percentile(tl.step_ms, 50) and tl.tpot_p99_ms == percentile(tl.step_ms, 99)
+    assert tl.slowest_step_ms == max(tl.step_ms) == tl.step_ms[tl.slowest_step]
+    assert (tl.cache_hits, tl.cache_inserts, tl.cache_evictions) == (1, 2, 1)
+    assert (tl.cached_tokens, tl.prompt_tokens, tl.kv_used, tl.n_ctx) == (4, 10, 15, 64)
+    assert tl.template_ms == pytest.approx(1.0) and tl.tokenize_ms == pytest.approx(2.0)
+    assert tl.sampling_ms > 0 and tl.detokenize_ms > 0
+    assert tl.sampling_ms_per_token == pytest.approx(tl.sampling_ms / 6)
+
+
+def test_no_timeline_hands_back_the_plain_pieces():
+    from engine.sampling import Sampler
+
+    def push(tok: int) -> str:
+        return ""
+
+    assert type(NO_TIMELINE.make_sampler(SamplingParams())) is Sampler
+    assert NO_TIMELINE.timed(push) is push
+    for _ in range(3):
+        NO_TIMELINE.mark(1.0)
+    assert NO_TIMELINE.arrivals == []
+    assert NO_TIMELINE.finish(GenerationStats(), kv_used=0, t_end=0.0) is None
