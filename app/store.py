@@ -25,43 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from . import branches, chat_search
 from .paths import data_dir, move_aside
+from .store_schema import MIGRATIONS, SCHEMA_VERSION, statements
+
+__all__ = ["SCHEMA_VERSION", "Conversation", "Store", "StoreError", "StoredMessage", "title_from"]
 
 DB_NAME = "hearth.sqlite3"
 DEFAULT_TITLE = "New chat"
 TITLE_MAX = 60
 ROLES = ("system", "user", "assistant")
 
-# Index i holds the SQL that takes a database from version i to i + 1.
-# Never edit a released step: append a new one.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE conversations (
-        id            INTEGER PRIMARY KEY,
-        title         TEXT    NOT NULL,
-        auto_title    INTEGER NOT NULL DEFAULT 1,   -- 0 once the user renamed it
-        system_prompt TEXT    NOT NULL DEFAULT '',
-        draft         TEXT    NOT NULL DEFAULT '',  -- unsent text in the input box
-        created       REAL    NOT NULL,
-        updated       REAL    NOT NULL,
-        deleted       INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE TABLE messages (
-        id              INTEGER PRIMARY KEY,
-        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-        role            TEXT    NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
-        content         TEXT    NOT NULL,
-        complete        INTEGER NOT NULL DEFAULT 1, -- 0 while streaming and for cut-short replies
-        finish_reason   TEXT,                       -- NULL + complete=0 means the app died mid-reply
-        error           TEXT,
-        metrics         TEXT,                       -- GenerationStats.as_dict() as JSON
-        created         REAL    NOT NULL,
-        deleted         INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
-    """,
-]
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 class StoreError(Exception):
@@ -76,6 +50,7 @@ class Conversation:
     draft: str
     created: float
     updated: float
+    pinned: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -164,9 +139,8 @@ class Store:
                 raise StoreError(f"{self.path} was written by a newer Hearth (schema {version}, "
                                  f"this one knows {SCHEMA_VERSION}); update Hearth to open it")
             for step in range(version, SCHEMA_VERSION):
-                for stmt in MIGRATIONS[step].split(";"):
-                    if stmt.strip():
-                        conn.execute(stmt)
+                for stmt in statements(MIGRATIONS[step]):
+                    conn.execute(stmt)
                 conn.execute("UPDATE schema_version SET version = ?", (step + 1,))
             conn.execute("COMMIT")
         except BaseException:
@@ -217,7 +191,7 @@ class Store:
     @staticmethod
     def _conv(row: sqlite3.Row) -> Conversation:
         return Conversation(row["id"], row["title"], row["system_prompt"], row["draft"],
-                            row["created"], row["updated"])
+                            row["created"], row["updated"], bool(row["pinned"]))
 
     def create_conversation(self, title: str = DEFAULT_TITLE, system_prompt: str = "") -> Conversation:
         now = time.time()
@@ -234,14 +208,14 @@ class Store:
         return self._conv(row)
 
     def list_conversations(self, search: str = "") -> list[Conversation]:
-        """Live conversations, most recently active first; ``search`` filters titles."""
+        """Live conversations, pinned first, then most recently active; ``search`` filters titles."""
         sql = "SELECT * FROM conversations WHERE deleted = 0"
         args: tuple = ()
         if search.strip():
             pattern = search.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             sql += " AND title LIKE ? ESCAPE '\\'"
             args = (f"%{pattern}%",)
-        sql += " ORDER BY updated DESC, id DESC"
+        sql += " ORDER BY pinned DESC, updated DESC, id DESC"
         return [self._conv(r) for r in self._conn.execute(sql, args)]
 
     def rename_conversation(self, cid: int, title: str) -> None:
@@ -285,9 +259,8 @@ class Store:
                              row["created"])
 
     def messages(self, cid: int) -> list[StoredMessage]:
-        rows = self._conn.execute("SELECT * FROM messages WHERE conversation_id = ? AND deleted = 0 "
-                                  "ORDER BY id", (cid,))
-        return [self._msg(r) for r in rows]
+        """The branch on screen, oldest first (see app/branches.py)."""
+        return [self._msg(r) for r in branches.path_rows(self._conn, cid)]
 
     def message(self, mid: int) -> StoredMessage:
         row = self._conn.execute("SELECT * FROM messages WHERE id = ?", (mid,)).fetchone()
@@ -296,41 +269,43 @@ class Store:
         return self._msg(row)
 
     def add_message(self, cid: int, role: str, content: str, *, complete: bool = True) -> int:
-        """Append a message; the first user message also names an untitled conversation."""
+        """Append a message after the branch on screen; the first user message also names
+        an untitled conversation."""
         with self._tx() as c:
-            return self._insert(c, cid, role, content, complete)
+            return self._insert(c, cid, role, content, complete, branches.leaf(c, cid))
 
     @staticmethod
-    def _insert(c: sqlite3.Connection, cid: int, role: str, content: str, complete: bool) -> int:
+    def _insert(c: sqlite3.Connection, cid: int, role: str, content: str, complete: bool,
+                parent: int | None) -> int:
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
         now = time.time()
         cur = c.execute("INSERT INTO messages (conversation_id, role, content, complete, "
-                        "finish_reason, created) VALUES (?, ?, ?, ?, ?, ?)",
-                        (cid, role, content, int(complete), None, now))
-        c.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
+                        "finish_reason, created, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (cid, role, content, int(complete), None, now, parent))
+        mid = cur.lastrowid
+        c.execute("UPDATE conversations SET updated = ?, leaf_id = ? WHERE id = ?", (now, mid, cid))
         if role == "user":
             c.execute("UPDATE conversations SET title = ? WHERE id = ? AND auto_title = 1 "
                       "AND title = ?", (title_from(content), cid, DEFAULT_TITLE))
-        return cur.lastrowid
+        return mid
 
     def start_turn(self, cid: int, user_text: str | None, *, replace_from: int | None = None
                    ) -> tuple[int | None, int]:
         """Everything a send does to the database, in one transaction (one disk sync).
 
-        Hides ``replace_from`` and later messages (edit-and-resend, regenerate),
-        adds the user's message (if any) and clears the draft it came from,
-        then adds the empty, incomplete reply. Returns (user message id, reply id).
+        With ``replace_from`` (edit-and-resend, regenerate) the new messages become
+        a sibling branch of that message; the old branch is kept. Adds the user's
+        message (if any) and clears the draft it came from, then adds the empty,
+        incomplete reply. Returns (user message id, reply id).
         """
         with self._tx() as c:
-            if replace_from is not None:
-                c.execute("UPDATE messages SET deleted = 1 WHERE conversation_id = ? AND id >= ?",
-                          (cid, replace_from))
+            parent = branches.leaf(c, cid) if replace_from is None else branches.parent_of(c, replace_from)
             user_mid = None
             if user_text is not None:
-                user_mid = self._insert(c, cid, "user", user_text, True)
+                user_mid = parent = self._insert(c, cid, "user", user_text, True, parent)
                 c.execute("UPDATE conversations SET draft = '' WHERE id = ?", (cid,))
-            return user_mid, self._insert(c, cid, "assistant", "", False)
+            return user_mid, self._insert(c, cid, "assistant", "", False, parent)
 
     def begin_reply(self, cid: int) -> int:
         """An empty, incomplete assistant message that a stream will fill in."""
@@ -350,13 +325,62 @@ class Store:
                        json.dumps(metrics) if metrics is not None else None, error, mid))
 
     def hide_from(self, cid: int, mid: int) -> None:
-        """Hide message ``mid`` and everything after it (regenerate, edit-and-resend).
+        """Hide message ``mid`` and everything that follows it (a send that failed);
+        the screen goes back to the branch beside it. Rows are flagged, not deleted."""
+        with self._tx() as c:
+            branches.hide_subtree(c, cid, mid)
 
-        Rows are flagged, not deleted, so an earlier branch could be brought back.
+    # -- branches, pins, search -----------------------------------------------
+
+    def siblings(self, mid: int) -> list[int]:
+        """``mid`` and the other versions of it (regenerated or edited), oldest first."""
+        return branches.siblings(self._conn, mid)
+
+    def branch_positions(self, cid: int, path: list[int]) -> dict[int, tuple[int, int]]:
+        """(place, count) for each message on ``path`` that has alternatives."""
+        return branches.positions(self._conn, cid, path)
+
+    def show_branch(self, cid: int, mid: int) -> None:
+        """Put the branch through ``mid`` on screen; it stays chosen after a restart."""
+        with self._tx() as c:
+            if c.execute("SELECT 1 FROM messages WHERE id = ? AND conversation_id = ? AND deleted = 0",
+                         (mid, cid)).fetchone() is None:
+                raise KeyError(mid)
+            branches.show_branch_of(c, cid, mid)
+
+    def set_pinned(self, cid: int, pinned: bool) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE conversations SET pinned = ? WHERE id = ?", (int(pinned), cid))
+
+    def search_messages(self, text: str) -> list[chat_search.SearchHit]:
+        """Messages in live conversations whose text matches every word of ``text``."""
+        return chat_search.search(self._conn, text)
+
+    def all_messages(self, cid: int) -> list[tuple[StoredMessage, int | None]]:
+        """Every live message of every branch with its parent id, oldest first."""
+        rows = self._conn.execute("SELECT * FROM messages WHERE conversation_id = ? AND deleted = 0 "
+                                  "ORDER BY id", (cid,))
+        return [(self._msg(r), r["parent_id"]) for r in rows]
+
+    def add_tree(self, conv: dict, messages: list[dict], current: int | None) -> int:
+        """Create a whole conversation in one transaction (an import); returns its id.
+
+        ``messages`` are in order, each ``parent`` an index of an earlier one (or None);
+        ``current`` is the index of the message that ends the branch on screen.
         """
         with self._tx() as c:
-            c.execute("UPDATE messages SET deleted = 1 WHERE conversation_id = ? AND id >= ?", (cid, mid))
-
-    def hide_message(self, mid: int) -> None:
-        with self._tx() as c:
-            c.execute("UPDATE messages SET deleted = 1 WHERE id = ?", (mid,))
+            cid = c.execute("INSERT INTO conversations (title, auto_title, system_prompt, created, updated, "
+                            "pinned) VALUES (?, 0, ?, ?, ?, ?)",
+                            (conv["title"], conv["system_prompt"], conv["created"], conv["updated"],
+                             int(conv["pinned"]))).lastrowid
+            ids: list[int] = []
+            for m in messages:
+                parent = None if m["parent"] is None else ids[m["parent"]]
+                ids.append(c.execute(
+                    "INSERT INTO messages (conversation_id, role, content, complete, finish_reason, error, "
+                    "metrics, created, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (cid, m["role"], m["content"], int(m["complete"]), m["finish_reason"], m["error"],
+                     json.dumps(m["metrics"]) if m["metrics"] is not None else None, m["created"],
+                     parent)).lastrowid)
+            branches.set_leaf(c, cid, None if current is None else ids[current])
+        return cid

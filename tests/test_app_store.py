@@ -155,3 +155,18 @@ def test_a_failed_commit_rolls_back_and_the_connection_stays_usable(store):
     mid = store.add_message(conv.id, "user", "after")  # the next transaction can begin
     assert [m.id for m in store.messages(conv.id)] == [mid]
     assert store._conn.execute("SELECT COUNT(*) FROM messages WHERE content = 'lost'").fetchone()[0] == 0
+
+
+def test_pinned_conversations_come_first_and_stay_pinned(tmp_path):
+    s = Store(tmp_path / "p.sqlite3")
+    old = s.create_conversation("old")
+    new = s.create_conversation("new")
+    s.add_message(new.id, "user", "hi")
+    assert [c.title for c in s.list_conversations()] == ["new", "old"]
+    s.set_pinned(old.id, True)
+    s.close()
+    s = Store(tmp_path / "p.sqlite3")
+    assert [(c.title, c.pinned) for c in s.list_conversations()] == [("old", True), ("new", False)]
+    s.set_pinned(old.id, False)
+    assert [c.title for c in s.list_conversations()] == ["new", "old"]
+    s.close()
