@@ -1,0 +1,80 @@
+"""Export as Markdown or JSON, import JSON: every branch round-trips exactly."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.export import ImportFailed, import_json, to_json, to_markdown
+from app.store import Store
+
+
+def branched(store: Store) -> int:
+    """A conversation with a regenerated reply, a follow-up, metrics and a cut-short reply."""
+    c = store.create_conversation(system_prompt="Be brief.")
+    _, a1 = store.start_turn(c.id, "Name a bread 🍞")
+    store.finish_reply(a1, "Sourdough.", complete=True, finish_reason="eos", metrics={"ttft_ms": 12.5})
+    _, a2 = store.start_turn(c.id, None, replace_from=a1)
+    store.finish_reply(a2, "Rye, with `code` and <b>html</b>.", complete=True, finish_reason="eos")
+    _, a3 = store.start_turn(c.id, "Another?")
+    store.finish_reply(a3, "Focacc", complete=False, finish_reason="cancelled")
+    store.set_pinned(c.id, True)
+    store.show_branch(c.id, a1)
+    return c.id
+
+
+def test_json_export_import_export_is_identical_and_keeps_every_branch(tmp_path):
+    s = Store(tmp_path / "a.sqlite3")
+    cid = branched(s)
+    first = to_json(s, cid)
+    data = json.loads(first)
+    assert data["format"] == "hearth-conversation" and len(data["messages"]) == 5
+    assert data["messages"][data["current"]]["content"] == "Sourdough."
+    s.close()
+
+    other = Store(tmp_path / "b.sqlite3")  # a fresh store, as on another machine
+    new = import_json(other, first)
+    assert to_json(other, new) == first
+    assert [m.content for m in other.messages(new)] == ["Name a bread 🍞", "Sourdough."]
+    (conv,) = other.list_conversations()
+    assert conv.pinned and conv.system_prompt == "Be brief."
+    other.close()
+    again = Store(tmp_path / "b.sqlite3")  # survives a restart
+    assert to_json(again, new) == first
+    two = [m.id for m in again.messages(new)]
+    assert again.branch_positions(new, two) == {two[1]: (1, 2)}
+    again.close()
+
+
+def test_markdown_export_is_the_branch_on_screen(tmp_path):
+    s = Store(tmp_path / "a.sqlite3")
+    cid = branched(s)
+    s.show_branch(cid, s.siblings(s.messages(cid)[1].id)[1])
+    md = to_markdown(s, cid)
+    assert md == ("# Name a bread 🍞\n\n## System\n\nBe brief.\n\n## You\n\nName a bread 🍞\n\n"
+                  "## Hearth\n\nRye, with `code` and <b>html</b>.\n\n## You\n\nAnother?\n\n"
+                  "## Hearth\n\nFocacc\n\n*(incomplete)*\n")
+    s.close()
+
+
+@pytest.mark.parametrize("text, says", [
+    ("not json", "not a JSON file"),
+    ('{"format": "other"}', "not a Hearth conversation"),
+    ('{"format": "hearth-conversation", "version": 9}', "another Hearth version"),
+    ('{"format": "hearth-conversation", "version": 1, "title": "t", "system_prompt": "", "created": 1,'
+     ' "updated": 1, "current": 0, "messages": [{"parent": 0, "role": "user", "content": "x",'
+     ' "complete": true, "created": 1}]}', "must be an earlier message"),
+    ('{"format": "hearth-conversation", "version": 1, "title": "t", "system_prompt": "", "created": 1,'
+     ' "updated": 1, "current": 0, "messages": [{"parent": null, "role": "robot", "content": "x",'
+     ' "complete": true, "created": 1}]}', "unknown role"),
+    ('{"format": "hearth-conversation", "version": 1, "title": "t", "system_prompt": "", "created": 1,'
+     ' "updated": 1, "current": 3, "messages": []}', "points at no message"),
+    ('{"format": "hearth-conversation", "version": 1, "title": "t", "system_prompt": 5, "created": 1,'
+     ' "updated": 1, "messages": []}', "wrong type"),
+])
+def test_a_bad_file_is_refused_with_a_reason_and_nothing_is_written(tmp_path, text, says):
+    s = Store(tmp_path / "a.sqlite3")
+    with pytest.raises(ImportFailed, match=says):
+        import_json(s, text)
+    assert s.list_conversations() == []
+    s.close()
