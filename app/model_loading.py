@@ -19,6 +19,8 @@ from .memory_details import MemoryDetails, MemoryFigure, memory_tooltip
 from .model_choice import model_title
 from .text_utils import human_bytes
 
+FAST_NOTE = ("Exactness: fast. With llama.cpp's faster kernels, replies served from the prompt cache or "
+             "sped up by a draft may differ slightly from plain decoding.")
 BAR_STEPS = 1000  # QProgressBar counts in int; byte totals pass 2 GiB, so the bar counts per mille
 
 
@@ -147,16 +149,21 @@ class ModelLoadingMixin:
 
     def _on_loaded(self, info: dict) -> None:
         self._end_loading()
-        self.model_label.setText(f"{info['label']} · {info['quant']} · context {info['n_ctx']:,}")
+        fast = info.get("exactness") == "fast"
+        self.model_label.setText(f"{info['label']} · {info['quant']} · context {info['n_ctx']:,}"
+                                 + (" · fast kernels" if fast else ""))
         draft = info.get("draft", "none") + (f" ({info['draft_model']})" if info.get("draft_model") else "")
         self.model_label.setToolTip(f"{info['path']}\nbackend: {info['backend']}\n"
                                     f"runs on: {info['runtime']} ({info['device']})\n"
                                     f"GPU layers: {info.get('n_gpu_layers', 0)}, KV cache: {info.get('kv_type')}\n"
                                     f"speculative decoding: {draft}\n"
                                     f"CPU threads: {info.get('n_threads')}\n"
-                                    f"loaded in {info.get('load_ms', 0):.0f} ms")
+                                    f"loaded in {info.get('load_ms', 0):.0f} ms"
+                                    + (f"\n{FAST_NOTE}" if fast else ""))
         self.memory_label.setText(f"Memory {human_bytes(info['memory_total'])}")
         self.memory_label.setToolTip(memory_tooltip(info))
+        if fast:
+            self.info.show_message(FAST_NOTE, "info")
         for text in info.get("plan_messages", ()):
             self.info.show_message(text, "info", action=("Details…", self.show_memory_details))
         self._oom_retried = "retry_after" in (self._load_key or {})

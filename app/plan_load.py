@@ -114,7 +114,8 @@ def engine_kwargs(plan: Plan | None, key: dict[str, Any], backend: str, n_thread
     """Engine.load's arguments: the plan's values (they hold every fixed choice), or
     without a plan the settings as chosen. The disk prefix store is always on."""
     kw: dict[str, Any] = {"n_threads": n_threads, "disk_cache": prefix_store_dir(),
-                          "disk_cache_bytes": DEFAULT_DISK_BUDGET, "backend": backend}
+                          "disk_cache_bytes": DEFAULT_DISK_BUDGET, "backend": backend,
+                          "exactness": key.get("exactness") or "exact"}
     draft = key.get("draft") or "auto"
     if plan is None:
         gl, kv, quant = key.get("gpu_layers"), key.get("kv_type") or "auto", key.get("quant") or "auto"

@@ -36,7 +36,13 @@ THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
 DEFAULT_CONTEXT_POLICY = "drop_oldest"
-LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "gpu_layers", "kv_type")
+LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "gpu_layers", "kv_type",
+             "exactness")
+# "exact": kernels whose logits do not depend on batching (cache and speculation change nothing);
+# "fast": llama.cpp's faster CPU kernels, under which cached/speculative output may differ slightly.
+EXACTNESS = ("exact", "fast")
+# The load settings a "Benchmark this model" row can set as a model's default.
+TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
 
 # The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
@@ -72,6 +78,9 @@ class Settings:
     n_threads: int | None = None    # None = the engine's default
     gpu_layers: int | str | None = None  # None = Auto (the memory plan), "all", or blocks on the GPU
     kv_type: str = "auto"           # "auto" (the memory plan) | "f16" | "q8_0" | "q4_0"
+    exactness: str = "exact"        # "exact" | "fast" (see EXACTNESS)
+    # model -> {"applied": {...}, "previous": {...}}: what "Apply best" set and what it replaced
+    tuning: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=_default_sampling)
     presets: list[dict[str, str]] = field(default_factory=lambda: [dict(p) for p in DEFAULT_PRESETS])
     default_preset: str = "None"    # preset a new conversation starts with
@@ -127,6 +136,14 @@ class Settings:
         if self.kv_type != "auto" and self.effective_backend == "hf":
             raise SettingsError("kv_type: the KV cache type is a choice for GGUF files on llama.cpp; "
                                 "transformers keeps the cache in the model's compute dtype")
+        if self.exactness not in EXACTNESS:
+            raise SettingsError(f"exactness: must be one of {', '.join(EXACTNESS)}, got {self.exactness!r}")
+        if not isinstance(self.tuning, dict) or not all(
+                isinstance(t, dict) and set(t) == {"applied", "previous"} and all(
+                    isinstance(t[k], dict) and set(t[k]) <= set(TUNABLE_KEYS) for k in t)
+                for t in self.tuning.values()):
+            raise SettingsError("tuning: each model's entry needs the applied and previous settings "
+                                f"(only {', '.join(TUNABLE_KEYS)})")
         if self.theme not in THEMES:
             raise SettingsError(f"theme: must be one of {', '.join(THEMES)}, got {self.theme!r}")
         if self.context_policy not in CONTEXT_POLICIES:
@@ -166,8 +183,31 @@ class Settings:
     def with_load_key(self, key: dict[str, Any]) -> "Settings":
         """These settings with another model set-up. A key saved before a field existed
         means that field's default (source: worked out from the model)."""
-        key = {**{"source": None, "backend": "auto", "quant": "auto", "gpu_layers": None, "kv_type": "auto"}, **key}
+        key = {**{"source": None, "backend": "auto", "quant": "auto", "gpu_layers": None, "kv_type": "auto",
+                  "exactness": "exact"}, **key}
         return replace(self, **{k: key[k] for k in LOAD_KEYS if k in key})
+
+    def apply_tuning(self, config: dict[str, Any]) -> "Settings":
+        """These settings with ``config`` (a benchmark row's load settings) as this
+        model's default; what it replaces is kept so :meth:`roll_back_tuning` can
+        restore it. A second apply keeps the settings from before the first."""
+        unknown = set(config) - set(TUNABLE_KEYS)
+        if unknown:
+            raise SettingsError(f"tuning: {sorted(unknown)[0]!r} is not a setting a benchmark row can apply")
+        earlier = self.tuning.get(self.model)
+        previous = {k: getattr(self, k) for k in config}
+        if earlier is not None:
+            previous = {**previous, **earlier["previous"]}
+        entry = {"applied": dict(config), "previous": previous}
+        return replace(self, **config, tuning={**self.tuning, self.model: entry}).validate()
+
+    def roll_back_tuning(self) -> "Settings":
+        """These settings with this model's load settings from before "Apply best"."""
+        entry = self.tuning.get(self.model)
+        if entry is None:
+            raise SettingsError("tuning: nothing was applied to this model, so there is nothing to roll back")
+        rest = {m: t for m, t in self.tuning.items() if m != self.model}
+        return replace(self, **entry["previous"], tuning=rest).validate()
 
     @property
     def effective_backend(self) -> str:

@@ -83,6 +83,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
                      context=None if self.ctx_auto.isChecked() else self.ctx.value(),
                      draft=DRAFTS[self.draft.currentIndex()], n_threads=self._orig.n_threads,
                      gpu_layers=self.chosen_gpu_layers(), kv_type=self.chosen_kv_type(),
+                     exactness=self.chosen_exactness(), tuning=self._orig.tuning,
                      sampling=sampling, presets=self.presets_editor.presets(),
                      default_preset=self.presets_editor.default_name(),
                      theme=THEMES[self.theme.currentIndex()],

@@ -27,7 +27,7 @@ from .model_choice import HUB_PLACEHOLDER, KV_TYPES, QUANTS, ModelCheck, effecti
 from .plan_load import prefix_store_dir
 from .plan_runner import PlanRunner
 from .plan_text import headline
-from .settings import BUNDLED, DRAFTS, MAX_CONTEXT, Settings
+from .settings import BUNDLED, DRAFTS, EXACTNESS, MAX_CONTEXT, Settings
 from .text_utils import human_bytes
 
 HUB_TIP = ("A model on the Hugging Face Hub. It is downloaded into the Hugging Face cache when it loads, "
@@ -40,6 +40,16 @@ GPU_TIP = ("Transformer blocks on the GPU. Auto: as many as the memory plan fits
 KV_TIP = ("Precision of the KV cache. f16 is exact; q8_0 halves the cache for a tiny change in the numbers; "
           "q4_0 quarters it at a visible cost in quality. On the CPU a quantized cache needs flash attention, "
           "which gives up bit-identical batched logits. Auto keeps f16 unless memory is short.")
+
+
+def exactness_note(profile: str, llama: bool) -> str:
+    """What the chosen profile means for the output, said next to the choice."""
+    if not llama:
+        return "A choice for GGUF files on llama.cpp."
+    if profile == "fast":
+        return ("Faster kernels (repack buffers, flash attention): replies served from the prompt cache or "
+                "sped up by a draft may differ slightly from plain decoding.")
+    return "Cached and speculative replies are token for token what plain decoding gives."
 
 
 class ModelTabMixin:
@@ -169,6 +179,16 @@ class ModelTabMixin:
         self.kv_combo.setCurrentIndex(KV_TYPES.index(s.kv_type))
         self.kv_combo.setToolTip(KV_TIP)
         form.addRow("KV cache type", self.kv_combo)
+        exact_row = QHBoxLayout()
+        self.exactness = QComboBox()
+        self.exactness.addItem("Exact", "exact")
+        self.exactness.addItem("Fast", "fast")
+        self.exactness.setCurrentIndex(EXACTNESS.index(s.exactness))
+        self.exactness_note = QLabel()
+        self.exactness_note.setWordWrap(True)
+        exact_row.addWidget(self.exactness)
+        exact_row.addWidget(self.exactness_note, 1)
+        form.addRow("Exactness", exact_row)
         self.memory = QLabel()
         self.memory.setWordWrap(True)
         self.memory.setTextFormat(Qt.TextFormat.RichText)
@@ -195,7 +215,8 @@ class ModelTabMixin:
         self.backend_combo.currentIndexChanged.connect(self._backend_changed)
         for sig in (self.ctx_auto.toggled, self.ctx.valueChanged, self.draft.currentIndexChanged,
                     self.quant_combo.currentIndexChanged, self.gpu_mode.currentIndexChanged,
-                    self.gpu_layers.valueChanged, self.kv_combo.currentIndexChanged):
+                    self.gpu_layers.valueChanged, self.kv_combo.currentIndexChanged,
+                    self.exactness.currentIndexChanged):
             sig.connect(self.refresh_model)
         return w
 
@@ -252,12 +273,15 @@ class ModelTabMixin:
         backend = effective_backend(self.chosen_source(), self.chosen_model(), self.chosen_backend())
         return self.kv_combo.currentData() if backend == "llama_cpp" else "auto"
 
+    def chosen_exactness(self) -> str:
+        return self.exactness.currentData() if self.exactness.isEnabled() else "exact"
+
     def chosen_key(self) -> dict:
         """The load key the dialog's choices stand for (what the plan and the load both see)."""
         return {"model": self.chosen_model(), "source": self.chosen_source(), "backend": self.chosen_backend(),
                 "quant": self.chosen_quant(), "context": None if self.ctx_auto.isChecked() else self.ctx.value(),
                 "draft": DRAFTS[self.draft.currentIndex()], "gpu_layers": self.chosen_gpu_layers(),
-                "kv_type": self.chosen_kv_type()}
+                "kv_type": self.chosen_kv_type(), "exactness": self.chosen_exactness()}
 
     def _sync_backend(self, source: str, model: str) -> str:
         """Make the backend choice follow the model's type; return the backend in use."""
@@ -276,6 +300,8 @@ class ModelTabMixin:
         self.backend_label.setText(hint)
         self.quant_combo.setHidden(want != "hf")
         self.kv_combo.setEnabled(want == "llama_cpp")  # transformers keeps the cache in its compute dtype
+        self.exactness.setEnabled(want == "llama_cpp")  # the switches are llama.cpp's
+        self.exactness_note.setText(exactness_note(self.chosen_exactness(), want == "llama_cpp"))
         return want
 
     def _clear_plan(self) -> None:

@@ -47,7 +47,8 @@ _REQUEST_IDS = itertools.count(1)
 class LoadRequest:
     """One model load. Every signal of its load carries ``id``, so the host can tell a
     superseded load's late answers from the newest one's."""
-    # Settings.load_key() (model, source, backend, quant, context, draft, n_threads, gpu_layers, kv_type),
+    # Settings.load_key() (model, source, backend, quant, context, draft, n_threads, gpu_layers, kv_type,
+    # exactness),
     # plus "retry_after": a reply's out-of-memory message, to load the next smaller plan
     key: dict[str, Any]
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -110,7 +111,7 @@ def describe(engine, loaded: plan_load.Loaded | None = None) -> dict[str, Any]:
             "bundled": bool(engine.model and engine.model.is_bundled),
             "backend": info.backend, "n_ctx": info.n_ctx, "n_threads": info.threads,
             "runtime": info.runtime, "device": info.device,
-            "n_gpu_layers": info.n_gpu_layers, "kv_type": info.kv_type,
+            "n_gpu_layers": info.n_gpu_layers, "kv_type": info.kv_type, "exactness": info.exactness,
             "draft": engine.spec_kind,
             "draft_model": Path(draft.backend.describe().path).name if draft is not None else None,
             "draft_memory": plan_load.buffers_total(draft.backend.memory_report()) if draft is not None else 0,
