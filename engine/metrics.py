@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .timeline import Timeline
 
 
 @dataclass(slots=True)
@@ -21,6 +25,7 @@ class GenerationStats:
     n_ctx: int = 0               # the context window: prompt + reply must fit in it
     dropped_messages: int = 0    # oldest messages left out so the conversation fits
     spec: dict | None = field(default=None)  # speculative-decoding stats, when used
+    timeline: "Timeline | None" = None        # where the time went (engine/timeline.py), when recorded
 
     def finish(self, *, t_start: float, t_first_text: float | None, t_first_token: float | None,
                t_last_token: float | None, t_end: float) -> None:
@@ -35,6 +40,7 @@ class GenerationStats:
 
     def as_dict(self) -> dict:
         d = asdict(self)
+        d["timeline"] = self.timeline.to_dict() if self.timeline is not None else None
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()}
 
 

@@ -102,3 +102,22 @@ def test_no_timeline_hands_back_the_plain_pieces():
         NO_TIMELINE.mark(1.0)
     assert NO_TIMELINE.arrivals == []
     assert NO_TIMELINE.finish(GenerationStats(), kv_used=0, t_end=0.0) is None
+
+
+def test_prefix_cache_counts_new_inserts_only():
+    from engine.kv.prefix_cache import PrefixCache
+
+    cache = PrefixCache(budget_bytes=10_000, block=4)
+    assert cache.insert(list(range(8)), lambda: "state", lambda s: 100)
+    assert cache.insert(list(range(8)), lambda: "state", lambda s: 100)   # already there: refreshed, not new
+    assert cache.insert(list(range(12)), lambda: "state", lambda s: 100)
+    assert not cache.insert(list(range(4)), lambda: "state", lambda s: 20_000)  # could never fit
+    assert cache.inserts == 2 and cache.stats()["inserts"] == 2
+
+
+def test_stats_as_dict_carries_the_timeline_as_json():
+    stats = GenerationStats(prompt_tokens=3, timeline=_sample_timeline())
+    d = json.loads(json.dumps(stats.as_dict()))
+    assert d["timeline"] == _sample_timeline().to_dict()
+    assert Timeline.from_dict(d["timeline"]).slowest_step == 2
+    assert GenerationStats().as_dict()["timeline"] is None

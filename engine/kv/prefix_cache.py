@@ -67,6 +67,7 @@ class PrefixCache:
         self.hits = 0
         self.tokens_served = 0
         self.evictions = 0
+        self.inserts = 0              # new snapshots stored
         self.skipped = 0              # inserts refused because they could never fit
         self._per_token: float | None = None  # smallest snapshot bytes per token seen so far
 
@@ -150,6 +151,7 @@ class PrefixCache:
         self._entries[eid] = Entry(arr, state, size, key, pinned)
         self._by_key.setdefault(key, []).append(eid)
         self.bytes_used += size
+        self.inserts += 1
         return True
 
     def _key_for(self, arr: np.ndarray) -> bytes:
@@ -195,5 +197,6 @@ class PrefixCache:
             "hit_rate": self.hits / self.lookups if self.lookups else 0.0,
             "tokens_served": self.tokens_served,
             "evictions": self.evictions,
+            "inserts": self.inserts,
             "skipped": self.skipped,
         }
