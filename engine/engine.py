@@ -25,6 +25,7 @@ from .loading import DEFAULT_CTX, draft_header_vocab, find_draft_for, open_backe
 from .metrics import GenerationStats
 from .models.catalogue import ModelRef, resolve
 from .prompt import PromptBuilder
+from .grammar import ConstrainedSampler
 from .sampling import make_sampler
 from .spec.controller import SpecController, SpecStats, measure_round_costs, model_draft_ceiling
 from .spec.drafts import DraftSource, ModelDraft, NgramDraft, check_draft_compatible
@@ -209,6 +210,22 @@ class Engine:
         finally:
             self._busy.release()
 
+    def complete(self, text: str, params: SamplingParams | None = None, *,
+                 cancel: threading.Event | None = None) -> Generator[StreamEvent, None, None]:
+        """Continue raw ``text`` (no chat template), with the same events as ``stream``;
+        a text longer than the context raises PromptTooLongError."""
+        params = params or SamplingParams()
+        if not self._busy.acquire(blocking=False):
+            raise HearthError("the engine is already generating a reply")
+        try:
+            t_start = time.perf_counter()
+            tokens = self.backend.tokenize(text, add_bos=self.backend.add_bos, special=True)
+            if not tokens:
+                raise HearthError("the prompt is empty")
+            yield from self._run(tokens, params, cancel, t_start)
+        finally:
+            self._busy.release()
+
     def _run(self, prompt: list[int], params: SamplingParams, cancel: threading.Event | None,
              t_start: float, checkpoints: Sequence[int] = (), progress: ProgressFn | None = None,
              dropped: int = 0) -> Generator[StreamEvent, None, None]:
@@ -220,6 +237,9 @@ class Engine:
         history = list(prompt)
         stats = GenerationStats(backend=b.name, n_ctx=b.n_ctx, dropped_messages=dropped)
         sampler = make_sampler(params)
+        # A grammar is checked before any KV work; it runs on plain steps only
+        # (rejected drafts would have to rewind its parse state).
+        constraint = None if params.grammar is None else b.grammar(params.grammar)
         keep = 0
         try:
             try:
@@ -234,7 +254,9 @@ class Engine:
                 spec = None
             else:
                 spec = None
-                if self.spec_ctl is None:
+                if constraint is not None:
+                    steps = generate_step(b, prompt[b.kv_len:], ConstrainedSampler(sampler, constraint), history)
+                elif self.spec_ctl is None:
                     steps = generate_step(b, prompt[b.kv_len:], sampler, history)
                 else:
                     spec = SpecStats()
@@ -248,6 +270,8 @@ class Engine:
             # Whatever happened (stop, cancel, error, abandoned generator), record
             # what the KV really holds so the next request can reuse it safely.
             self.kv.commit(history)
+            if constraint is not None:
+                constraint.close()
 
     @property
     def cache(self) -> PrefixCache:

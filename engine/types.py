@@ -53,6 +53,7 @@ class SamplingParams:
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks only: keep decoding past end-of-turn
+    grammar: str | None = None  # GBNF text every generated token must follow (the backend compiles it)
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0.0):

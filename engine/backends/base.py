@@ -12,6 +12,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ..grammar import TokenConstraint
 from ..types import BackendInfo, Vocab
 
 
@@ -79,6 +80,10 @@ class Backend(Protocol):
     def state_identity(self) -> dict[str, str]:
         """Everything besides the model file that changes snapshot bytes
         (backend, its state format version, KV dtype...): the disk-cache key."""
+
+    def grammar(self, gbnf: str) -> TokenConstraint:
+        """Compile GBNF grammar text into a constraint for one request
+        (grammar.GrammarError if it cannot be parsed or this backend has none)."""
 
     def memory_report(self) -> dict[str, int]:
         """Bytes actually allocated, by part: weights, kv, compute, ..."""

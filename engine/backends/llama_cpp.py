@@ -35,6 +35,7 @@ from ..errors import Cancelled, ContextFullError, HearthError, ModelLoadError, U
 from ..models.gguf import ModelInfo, model_info
 from ..types import BackendInfo, Vocab
 from . import devices
+from .llama_grammar import LlamaGrammar
 
 log = logging.getLogger("hearth.llama_cpp")
 
@@ -348,6 +349,9 @@ class LlamaCppBackend:
 
     def open_draft(self, path: str | os.PathLike[str], *, n_threads: int | None = None) -> "LlamaCppBackend":
         return LlamaCppBackend(path, n_ctx=self.n_ctx, n_threads=n_threads)
+
+    def grammar(self, gbnf: str) -> LlamaGrammar:
+        return LlamaGrammar(self._vocab, self.n_vocab, gbnf)
 
     def memory_report(self) -> dict[str, int]:
         rep = parse_buffer_sizes(self._load_log)

@@ -19,6 +19,7 @@ import transformers
 from transformers import DynamicCache
 
 from ...errors import ContextFullError, UnsupportedModelError
+from ...grammar import GrammarError, TokenConstraint
 from ...types import BackendInfo, Vocab
 from . import kv
 from .kv import HearthCache, HFState
@@ -193,6 +194,9 @@ class HFBackend:
                 "format": f"{kv.STATE_FORMAT} transformers {transformers.__version__} torch {torch.__version__}",
                 "quant": self.quant, "kv_dtype": str(self.kv_dtype),
                 "devices": ",".join(sorted({str(d) for d in self._kv_devices or []}))}
+
+    def grammar(self, gbnf: str) -> TokenConstraint:
+        raise GrammarError("grammars (response_format) need a GGUF model on the llama.cpp backend")
 
     def memory_report(self) -> dict[str, int]:
         """Bytes of parameters + buffers by device, and of the live KV cache."""

@@ -1,0 +1,133 @@
+"""What a caller hands the scheduler, and what it gets back.
+
+A :class:`ServeRequest` is one chat or completion; :meth:`Scheduler.submit`
+returns a :class:`Ticket`, whose ``events()`` yields the same
+:class:`~engine.types.StreamEvent` shape as ``Engine.stream`` and whose
+``times`` say where the request's time went (queue, prefill, decode).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Iterator
+
+from ..errors import HearthError
+from ..types import Message, SamplingParams, StreamEvent
+
+CONTEXT_POLICIES = {"error": "stop", "stop": "stop", "drop_oldest": "drop_oldest"}
+# The engine's finish reasons in the OpenAI vocabulary.
+FINISH = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
+          "cancelled": "cancelled"}
+
+
+class Priority(IntEnum):
+    """Lower runs first: the window's own reply before any API request."""
+    WINDOW = 0
+    API = 1
+
+
+@dataclass
+class ServeRequest:
+    """One request: ``messages`` (chat, through the model's template) or ``prompt``
+    (raw completion text), never both. ``grammar`` is GBNF text that every
+    generated token must follow. ``context_policy``: "error" (a prompt longer
+    than the context is refused; the API's choice) or "drop_oldest" (the
+    window's: the oldest turns are left out)."""
+    messages: list[Message] | None = None
+    prompt: str | None = None
+    params: SamplingParams = field(default_factory=SamplingParams)
+    grammar: str | None = None
+    priority: Priority = Priority.API
+    context_policy: str = "error"
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.prompt is None):
+            raise HearthError("a request needs exactly one of messages or prompt")
+        if self.messages is not None and not self.messages:
+            raise HearthError("a chat request needs at least one message")
+        if self.context_policy not in CONTEXT_POLICIES:
+            raise HearthError(f"unknown context policy {self.context_policy!r}; "
+                              f"choose one of {', '.join(CONTEXT_POLICIES)}")
+        if not isinstance(self.priority, Priority):
+            self.priority = Priority(self.priority)
+
+
+@dataclass
+class RequestTimes:
+    """Where one request's time went, filled in by the scheduler."""
+    queue_wait_s: float = 0.0    # submit -> the scheduler started it
+    prefill_s: float = 0.0       # started -> first token
+    decode_s: float = 0.0        # first token -> last token
+    prompt_tokens: int = 0
+    cached_tokens: int = 0       # prompt tokens served from the KV (prefix cache, shared system prompt)
+    completion_tokens: int = 0
+    finish_reason: str | None = None  # "stop" | "length" | "cancelled" | "error"
+
+
+class QueueFull(HearthError):
+    """Too many API requests are waiting; try again after ``retry_after_s`` (HTTP 429)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+_END = object()
+
+
+class Ticket:
+    """A submitted request: read its events, or cancel it, from any thread."""
+
+    def __init__(self, req: ServeRequest, seq: int) -> None:
+        self.request = req
+        self.seq = seq
+        self.times = RequestTimes()
+        self.submitted = time.perf_counter()
+        self.started: float | None = None  # when the scheduler began serving it
+        self.cancel_flag = threading.Event()
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._done = threading.Event()
+
+    # -- the consumer's side ----------------------------------------------------
+
+    def events(self) -> Iterator[StreamEvent]:
+        """Text deltas, then one final event (blocks while waiting). A request
+        that fails (e.g. a prompt too long for the context) raises its
+        HearthError here instead of the final event."""
+        while True:
+            item = self._q.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def cancel(self) -> None:
+        """Stop this request: a queued one never starts, a running one stops within one step."""
+        self.cancel_flag.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the request has finished (its final event or error was posted)."""
+        return self._done.wait(timeout)
+
+    # -- the scheduler's side ---------------------------------------------------
+
+    def post(self, event: StreamEvent) -> None:
+        self._q.put(event)
+
+    def finish(self, reason: str | None, error: BaseException | None = None) -> None:
+        """The last thing posted: ``reason`` in the OpenAI vocabulary, or an error."""
+        if self._done.is_set():
+            return
+        self.times.finish_reason = "error" if error is not None else reason
+        if error is not None:
+            self._q.put(error)
+        self._q.put(_END)
+        self._done.set()
