@@ -27,6 +27,7 @@ from engine import HearthError, SamplingParams
 from engine.prompt import CONTEXT_POLICIES
 
 from .model_choice import BACKENDS, KV_TYPES, QUANTS, SOURCES, effective_backend, infer_source, runs_gguf
+from . import server_settings
 from .paths import config_dir, move_aside
 
 FILE_NAME = "settings.json"
@@ -88,6 +89,11 @@ class Settings:
     # A chat longer than the context: "drop_oldest" (leave out the oldest turns, keep the
     # system prompt) or "stop" (refuse the send and say so). Passed with each reply.
     context_policy: str = DEFAULT_CONTEXT_POLICY
+    # The local OpenAI-compatible server (Settings → Local server, app/server_host.py); off by default.
+    server_enabled: bool = False
+    server_port: int = server_settings.PORT
+    server_api_key: str = ""        # "" asks for no key; else clients send "Authorization: Bearer <key>"
+    server_cors: list[str] = field(default_factory=list)  # web origins allowed to call it (none by default)
 
     def __post_init__(self) -> None:
         if self.source is None and isinstance(self.model, str):
@@ -149,6 +155,9 @@ class Settings:
         if self.context_policy not in CONTEXT_POLICIES:
             raise SettingsError(f"context_policy: must be one of {', '.join(CONTEXT_POLICIES)}, "
                                 f"got {self.context_policy!r}")
+        why = server_settings.problem(self.server_enabled, self.server_port, self.server_api_key, self.server_cors)
+        if why:
+            raise SettingsError(why)
         unknown = set(self.sampling) - set(SAMPLING_KEYS)
         if unknown:
             raise SettingsError(f"sampling: unknown setting {sorted(unknown)[0]!r}")
