@@ -1,4 +1,4 @@
-"""Settings: model, backend, quantization, draft, context, sampling, presets, theme.
+"""Settings: model, backend, quantization, draft, context, sampling, presets, theme, local server.
 
 The model is the bundled GGUF, a local GGUF file, a local transformers folder
 or a Hub id; the backend follows its type (a GGUF may also run on
@@ -25,6 +25,7 @@ from .presets_editor import PresetsEditor
 from .sampling_form import SamplingForm
 from .settings import DRAFTS, THEMES, Settings, SettingsError
 from .settings_model_tab import ModelTabMixin
+from .settings_server_tab import ServerTab
 from .text_utils import human_bytes
 
 
@@ -49,6 +50,8 @@ class SettingsDialog(ModelTabMixin, QDialog):
         self.preset_list, self.default_preset = self.presets_editor.preset_list, self.presets_editor.default_preset
         tabs.addTab(self.presets_editor, "System prompts")
         tabs.addTab(self._look_tab(settings), "Appearance")
+        self.server_tab = ServerTab(settings)
+        tabs.addTab(self.server_tab, "Local server")
         lay.addWidget(tabs)
         self.error = QLabel()
         self.error.setWordWrap(True)
@@ -87,7 +90,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
                      sampling=sampling, presets=self.presets_editor.presets(),
                      default_preset=self.presets_editor.default_name(),
                      theme=THEMES[self.theme.currentIndex()],
-                     context_policy=self.sampling_form.context_policy())
+                     context_policy=self.sampling_form.context_policy(), **self.server_tab.values())
         s.validate()
         try:
             self._model_check.check(s.source, s.model)
