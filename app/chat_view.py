@@ -6,114 +6,15 @@ main window decides what happens and talks to the store and the engine.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent
-from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
-                               QScrollArea, QSizePolicy, QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton,
+                               QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
+from .chat_input import InputBox, SystemPromptBar
 from .message_widget import MessageWidget
 from .store import StoredMessage
 
-CUSTOM = "Custom"
-
-
-class InputBox(QPlainTextEdit):
-    """Enter sends, Shift+Enter adds a new line, Escape cancels an edit."""
-
-    submitted = Signal()
-    escaped = Signal()
-
-    def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 (Qt override)
-        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            if e.modifiers() & Qt.KeyboardModifier.ShiftModifier:
-                self.insertPlainText("\n")
-            else:
-                self.submitted.emit()
-            return
-        if e.key() == Qt.Key.Key_Escape:
-            self.escaped.emit()
-            return
-        super().keyPressEvent(e)
-
-
-class SystemPromptBar(QWidget):
-    """Preset picker plus an editor for the conversation's own system prompt."""
-
-    changed = Signal(str)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._presets: list[dict[str, str]] = []
-        self._quiet = False
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        row.addWidget(QLabel("System prompt:"))
-        self.combo = QComboBox()
-        self.combo.setToolTip("Start from a preset, or choose Custom and write your own")
-        self.combo.activated.connect(self._picked)
-        row.addWidget(self.combo, 1)
-        self.toggle = QToolButton()
-        self.toggle.setText("Edit")
-        self.toggle.setCheckable(True)
-        self.toggle.setToolTip("Show or hide this conversation's system prompt")
-        row.addWidget(self.toggle)
-        lay.addLayout(row)
-        self.editor = QPlainTextEdit()
-        self.editor.setPlaceholderText("Instructions the model sees before every message in this conversation")
-        self.editor.setMaximumHeight(90)
-        self.editor.hide()
-        self.toggle.toggled.connect(self.editor.setVisible)
-        self._save_timer = QTimer(self)
-        self._save_timer.setSingleShot(True)
-        self._save_timer.setInterval(400)  # save after a pause in typing, not on every key
-        self._save_timer.timeout.connect(lambda: self.changed.emit(self.text()))
-        self.editor.textChanged.connect(self._edited)
-        lay.addWidget(self.editor)
-
-    def set_presets(self, presets: list[dict[str, str]]) -> None:
-        self._presets = list(presets)
-        self._sync_combo()
-
-    def text(self) -> str:
-        return self.editor.toPlainText()
-
-    def set_text(self, text: str) -> None:
-        """Show a conversation's prompt without reporting it as a change."""
-        self._quiet = True
-        self.editor.setPlainText(text)
-        self._quiet = False
-        self._sync_combo()
-
-    def flush(self) -> None:
-        """Report a pending edit now (e.g. before switching conversation or sending)."""
-        if self._save_timer.isActive():
-            self._save_timer.stop()
-            self.changed.emit(self.text())
-
-    def _edited(self) -> None:
-        if self._quiet:
-            return
-        self._sync_combo()
-        self._save_timer.start()
-
-    def _sync_combo(self) -> None:
-        text = self.text()
-        self.combo.blockSignals(True)
-        self.combo.clear()
-        for p in self._presets:
-            self.combo.addItem(p["name"])
-        self.combo.addItem(CUSTOM)
-        match = next((i for i, p in enumerate(self._presets) if p["prompt"] == text), None)
-        self.combo.setCurrentIndex(match if match is not None else len(self._presets))
-        self.combo.blockSignals(False)
-
-    def _picked(self, index: int) -> None:
-        if index < len(self._presets):
-            self.editor.setPlainText(self._presets[index]["prompt"])
-            self.flush()
-        else:
-            self.toggle.setChecked(True)
-            self.editor.setFocus()
+BATCH = 20  # messages built at a time: about a screenful; earlier ones are built when scrolled to
 
 
 class ChatView(QWidget):
@@ -121,6 +22,8 @@ class ChatView(QWidget):
     edit_resend_requested = Signal(int, str)   # message id being replaced, new text
     stop_requested = Signal()
     regenerate_requested = Signal(int)
+    branch_requested = Signal(int, int)        # message id, -1 / +1
+    edit_last_requested = Signal()             # Up in the empty input box
     system_prompt_changed = Signal(str)
     draft_changed = Signal(str)
     notify = Signal(str)
@@ -128,7 +31,10 @@ class ChatView(QWidget):
     def __init__(self, colors: dict[str, str], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.colors = colors
-        self._widgets: dict[int, MessageWidget] = {}
+        self._widgets: dict[int, MessageWidget] = {}  # built messages, oldest first
+        self._pending: list[StoredMessage] = []        # older messages not built yet, oldest first
+        self._marker_wanted: tuple[int, int, int] | None = None  # (mid, count, n_ctx)
+        self._grown_from: int | None = None            # the scroll range before earlier messages came
         self._editing: int | None = None
         self._saved_draft = ""
         self._busy = False
@@ -165,8 +71,8 @@ class ChatView(QWidget):
         self.scroll.setWidget(self._page)
         self._stick = True
         bar = self.scroll.verticalScrollBar()
-        bar.valueChanged.connect(lambda v: setattr(self, "_stick", v >= bar.maximum() - 8))
-        bar.rangeChanged.connect(lambda _lo, hi: bar.setValue(hi) if self._stick else None)
+        bar.valueChanged.connect(self._scrolled)
+        bar.rangeChanged.connect(self._range_changed)
         lay.addWidget(self.scroll, 1)
 
         self.edit_banner = QLabel()
@@ -177,9 +83,9 @@ class ChatView(QWidget):
         self.input = InputBox()
         self.input.setPlaceholderText("Message Hearth — Enter sends, Shift+Enter adds a line")
         self.input.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.input.setFixedHeight(84)
         self.input.submitted.connect(self._submit)
-        self.input.escaped.connect(self.cancel_edit)
+        self.input.escaped.connect(self._escaped)
+        self.input.up_in_empty.connect(self.edit_last_requested)
         self.input.textChanged.connect(self._draft_edited)
         row.addWidget(self.input, 1)
         buttons = QVBoxLayout()
@@ -205,24 +111,85 @@ class ChatView(QWidget):
 
     def show_conversation(self, title: str, system_prompt: str, draft: str,
                           messages: list[StoredMessage]) -> None:
+        """Show a conversation: only the last BATCH messages are built now; earlier
+        ones are built when the user scrolls up to them (or a search hit needs one)."""
         self.cancel_edit()
         self.clear()
         self.title.setText(title)
         self.system.set_text(system_prompt)
-        for m in messages:
-            w = self.add_message(m.id, m.role, m.content)
-            if m.role == "assistant":
-                w.set_result(m.content, complete=m.complete, finish_reason=m.finish_reason,
-                             error=m.error, metrics=m.metrics)
+        self._pending = list(messages)
+        self._build_earlier(BATCH)
         self.set_input_text(draft)
         self._stick = True
         self.refresh_actions()
+
+    def _build(self, m: StoredMessage, index: int) -> MessageWidget:
+        w = self._make_widget(m.id, m.role, m.content, index)
+        if m.role == "assistant":
+            w.set_result(m.content, complete=m.complete, finish_reason=m.finish_reason,
+                         error=m.error, metrics=m.metrics)
+        return w
+
+    def _build_earlier(self, count: int) -> int:
+        """Build up to ``count`` of the not-yet-built messages just above the built ones."""
+        take = self._pending[-count:] if count > 0 else []
+        if not take:
+            return 0
+        del self._pending[-len(take):]
+        top = self._list.indexOf(self.empty) + 1
+        built = {m.id: self._build(m, top + i) for i, m in enumerate(take)}
+        self._widgets = {**built, **self._widgets}
+        if self._marker_wanted is not None and self._marker_wanted[0] in built:
+            self.set_context_marker(*self._marker_wanted[:2], n_ctx=self._marker_wanted[2])
+        self.refresh_actions()
+        return len(take)
+
+    def pending_count(self) -> int:
+        """Messages of the conversation on screen that are not built yet."""
+        return len(self._pending)
+
+    def ensure_built(self, mid: int) -> MessageWidget | None:
+        """Build everything from message ``mid`` down, so it can be shown (None: not here)."""
+        place = next((i for i, m in enumerate(self._pending) if m.id == mid), None)
+        if place is not None:
+            self._stick = False
+            self._build_earlier(len(self._pending) - place)
+        return self._widgets.get(mid)
+
+    def scroll_to(self, mid: int) -> MessageWidget | None:
+        """Bring message ``mid`` into view and mark it briefly."""
+        w = self.ensure_built(mid)
+        if w is not None:
+            self._stick = False
+            w.flash()
+            QTimer.singleShot(0, lambda: self.scroll.ensureWidgetVisible(w, 0, 40))
+        return w
+
+    def _scrolled(self, value: int) -> None:
+        bar = self.scroll.verticalScrollBar()
+        self._stick = value >= bar.maximum() - 8
+        if self._pending and value <= bar.minimum() and bar.maximum() > 0:
+            self._grown_from = bar.maximum()
+            self._build_earlier(BATCH)
+
+    def _range_changed(self, _lo: int, hi: int) -> None:
+        bar = self.scroll.verticalScrollBar()
+        if self._grown_from is not None:
+            # Earlier messages came in above: keep the one the user was reading in place.
+            grown, self._grown_from = hi - self._grown_from, None
+            bar.setValue(bar.value() + grown)
+        elif self._stick:
+            bar.setValue(hi)
+        if hi == 0 and self._pending:  # the built ones do not fill the view yet
+            QTimer.singleShot(0, lambda: self._build_earlier(BATCH) if not
+                              self.scroll.verticalScrollBar().maximum() else None)
 
     def clear(self) -> None:
         for w in self._widgets.values():
             self._list.removeWidget(w)
             w.deleteLater()
         self._widgets.clear()
+        self._pending = []
         self.set_context_marker(None)
         self.empty.show()
 
@@ -233,6 +200,8 @@ class ChatView(QWidget):
         self._list.removeWidget(m)
         w = self._widgets.get(mid) if mid is not None else None
         self._marker_mid = mid if w is not None else None
+        # A marker above a message not built yet is placed when that message is built.
+        self._marker_wanted = (mid, count, n_ctx) if mid is not None and w is None else None
         if w is None:
             m.hide()
             return
@@ -245,16 +214,34 @@ class ChatView(QWidget):
         m.show()
 
     def add_message(self, mid: int, role: str, content: str) -> MessageWidget:
+        """A new message at the end (a send, a reply starting)."""
+        w = self._make_widget(mid, role, content, self._list.count() - 1)
+        self._widgets[mid] = w
+        self._stick = True
+        return w
+
+    def _make_widget(self, mid: int, role: str, content: str, index: int) -> MessageWidget:
         w = MessageWidget(mid, role, content, colors=self.colors)
         w.copy_requested.connect(self._copy)
         w.notify.connect(self.notify)
         w.edit_requested.connect(self.start_edit)
         w.regenerate_requested.connect(self.regenerate_requested)
-        self._list.insertWidget(self._list.count() - 1, w)
-        self._widgets[mid] = w
+        w.branch_step.connect(self.branch_requested)
+        self._list.insertWidget(index, w)
         self.empty.hide()
-        self._stick = True
         return w
+
+    def set_branches(self, positions: dict[int, tuple[int, int]]) -> None:
+        """Show ``◀ place/count ▶`` on the built messages that have other versions."""
+        for mid, w in self._widgets.items():
+            w.set_branch(*positions.get(mid, (1, 1)))
+
+    def last_reply(self) -> str | None:
+        """The text of the last reply on screen (None: there is none)."""
+        for w in reversed(self._widgets.values()):
+            if w.role == "assistant":
+                return w.text
+        return None
 
     def widget(self, mid: int) -> MessageWidget | None:
         return self._widgets.get(mid)
@@ -268,9 +255,10 @@ class ChatView(QWidget):
             w = self._widgets.pop(k)
             self._list.removeWidget(w)
             w.deleteLater()
+        self._pending = [m for m in self._pending if m.id < mid]
         if self._marker_mid is not None and self._marker_mid >= mid:
             self.set_context_marker(None)
-        self.empty.setVisible(not self._widgets)
+        self.empty.setVisible(not self._widgets and not self._pending)
 
     def apply_colors(self, colors: dict[str, str]) -> None:
         self.colors = colors
@@ -333,6 +321,13 @@ class ChatView(QWidget):
         self.edit_banner.show()
         self.set_input_text(w.text)
         self.input.setFocus()
+
+    def _escaped(self) -> None:
+        """Escape cancels an edit; otherwise it stops a reply that is being written."""
+        if self._editing is not None:
+            self.cancel_edit()
+        elif self._busy:
+            self.stop_requested.emit()
 
     def cancel_edit(self) -> None:
         if self._editing is None:

@@ -26,6 +26,7 @@ from .conversation_list import ConversationList
 from .info_bar import InfoArea
 from .loop_monitor import LoopMonitor
 from .model_loading import ModelLoadingMixin
+from .navigation import NavigationMixin
 from .replies import RepliesMixin
 from .settings import Settings, SettingsFile
 from .store import Store
@@ -37,7 +38,7 @@ PRELOAD = ("engine.engine", "engine.backends.llama_cpp", "engine.models.hub", "p
 SWITCH_INTERVAL_S = 0.001
 
 
-class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
+class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
         # Loading the native library holds the GIL for tens of milliseconds, and
@@ -113,6 +114,9 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
         file_menu = menu.addMenu("&File")
         self.act_new = self._action(file_menu, "&New chat", QKeySequence.StandardKey.New, self.new_conversation)
         self.act_settings = self._action(file_menu, "&Settings…", QKeySequence("Ctrl+,"), self.open_settings)
+        self._action(file_menu, "&Import conversation…", QKeySequence(), self._ask_import)
+        self._action(file_menu, "Export as &Markdown…", QKeySequence(), lambda: self._ask_export("markdown"))
+        self._action(file_menu, "Export as &JSON…", QKeySequence(), lambda: self._ask_export("json"))
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", QKeySequence.StandardKey.Quit, self.close)
         chat_menu = menu.addMenu("&Chat")
@@ -144,7 +148,8 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
         c.new_requested.connect(self.new_conversation)
         c.renamed.connect(self.rename_conversation)
         c.delete_requested.connect(self.delete_conversation)
-        c.search_changed.connect(lambda _t: self._refresh_list(select=self.current))
+        c.search_changed.connect(self._search_changed)
+        self._connect_navigation()
         v = self.chat
         v.send_requested.connect(self.send)
         v.edit_resend_requested.connect(self.edit_and_resend)
@@ -214,6 +219,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, QMainWindow):
             if w is not None:
                 w.text = "".join(s["parts"])
                 w.set_streaming(True)
+        self._show_branches()
         self._update_busy()
 
     def new_conversation(self) -> None:

@@ -113,6 +113,7 @@ class MessageWidget(QFrame):
     notify = Signal(str)                 # a short message for the status bar
     edit_requested = Signal(int)         # message id (user messages)
     regenerate_requested = Signal(int)   # message id (the last reply)
+    branch_step = Signal(int, int)       # message id, -1 / +1: show the previous / next version
 
     def __init__(self, mid: int, role: str, content: str, *, colors: dict[str, str],
                  parent: QWidget | None = None) -> None:
@@ -123,6 +124,7 @@ class MessageWidget(QFrame):
         self.metrics: dict | None = None
         self.streaming = False
         self.reading = False  # the engine is still reading the prompt; no reply text yet
+        self.flashed = False
         self.setObjectName("message")
         self.setFrameShape(QFrame.Shape.StyledPanel)
 
@@ -133,6 +135,15 @@ class MessageWidget(QFrame):
         self.who = QLabel("You" if role == "user" else "Hearth" if role == "assistant" else role.title())
         self.who.setStyleSheet("font-weight: 600;")
         head.addWidget(self.who)
+        # "◀ 2/3 ▶": this message has other versions (regenerated or edited); all are kept.
+        self.btn_prev = self._button("◀", "Show the previous version of this message",
+                                     lambda: self.branch_step.emit(self.mid, -1))
+        self.branch_label = QLabel()
+        self.btn_next = self._button("▶", "Show the next version of this message",
+                                     lambda: self.branch_step.emit(self.mid, 1))
+        for b in (self.btn_prev, self.branch_label, self.btn_next):
+            head.addWidget(b)
+        self.set_branch(1, 1)
         head.addStretch(1)
         self.btn_details = self._button("Details", "Show this reply's metrics", self._toggle_details)
         self.btn_details.setCheckable(True)
@@ -189,13 +200,28 @@ class MessageWidget(QFrame):
         return b
 
     def apply_colors(self, colors: dict[str, str]) -> None:
-        bg = colors["user"] if self.role == "user" else colors["assistant"]
-        self.setStyleSheet(f"QFrame#message {{ background: {bg}; border: 1px solid {colors['border']};"
-                           f" border-radius: 10px; }}")
+        self._colors = colors
+        self._frame_style()
         self._code_bg = QColor(colors["code"])
         for seg in self.segments:
             seg.code_background = self._code_bg
         self._render(rebuild=True)
+
+    def _frame_style(self) -> None:
+        c = self._colors
+        bg = c["user"] if self.role == "user" else c["assistant"]
+        border = f"2px solid {c['hit']}" if self.flashed else f"1px solid {c['border']}"
+        self.setStyleSheet(f"QFrame#message {{ background: {bg}; border: {border}; border-radius: 10px; }}")
+
+    def flash(self, ms: int = 2500) -> None:
+        """Outline this message for a moment (a search hit was opened here)."""
+        self.flashed = True
+        self._frame_style()
+        QTimer.singleShot(ms, self._unflash)
+
+    def _unflash(self) -> None:
+        self.flashed = False
+        self._frame_style()
 
     # -- content ------------------------------------------------------------
 
@@ -275,6 +301,16 @@ class MessageWidget(QFrame):
         self.btn_details.setToolTip(line)
         self.btn_details.setEnabled(metrics is not None)
         self._render()
+
+    def set_branch(self, place: int, count: int) -> None:
+        """Show which of ``count`` versions this is (nothing when it is the only one)."""
+        many = count > 1
+        for b in (self.btn_prev, self.branch_label, self.btn_next):
+            b.setVisible(many)
+        self.branch_label.setText(f"{place}/{count}")
+        self.branch_label.setToolTip(f"Version {place} of {count}: every version is kept")
+        self.btn_prev.setEnabled(place > 1)
+        self.btn_next.setEnabled(place < count)
 
     def set_can_regenerate(self, on: bool) -> None:
         self.btn_regen.setVisible(on)

@@ -155,6 +155,7 @@ class RepliesMixin:
                             context_policy=self.settings.context_policy)
         w = self.chat.add_message(mid, "assistant", "")
         w.set_streaming(True)
+        self._show_branches()  # a regenerate or an edit made a new version: "◀ 2/2 ▶"
         self.stats_label.setText("Waiting for the first token…")
         self.monitor.begin("streaming")
         self.host.generate(job)

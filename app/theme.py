@@ -27,8 +27,10 @@ _DARK = {
 }
 # Colours the chat view uses for message bubbles and code blocks, per scheme.
 BUBBLES = {
-    "light": {"user": "#fff1e6", "assistant": "#ffffff", "code": "#f1efeb", "border": "#e2ded8"},
-    "dark": {"user": "#3a2f2a", "assistant": "#26252b", "code": "#1a191e", "border": "#3d3b44"},
+    "light": {"user": "#fff1e6", "assistant": "#ffffff", "code": "#f1efeb", "border": "#e2ded8",
+              "hit": "#d9480f"},
+    "dark": {"user": "#3a2f2a", "assistant": "#26252b", "code": "#1a191e", "border": "#3d3b44",
+             "hit": "#f08c4a"},
 }
 
 

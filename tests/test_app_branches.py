@@ -83,3 +83,75 @@ def test_the_migration_links_existing_messages_into_one_branch(path):
     _, mid = reply(s, 1, "more", user="and then?")
     assert contents(s, 1) == ["bread?", "knead it", "and then?", "more"]
     s.close()
+
+
+# -- in the window (real model, real SQLite, reopened from the same data folder) -------------
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def make_window(qtbot, data_dir):
+    from app.main_window import MainWindow
+    from app.selftest import write_settings
+
+    made: list = []
+
+    def make(start: bool = True, write: bool = True):
+        if write:
+            write_settings(max_tokens=8)
+        w = MainWindow()
+        made.append(w)
+        w.show()
+        if start:
+            w.start()
+            qtbot.waitUntil(lambda: w.host.ready or not w.host.loading, timeout=60_000)
+            assert w.host.ready, w.info.messages()
+        return w
+
+    yield make
+    for w in made:
+        w.close()
+
+
+def send(qtbot, w, text: str) -> None:
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    w.chat.input.setPlainText(text)
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+
+
+def test_branch_navigation_in_the_window_survives_a_restart_and_feeds_the_next_turn(qtbot, make_window):
+    w = make_window()
+    send(qtbot, w, "Name a colour.")
+    first = w.store.messages(w.current)
+    w.chat.widget(first[1].id).btn_regen.click()
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    second = w.store.messages(w.current)[1]
+    nav = w.chat.widget(second.id)
+    assert nav.branch_label.isVisibleTo(w) and nav.branch_label.text() == "2/2"
+    assert nav.btn_prev.isEnabled() and not nav.btn_next.isEnabled()
+    assert not w.chat.widget(first[0].id).branch_label.isVisibleTo(w)  # one version of the question
+    nav.btn_prev.click()
+    back = w.chat.widget(first[1].id)
+    assert back is not None and back.branch_label.text() == "1/2"
+    assert [x.id for x in w.store.messages(w.current)] == [first[0].id, first[1].id]
+    cid = w.current
+    w.close()
+
+    w2 = make_window(write=False)  # the same data folder: the chosen version is still on screen
+    w2.select_conversation(cid)
+    assert [x.mid for x in w2.chat.message_widgets()] == [first[0].id, first[1].id]
+    assert w2.chat.widget(first[1].id).branch_label.text() == "1/2"
+    send(qtbot, w2, "Another one?")  # the next turn follows the version on screen
+    path = w2.store.messages(cid)
+    assert [m.id for m in path[:2]] == [first[0].id, first[1].id] and len(path) == 4
+    assert path[3].metrics["prompt_tokens"] > first[1].metrics["prompt_tokens"]
+    w2.chat.widget(first[1].id).btn_next.click()  # the other version, with nothing after it
+    assert [m.id for m in w2.store.messages(cid)] == [first[0].id, second.id]
+    assert len(w2.chat.message_widgets()) == 2

@@ -78,3 +78,41 @@ def test_a_bad_file_is_refused_with_a_reason_and_nothing_is_written(tmp_path, te
         import_json(s, text)
     assert s.list_conversations() == []
     s.close()
+
+
+def test_the_window_exports_imports_and_pins(qtbot, tmp_path, monkeypatch):
+    from app.main_window import MainWindow
+
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path / "data"))
+    w = MainWindow()
+    w.show()
+    cid = branched(w.store)
+    w.select_conversation(cid)
+    out = w.export_conversation(tmp_path / "chat.json", "json")
+    assert out is not None and "Exported" in " ".join(w.info.messages())
+    md = w.export_conversation(tmp_path / "chat.md", "markdown")
+    assert md.read_text(encoding="utf-8") == to_markdown(w.store, cid)
+    assert w.export_conversation(tmp_path / "missing" / "x.json", "json") is None
+    assert "Not exported" in " ".join(w.info.messages())
+
+    (tmp_path / "bad.json").write_text('{"format": "hearth-conversation", "version": 1}', encoding="utf-8")
+    before = w.conversations.ids()
+    assert w.import_conversation(tmp_path / "bad.json") is None
+    assert "Not imported" in " ".join(w.info.messages()) and w.conversations.ids() == before
+
+    new = w.import_conversation(out)
+    assert w.current == new and to_json(w.store, new) == out.read_text(encoding="utf-8")
+    assert [x.text for x in w.chat.message_widgets()] == ["Name a bread 🍞", "Sourdough."]
+    assert w.chat.widget(w.chat.message_widgets()[1].mid).branch_label.text() == "1/2"
+
+    # Pins: both exported chats were pinned; unpin the import and it drops below.
+    assert w.conversations.ids()[:2] == [new, cid]
+    w.conversations.list.setCurrentRow(0)
+    assert w.conversations.pin_button.text() == "Unpin"
+    w.conversations.pin_button.click()
+    assert w.conversations.ids()[0] == cid and not w.store.conversation(new).pinned
+    assert w.conversations.list.item(0).font().bold()
+    w.close()
+    again = MainWindow()  # the pin survives a restart
+    assert again.conversations.ids()[0] == cid
+    again.close()

@@ -279,3 +279,51 @@ def test_a_replaced_engine_is_freed(qtbot, make_window):
     type_and_enter(w, SHORT)  # and the new model replies
     wait_reply(qtbot, w)
     assert w.store.messages(w.current)[-1].content
+
+
+# -- opening long chats: only about a screenful is built ----------------------------
+
+
+def test_a_1000_message_chat_builds_only_a_screenful_and_more_on_scrolling_up(qtbot, data_dir):
+    from app.chat_view import BATCH
+
+    w = MainWindow()
+    w.show()
+    cid = w.current
+    with w.store._tx() as c:  # one transaction: 1,000 commits would take minutes with synchronous=FULL
+        for i in range(1000):
+            w.store._insert(c, cid, "user" if i % 2 == 0 else "assistant", f"Turn {i}. {TURN}", True,
+                            c.execute("SELECT leaf_id FROM conversations WHERE id = ?", (cid,)).fetchone()[0])
+    w.current = None
+    w.select_conversation(cid)
+    built = w.chat.message_widgets()
+    assert len(built) == BATCH <= 25 and w.chat.pending_count() == 1000 - BATCH
+    assert built[-1].text.startswith("Turn 999.")
+    bar = w.chat.scroll.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum())  # at the newest message
+    assert built[-1].btn_regen.isVisibleTo(w)
+    bar.setValue(0)  # the user scrolls to the top: the next batch is built above
+    assert len(w.chat.message_widgets()) == 2 * BATCH
+    qtbot.waitUntil(lambda: bar.value() > 0)  # the message that was on top stays in view
+    old = w.store.messages(cid)[3].id
+    assert w.chat.ensure_built(old) is not None and w.chat.pending_count() == 3
+    assert [m.mid for m in w.chat.message_widgets()] == [m.id for m in w.store.messages(cid)[3:]]
+    w.close()
+
+
+def test_the_input_box_grows_with_its_text_up_to_a_limit(qtbot, data_dir):
+    w = MainWindow()
+    w.show()
+    box = w.chat.input
+    start = box.height()
+    assert box.lines_shown() == box.MIN_LINES
+    box.setPlainText("\n".join(f"line {i}" for i in range(5)))
+    assert box.lines_shown() == 5 and box.height() > start
+    box.setPlainText("\n".join(f"line {i}" for i in range(40)))
+    assert box.lines_shown() == box.MAX_LINES
+    tallest = box.height()
+    box.setPlainText("\n".join(f"line {i}" for i in range(80)))
+    assert box.height() == tallest  # it stops growing and scrolls instead
+    box.clear()
+    assert box.height() == start
+    w.close()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from app.chat_search import HIT_END, HIT_START, fts_query, snippet_html
 from app.store import Store
@@ -50,3 +51,51 @@ def test_search_finds_words_in_messages_and_follows_edits_and_deletes(store):
 def test_snippets_are_inert_html():
     html = snippet_html(f"<a href='x'>{HIT_START}bread{HIT_END}</a>\n& more")
     assert html == "&lt;a href=&#x27;x&#x27;&gt;<b><u>bread</u></b>&lt;/a&gt; &amp; more"
+
+
+# -- in the window ------------------------------------------------------------------
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    from app.main_window import MainWindow
+
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    w = MainWindow()
+    w.show()
+    yield w
+    w.close()
+
+
+def test_the_search_box_lists_message_hits_highlighted_and_opens_them_on_their_branch(qtbot, window):
+    w = window
+    s = w.store
+    bread = w.current
+    u1, a1 = s.start_turn(bread, "How long should dough rise?")
+    s.finish_reply(a1, "About two hours, until <b>doubled</b>.", complete=True, finish_reason="eos")
+    _, a2 = s.start_turn(bread, None, replace_from=a1)  # the hit is on the branch not on screen
+    s.finish_reply(a2, "Overnight in the fridge.", complete=True, finish_reason="eos")
+    w.new_conversation()
+    other = w.current
+    for i in range(60):  # a long chat: the hit is far above what is built at first
+        s.add_message(other, "user" if i % 2 == 0 else "assistant", "doubled check" if i == 1 else f"line {i}")
+    w.conversations.search.setText("doubled")
+    labels = w.conversations.hit_widgets()
+    assert len(labels) == 2 and w.conversations.hits.isVisibleTo(w)
+    texts = [lb.text() for lb in labels]
+    assert any("<b><u>doubled</u></b>" in t and "&lt;b&gt;" in t for t in texts)  # highlighted, HTML inert
+    items = {int(w.conversations.hits.item(i).data(Qt.ItemDataRole.UserRole + 1)): w.conversations.hits.item(i)
+             for i in range(w.conversations.hits.count())}
+    w.conversations.hits.itemClicked.emit(items[a1])
+    assert w.current == bread
+    assert [m.id for m in s.messages(bread)] == [u1, a1]  # switched to the hit's branch
+    assert w.chat.widget(a1).flashed and w.chat.widget(a1).branch_label.text() == "1/2"
+
+    deep = s.messages(other)[1].id
+    w.conversations.hits.itemClicked.emit(
+        next(w.conversations.hits.item(i) for i in range(w.conversations.hits.count())
+             if int(w.conversations.hits.item(i).data(Qt.ItemDataRole.UserRole + 1)) == deep))
+    assert w.current == other and w.chat.widget(deep) is not None and w.chat.widget(deep).flashed
+    w.conversations.search.setText("nothing like it")
+    assert not w.conversations.hits.isVisibleTo(w) and "(none)" in w.conversations.hits_label.text()
+    w.conversations.search.clear()
+    assert not w.conversations.hits_label.isVisibleTo(w)
