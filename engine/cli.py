@@ -1,4 +1,4 @@
-"""``python -m engine chat|info|bench``: the terminal face of the engine.
+"""``python -m engine chat|info|bench|serve``: the terminal face of the engine.
 
 Expected failures (bad file, prompt too long, ...) print one line and exit
 non-zero; tracebacks are for bugs only.
@@ -184,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--tokens", type=int, default=256)
     p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("serve", help="the local OpenAI-compatible server on 127.0.0.1 (Ctrl-C stops)")
+    _model_flags(p)
+    p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
+    p.add_argument("--parallel", type=int, default=4, help="requests decoded at once")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--cors", action="append", default=[], help="a web origin allowed to call it (repeatable)")
+    p.set_defaults(func=cmd_serve)
     p = sub.add_parser("models", help="model files: fetch-bench-pair assembles the benchmark models")
     p.add_argument("action", choices=["fetch-bench-pair", "list"])
     p.set_defaults(func=cmd_models)
@@ -213,6 +220,13 @@ def cmd_models(a: argparse.Namespace) -> int:
     for m in pair:
         print(f"bench    {models.bench_model_path(m) or '(not fetched) ' + m.filename}")
     return 0
+
+
+def cmd_serve(a: argparse.Namespace) -> int:
+    from .serve.headless import serve  # engine/serve/headless.py
+
+    return serve(a.model, port=a.port, parallel=a.parallel, api_key=a.api_key, n_ctx=a.ctx, n_threads=a.threads,
+                 cors_origins=tuple(a.cors))
 
 
 def cmd_plan(a: argparse.Namespace) -> int:

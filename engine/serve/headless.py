@@ -1,0 +1,46 @@
+"""``python -m engine serve``: the local server without the window, like ``ollama serve``.
+
+The same LocalServer and Scheduler as the app's Settings → Local server; it
+runs until Ctrl-C (or SIGTERM), then cancels what is in flight and exits 0.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from .server import DEFAULT_PORT, LocalServer
+
+
+def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
+          n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
+          cors_origins: tuple[str, ...] = ()) -> int:
+    """Load ``model``, serve it on 127.0.0.1:``port`` until interrupted; the exit status."""
+    from ..engine import Engine
+    from .scheduler import Scheduler
+
+    server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins)
+    print("loading model...", file=sys.stderr, flush=True)
+    engine = Engine.load(model, n_ctx=n_ctx, n_threads=n_threads)
+    scheduler = Scheduler(engine, parallel=parallel, queue_limit=queue_limit)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        server.attach(scheduler)
+        server.start()
+        key = " (API key required)" if api_key else ""
+        # stdout, one line: scripts (and the tests) read the address from it.
+        print(f"Hearth serving {server.model_id} at {server.url}{key}; Ctrl-C stops", flush=True)
+        try:
+            while not stop.wait(0.5) and server.running:
+                pass
+        except KeyboardInterrupt:
+            pass
+        print("stopping...", file=sys.stderr, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.detach("the server is stopping")
+        server.stop()
+        scheduler.close()
+        engine.close()
+    return 0

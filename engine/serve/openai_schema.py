@@ -1,0 +1,277 @@
+"""The OpenAI wire format: request bodies checked and turned into Hearth's types,
+replies shaped the way the official clients read them. No HTTP here.
+
+Every bad field raises ApiError naming the field (``param``), so a client gets a
+400 that says what to fix instead of a reply that quietly ignored it. Fields
+that change nothing here (``user``, ``metadata``, ``store``...) are accepted;
+fields that would change the reply and are not supported (``tools``, ``n > 1``,
+``logprobs``) are refused.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..types import Message
+
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+              "tool": "tool"}
+MAX_STOP = 4
+# OpenAI's finish reasons for the engine's.
+FINISH = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
+          "cancelled": "stop"}
+
+
+class ApiError(Exception):
+    """A request the server refuses, in OpenAI's error shape."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body: ``{"error": {"message", "type", "param", "code"}}``."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad(param: str, message: str, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+@dataclass(slots=True)
+class ApiRequest:
+    """One checked request: what to generate and how to answer."""
+    kind: str                              # "chat" or "completion"
+    model: str
+    messages: list[Message] | None = None  # chat
+    prompt: str | None = None              # completion
+    sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields the client set
+    max_tokens: int | None = None          # None: until the context is full
+    grammar: str | None = None             # GBNF text from response_format
+    stream: bool = False
+    include_usage: bool = False
+
+
+def _number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok:
+        raise bad(key, f"{key} must be {'a whole number' if integer else 'a number'}, got {v!r}")
+    if not lo <= v <= hi:
+        raise bad(key, f"{key} must be between {lo:g} and {hi:g}, got {v!r}")
+    return v
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    v = body.get("stop")
+    if v is None:
+        return ()
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise bad("stop", "stop must be a string or a list of strings")
+    if len(items) > MAX_STOP:
+        raise bad("stop", f"stop takes at most {MAX_STOP} strings, got {len(items)}")
+    return tuple(s for s in items if s)
+
+
+def _content(m: dict, i: int) -> str:
+    c = m.get("content")
+    if c is None:
+        return ""
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        parts = []
+        for p in c:
+            if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
+                kind = p.get("type") if isinstance(p, dict) else type(p).__name__
+                raise bad(f"messages[{i}].content", f"messages[{i}].content: only text parts are supported "
+                                                    f"here, got {kind!r}")
+            parts.append(p["text"])
+        return "".join(parts)
+    raise bad(f"messages[{i}].content", f"messages[{i}].content must be text or a list of text parts")
+
+
+def _messages(body: dict) -> list[Message]:
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise bad("messages", "messages must be a non-empty list of {role, content} objects")
+    out = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            raise bad(f"messages[{i}]", f"messages[{i}] must be an object with a role and a content")
+        role = CHAT_ROLES.get(m.get("role"))  # type: ignore[arg-type]
+        if role is None:
+            raise bad(f"messages[{i}].role", f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}, "
+                                             f"got {m.get('role')!r}")
+        out.append(Message(role, _content(m, i)))
+    return out
+
+
+def _grammar(body: dict) -> str | None:
+    rf = body.get("response_format")
+    if rf is None:
+        return None
+    if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
+        raise bad("response_format", "response_format.type must be text, json_object or json_schema")
+    from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+
+    if rf["type"] == "text":
+        return None
+    if rf["type"] == "json_object":
+        return JSON_GBNF
+    spec = rf.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise bad("response_format.json_schema", "response_format.json_schema.schema must be a JSON Schema "
+                                                 "object", code="invalid_schema")
+    try:
+        return json_schema_to_gbnf(json.dumps(schema))
+    except Exception as e:  # the converter raises assertion, key and type errors on schemas it cannot read
+        raise bad("response_format.json_schema", f"the JSON schema cannot be turned into a grammar: "
+                                                 f"{type(e).__name__}: {e}", code="invalid_schema") from None
+
+
+def _refuse_unsupported(body: dict) -> None:
+    if body.get("n") not in (None, 1):
+        raise bad("n", "n must be 1: this server writes one choice per request")
+    if body.get("best_of") not in (None, 1):
+        raise bad("best_of", "best_of must be 1")
+    if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
+        raise bad("logprobs", "logprobs are not supported by this server")
+    if body.get("echo"):
+        raise bad("echo", "echo is not supported by this server")
+    if body.get("suffix"):
+        raise bad("suffix", "suffix (fill-in-the-middle) is not supported by this server")
+    if body.get("tools") and body.get("tool_choice") != "none":
+        raise bad("tools", "tools (function calling) are not supported by this server")
+    if body.get("functions"):
+        raise bad("functions", "functions (function calling) are not supported by this server")
+    if body.get("logit_bias"):
+        raise bad("logit_bias", "logit_bias is not supported by this server")
+
+
+def parse(body: Any, kind: str) -> ApiRequest:
+    """Check a request body for /v1/chat/completions (``kind="chat"``) or /v1/completions."""
+    if not isinstance(body, dict):
+        raise bad("", "the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad("model", "model is required: GET /v1/models lists the one this server runs")
+    _refuse_unsupported(body)
+    req = ApiRequest(kind=kind, model=model)
+    if kind == "chat":
+        req.messages = _messages(body)
+    else:
+        p = body.get("prompt")
+        if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
+            p = p[0]
+        if not isinstance(p, str):
+            raise bad("prompt", "prompt must be a string (one prompt per request)")
+        req.prompt = p
+    mt = body.get("max_completion_tokens", body.get("max_tokens"))
+    if mt is not None:
+        if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
+            raise bad("max_tokens", f"max_tokens must be a whole number of at least 1, got {mt!r}")
+        req.max_tokens = mt
+    s: dict[str, Any] = {}
+    for key, lo, hi, integer in (("temperature", 0, 2, False), ("top_p", 0, 1, False), ("top_k", 0, 1 << 20, True),
+                                 ("min_p", 0, 1, False), ("presence_penalty", -2, 2, False),
+                                 ("frequency_penalty", -2, 2, False), ("repeat_penalty", 0, 10, False),
+                                 ("seed", -(1 << 63), (1 << 64) - 1, True)):
+        v = _number(body, key, lo, hi, integer=integer)
+        if v is not None:
+            s[key] = v
+    if s.get("top_p") == 0:
+        raise bad("top_p", "top_p must be above 0")
+    if s.get("min_p") == 1:
+        raise bad("min_p", "min_p must be below 1")
+    if s.get("repeat_penalty") == 0:
+        raise bad("repeat_penalty", "repeat_penalty must be above 0")
+    if "seed" in s:
+        s["seed"] = s["seed"] % (1 << 32)  # the engine's generator takes 32 bits; any int from a client maps in
+    s["stop"] = _stop(body)
+    req.sampling = s
+    req.grammar = _grammar(body)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise bad("stream", "stream must be true or false")
+    req.stream = stream
+    so = body.get("stream_options")
+    if so is not None:
+        if not stream:
+            raise bad("stream_options", "stream_options is only allowed with stream: true")
+        if not isinstance(so, dict):
+            raise bad("stream_options", "stream_options must be an object")
+        req.include_usage = bool(so.get("include_usage"))
+    return req
+
+
+# -- replies -------------------------------------------------------------------
+
+
+def new_id(kind: str) -> str:
+    return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+
+
+def usage(prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+def finish_reason(engine_reason: str | None) -> str:
+    return FINISH.get(engine_reason or "", "stop")
+
+
+class Shaper:
+    """Builds the reply objects of one request (one id and one timestamp for all its chunks)."""
+
+    def __init__(self, kind: str, model: str) -> None:
+        self.kind, self.model = kind, model
+        self.id = new_id(kind)
+        self.created = int(time.time())
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": "hearth"}
+
+    def whole(self, text: str, reason: str | None, use: dict[str, Any]) -> dict[str, Any]:
+        """The non-streamed reply."""
+        fr = finish_reason(reason)
+        if self.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": fr}
+            return {**self._head("chat.completion"), "choices": [choice], "usage": use}
+        return {**self._head("text_completion"), "usage": use,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fr}]}
+
+    def chunk(self, text: str | None, reason: str | None = None, *, first: bool = False,
+              include_usage: bool = False) -> dict[str, Any]:
+        """One streamed chunk: a text delta, or (``reason`` set) the last one of the choice."""
+        fr = finish_reason(reason) if reason is not None else None
+        if self.kind == "chat":
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+            if text:
+                delta["content"] = text
+            out = {**self._head("chat.completion.chunk"),
+                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": fr}]}
+        else:
+            out = {**self._head("text_completion"),
+                   "choices": [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": fr}]}
+        if include_usage:
+            out["usage"] = None  # OpenAI's shape: every chunk but the last carries a null usage
+        return out
+
+    def usage_chunk(self, use: dict[str, Any]) -> dict[str, Any]:
+        """The extra last chunk of ``stream_options.include_usage``: no choices, the usage."""
+        obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": use}

@@ -1,0 +1,364 @@
+"""The local OpenAI-compatible server: Starlette routes over the scheduler, uvicorn in a thread.
+
+The same :class:`LocalServer` runs headless (``python -m engine serve``) and in
+the app (Settings → Local server). It serves whatever scheduler is attached:
+the app attaches a new one after each model load and detaches it while a model
+loads, when requests get a 503 that says so.
+
+A ticket's ``events()`` blocks, so every wait for the next event runs in a
+worker thread (anyio) and uvicorn's event loop stays free for other clients.
+A request's first event is awaited before the response starts, so a prompt
+too long for the context is a plain 400, not an error inside a stream. A
+client that goes away cancels its request: sse-starlette notices the
+disconnect while streaming, and a watcher does for a non-streamed reply.
+"""
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterable, Iterator
+
+import anyio
+import uvicorn
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import HearthError, PromptTooLongError
+from ..models.catalogue import ModelRef
+from ..types import SamplingParams, StreamEvent
+from .openai_schema import ApiError, ApiRequest, Shaper, parse, usage
+from .requests import QueueFull, ServeRequest, Ticket
+from .scheduler import Scheduler
+from .security import Guard, check_bind_host
+
+DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
+MAX_BODY = 1 << 20     # bytes; a chat request is a few KB, a long pasted file well under this
+STARTUP_TIMEOUT_S = 10.0
+
+
+def api_model_id(ref: ModelRef | None) -> str:
+    """The name clients put in ``model``: a GGUF's file name without ``.gguf``, a
+    folder's name, or the Hub id as typed."""
+    if ref is None:
+        return "model"
+    if ref.kind == "hub":
+        return ref.label
+    name = Path(ref.path).name
+    return name[:-5] if name.lower().endswith(".gguf") else name
+
+
+@dataclass(slots=True, frozen=True)
+class Target:
+    """What the server serves now: a scheduler and the name clients call its model by."""
+    scheduler: Scheduler
+    model_id: str
+    n_ctx: int
+    created: int
+
+
+def _error_response(e: ApiError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
+def _api_error(e: HearthError) -> ApiError:
+    """The HTTP answer to a failure the engine or the scheduler reported."""
+    if isinstance(e, QueueFull):
+        return ApiError(429, str(e), type="rate_limit_error", code="queue_full",
+                        headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))})
+    if isinstance(e, PromptTooLongError):
+        return ApiError(400, str(e), param="messages", code="context_length_exceeded")
+    # Everything else the engine reports as a HearthError is about the request
+    # (its template, grammar or length); the scheduler turns its own bugs into one too.
+    return ApiError(400, str(e))
+
+
+def _next(events: Iterator[StreamEvent]) -> StreamEvent | None:
+    return next(events, None)
+
+
+async def next_event(events: Iterator[StreamEvent]) -> StreamEvent | None:
+    """The ticket's next event, waited for in a worker thread; None when it ended.
+    A cancelled wait returns at once (the caller then cancels the ticket)."""
+    return await anyio.to_thread.run_sync(_next, events, abandon_on_cancel=True)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The body as JSON, refusing more than ``limit`` bytes without reading past it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the request body is {int(declared):,} bytes; this server takes at most {limit:,}",
+                       code="request_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"the request body is over {limit:,} bytes, the most this server takes",
+                           code="request_too_large")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+
+
+class LocalServer:
+    """The OpenAI-compatible API on 127.0.0.1, over whatever scheduler is attached."""
+
+    def __init__(self, *, port: int = DEFAULT_PORT, api_key: str | None = None,
+                 cors_origins: Iterable[str] = (), max_body: int = MAX_BODY, host: str = "127.0.0.1") -> None:
+        self.host = check_bind_host(host)
+        self.requested_port = port
+        self.api_key = api_key or None
+        self.max_body = max_body
+        self._port = 0
+        self._target: Target | None = None
+        self._unavailable = "no model is loaded yet"
+        self._lock = threading.Lock()
+        self._active: set[Ticket] = set()
+        self.served = 0    # API replies completed
+        self._uvicorn: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        routes = [Route("/v1/models", self._models, methods=["GET"]),
+                  Route("/v1/models/{model_id:path}", self._model, methods=["GET"]),
+                  Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                  Route("/v1/completions", self._completions, methods=["POST"])]
+        app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
+        self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins)
+
+    # -- what is served -------------------------------------------------------------
+
+    def attach(self, scheduler: Scheduler) -> None:
+        """Serve ``scheduler``'s model from now on."""
+        engine = scheduler.engine
+        target = Target(scheduler, api_model_id(engine.model), engine.backend.n_ctx, int(time.time()))
+        with self._lock:
+            self._target = target
+
+    def detach(self, reason: str) -> None:
+        """Stop serving the current scheduler; requests get a 503 with ``reason`` until the next attach."""
+        with self._lock:
+            self._target = None
+            self._unavailable = reason
+
+    @property
+    def model_id(self) -> str | None:
+        t = self._target
+        return t.model_id if t is not None else None
+
+    @property
+    def in_flight(self) -> int:
+        """API requests queued or being answered now."""
+        return len(self._active)
+
+    def active_tickets(self) -> list[Ticket]:
+        """The scheduler tickets of the requests in flight (their ``times`` say where time goes)."""
+        return list(self._active)
+
+    def _current(self) -> Target:
+        t = self._target
+        if t is None:
+            raise ApiError(503, f"the server has no model to serve right now: {self._unavailable}",
+                           type="server_error", code="model_not_ready")
+        return t
+
+    # -- routes -------------------------------------------------------------------
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)  # registered for HTTPException only
+        msg = (f"no route {request.method} {request.url.path}; this server offers GET /v1/models, "
+               "POST /v1/chat/completions and POST /v1/completions")
+        if exc.status_code != 404:
+            msg = f"{exc.detail}: {request.method} {request.url.path}"
+        return _error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None))
+
+    def _model_card(self, t: Target) -> dict[str, Any]:
+        return {"id": t.model_id, "object": "model", "created": t.created, "owned_by": "hearth",
+                "context_length": t.n_ctx}
+
+    async def _models(self, request: Request) -> Response:
+        t = self._target
+        return JSONResponse({"object": "list", "data": [self._model_card(t)] if t is not None else []})
+
+    async def _model(self, request: Request) -> Response:
+        try:
+            t = self._current()
+            if request.path_params["model_id"] != t.model_id:
+                raise self._unknown_model(request.path_params["model_id"], t)
+        except ApiError as e:
+            return _error_response(e)
+        return JSONResponse(self._model_card(t))
+
+    @staticmethod
+    def _unknown_model(name: str, t: Target) -> ApiError:
+        return ApiError(404, f"the model {name!r} is not served here; this server runs {t.model_id!r}",
+                        param="model", code="model_not_found")
+
+    async def _chat(self, request: Request) -> Response:
+        return await self._generate(request, "chat")
+
+    async def _completions(self, request: Request) -> Response:
+        return await self._generate(request, "completion")
+
+    def _serve_request(self, req: ApiRequest, t: Target) -> ServeRequest:
+        try:
+            params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens or t.n_ctx})
+            return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar)
+        except HearthError as e:
+            raise ApiError(400, str(e)) from None
+
+    async def _generate(self, request: Request, kind: str) -> Response:
+        ticket: Ticket | None = None
+        try:
+            req = parse(await read_json(request, self.max_body), kind)
+            t = self._current()
+            if req.model != t.model_id:
+                raise self._unknown_model(req.model, t)
+            try:
+                ticket = t.scheduler.submit(self._serve_request(req, t))
+            except QueueFull as e:
+                raise _api_error(e) from None
+            except HearthError as e:  # the scheduler closed under us: a model switch
+                raise ApiError(503, f"the server's model is changing ({e}); try again shortly",
+                               type="server_error", code="model_not_ready") from None
+            self._active.add(ticket)
+            events = ticket.events()
+            try:
+                first = await next_event(events)
+            except HearthError as e:
+                raise _api_error(e) from None
+            if first is None:
+                raise ApiError(500, "the request ended without a reply", type="server_error")
+        except ApiError as e:
+            self._release(ticket)
+            return _error_response(e)
+        except BaseException:
+            self._release(ticket)  # the client left while the request waited for its first token
+            raise
+        shaper = Shaper(kind, t.model_id)
+        if req.stream:
+            return EventSourceResponse(self._stream(ticket, events, first, shaper, req.include_usage), sep="\n",
+                                       ping=15, headers={"Cache-Control": "no-cache"})
+        return await self._whole(request, ticket, events, first, shaper)
+
+    def _release(self, ticket: Ticket | None, *, served: bool = False) -> None:
+        if ticket is None:
+            return
+        ticket.cancel()  # a finished request ignores it; an abandoned one stops within a step
+        self._active.discard(ticket)
+        if served:
+            self.served += 1
+
+    async def _whole(self, request: Request, ticket: Ticket, events: Iterator[StreamEvent], ev: StreamEvent | None,
+                     shaper: Shaper) -> Response:
+        parts: list[str] = []
+        served = False
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._cancel_on_disconnect, request, ticket)
+                while ev is not None and ev.kind == "delta":
+                    parts.append(ev.text)
+                    ev = await next_event(events)
+                tg.cancel_scope.cancel()
+            if ev is None or ev.stats is None:
+                raise ApiError(500, "the request ended without its final event", type="server_error")
+            st = ev.stats
+            served = ev.finish_reason != "cancelled"
+            return JSONResponse(shaper.whole(ev.text, ev.finish_reason,
+                                             usage(st.prompt_tokens, st.cached_tokens, st.generated_tokens)))
+        except HearthError as e:
+            return _error_response(_api_error(e))
+        except ApiError as e:
+            return _error_response(e)
+        finally:
+            self._release(ticket, served=served)
+
+    @staticmethod
+    async def _cancel_on_disconnect(request: Request, ticket: Ticket) -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        ticket.cancel()
+
+    async def _stream(self, ticket: Ticket, events: Iterator[StreamEvent], ev: StreamEvent | None, shaper: Shaper,
+                      include_usage: bool) -> AsyncIterator[dict[str, str]]:
+        served = False
+        try:
+            yield {"data": json.dumps(shaper.chunk(None, first=True, include_usage=include_usage))}
+            while ev is not None and ev.kind == "delta":
+                if ev.text:
+                    yield {"data": json.dumps(shaper.chunk(ev.text, include_usage=include_usage))}
+                ev = await next_event(events)
+            if ev is None or ev.stats is None:
+                raise HearthError("the request ended without its final event")
+            yield {"data": json.dumps(shaper.chunk(None, ev.finish_reason, include_usage=include_usage))}
+            if include_usage:
+                st = ev.stats
+                yield {"data": json.dumps(shaper.usage_chunk(usage(st.prompt_tokens, st.cached_tokens,
+                                                                   st.generated_tokens)))}
+            served = ev.finish_reason != "cancelled"
+            yield {"data": "[DONE]"}
+        except HearthError as e:  # after the headers went out: the error goes in the stream, as OpenAI's does
+            yield {"data": json.dumps(_api_error(e).body())}
+            yield {"data": "[DONE]"}
+        finally:
+            self._release(ticket, served=served)
+
+    # -- running ------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the real one when started with port 0)."""
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        """Bind and serve in a background thread; returns once it accepts connections.
+        A port in use raises HearthError at once."""
+        if self.running:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((self.host, self.requested_port))
+        except OSError as e:
+            sock.close()
+            raise HearthError(f"cannot listen on {self.host}:{self.requested_port}: {e.strerror or e}; "
+                              "choose another port") from None
+        self._port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2)
+        server = uvicorn.Server(config)
+        self._uvicorn = server
+        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="hearth-server",
+                                        daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise HearthError(f"the local server did not start on port {self._port}")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        """Cancel the requests in flight, stop listening and wait for the thread."""
+        for ticket in list(self._active):
+            ticket.cancel()
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join()
+        self._thread = self._uvicorn = None

@@ -1,0 +1,261 @@
+"""The local OpenAI-compatible server, driven by real clients: the official
+``openai`` package and plain ``httpx``, against a server on an ephemeral
+127.0.0.1 port serving the bundled model through the real scheduler."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+import openai
+import pytest
+
+from engine.errors import HearthError
+from engine.serve.scheduler import Scheduler
+from engine.serve.server import LocalServer
+from engine.types import Message, SamplingParams
+
+Q = [{"role": "user", "content": "What is the capital of France?"}]
+LONG = [{"role": "user", "content": "Write a very long story about a dragon who learns to bake bread."}]
+
+
+@pytest.fixture(scope="module")
+def scheduler(engine):
+    s = Scheduler(engine, parallel=2, queue_limit=8)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def server(scheduler):
+    srv = LocalServer(port=0)
+    srv.attach(scheduler)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
+
+
+def model(server) -> str:
+    assert server.model_id is not None
+    return server.model_id
+
+
+def test_models_lists_the_loaded_model(client, server):
+    ids = [m.id for m in client.models.list().data]
+    assert ids == ["SmolLM2-135M-Instruct.Q4_1"] == [server.model_id]
+    assert client.models.retrieve(server.model_id).id == server.model_id
+
+
+def test_chat_reply_is_the_engines_greedy_reply(client, server, engine):
+    r = client.chat.completions.create(model=model(server), messages=Q, max_tokens=10, temperature=0)
+    text = r.choices[0].message.content
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.completion_tokens <= 10 and r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    # The scheduler is idle now: the same request in-process gives the same text.
+    final = list(engine.stream([Message(**m) for m in Q], SamplingParams(temperature=0, max_tokens=10)))[-1]
+    assert text == final.text and text
+
+
+def test_stream_with_usage_and_cached_tokens_on_a_repeated_prompt(client, server):
+    msgs = [{"role": "system", "content": "You answer in one short sentence."},
+            {"role": "user", "content": "Name a colour of the sky at noon."}]
+    usages, texts = [], []
+    for _ in range(2):
+        stream = client.chat.completions.create(model=model(server), messages=msgs, max_tokens=8, temperature=0,
+                                                stream=True, stream_options={"include_usage": True})
+        chunks = list(stream)
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert all(c.usage is None for c in chunks[:-1])
+        assert chunks[-1].choices == [] and chunks[-1].usage is not None
+        assert chunks[-2].choices[0].finish_reason in ("stop", "length")
+        texts.append("".join(c.choices[0].delta.content or "" for c in chunks[:-1]))
+        usages.append(chunks[-1].usage)
+    assert texts[0] == texts[1] and texts[0]
+    first, second = usages
+    assert second.prompt_tokens == first.prompt_tokens
+    # The second time the prompt's KV is reused: all of it but the last token.
+    assert second.prompt_tokens_details.cached_tokens >= second.prompt_tokens // 2
+    assert second.prompt_tokens_details.cached_tokens > first.prompt_tokens_details.cached_tokens
+    assert second.completion_tokens == first.completion_tokens <= 8
+
+
+def test_completions_endpoint(client, server):
+    r = client.completions.create(model=model(server), prompt="The capital of France is", max_tokens=6,
+                                  temperature=0)
+    assert r.object == "text_completion" and r.choices[0].text
+    assert r.usage.completion_tokens <= 6
+    again = client.completions.create(model=model(server), prompt="The capital of France is", max_tokens=6,
+                                      temperature=0, stream=True)
+    assert "".join(c.choices[0].text for c in again) == r.choices[0].text
+
+
+def test_json_schema_output_parses_and_follows_the_schema(client, server):
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]},
+                                               "count": {"type": "integer"}},
+              "required": ["answer", "count"], "additionalProperties": False}
+    r = client.chat.completions.create(
+        model=model(server), temperature=0, max_tokens=40,
+        messages=[{"role": "user", "content": "Is Paris in France? Answer in JSON with a count of 3."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+    data = json.loads(r.choices[0].message.content)
+    assert set(data) == {"answer", "count"}
+    assert data["answer"] in ("yes", "no") and isinstance(data["count"], int)
+    r = client.chat.completions.create(
+        model=model(server), temperature=0, max_tokens=60, response_format={"type": "json_object"},
+        messages=[{"role": "user", "content": "Reply with a JSON object with the keys city and country for Paris."}])
+    assert r.choices[0].finish_reason == "stop"  # the grammar closed the object before max_tokens
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+def test_errors_raise_the_right_openai_exceptions(client, server):
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        client.chat.completions.create(model="gpt-4o", messages=Q)
+    with pytest.raises(openai.BadRequestError, match="max_tokens") as e:
+        client.chat.completions.create(model=model(server), messages=Q, max_tokens=-5)
+    assert e.value.body["param"] == "max_tokens"
+    with pytest.raises(openai.BadRequestError, match="context") as e:
+        client.chat.completions.create(model=model(server), max_tokens=4,
+                                       messages=[{"role": "user", "content": "word " * 5000}])
+    assert e.value.body["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError, match="schema") as e:
+        client.chat.completions.create(model=model(server), messages=Q, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "bogus"}}})
+    assert e.value.body["code"] == "invalid_schema"
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.chat.completions.create(model=model(server), messages=Q, temperature=7)
+    with pytest.raises(openai.BadRequestError, match="role"):
+        client.chat.completions.create(model=model(server), messages=[{"role": "wizard", "content": "hi"}])
+    # Still serving after every refusal.
+    assert client.chat.completions.create(model=model(server), messages=Q, max_tokens=3,
+                                          temperature=0).choices[0].message.content
+
+
+def test_api_key(server):
+    server.api_key = "s3cret-key"
+    try:
+        with pytest.raises(openai.AuthenticationError, match="API key"):
+            openai.OpenAI(base_url=server.url, api_key="wrong", max_retries=0).models.list()
+        r = httpx.get(f"{server.url}/models")
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        ok = openai.OpenAI(base_url=server.url, api_key="s3cret-key", max_retries=0)
+        assert ok.chat.completions.create(model=model(server), messages=Q, max_tokens=2,
+                                          temperature=0).choices[0].message.content is not None
+    finally:
+        server.api_key = None
+
+
+def test_sse_framing(server):
+    body = {"model": model(server), "messages": Q, "max_tokens": 5, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server.url}/chat/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        raw = r.read().decode()
+    assert "\r" not in raw
+    events = [e for e in raw.split("\n\n") if e and not e.startswith(":")]  # ":" lines are keep-alive pings
+    assert raw.endswith("data: [DONE]\n\n") and events[-1] == "data: [DONE]"
+    for e in events[:-1]:
+        assert e.startswith("data: ") and "\n" not in e
+        assert json.loads(e[len("data: "):])["object"] == "chat.completion.chunk"
+
+
+def test_client_disconnect_cancels_the_request(server, scheduler):
+    body = {"model": model(server), "messages": LONG, "max_tokens": 1500, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server.url}/chat/completions", json=body, timeout=120) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(6)]  # a few chunks of the reply, then hang up
+        assert all(not line or line.startswith("data: ") for line in got)
+        ticket = next(iter(server.active_tickets()))
+    assert ticket.wait(60), "the request was not cancelled after the client left"
+    assert ticket.times.finish_reason == "cancelled"
+    assert ticket.times.completion_tokens < 1500
+    assert server.in_flight == 0
+    stats = scheduler.stats()
+    assert stats["running"] == 0 and stats["queued"] == 0
+
+
+def test_bad_requests_get_clear_4xx_and_the_server_keeps_working(server):
+    url = f"{server.url}/chat/completions"
+    r = httpx.post(url, content=b'{"model": "x", "messages": [', headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = httpx.post(url, content=b"[1, 2]")
+    assert r.status_code == 400 and "JSON object" in r.json()["error"]["message"]
+    r = httpx.post(url, content=b"x" * (10 << 20), timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    r = httpx.get(f"{server.url}/models", headers={"Host": "attacker.example:%d" % server.port})
+    assert r.status_code == 403 and "DNS rebinding" in r.json()["error"]["message"]
+    r = httpx.post(url, json={"model": model(server), "messages": Q}, headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
+    r = httpx.get(f"{server.url}/engines")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = httpx.post(url, json={"model": model(server), "messages": Q, "stream_options": {"include_usage": True}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream_options"
+    r = httpx.post(url, json={"model": model(server), "messages": Q, "max_tokens": 3, "temperature": 0},
+                   headers={"Host": f"localhost:{server.port}"}, timeout=120)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+
+
+def test_queue_full_is_429_with_retry_after(engine):
+    s = Scheduler(engine, parallel=1, queue_limit=0)  # no room to wait: every API request is refused
+    srv = LocalServer(port=0)
+    srv.attach(s)
+    srv.start()
+    try:
+        with pytest.raises(openai.RateLimitError) as e:
+            openai.OpenAI(base_url=srv.url, api_key="x", max_retries=0).chat.completions.create(
+                model=model(srv), messages=Q, max_tokens=2)
+        assert int(e.value.response.headers["retry-after"]) >= 1
+        srv.detach("a new model is loading")
+        r = httpx.post(f"{srv.url}/chat/completions", json={"model": "m", "messages": Q})
+        assert r.status_code == 503 and "a new model is loading" in r.json()["error"]["message"]
+    finally:
+        srv.stop()
+        s.close()
+
+
+def test_cors_allow_list_and_bind_host():
+    with pytest.raises(HearthError, match="127.0.0.1 only"):
+        LocalServer(host="0.0.0.0")
+    srv = LocalServer(port=0, cors_origins=["http://localhost:3000"])
+    srv.start()
+    try:
+        pre = httpx.options(f"{srv.url}/chat/completions", headers={
+            "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        assert pre.status_code == 200
+        assert pre.headers["access-control-allow-origin"] == "http://localhost:3000"
+        r = httpx.get(f"{srv.url}/models", headers={"Origin": "http://localhost:3000"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://localhost:3000"
+        assert r.json() == {"object": "list", "data": []}  # nothing attached yet
+        assert httpx.get(f"{srv.url}/models", headers={"Origin": "http://other:1"}).status_code == 403
+    finally:
+        srv.stop()
+    assert not srv.running
+
+
+def test_headless_serve_answers_then_stops_on_ctrl_c(bundled_path):
+    import signal
+
+    p = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", str(bundled_path), "--port", "0",
+                          "--parallel", "2", "--ctx", "1024", "--threads", "1", "--api-key", "k1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line.startswith("Hearth serving SmolLM2-135M-Instruct.Q4_1 at http://127.0.0.1:"), \
+            line + p.stderr.read()
+        url = line.split(" at ")[1].split(" ")[0].rstrip(";")
+        c = openai.OpenAI(base_url=url, api_key="k1", max_retries=0, timeout=120)
+        assert c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=Q, max_tokens=3,
+                                         temperature=0).choices[0].message.content
+        p.send_signal(signal.SIGINT)
+        assert p.wait(60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
