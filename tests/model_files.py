@@ -35,14 +35,16 @@ def _value(v) -> bytes:
     raise TypeError(type(v))
 
 
-def gguf_bytes_header(arch: str, name: str, quant: str, *, tokens: list[str] | None = None) -> tuple[bytes, int]:
+def gguf_bytes_header(arch: str, name: str, quant: str, *, tokens: list[str] | None = None,
+                      shard: tuple[int, int] = (0, 1)) -> tuple[bytes, int]:
     """(header bytes up to the aligned data start, the whole file's size). The vocabulary
-    defaults to 256 tokens (``vocab_size`` still says the real count): parsing stays quick."""
+    defaults to 256 tokens (``vocab_size`` still says the real count): parsing stays quick.
+    ``shard`` (i, n): the i-th of n parts of a split file, holding every n-th tensor."""
     a = mf.ARCHS[arch]
     meta = mf.gguf_meta(a, name, quant)
     meta["tokenizer.ggml.model"] = "gpt2"
     meta["tokenizer.ggml.tokens"] = tokens if tokens is not None else [f"t{i}" for i in range(256)]
-    tensors = mf.gguf_tensors(a, quant)
+    tensors = mf.gguf_tensors(a, quant)[shard[0]::shard[1]]
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta))
     for k, v in meta.items():
         head += _str(k) + _value(v)

@@ -4,6 +4,13 @@
 auth) and owns the cache layout; Hearth moves the bytes itself because the
 library's own downloader deletes a partial file when it stops, so a
 cancelled or crashed multi-gigabyte download would start again from zero.
+Checked against huggingface_hub 2.4.0 (file_download.py): ``hf_hub_download``
+writes each file to a process-unique ``<etag>.<uuid>.incomplete`` and its
+``_download_to_tmp_and_move`` unlinks that file in a ``finally`` on any failure,
+KeyboardInterrupt and a cancel included; ``http_get`` resumes with ``Range`` only
+inside one call (its retries after a dropped connection). It does have a progress
+hook (``tqdm_class``) but no cancel. So the library downloads the small files that
+need neither (config.json for the Hub browser's fit check), and this module the weights.
 Here a partial file (``blobs/<etag>.incomplete``) survives and the next call
 continues it with an HTTP ``Range`` request. The finished files land exactly
 where ``hf_hub_download`` puts them (``blobs/`` + ``snapshots/<commit>/`` +
@@ -124,6 +131,7 @@ class _Remote:
     url: str
     etag: str
     size: int
+    sha256: str = ""  # the LFS sha256 the Hub lists for the file, when it lists one
 
 
 class _Meter:
@@ -200,12 +208,13 @@ def _fetch_blob(r: _Remote, blob: Path, meter: _Meter, headers: dict[str, str], 
     if have != r.size:
         partial.unlink()
         raise HubError(f"{r.name}: got {have} bytes, expected {r.size}; the partial file was removed, retry")
-    if re.fullmatch(r"[0-9a-f]{64}", r.etag):  # LFS files: the ETag is the content's SHA-256
+    want = r.sha256 or (r.etag if re.fullmatch(r"[0-9a-f]{64}", r.etag) else "")  # LFS: ETag = SHA-256
+    if want:
         h = hashlib.sha256()
         with open(partial, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 22), b""):
                 h.update(chunk)
-        if h.hexdigest() != r.etag:
+        if h.hexdigest() != want:
             partial.unlink()
             raise HubError(f"{r.name} is corrupt (SHA-256 mismatch); the partial file was removed, retry")
     os.replace(partial, blob)
@@ -247,8 +256,9 @@ def _resolve_remote(repo_id, revision, filename, quant, allow_pickle, allow_remo
 
     endpoint = hub_endpoint()
     try:
-        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, token=token)
+        info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, token=token, files_metadata=True)
         names = [s.rfilename for s in (info.siblings or [])]
+        listed = {s.rfilename: s.lfs.sha256 for s in (info.siblings or []) if s.lfs is not None and s.lfs.sha256}
         if filename or quant:
             wanted = select_gguf_files(names, filename=filename, quant=quant, repo_id=repo_id)
         else:
@@ -261,7 +271,7 @@ def _resolve_remote(repo_id, revision, filename, quant, allow_pickle, allow_remo
             meta = get_hf_file_metadata(url, token=token, endpoint=endpoint)
             if not meta.etag or meta.size is None:
                 raise HubError(f"the Hub sent no ETag/size for {name}; cannot cache it safely")
-            remotes.append(_Remote(name, meta.location or url, meta.etag, meta.size))
+            remotes.append(_Remote(name, meta.location or url, meta.etag, meta.size, listed.get(name, "")))
             commit = meta.commit_hash or commit
         return remotes, commit
     except GatedRepoError:
@@ -334,6 +344,19 @@ def _check_complete(snap: Path, names: list[str]) -> None:
         lacking = sorted(shards - set(names))
         if lacking:
             raise HubError(f"the cached copy is incomplete: {lacking[0]} is missing")
+
+
+def discard_partial(repo_id: str, etags: list[str], *, cache: Path | None = None) -> int:
+    """Delete the partial files (``blobs/<etag>.incomplete``) a cancelled download left;
+    return how many bytes that freed. A paused download keeps them, to resume."""
+    blobs = _repo_dir(cache or hub_cache_dir(), repo_id) / "blobs"
+    freed = 0
+    for tag in etags:
+        p = blobs / f"{tag}.incomplete"
+        if p.is_file():
+            freed += p.stat().st_size
+            p.unlink()
+    return freed
 
 
 def fetch_ref(ref, *, allow_pickle: bool = False, allow_remote_code: bool = False,
