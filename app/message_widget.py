@@ -6,28 +6,25 @@ loop on long replies. A reply's links and images stay inert (app.safe_links).
 """
 from __future__ import annotations
 
+import secrets
+
 from PySide6.QtCore import QPoint, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QTextBlockFormat, QTextCursor, QTextFormat
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
-from . import safe_links
+from . import markdown_render, safe_links
 from .text_utils import code_blocks, finish_note, metrics_line, segment_bounds
 
 RENDER_MS = 40
 SEGMENT_CHARS = 1500  # a finished piece of a reply this long is rendered once, then left alone
 
 
-def _is_code(block) -> bool:
-    fmt = block.blockFormat()
-    return fmt.hasProperty(QTextFormat.Property.BlockCodeFence) or \
-        fmt.hasProperty(QTextFormat.Property.BlockCodeLanguage)
-
-
 class AutoHeightBrowser(QTextBrowser):
     """A read-only text view as tall as its document, so the page scrolls, not each message."""
 
     link_refused = Signal(str)  # why a clicked link was not opened
+    code_copied = Signal(str)   # a code block's Copy link was clicked: its code
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -44,7 +41,9 @@ class AutoHeightBrowser(QTextBrowser):
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.customContextMenuRequested.connect(self._menu)
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
-        self.code_background = QColor("#f1efeb")
+        self.colors: dict[str, str] = {}
+        self.codes: list[str] = []  # each code block's text, for its Copy link
+        self._token = secrets.token_hex(8)  # Copy links carry it: a link in the reply cannot pass for one
 
     def _fit(self, *_args) -> None:
         m = self.contentsMargins()
@@ -59,7 +58,9 @@ class AutoHeightBrowser(QTextBrowser):
     def set_markdown(self, text: str) -> None:
         self.document().setMarkdown(text, safe_links.MARKDOWN)
         safe_links.inert_images(self.document())
-        self._shade_code()
+        if self.colors:
+            self.codes = markdown_render.dress(self.document(), self.colors, self.colors.get("scheme", "light"),
+                                               self._token)
 
     def loadResource(self, kind: int, url: QUrl):  # noqa: N802 (Qt override)
         if safe_links.resource_allowed(url):
@@ -67,33 +68,26 @@ class AutoHeightBrowser(QTextBrowser):
         return safe_links.refused_resource(kind)
 
     def _open_link(self, url: QUrl) -> None:
+        if url.scheme() == markdown_render.COPY_SCHEME:
+            index = next((i for i in range(len(self.codes))
+                          if url.toString() == markdown_render.copy_href(self._token, i)), None)
+            if index is not None:
+                self.code_copied.emit(self.codes[index])
+                return
         refused = safe_links.open_link(self, url)
         if refused:
             self.link_refused.emit(refused)
 
-    def _shade_code(self) -> None:
-        # Qt's Markdown import marks fenced blocks but gives them no background.
-        doc = self.document()
-        block = doc.begin()
-        cursor = QTextCursor(doc)
-        while block.isValid():
-            if _is_code(block):
-                fmt = QTextBlockFormat()
-                fmt.setBackground(self.code_background)
-                cursor.setPosition(block.position())
-                cursor.mergeBlockFormat(fmt)
-            block = block.next()
-
     def code_at(self, pos: QPoint) -> str | None:
         """The whole code block under ``pos`` (viewport coordinates), or None."""
         block = self.cursorForPosition(pos).block()
-        if not _is_code(block):
+        if not markdown_render.is_code(block):
             return None
         first = block
-        while first.previous().isValid() and _is_code(first.previous()):
+        while first.previous().isValid() and markdown_render.is_code(first.previous()):
             first = first.previous()
         lines, b = [], first
-        while b.isValid() and _is_code(b):
+        while b.isValid() and markdown_render.is_code(b):
             lines.append(b.text())
             b = b.next()
         return "\n".join(lines)
@@ -165,7 +159,7 @@ class MessageWidget(QFrame):
         self.segments: list[AutoHeightBrowser] = []
         self._starts: list[int] = []
         self._frozen = ""  # the text the frozen segments show
-        self._code_bg = QColor(colors["code"])
+        self._colors = colors
         self._add_segment(0)
         self.note = QLabel()
         self.note.setWordWrap(True)
@@ -202,9 +196,8 @@ class MessageWidget(QFrame):
     def apply_colors(self, colors: dict[str, str]) -> None:
         self._colors = colors
         self._frame_style()
-        self._code_bg = QColor(colors["code"])
         for seg in self.segments:
-            seg.code_background = self._code_bg
+            seg.colors = colors
         self._render(rebuild=True)
 
     def _frame_style(self) -> None:
@@ -236,7 +229,8 @@ class MessageWidget(QFrame):
 
     def _add_segment(self, start: int) -> AutoHeightBrowser:
         seg = AutoHeightBrowser(self)
-        seg.code_background = self._code_bg
+        seg.colors = self._colors
+        seg.code_copied.connect(self._code_copied)
         seg.link_refused.connect(self.notify)
         self._lay.insertWidget(1 + len(self.segments), seg)  # after the header, before the notes
         self.segments.append(seg)
@@ -317,6 +311,9 @@ class MessageWidget(QFrame):
 
     def _toggle_details(self, on: bool) -> None:
         self.details.setVisible(on)
+
+    def _code_copied(self, code: str) -> None:
+        self.copy_requested.emit(code)
 
     def _copy_code(self) -> None:
         blocks = code_blocks(self.text)

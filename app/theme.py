@@ -28,9 +28,9 @@ _DARK = {
 # Colours the chat view uses for message bubbles and code blocks, per scheme.
 BUBBLES = {
     "light": {"user": "#fff1e6", "assistant": "#ffffff", "code": "#f1efeb", "border": "#e2ded8",
-              "hit": "#d9480f"},
+              "hit": "#d9480f", "muted": "#6f6a63", "link": "#c2410c", "scheme": "light"},
     "dark": {"user": "#3a2f2a", "assistant": "#26252b", "code": "#1a191e", "border": "#3d3b44",
-             "hit": "#f08c4a"},
+             "hit": "#f08c4a", "muted": "#a19d97", "link": "#ffa94d", "scheme": "dark"},
 }
 
 
