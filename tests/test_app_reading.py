@@ -2,12 +2,24 @@
 (copying only that block); shaded inline code; headings; ruled tables; nothing raw passes."""
 from __future__ import annotations
 
-from PySide6.QtGui import QTextFormat, QTextTable, QTextCursor
+import pytest
+from PySide6.QtGui import QDesktopServices, QTextFormat, QTextTable, QTextCursor
 
 from app.code_highlight import label_for, lexer_for, spans
 from app.markdown_render import COPY_SCHEME, code_groups
 from app.theme import BUBBLES
-from tests.test_app_safe_links import _click_link, _fragments, _reply, opened  # noqa: F401 (a fixture)
+from tests.test_app_safe_links import SCHEMES, _Catcher, _click_link, _fragments, _reply
+
+
+@pytest.fixture
+def opened():
+    """Every URL QDesktopServices is asked to open; nothing really opens."""
+    catcher = _Catcher()
+    for scheme in SCHEMES + (COPY_SCHEME,):
+        QDesktopServices.setUrlHandler(scheme, catcher, "handle")
+    yield catcher.urls
+    for scheme in SCHEMES + (COPY_SCHEME,):
+        QDesktopServices.unsetUrlHandler(scheme)
 
 REPLY = """## Adding numbers
 
