@@ -113,10 +113,12 @@ def test_auto_takes_the_plan_and_fixed_choices_stay_as_chosen(data_dir):
     hw = simulated("600MiB", "8GiB", cores=2)
     auto = Settings().load_key()
     plan = plan_load.plan_for_key(auto, hardware=hw)
-    assert plan.n_gpu_layers == 24 and plan.kv_type == "q8_0"  # the plan shrank the KV, then offloaded
+    # the plan shrank the KV, then offloaded: the output head (llama.cpp offloads it first, with its
+    # ~100 MiB logits buffer) and 3 blocks
+    assert plan.n_gpu_layers == 4 and plan.kv_type == "q8_0" and plan.gpu_layers_text == "3/30 + head"
     kw = plan_load.engine_kwargs(plan, auto, "llama_cpp", 1)
     assert (kw["n_ctx"], kw["n_gpu_layers"], kw["kv_type"], kw["cache_budget"]) == \
-        (plan.n_ctx, 24, "q8_0", plan.prefix_cache)
+        (plan.n_ctx, 4, "q8_0", plan.prefix_cache)
     assert kw["disk_cache"] == data_dir / plan_load.PREFIX_STORE and kw["disk_cache_bytes"] > 0
     assert kw["draft"] == "auto" and kw["backend"] == "llama_cpp"
 
@@ -157,7 +159,7 @@ def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbo
     m = w.host.model
     assert (m["n_ctx"], m["n_gpu_layers"], m["kv_type"]) == (plan.n_ctx, plan.n_gpu_layers, plan.kv_type)
     assert m["plan"]["summary"] == plan.summary() and m["prefix_budget"] == plan.prefix_cache
-    assert "GPU layers: 24, KV cache: q8_0" in w.model_label.toolTip()
+    assert "GPU layers: 4, KV cache: q8_0" in w.model_label.toolTip()
     assert (w.settings.gpu_layers, w.settings.kv_type, w.settings.context) == (None, "auto", None)  # still Auto
 
     dlg = SettingsDialog(w.settings, w)
@@ -165,7 +167,7 @@ def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbo
     qtbot.waitUntil(lambda: dlg.plan is not None, timeout=30_000)
     assert dlg.plan.summary() == plan.summary()  # the dialog plans what the load carried out
     assert dlg.ctx_auto.isChecked() and dlg.ctx.value() == plan.n_ctx and not dlg.ctx.isEnabled()
-    assert dlg.gpu_mode.currentData() == "auto" and dlg.gpu_layers.value() == 24
+    assert dlg.gpu_mode.currentData() == "auto" and dlg.gpu_layers.value() == 4
     assert dlg.kv_combo.currentData() == "auto" and dlg.kv_combo.currentText() == "Auto (q8_0)"
     assert "what the status bar shows once loaded" in dlg.memory.text()
     dlg.gpu_mode.setCurrentIndex(dlg.gpu_mode.findData("number"))
@@ -222,9 +224,9 @@ def test_a_load_that_runs_out_of_memory_retries_with_a_smaller_plan(qtbot, make_
     assert w.host.ready, w.info.messages()
     assert len(calls) == 2 and calls[0]["n_gpu_layers"] == 31 and calls[1]["kv_type"] == "q8_0"
     m = w.host.model
-    assert (m["n_gpu_layers"], m["kv_type"]) == (30, "q8_0")
+    assert (m["n_gpu_layers"], m["kv_type"]) == (25, "q8_0")
     msgs = " ".join(w.info.messages())
-    assert "Out of memory with the first plan; loaded with GPU layers 30/30 + head -> 30/30, " \
+    assert "Out of memory with the first plan; loaded with GPU layers 30/30 + head -> 24/30 + head, " \
            "KV cache f16 -> q8_0 instead." in msgs
     assert w.chat.input_text() == "typed while the model loads"
     saved, _ = SettingsFile().load()

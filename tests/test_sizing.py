@@ -111,11 +111,15 @@ def test_partial_offload_is_costed_per_layer():
     hw = simulated("24GiB", "64GiB", cores=8)
     n = spec.n_layers
     by_k = {k: estimate(Config(spec, 8192, k, "f16"), hw) for k in (0, 10, n, n + 1)}
-    for k in (10, n):  # llama.cpp offloads the *last* k blocks
-        assert by_k[k].gpus[0].weights == sum(spec.layer_bytes[n - k:])
-        assert by_k[k].ram.weights == spec.input_bytes + sum(spec.layer_bytes[:n - k]) + spec.output_bytes
-        assert by_k[k].gpus[0].kv == k * kv_layer_bytes(spec, 8192, "f16")
-    assert by_k[n + 1].gpus[0].weights == sum(spec.layer_bytes) + spec.output_bytes  # the head goes last
+    # llama.cpp counts n + 1 positions (the blocks, then the head) and offloads the *last* k of them
+    # (llama-model.cpp: i_gpu_start = n_layer + 1 - n_gpu_layers): the head and k - 1 blocks,
+    # as measured on lavapipe (tests/test_device_vulkan.py).
+    for k in (10, n):
+        assert by_k[k].gpus[0].weights == sum(spec.layer_bytes[n - k + 1:]) + spec.output_bytes
+        assert by_k[k].ram.weights == spec.input_bytes + sum(spec.layer_bytes[:n - k + 1])
+        assert by_k[k].gpus[0].kv == (k - 1) * kv_layer_bytes(spec, 8192, "f16")
+        assert by_k[k].gpus[0].layers == k - 1 and by_k[k].ram.layers == n - k + 1
+    assert by_k[n + 1].gpus[0].weights == sum(spec.layer_bytes) + spec.output_bytes
     assert by_k[n + 1].ram.weights == spec.input_bytes  # the embedding never leaves RAM
     assert by_k[0].gpus[0].total == 0
 

@@ -2,15 +2,19 @@
 
 llama.cpp (fitted to, and tested against, the buffers it reports on the CPU):
 
-* weights: per block. ``n_gpu_layers = k`` puts the *last* k blocks on the
-  GPU; the output head goes too only when k > n_layers. The token embedding
-  always stays in RAM (llama.cpp looks rows up on the CPU). A tied head is
-  copied to the GPU when offloaded.
+* weights: per block. llama.cpp counts n_layers + 1 positions, the blocks and
+  then the output head, and ``n_gpu_layers = k`` puts the *last* k positions on
+  the GPU (``i_gpu_start = n_layer + 1 - k``): the head and k - 1 blocks (measured
+  on lavapipe: 15 -> the head + 14 blocks). The token embedding always stays in
+  RAM (llama.cpp looks rows up on the CPU). A tied head is copied to the GPU
+  when offloaded.
 * KV: ``cells x layers x kv_heads x (head_dim_k + head_dim_v) x bytes(type)``,
   with cells = n_ctx rounded up to 256 (llama.cpp pads the cache), on the
   device of each layer.
 * compute: the graph allocator's peak, which is the larger of two moments
-  (per token of the micro-batch ``ub = min(n_batch, 512)``, in float32):
+  (per token of the micro-batch ``ub = min(n_batch, cells, 512)``, in float32;
+  llama.cpp clamps the batch to the context, so a 256-token context computes
+  at most 256 tokens at once):
     - output: the logits ``n_vocab`` plus ~2 hidden vectors;
     - attention without flash attention: the KQ scores ``cells x n_heads``,
       the f32 mask ``cells``, plus ~5 hidden and 2 KV-width vectors.
@@ -93,7 +97,7 @@ class Config:
 
     spec: ModelSpec
     n_ctx: int
-    n_gpu_layers: int        # llama.cpp meaning: last k blocks, > n_layers adds the head; hf: first k blocks
+    n_gpu_layers: int        # llama.cpp meaning: the head + the last k-1 blocks; hf: first k blocks
     kv_type: str = "f16"
     n_batch: int = 512
     draft: ModelSpec | None = None
@@ -205,13 +209,14 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
     pools = _pools(hw)
     ram = pools[-1]
     ngl = min(cfg.n_gpu_layers, s.n_layers + 1) if hw.gpus else 0
-    k = min(ngl, s.n_layers)
-    out_gpu = ngl > s.n_layers
+    k = max(0, ngl - 1)        # blocks on GPUs: the head takes the first offloaded position
+    out_gpu = ngl > 0
     cells = kv_cells(cfg.n_ctx)
     kv_l = kv_layer_bytes(s, cells, cfg.kv_type)
     fa = cfg.flash_attn
-    a_gpu = output_peak(s, cfg.n_batch, hidden=2)
-    a = output_peak(s, cfg.n_batch)
+    ub = min(cfg.n_batch, cells)
+    a_gpu = output_peak(s, ub, hidden=2)
+    a = output_peak(s, ub)
     # Offloaded positions: the last k blocks, then the head as one more "layer".
     counts = _split(ngl, list(hw.gpus))
     first = s.n_layers - k
@@ -224,7 +229,7 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
         pool.weights = sum(s.layer_bytes[j] for j in idx) + (s.output_bytes if has_out else 0)
         pool.kv = kv_l * len(idx)
         if idx or has_out:
-            att = attention_peak(s, cfg.n_batch, cells, fa) if idx else 0
+            att = attention_peak(s, ub, cells, fa) if idx else 0
             pool.compute = max(att, a_gpu if has_out else 0)
             pool.overhead = GPU_OVERHEAD.get(hw.gpus[i].vendor, GPU_OVERHEAD["nvidia"])
     cpu_layers = s.n_layers - k
@@ -232,10 +237,10 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
     ram.weights = s.input_bytes + sum(s.layer_bytes[:cpu_layers]) + (
         0 if out_gpu or s.tied_output else s.output_bytes)
     ram.kv = kv_l * cpu_layers
-    att_cpu = attention_peak(s, cfg.n_batch, cells, fa) if cpu_layers else 0
+    att_cpu = attention_peak(s, ub, cells, fa) if cpu_layers else 0
     ram.compute = max(att_cpu, 0 if out_gpu else a)
     if ngl:  # the host-side inputs of the GPU graph: embeddings and the mask
-        ram.compute += _ub(cfg.n_batch) * 4 * (s.n_embd + cells)
+        ram.compute += _ub(ub) * 4 * (s.n_embd + cells)
     ram.overhead = CPU_OVERHEAD + OUTPUT_ROWS * 4 * s.n_vocab
     parts = {"weights": sum(p.weights for p in pools), "kv": sum(p.kv for p in pools),
              "compute": sum(p.compute for p in pools)}

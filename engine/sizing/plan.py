@@ -116,12 +116,13 @@ class Plan:
 
     @property
     def gpu_layers_text(self) -> str:
-        """Blocks on the GPU: 'none' (no GPU), '20/28', or '28/28 + head' (GGUF's output head too)."""
+        """Blocks on the GPU: 'none' (no GPU), '20/28', or '19/28 + head' (llama.cpp offloads GGUF's
+        output head first: n_gpu_layers = k is the head and k - 1 blocks)."""
         n, k = self.spec.n_layers, self.n_gpu_layers
         if not self.hardware.gpus:
             return "none"
-        if self.spec.format == "gguf" and k > n:
-            return f"{n}/{n} + head"
+        if self.spec.format == "gguf" and k > 0:
+            return f"{min(k - 1, n)}/{n} + head"
         return f"{min(k, n)}/{n}"
 
     def summary(self) -> str:

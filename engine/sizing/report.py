@@ -85,8 +85,9 @@ def reasons(plan: Plan) -> dict[str, tuple[str, str]]:
     elif k == 0:
         why = f"the GPU cannot hold one block beside its runtime: one block {_need(sf['gpu_layers'])}"
     else:
-        on = min(k, n)
-        why = (f"the GPU holds {on} of {n} blocks; the other {n - on} run on the CPU (slower, same answers); "
+        on = min(k - 1, n) if s.format == "gguf" else min(k, n)  # llama.cpp offloads the output head first
+        head = " and the output head" if s.format == "gguf" else ""
+        why = (f"the GPU holds {on} of {n} blocks{head}; the other {n - on} run on the CPU (slower, same answers); "
                f"one more {_need(sf['gpu_layers'])}")
     r["gpu_layers"] = (plan.gpu_layers_text, why)
 
