@@ -175,3 +175,17 @@ def test_newest_message_alone_too_long_is_a_clear_error(bundled_path):
         assert f.stats.generated_tokens >= 1
     finally:
         e.close()
+
+
+def test_bench_stop_presses_stop_inside_the_prefill_and_the_next_reply_equals_fresh(bundled_path):
+    """`bench stop` presses Stop once half the prompt is read: the reply ends cancelled with part of the
+    prompt read, and the engine's next full reply equals a fresh engine's."""
+    import argparse
+
+    from engine.bench import stop
+
+    out = stop.run(argparse.Namespace(model=str(bundled_path), tokens=800, rounds=1, threads=2))
+    (row,) = out["stops"]
+    assert row["stopped"] and row["finish_reason"] == "cancelled" and "latency_ms" in row
+    assert 0 < row["prompt_tokens_read"] < out["prompt_tokens"]
+    assert out["identical"] is True

@@ -2,8 +2,10 @@
 prefill, and whether the engine's next reply then equals a fresh one.
 
 A prompt of ``--tokens`` tokens (default 8000) is prefilled; Stop is pressed
-after 0.5 s, 2 s, 8 s... (``--rounds`` points, spread over the prefill). The
-latency is Stop pressed -> the final event handed to the caller. At the end
+when the prefill has read 12%, 37%, 62%, 87%... of it (``--rounds`` points,
+spread evenly over the prefill). A watcher thread presses it, as the window's
+Stop button would, at whatever moment inside a chunk the threshold is passed.
+The latency is Stop pressed -> the final event handed to the caller. At the end
 the same prompt is answered in full on the stopped engine and on a fresh one;
 ``identical`` says whether the two replies match token for token.
 """
@@ -25,30 +27,37 @@ def _conversation(engine, n_tokens: int) -> list[Message]:
     return [Message("system", system), Message("user", "How many times was the lamp lit?")]
 
 
-def _stopped_after(engine, messages, delay_s: float, params: SamplingParams) -> dict:
+def _stopped_after(engine, messages, fraction: float, params: SamplingParams) -> dict:
+    """Stop the reply once the prefill has read ``fraction`` of the prompt; how long it took to end."""
     cancel = threading.Event()
     pressed: list[float] = []
-    last_progress = [0]
+    read = [0, 0]  # tokens read so far, total to read
+    done = threading.Event()
 
-    def press() -> None:
-        pressed.append(time.perf_counter())
-        cancel.set()
+    def watch() -> None:  # polls like a user watching the progress bar, off the engine's thread
+        while not done.is_set():
+            if read[1] and read[0] >= fraction * read[1]:
+                pressed.append(time.perf_counter())
+                cancel.set()
+                return
+            time.sleep(0.002)
 
-    timer = threading.Timer(delay_s, press)
-    timer.start()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     final: StreamEvent | None = None
     for ev in engine.stream(messages, params, cancel=cancel,
-                            progress=lambda done, total: last_progress.__setitem__(0, done)):
+                            progress=lambda n, total: read.__setitem__(slice(0, 2), [n, total])):
         if ev.kind == "final":
             final = ev
     ended = time.perf_counter()
-    timer.cancel()
+    done.set()
+    watcher.join()
     assert final is not None
-    if not pressed:  # the prefill finished before Stop was pressed
-        return {"delay_s": delay_s, "stopped": False}
-    return {"delay_s": delay_s, "stopped": final.finish_reason == "cancelled",
-            "latency_ms": round((ended - pressed[0]) * 1e3, 2), "prompt_tokens_read": last_progress[0],
-            "finish_reason": final.finish_reason}
+    row = {"fraction": round(fraction, 3), "stopped": final.finish_reason == "cancelled",
+           "prompt_tokens_read": read[0], "finish_reason": final.finish_reason}
+    if pressed:
+        row["latency_ms"] = round((ended - pressed[0]) * 1e3, 2)
+    return row
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -60,12 +69,12 @@ def run(a: argparse.Namespace) -> dict:
     messages = _conversation(engine, n_tokens)
     prompt_len = len(engine.prompt_tokens(messages))
     params = SamplingParams(temperature=0.0, max_tokens=16)
-    # Stop points spread over the prefill: 0.5 s, then doubling.
-    delays = [0.5 * 2 ** i for i in range(max(1, a.rounds))]
+    # Stop points spread evenly over the prefill.
+    n = max(1, a.rounds)
     rows = []
-    for d in delays:
+    for i in range(n):
         engine.reset()
-        rows.append(_stopped_after(engine, messages, d, params))
+        rows.append(_stopped_after(engine, messages, (i + 0.5) / n, params))
     latencies = [r["latency_ms"] for r in rows if r.get("stopped")]
     # The next reply after all those stops, against a fresh engine's.
     after = [ev for ev in engine.stream(messages, params) if ev.kind == "final"][0]
