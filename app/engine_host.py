@@ -71,6 +71,15 @@ class EngineHost(QObject):
         return self.model is not None and self._load is None
 
     @property
+    def shared(self) -> SharedEngine:
+        """The engine-thread state (touch it only from a worker on that thread)."""
+        return self._shared
+
+    def run_on_engine_thread(self, worker: QObject) -> None:
+        """Move ``worker`` to the engine thread: its queued slots run between loads and replies."""
+        worker.moveToThread(self._thread)
+
+    @property
     def job(self) -> GenerationJob | None:
         """The generation in flight, if any."""
         return self._job

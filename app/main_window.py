@@ -31,6 +31,7 @@ from .replies import RepliesMixin
 from .settings import Settings, SettingsFile
 from .store import Store
 from .engine_host import EngineHost
+from .server_host import ServerHost
 
 
 # Modules the engine thread would otherwise import while the window is up.
@@ -65,6 +66,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
         self.store.purge_deleted()
         self.scheme = theme.apply(QApplication.instance(), self.settings.theme)
         self.host = EngineHost(self)
+        self.server_host = ServerHost(self.host, self)  # the local API server, off unless Settings say so
         self.monitor = LoopMonitor(self)
         self.current: int | None = None
         self.stream: dict | None = None  # {conv, mid, user_mid, user_text, parts, title}
@@ -81,6 +83,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
         self._refresh_list(select=None)
         if self.current is None:
             self.new_conversation()
+        self._apply_server()
 
     # -- construction -------------------------------------------------------
 
@@ -109,6 +112,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
         sb.addPermanentWidget(self._build_context_meter())
         sb.addPermanentWidget(self.model_label)
         sb.addPermanentWidget(self.memory_label)
+        sb.addPermanentWidget(self.server_host.label)
 
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
@@ -176,8 +180,15 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
         self._save_settings()
         self.chat.system.set_presets(new.presets)
         self.apply_theme()
+        self._apply_server()
         if reload:
             self.load_model(new.load_key())
+
+    def _apply_server(self) -> None:
+        """Start, stop or re-key the local server as the settings say; a failure is shown, never silent."""
+        err = self.server_host.apply(self.settings)
+        if err:
+            self.info.show_message(f"The local server did not start: {err}. Settings → Local server.", "error")
 
     def apply_theme(self) -> None:
         self.scheme = theme.apply(QApplication.instance(), self.settings.theme)
@@ -282,6 +293,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
         self._leave_current()
         self._closed = True
         self.hide()
+        self.server_host.shutdown()  # API clients are cut off first; then the engine thread ends
         self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
         self.store.close()
         super().closeEvent(e)

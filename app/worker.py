@@ -84,6 +84,7 @@ class SharedEngine:
     """The loaded engine, touched only on the engine thread."""
 
     engine = None
+    serving = None  # app/server_host.Serving while the local server is on: the scheduler over the engine
 
 
 def _device_memory() -> dict[str, int]:
@@ -178,6 +179,8 @@ class LoadWorker(QObject):
             self.cancelled.emit(rid)
             return
         self._shared.engine = engine
+        if self._shared.serving is not None:
+            self._shared.serving.engine_loaded(engine)
         info = describe(engine, loaded)
         info["load_ms"] = (time.perf_counter() - t0) * 1e3
         note = plan_load.record(loaded, info)
@@ -190,6 +193,8 @@ class LoadWorker(QObject):
         self._close_engine()
 
     def _close_engine(self) -> None:
+        if self._shared.serving is not None:  # its scheduler uses the engine: it goes first
+            self._shared.serving.close("a model is loading in Hearth; try again when it is ready")
         if self._shared.engine is not None:
             self._shared.engine.close()
             self._shared.engine = None
@@ -231,8 +236,11 @@ class GenerationWorker(QObject):
             def reading(done: int, total: int) -> None:  # called on this thread, between prefill chunks
                 self.progress.emit(mid, {"prompt_done": done, "prompt_total": total})
 
-            for ev in engine.stream(job.messages, job.params, cancel=job.cancel, progress=reading,
-                                    context_policy=job.context_policy):
+            serving = self._shared.serving
+            # With the local server on, the reply goes through its scheduler, ahead of API requests.
+            events = serving.window_reply(job) if serving is not None and serving.active else engine.stream(
+                job.messages, job.params, cancel=job.cancel, progress=reading, context_policy=job.context_policy)
+            for ev in events:
                 if ev.kind == "delta":
                     now = time.perf_counter()
                     if t_first is None:

@@ -63,3 +63,134 @@ def test_settings_dialog_local_server_tab(qtbot):
     again = SettingsDialog(Settings(server_enabled=True, server_api_key="k-123"))
     qtbot.addWidget(again)
     assert again.server_tab.key.text() == "k-123" and again.server_tab.require_key.isChecked()
+
+
+# -- the server in the running window --------------------------------------------------
+
+API_PROMPTS = ("API question: name a fruit.", "API question: name a tree.")
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    return tmp_path
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_local_server_in_the_window(qtbot, data_dir):
+    import threading
+    from dataclasses import replace
+
+    import httpx
+    import openai
+    from PySide6.QtCore import Qt
+    from PySide6.QtTest import QTest
+
+    from app.main_window import MainWindow
+    from app.selftest import write_settings
+    from app.settings_dialog import SettingsDialog
+
+    write_settings(max_tokens=24)
+    w = MainWindow()
+    try:
+        w.show()
+        w.start()
+        qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+        assert not w.server_host.running and w.server_host.label.isHidden()  # off by default
+        assert w.host.shared.serving is None
+
+        # Settings → Local server: turn it on.
+        dlg = SettingsDialog(w.settings, w)
+        dlg.server_tab.enabled.setChecked(True)
+        port = free_port()
+        dlg.server_tab.port.setValue(port)
+        key = dlg.server_tab.key.text()
+        w.apply_settings(dlg.build())
+        dlg.deleteLater()
+        assert w.server_host.running and SettingsFile().load()[0].server_enabled
+        qtbot.waitUntil(lambda: w.server_host.server.model_id is not None, timeout=30_000)
+        assert w.server_host.label.text().startswith(f"API :{port}") and w.server_host.label.isVisible()
+        url = f"http://127.0.0.1:{port}/v1"
+        assert httpx.get(f"{url}/models").status_code == 401  # the generated key is required
+        client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=120)
+        mid = client.models.list().data[0].id
+
+        # Two API clients while the window streams its own reply.
+        w.chat.input.setPlainText("Write a short poem about the sea.")
+        QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+        assert w.stream is not None
+        answers: dict[str, str] = {}
+
+        def ask(prompt: str) -> None:
+            r = client.chat.completions.create(model=mid, messages=[{"role": "user", "content": prompt}],
+                                               max_tokens=8, temperature=0)
+            answers[prompt] = r.choices[0].message.content
+
+        threads = [threading.Thread(target=ask, args=(p,)) for p in API_PROMPTS]
+        for t in threads:
+            t.start()
+        qtbot.waitUntil(lambda: w.stream is None and not any(t.is_alive() for t in threads), timeout=120_000)
+        assert set(answers) == set(API_PROMPTS) and all(answers.values())
+        msgs = w.store.messages(w.current)
+        assert [m.role for m in msgs] == ["user", "assistant"]
+        # The window's reply ran to its end (max_tokens 24 counts as cut short, not as an error) and was saved.
+        assert msgs[1].content and msgs[1].error is None and msgs[1].finish_reason in ("eos", "max_tokens")
+        # API traffic never enters the history.
+        everything = [m.content for c in w.store.list_conversations() for m in w.store.messages(c.id)]
+        assert not any(p in text or a in text for text in everything for p, a in answers.items() if a.strip())
+        assert len(w.store.list_conversations()) == 1
+        w.server_host.refresh()
+        assert "2 served" in w.server_host.label.text()
+
+        # The window's reply went through the same scheduler as the two API requests.
+        assert w.host.shared.serving.scheduler.stats()["served"] == 3
+        # A model switch: the server serves the newly loaded engine.
+        old = w.host.shared.serving.scheduler
+        w.load_model(w.settings.load_key())
+        qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+        qtbot.waitUntil(lambda: w.server_host.server.model_id is not None, timeout=30_000)
+        assert w.host.shared.serving.scheduler is not old
+        ask(API_PROMPTS[0])
+
+        # Turning it off stops it; the window still replies straight from the engine.
+        w.apply_settings(replace(w.settings, server_enabled=False))
+        assert not w.server_host.running and w.server_host.label.isHidden()
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{url}/models")
+        qtbot.waitUntil(lambda: w.host.shared.serving is None, timeout=30_000)
+        w.chat.input.setPlainText("And one about the sky.")
+        QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+        last = w.store.messages(w.current)[-1]
+        assert last.role == "assistant" and last.content and last.finish_reason in ("eos", "max_tokens")
+    finally:
+        w.close()
+    assert not w.server_host.running
+
+
+def test_a_port_in_use_is_reported_and_nothing_is_lost(qtbot, data_dir):
+    import socket
+    from dataclasses import replace
+
+    from app.main_window import MainWindow
+    from app.selftest import write_settings
+
+    write_settings()
+    w = MainWindow()
+    try:
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            w.settings = replace(w.settings, server_enabled=True, server_port=busy.getsockname()[1])
+            w._apply_server()
+        assert not w.server_host.running and w.server_host.label.isHidden()
+        assert any("local server did not start" in m and "choose another port" in m for m in w.info.messages())
+    finally:
+        w.close()
