@@ -22,6 +22,9 @@ def _parser() -> argparse.ArgumentParser:
                         "work done on the GUI thread)")
     p.add_argument("--screenshot", metavar="PATH",
                    help="hold a short real conversation and save a PNG of the window (use a display, e.g. Xvfb)")
+    p.add_argument("--bench-open", action="store_true",
+                   help="offscreen: time opening a 1,000-message chat and a 10k-token reply against a "
+                        "10-message one, print the times and ratios, exit")
     return p
 
 
@@ -71,11 +74,11 @@ def _close_on_signals(win) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     scratch = None
-    if args.self_test:
+    if args.self_test or args.bench_open:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    if args.data_dir:
+    if args.data_dir and not args.bench_open:
         os.environ[ENV_DATA_DIR] = args.data_dir
-    elif args.self_test or args.screenshot:
+    elif args.self_test or args.screenshot or args.bench_open:
         # Never write test conversations into the user's real history.
         scratch = tempfile.TemporaryDirectory(prefix="hearth-selftest-")
         os.environ[ENV_DATA_DIR] = scratch.name
@@ -95,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.self_test:
             from .selftest import run_self_test
             return run_self_test(max_tokens=args.max_tokens, gap_budget_ms=args.gap_budget_ms)
+        if args.bench_open:
+            from .bench_open import main as bench_open
+            return bench_open()
         if args.screenshot:
             from .selftest import take_screenshot
             return take_screenshot(args.screenshot)

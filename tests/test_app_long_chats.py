@@ -327,3 +327,14 @@ def test_the_input_box_grows_with_its_text_up_to_a_limit(qtbot, data_dir):
     box.clear()
     assert box.height() == start
     w.close()
+
+
+def test_the_open_benchmark_measures_what_it_says(qtbot, data_dir, llama_backend):
+    from app import bench_open
+
+    reply = bench_open.long_reply()
+    assert 9_000 <= len(llama_backend.tokenize(reply)) <= 12_000  # "a 10k-token reply", by the real tokenizer
+    result = bench_open.run(repeats=1)
+    assert result["widgets_built"] == {"10 messages (reference)": 10, "1,000 messages": 20,
+                                       "one 10k-token reply": 2}
+    assert set(result["seconds"]) == set(result["widgets_built"])
