@@ -31,6 +31,7 @@ class EngineHost(QObject):
     _request_load = Signal(object)
     _request_generate = Signal(object)
     _request_close = Signal()
+    _request_unload = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -46,6 +47,7 @@ class EngineHost(QObject):
         self._request_generate.connect(self._generator.generate)
         self._request_close.connect(self._generator.close_stores)
         self._request_close.connect(self._loader.close_engine)
+        self._request_unload.connect(self._loader.close_engine)
         self._loader.started.connect(self._on_load_started)
         self._loader.download_progress.connect(self._on_download_progress)
         self._loader.loaded.connect(self._on_loaded)
@@ -151,6 +153,15 @@ class EngineHost(QObject):
     def _on_failed(self, mid: int, msg: str, partial: str) -> None:
         self._job = None
         self.failed.emit(mid, msg, partial)
+
+    def unload(self) -> None:
+        """Free the loaded model (the model library's Unload). A reply in flight stops
+        first and keeps its text; a load in progress is cancelled."""
+        self.stop()
+        self.cancel_load()
+        self._load = None
+        self.model = None
+        self._request_unload.emit()
 
     def shutdown(self) -> None:
         """Stop any reply, free the model and end the thread (waits for a load in progress)."""

@@ -20,7 +20,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
-from . import theme
+from . import library_dock, theme
 from .chat_view import ChatView
 from .conversation_list import ConversationList
 from .info_bar import InfoArea
@@ -77,6 +77,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
 
         self._build_ui()
         self._connect()
+        self.models_dock = library_dock.attach(self)  # the model library and the Hub browser
         for notice in (settings_notice, self.store.notice):
             if notice:
                 self.info.show_message(notice, "error")

@@ -1,0 +1,160 @@
+"""The model library in the real window (offscreen): fit badges for a simulated 8 GiB GPU,
+drag-and-drop import, delete with confirmation (never the bundled model), load from the
+library with the recent-models menu, and the loaded model's drafts offered by name in Settings."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app.main_window import MainWindow
+from app.selftest import write_settings
+from engine.models import library as lib
+from engine.models.gguf import model_info
+from engine.sizing.hardware import simulated
+from gguf_writer import write_gguf
+from model_files import write_model_gguf
+
+HW8 = simulated("8GiB", "16GiB", cores=8)
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HEARTH_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    (tmp_path / "models").mkdir()
+    return tmp_path
+
+
+@pytest.fixture
+def window(qtbot, dirs):
+    write_settings(max_tokens=8)
+    w = MainWindow()
+    w.show()
+    w.models_dock.library_view.hardware = HW8
+    yield w
+    w.close()
+
+
+def rows(view) -> dict[str, int]:
+    return {m.path.name: i for i, m in enumerate(view.models)}
+
+
+def wait_badges(qtbot, view) -> None:
+    qtbot.waitUntil(lambda: all(view.badge_of(m.path) != "…" for m in view.models if not m.error), timeout=60_000)
+
+
+def tiny_draft(path, bundled_path):
+    """A header-only GGUF with the bundled model's vocabulary and one small block."""
+    info = model_info(bundled_path)
+    meta = {"general.architecture": "llama", "general.name": "tiny-draft", "llama.block_count": 1,
+            "llama.embedding_length": 64, "llama.attention.head_count": 4, "llama.context_length": 2048,
+            "llama.feed_forward_length": 128, "tokenizer.ggml.model": info.tokenizer_model,
+            "tokenizer.ggml.tokens": info.tokens}
+    return write_gguf(path, meta, [("token_embd.weight", (64, len(info.tokens)), 0),
+                                   ("blk.0.attn_q.weight", (64, 64), 0)])
+
+
+def test_fit_badges_for_a_simulated_8_gib_gpu(qtbot, window, dirs, bundled_path):
+    write_model_gguf(dirs / "models" / "qwen7.gguf", "qwen2.5-7b", "Q4_K_M")
+    write_model_gguf(dirs / "models" / "qwen14.gguf", "qwen2.5-14b", "Q4_K_M")
+    write_model_gguf(dirs / "models" / "qwen14-f16.gguf", "qwen2.5-14b", "F16")
+    window.act_library.trigger()
+    view = window.models_dock.library_view
+    assert window.models_dock.isVisible()
+    wait_badges(qtbot, view)
+    assert view.badge_of(dirs / "models" / "qwen7.gguf") == lib.FIT_GPU
+    assert view.badge_of(dirs / "models" / "qwen14.gguf") == lib.FIT_OFFLOAD
+    assert view.badge_of(dirs / "models" / "qwen14-f16.gguf") == lib.FIT_NO
+    assert view.badge_of(bundled_path) == lib.FIT_GPU
+    r = rows(view)["qwen14.gguf"]
+    assert view.table.item(r, lib_col("Fit")).text() == lib.FIT_OFFLOAD
+    assert "/48" in view.table.item(r, lib_col("Fit")).toolTip()      # the planner's summary
+    assert view.table.item(r, lib_col("Quantization")).text() == "Q4_K_M"
+    assert view.table.item(r, lib_col("Parameters")).text() == "14.8B"
+    assert view.table.item(r, lib_col("Context")).text() == "32,768"
+    view.hardware = simulated("none", "16GiB", cores=8)
+    view.refresh()
+    qtbot.waitUntil(lambda: view.table.item(rows(view)["qwen7.gguf"], lib_col("Fit")).text() == lib.FIT_CPU,
+                    timeout=60_000)
+
+
+def lib_col(name: str) -> int:
+    from app.library_view import COLUMNS
+
+    return COLUMNS.index(name)
+
+
+def drop(window, paths) -> None:
+    """Drag files over the window and drop them, delivered the way the platform does: to the
+    window's QWindow, which passes them to the widget under the pointer."""
+    md = QMimeData()
+    md.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    at = window.conversations.mapTo(window, window.conversations.rect().center())
+    enter = QDragEnterEvent(at, Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton,
+                            Qt.KeyboardModifier.NoModifier)
+    assert QApplication.sendEvent(window.windowHandle(), enter) and enter.isAccepted()
+    ev = QDropEvent(QPointF(at), Qt.DropAction.CopyAction, md, Qt.MouseButton.LeftButton,
+                    Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window.windowHandle(), ev)
+    assert ev.isAccepted()
+
+
+def test_drag_and_drop_imports_a_gguf(qtbot, window, dirs):
+    src = write_model_gguf(dirs / "downloads" / "dropped-model.gguf", "qwen2.5-0.5b", "Q8_0")
+    drop(window, [src])
+    view = window.models_dock.library_view
+    dest = dirs / "models" / "dropped-model.gguf"
+    assert dest.is_file() and dest.stat().st_ino == src.stat().st_ino       # same file system: a hard link
+    assert window.models_dock.isVisible() and "dropped-model.gguf" in rows(view)
+    assert view.selected().path == dest
+    assert any("Added dropped-model.gguf" in m for m in window.info.messages())
+    (dirs / "downloads" / "broken.gguf").write_bytes(b"GGUF but nothing else")
+    drop(window, [dirs / "downloads" / "broken.gguf"])
+    assert not (dirs / "models" / "broken.gguf").exists()
+    assert any("broken.gguf" in m and "GGUF" in m for m in window.info.messages())
+
+
+def test_delete_asks_first_and_the_bundled_model_cannot_be_deleted(qtbot, window, dirs, bundled_path):
+    victim = write_model_gguf(dirs / "models" / "old.gguf", "qwen2.5-0.5b", "Q8_0")
+    window.show_library()
+    view = window.models_dock.library_view
+    view.table.selectRow(rows(view)[bundled_path.name])
+    assert not view.delete_button.isEnabled()
+    view.delete_selected()
+    assert view.confirm is None and bundled_path.is_file()
+    view.table.selectRow(rows(view)["old.gguf"])
+    assert view.delete_button.isEnabled()
+    view.delete_button.click()
+    assert view.confirm is not None and view.confirm.isVisible()
+    view.confirm.button(QMessageBox.StandardButton.Cancel).click()
+    assert victim.is_file()
+    view.delete_button.click()
+    view.confirm.button(QMessageBox.StandardButton.Yes).click()
+    assert not victim.exists() and "old.gguf" not in rows(view)
+    assert view.status.text().startswith("Deleted")
+
+
+def test_load_from_the_library_lists_drafts_and_recent_models(qtbot, window, dirs, bundled_path):
+    # The header-only draft cannot run, so speculative decoding stays off for this load.
+    window.settings.draft = "none"
+    draft = tiny_draft(dirs / "models" / "tiny-draft.gguf", bundled_path)
+    write_model_gguf(dirs / "models" / "qwen7.gguf", "qwen2.5-7b", "Q4_K_M")  # another vocabulary: no draft
+    window.show_library()
+    view = window.models_dock.library_view
+    view.table.selectRow(rows(view)[bundled_path.name])
+    view.load_button.click()
+    qtbot.waitUntil(lambda: not window.host.loading, timeout=60_000)
+    assert window.host.ready, window.info.messages()
+    assert window.settings.model == "bundled"
+    qtbot.waitUntil(lambda: view.loaded_path == str(bundled_path), timeout=10_000)
+    assert view.draft_paths() == [str(draft)]
+    assert view.drafts.count() == 1 and "tiny-draft" in view.drafts.item(0).text()
+    window.fill_recent()
+    names = [a.text() for a in window.recent_menu.actions()]
+    assert names == [bundled_path.name]
+    assert view.table.item(rows(view)[bundled_path.name], lib_col("Last used")).text() != "never"
+    view.unload_button.click()
+    assert not window.host.ready and window.model_label.text() == "No model loaded"
