@@ -26,10 +26,10 @@ from .metrics import GenerationStats
 from .models.catalogue import ModelRef, resolve
 from .prompt import PromptBuilder
 from .grammar import ConstrainedSampler
-from .sampling import make_sampler
 from .spec.controller import SpecController, SpecStats, measure_round_costs, model_draft_ceiling
 from .spec.drafts import DraftSource, ModelDraft, NgramDraft, check_draft_compatible
 from .spec.step import speculative_step
+from .timeline import NO_TIMELINE, Recorder
 from .types import Message, SamplingParams, StreamEvent, Vocab
 
 __all__ = ["DEFAULT_CTX", "Engine"]
@@ -50,6 +50,9 @@ class Engine:
         self.spec_kind = "none"
         self.spec_ctl: SpecController | None = None
         self._draft_costs: tuple[float, float, float] | None = None  # measure_round_costs()
+        # Each reply's final stats carry a Timeline (engine/timeline.py); off only
+        # to measure what recording costs.
+        self.record_timeline = True
 
     @classmethod
     def load(cls, model: str | os.PathLike[str] | None = None, *, n_ctx: int | None = None,
@@ -203,10 +206,13 @@ class Engine:
             raise HearthError("the engine is already generating a reply")
         try:
             t_start = time.perf_counter()
+            rec = self._recorder(t_start)
+            spent = self.prompts.template_s, self.prompts.tokenize_s
             built = self.prompts.build(messages, reserve=params.max_tokens, policy=context_policy)
             shared = self.prompts.shared_system_tokens(built.messages)
             checkpoints = self.kv.checkpoint(shared, built.tokens) if shared else []
-            yield from self._run(built.tokens, params, cancel, t_start, checkpoints, progress, built.dropped)
+            rec.prompt_built(self.prompts.template_s - spent[0], self.prompts.tokenize_s - spent[1])
+            yield from self._run(built.tokens, params, cancel, t_start, checkpoints, progress, built.dropped, rec)
         finally:
             self._busy.release()
 
@@ -219,16 +225,18 @@ class Engine:
             raise HearthError("the engine is already generating a reply")
         try:
             t_start = time.perf_counter()
+            rec = self._recorder(t_start)
             tokens = self.backend.tokenize(text, add_bos=self.backend.add_bos, special=True)
             if not tokens:
                 raise HearthError("the prompt is empty")
-            yield from self._run(tokens, params, cancel, t_start)
+            rec.prompt_built(0.0, time.perf_counter() - t_start)
+            yield from self._run(tokens, params, cancel, t_start, rec=rec)
         finally:
             self._busy.release()
 
     def _run(self, prompt: list[int], params: SamplingParams, cancel: threading.Event | None,
              t_start: float, checkpoints: Sequence[int] = (), progress: ProgressFn | None = None,
-             dropped: int = 0) -> Generator[StreamEvent, None, None]:
+             dropped: int = 0, rec: Recorder = NO_TIMELINE) -> Generator[StreamEvent, None, None]:
         b = self.backend
         if len(prompt) >= b.n_ctx:
             raise PromptTooLongError(
@@ -236,7 +244,7 @@ class Engine:
                 "start a new conversation, shorten the message, or raise the context length")
         history = list(prompt)
         stats = GenerationStats(backend=b.name, n_ctx=b.n_ctx, dropped_messages=dropped)
-        sampler = make_sampler(params)
+        sampler = rec.make_sampler(params)
         # A grammar is checked before any KV work; it runs on plain steps only
         # (rejected drafts would have to rewind its parse state).
         constraint = None if params.grammar is None else b.grammar(params.grammar)
@@ -265,13 +273,17 @@ class Engine:
                         drafts["model"] = self.draft
                     steps = speculative_step(b, drafts, self.spec_ctl, prompt[b.kv_len:], sampler, history, spec)
             yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
-                                     stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec)
+                                     stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec, timeline=rec)
         finally:
             # Whatever happened (stop, cancel, error, abandoned generator), record
             # what the KV really holds so the next request can reuse it safely.
             self.kv.commit(history)
             if constraint is not None:
                 constraint.close()
+
+    def _recorder(self, t_start: float) -> Recorder:
+        """This request's timeline recorder, chosen once: the decode loop never asks."""
+        return Recorder(t_start, self.kv.stats) if self.record_timeline else NO_TIMELINE
 
     @property
     def cache(self) -> PrefixCache:

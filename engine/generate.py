@@ -15,6 +15,7 @@ import numpy as np
 from .backends.base import Backend
 from .detokenize import IncrementalDetokenizer
 from .metrics import GenerationStats
+from .timeline import NO_TIMELINE, Recorder
 from .types import SamplingParams, StreamEvent
 
 Sampler = Callable[[Sequence[int], np.ndarray], int]
@@ -46,13 +47,16 @@ def no_steps() -> Generator[tuple[int, bool], None, None]:
 
 def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, None], *, prompt_len: int, cached: int,
                   params: SamplingParams, stats: GenerationStats, t_start: float,
-                  cancel: threading.Event | None = None, spec_stats=None) -> Iterator[StreamEvent]:
+                  cancel: threading.Event | None = None, spec_stats=None,
+                  timeline: Recorder = NO_TIMELINE) -> Iterator[StreamEvent]:
     """Turn a token generator into text events, applying every stop rule.
 
     Works for any step generator with the ``generate_step`` yield shape, so
-    speculative decoding can plug in unchanged.
+    speculative decoding can plug in unchanged. ``timeline``'s hooks are the
+    plain ones when it records nothing: the loop is the same either way.
     """
     detok = IncrementalDetokenizer(backend.token_bytes, params.stop)
+    push, mark = timeline.timed(detok.push), timeline.mark
     eos = frozenset() if params.ignore_eos else backend.eos_ids
     n_ctx = backend.n_ctx
     stats.prompt_tokens = prompt_len
@@ -65,15 +69,17 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
     try:
         for tok, _from_draft in steps:
             now = time.perf_counter()
+            mark(now)
             if t_first_tok is None:
                 t_first_tok = now
                 stats.prefill_ms = (now - t_start) * 1e3
+                timeline.first_token()
             t_last_tok = now
             generated.append(tok)
             if tok in eos:
                 reason = "eos"
                 break
-            text = detok.push(tok)
+            text = push(tok)
             if text:
                 if t_first_text is None:
                     t_first_text = time.perf_counter()
@@ -100,7 +106,7 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
         steps.close()
     if not generated and cancel is not None and cancel.is_set():
         reason = "cancelled"  # stopped before the first token (during the prompt's prefill)
-    tail = detok.flush()
+    tail = timeline.timed_flush(detok.flush)()
     if tail:
         if t_first_text is None:
             t_first_text = time.perf_counter()
@@ -109,6 +115,8 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
     stats.finish_reason = reason
     if spec_stats is not None:
         stats.spec = spec_stats.as_dict()
+    t_end = time.perf_counter()
     stats.finish(t_start=t_start, t_first_text=t_first_text, t_first_token=t_first_tok,
-                 t_last_token=t_last_tok, t_end=time.perf_counter())
+                 t_last_token=t_last_tok, t_end=t_end)
+    stats.timeline = timeline.finish(stats, kv_used=backend.kv_len, t_end=t_end)
     yield StreamEvent("final", detok.text, finish_reason=reason, stats=stats, token_ids=generated)

@@ -10,6 +10,7 @@ same from turn to turn and the KV (and prefix cache) keep serving them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Mapping, Sequence
 
 from .backends.base import Backend
@@ -54,16 +55,24 @@ class PromptBuilder:
         self.template = template
         self._sys_tokens: dict[str, list[int]] = {}
         self._cut: tuple[tuple[Message, ...], int] | None = None  # (the messages left out, how many)
+        # Seconds spent rendering and tokenizing so far; a request's timeline diffs them.
+        self.template_s = 0.0
+        self.tokenize_s = 0.0
 
     def render(self, messages: Sequence[Message | Mapping[str, str]]) -> str:
         return self.template.render(as_messages(messages), add_generation_prompt=True)
 
     def tokens(self, messages: Sequence[Message | Mapping[str, str]]) -> list[int]:
+        t0 = perf_counter()
         text = self.render(messages)
+        t1 = perf_counter()
         b = self.backend
         # Templates that write the BOS text themselves must not get a second BOS.
         add_bos = b.add_bos and not (b.bos_token and text.startswith(b.bos_token))
-        return b.tokenize(text, add_bos=add_bos, special=True)
+        ids = b.tokenize(text, add_bos=add_bos, special=True)
+        self.template_s += t1 - t0
+        self.tokenize_s += perf_counter() - t1
+        return ids
 
     def build(self, messages: Sequence[Message | Mapping[str, str]], *, reserve: int,
               policy: str = "drop_oldest") -> Prompt:
@@ -135,12 +144,16 @@ class PromptBuilder:
                 self._sys_tokens.clear()
             # Two renders that differ only in the user's words: their common
             # tokens are exactly what every conversation with this prompt shares.
+            t0 = perf_counter()
             try:
                 a, b = (self.template.render([Message("system", content), Message("user", u)],
                                              add_generation_prompt=False) for u in ("A", "Z"))
             except HearthError:  # a template that insists on another shape: the system part alone
                 a = b = self.template.render(list(messages[:1]), add_generation_prompt=False)
+            t1 = perf_counter()
             ta = self.backend.tokenize(a, special=True)
             tb = self.backend.tokenize(b, special=True)
+            self.template_s += t1 - t0
+            self.tokenize_s += perf_counter() - t1
             shared = self._sys_tokens[content] = ta[:common_prefix_len(ta, tb)]
         return shared

@@ -121,3 +121,93 @@ def test_stats_as_dict_carries_the_timeline_as_json():
     assert d["timeline"] == _sample_timeline().to_dict()
     assert Timeline.from_dict(d["timeline"]).slowest_step == 2
     assert GenerationStats().as_dict()["timeline"] is None
+
+
+# -- real replies on the bundled model -------------------------------------------------------
+
+QUESTION = [{"role": "user", "content": "Name three colours of the rainbow."}]
+
+
+def _reply(engine, messages, **params):
+    """Run one reply; returns (final event, the caller's own wall-clock ms around it)."""
+    p = SamplingParams(**{"temperature": 0.7, "seed": 1, "max_tokens": 32, "ignore_eos": True, **params})
+    t0 = perf_counter()
+    events = list(engine.stream(messages, p))
+    wall_ms = (perf_counter() - t0) * 1e3
+    assert events[-1].kind == "final"
+    return events[-1], wall_ms
+
+
+def test_a_real_reply_accounts_for_its_time(engine):
+    engine.reset()
+    final, wall_ms = _reply(engine, [{"role": "system", "content": "You are terse."}] + QUESTION)
+    st, tl = final.stats, final.stats.timeline
+    assert tl is not None and tl.generated_tokens == st.generated_tokens == 32
+    assert all(v >= 0 for v in tl.parts().values()) and tl.template_ms > 0 and tl.tokenize_ms > 0
+    # The named parts add up to the time the caller measured around the whole reply.
+    assert sum(tl.parts().values()) == pytest.approx(wall_ms, rel=0.05)
+    assert tl.e2e_ms == pytest.approx(st.e2e_ms) and tl.e2e_ms <= wall_ms
+    # One step per token after the first; together they are the decode span.
+    assert len(tl.step_ms) == 31 and sum(tl.step_ms) == pytest.approx(st.decode_ms, rel=1e-6)
+    assert tl.decode_ms + tl.sampling_ms + tl.detokenize_ms >= sum(tl.step_ms) * 0.999
+    for q, got in ((50, tl.tpot_p50_ms), (90, tl.tpot_p90_ms), (99, tl.tpot_p99_ms)):
+        assert got == pytest.approx(percentile(tl.step_ms, q))
+    assert tl.tpot_p50_ms <= tl.tpot_p90_ms <= tl.tpot_p99_ms <= tl.slowest_step_ms == max(tl.step_ms)
+    assert tl.cached_tokens == st.cached_tokens and tl.prompt_tokens == st.prompt_tokens
+    assert tl.prefill_tokens == st.prompt_tokens - st.cached_tokens
+    assert tl.prefill_tok_s == pytest.approx(tl.prefill_tokens / (tl.prefill_ms / 1e3))
+    assert tl.kv_used == st.prompt_tokens + 31 and tl.n_ctx == 2048  # the last token is never fed back
+    assert tl.ttft_ms == st.ttft_ms and tl.spec_acceptance == []
+
+
+def test_a_second_turn_is_served_from_the_cache(engine):
+    engine.reset()
+    engine.cache.clear()
+    # Greedy replies that end on their own re-tokenize as they were generated,
+    # so the saved KV is a prefix of the next turn's prompt.
+    greedy = {"temperature": 0.0, "ignore_eos": False}
+    a1, _ = _reply(engine, QUESTION, **greedy)
+    turn2 = QUESTION + [{"role": "assistant", "content": a1.text}, {"role": "user", "content": "And two more?"}]
+    a2, _ = _reply(engine, turn2, **greedy)
+    # The same conversation: the live KV serves the first turn.
+    assert a2.stats.timeline.cached_tokens >= a1.stats.prompt_tokens
+    assert a2.stats.timeline.prefill_tokens < a2.stats.prompt_tokens - a1.stats.prompt_tokens + 32
+    # Another chat in between: its request snapshots this one's KV into the prefix cache...
+    other, _ = _reply(engine, [{"role": "user", "content": "Say something about owls."}], **greedy)
+    assert other.stats.timeline.cache_inserts == 1 and other.stats.timeline.cache_hits == 0
+    # ... and coming back to the first chat is a prefix-cache hit.
+    turn3 = turn2 + [{"role": "assistant", "content": a2.text}, {"role": "user", "content": "Thanks."}]
+    back, _ = _reply(engine, turn3, **greedy)
+    tl = back.stats.timeline
+    assert tl.cache_hits == 1 and tl.cached_tokens >= a2.stats.prompt_tokens
+    assert tl.cached_tokens == back.stats.cached_tokens
+
+
+def test_recording_off_keeps_no_timeline_and_the_same_tokens(engine):
+    engine.reset()
+    on, _ = _reply(engine, QUESTION, temperature=0.0, max_tokens=12)
+    engine.reset()
+    engine.record_timeline = False
+    try:
+        off, _ = _reply(engine, QUESTION, temperature=0.0, max_tokens=12)
+    finally:
+        engine.record_timeline = True
+    assert off.stats.timeline is None and off.stats.as_dict()["timeline"] is None
+    assert on.token_ids == off.token_ids
+
+
+def test_the_timeline_survives_the_store(engine, tmp_path):
+    from app.store import Store
+
+    engine.reset()
+    final, _ = _reply(engine, QUESTION, max_tokens=8)
+    store = Store(tmp_path / "h.sqlite3")
+    cid = store.create_conversation().id
+    mid = store.begin_reply(cid)
+    store.finish_reply(mid, final.text, complete=True, finish_reason=final.finish_reason,
+                       metrics=final.stats.as_dict())
+    store.close()
+    again = Store(tmp_path / "h.sqlite3").message(mid)
+    back = Timeline.from_dict(again.metrics["timeline"])
+    assert back == Timeline.from_dict(final.stats.timeline.to_dict())
+    assert len(back.step_ms) == 7 and back.cached_tokens == final.stats.cached_tokens
