@@ -38,6 +38,24 @@ def when_text(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "never"
 
 
+def draft_choices(model: str) -> list[tuple[str, str]]:
+    """(label, path) of the draft models on disk for the Settings choice: same vocabulary as
+    ``model`` ("bundled" or a GGUF path) and at most half its size, smallest first."""
+    from engine.models.catalogue import bundled_model_path
+
+    from .library_dock import LIBRARY_FILE
+    from .paths import data_dir
+
+    try:
+        target = str(bundled_model_path()) if model == "bundled" else model
+        if not target.lower().endswith(".gguf"):
+            return []
+        found = compatible_drafts(target, Library(data_dir() / LIBRARY_FILE).scan())
+    except HearthError:
+        return []
+    return [(f"{m.name} ({m.quant}, {human_bytes(m.size)})", str(m.path)) for m in found]
+
+
 class _Results(QObject):
     """Carries results from background threads to the GUI thread (queued signals)."""
 

@@ -92,7 +92,8 @@ def choices_for(key: dict[str, Any], fmt: str) -> Choices:
     return Choices(quant=None if fmt == "gguf" or quant == "auto" else quant, n_ctx=key.get("context"),
                    n_gpu_layers=ALL_LAYERS if gl == "all" else gl, kv_type=None if kv == "auto" else kv,
                    # transformers drafts come from the catalogue only; the app drafts with n-gram there
-                   draft="none" if fmt == "hf" or key.get("draft") == "none" else None)
+                   draft="none" if fmt == "hf" or key.get("draft") == "none" else
+                   None if key.get("draft") in (None, "auto") else key["draft"])
 
 
 def plan_for_key(key: dict[str, Any], target: str | None = None, hardware: Hardware | None = None) -> Plan | None:

@@ -59,6 +59,11 @@ DEFAULT_PRESETS = (
 )
 
 
+def is_draft_file(v: Any) -> bool:
+    """A draft chosen by name: the path of a .gguf file on disk (the library lists the compatible ones)."""
+    return isinstance(v, str) and v.lower().endswith(".gguf") and os.path.isfile(v)
+
+
 class SettingsError(ValueError):
     """A settings value is invalid; the message names the field and the rule."""
 
@@ -75,7 +80,7 @@ class Settings:
     backend: str = "auto"           # "auto" (follows the model's type) | "llama_cpp" | "hf"
     quant: str = "auto"             # transformers only: "auto" | "none" | "int8" | "int4"
     context: int | None = None      # None = Auto (the engine picks)
-    draft: str = "auto"             # "auto" | "none" (a chosen draft model arrives with speculative.py)
+    draft: str = "auto"             # "auto" | "none" | the path of a draft GGUF (the library's compatible ones)
     n_threads: int | None = None    # None = the engine's default
     gpu_layers: int | str | None = None  # None = Auto (the memory plan), "all", or blocks on the GPU
     kv_type: str = "auto"           # "auto" (the memory plan) | "f16" | "q8_0" | "q4_0"
@@ -130,8 +135,9 @@ class Settings:
                     not 256 <= self.context <= MAX_CONTEXT:
                 raise SettingsError(f"context: must be Auto or a whole number from 256 to {MAX_CONTEXT}, "
                                     f"got {self.context!r}")
-        if self.draft not in DRAFTS:
-            raise SettingsError(f"draft: must be one of {', '.join(DRAFTS)}, got {self.draft!r}")
+        if self.draft not in DRAFTS and not is_draft_file(self.draft):
+            raise SettingsError(f"draft: must be {', '.join(DRAFTS)} or a draft model's .gguf file that exists, "
+                                f"got {self.draft!r}")
         if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
             raise SettingsError(f"n_threads: must be a positive whole number, got {self.n_threads!r}")
         gl = self.gpu_layers

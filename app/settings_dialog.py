@@ -23,7 +23,7 @@ from engine import HearthError
 from .plan_text import refusal
 from .presets_editor import PresetsEditor
 from .sampling_form import SamplingForm
-from .settings import DRAFTS, THEMES, Settings, SettingsError
+from .settings import THEMES, Settings, SettingsError
 from .settings_model_tab import ModelTabMixin
 from .settings_server_tab import ServerTab
 from .text_utils import human_bytes
@@ -84,7 +84,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
         s = Settings(model=self.chosen_model(), source=self.chosen_source(), backend=self.chosen_backend(),
                      quant=self.chosen_quant(),
                      context=None if self.ctx_auto.isChecked() else self.ctx.value(),
-                     draft=DRAFTS[self.draft.currentIndex()], n_threads=self._orig.n_threads,
+                     draft=self.chosen_draft(), n_threads=self._orig.n_threads,
                      gpu_layers=self.chosen_gpu_layers(), kv_type=self.chosen_kv_type(),
                      exactness=self.chosen_exactness(), tuning=self._orig.tuning,
                      sampling=sampling, presets=self.presets_editor.presets(),

@@ -137,8 +137,7 @@ class ModelTabMixin:
         quant_row.addWidget(self.quant_label, 1)
         form.addRow("Quantization", quant_row)
         self.draft = QComboBox()
-        self.draft.addItems([d.title() for d in DRAFTS])
-        self.draft.setCurrentIndex(DRAFTS.index(s.draft))
+        self.fill_drafts(s.model, s.draft)
         self.draft.setToolTip("Speculative decoding. Auto drafts with a compatible smaller local GGUF "
                               "when there is one, and with n-gram lookup; it switches itself off where "
                               "it does not pay. The output is the same either way.")
@@ -280,7 +279,7 @@ class ModelTabMixin:
         """The load key the dialog's choices stand for (what the plan and the load both see)."""
         return {"model": self.chosen_model(), "source": self.chosen_source(), "backend": self.chosen_backend(),
                 "quant": self.chosen_quant(), "context": None if self.ctx_auto.isChecked() else self.ctx.value(),
-                "draft": DRAFTS[self.draft.currentIndex()], "gpu_layers": self.chosen_gpu_layers(),
+                "draft": self.chosen_draft(), "gpu_layers": self.chosen_gpu_layers(),
                 "kv_type": self.chosen_kv_type(), "exactness": self.chosen_exactness()}
 
     def _sync_backend(self, source: str, model: str) -> str:
@@ -312,9 +311,25 @@ class ModelTabMixin:
         self.plan_view.clear()
         self.kv_combo.setItemText(0, "Auto")
 
+    def chosen_draft(self) -> str:
+        """"auto", "none" or the path of the draft GGUF picked by name."""
+        return self.draft.currentData() or "auto"
+
+    def fill_drafts(self, model: str, current: str) -> None:
+        """Auto, None, and by name the draft models on disk that suit ``model``."""
+        from .library_view import draft_choices
+
+        self._drafts_for = model
+        self.draft.clear()
+        for label, data in [(d.title(), d) for d in DRAFTS] + draft_choices(model):
+            self.draft.addItem(label, data)
+        self.draft.setCurrentIndex(max(self.draft.findData(current), 0))  # one that does not suit: Auto
+
     def refresh_model(self) -> None:
         """Update backend, quantization and the memory estimate for the current choices."""
         source, model = self.chosen_source(), self.chosen_model()
+        if model != self._drafts_for:
+            self.fill_drafts(model, self.chosen_draft())
         backend = self._sync_backend(source, model)
         self._clear_plan()
         try:

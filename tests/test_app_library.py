@@ -158,3 +158,29 @@ def test_load_from_the_library_lists_drafts_and_recent_models(qtbot, window, dir
     assert view.table.item(rows(view)[bundled_path.name], lib_col("Last used")).text() != "never"
     view.unload_button.click()
     assert not window.host.ready and window.model_label.text() == "No model loaded"
+
+
+def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot, window, dirs, bundled_path):
+    from app import plan_load
+    from app.settings import Settings, SettingsError
+    from app.settings_dialog import SettingsDialog
+
+    draft = tiny_draft(dirs / "models" / "tiny-draft.gguf", bundled_path)
+    write_model_gguf(dirs / "models" / "qwen05.gguf", "qwen2.5-0.5b", "Q4_K_M")  # another vocabulary
+    dlg = SettingsDialog(window.settings, window)
+    items = [(dlg.draft.itemText(i), dlg.draft.itemData(i)) for i in range(dlg.draft.count())]
+    assert [d for _, d in items] == ["auto", "none", str(draft)] and "tiny-draft" in items[2][0]
+    dlg.draft.setCurrentIndex(2)
+    assert dlg.chosen_key()["draft"] == str(draft)
+    s = dlg.build()
+    dlg.reject()
+    assert s.draft == str(draft)
+    key = s.load_key()
+    plan = plan_load.plan_for_key(key, hardware=HW8)
+    assert plan.draft_source == str(draft)                    # the planner sizes the chosen draft
+    assert plan_load.engine_kwargs(plan, key, "llama_cpp", 2)["draft"] == str(draft)
+    # The window carries it to Engine.load: this header-only draft cannot run, and the load says so.
+    window.apply_settings(s)
+    qtbot.waitUntil(lambda: any("tiny-draft.gguf" in m for m in window.info.messages()), timeout=60_000)
+    with pytest.raises(SettingsError, match="draft model's .gguf file"):
+        Settings(draft=str(dirs / "missing.gguf")).validate()
