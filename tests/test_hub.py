@@ -3,12 +3,8 @@ resume after a dropped connection, cancel and resume, offline use of the cache, 
 chosen GGUF file, refusals, and the result being a standard Hugging Face cache."""
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 import pytest
 
@@ -16,128 +12,7 @@ pytest.importorskip("huggingface_hub")
 
 from engine.models import catalogue, hub  # noqa: E402
 from engine.errors import HearthError  # noqa: E402
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-class FakeHub:
-    """Serves repos {repo_id: {filename: bytes}} like huggingface.co does:
-    /api/models/<repo>/revision/<rev> and HEAD/GET /<repo>/resolve/<rev>/<file>,
-    with Range requests, LFS-style ETags for big files, and injectable faults."""
-
-    def __init__(self, repos: dict[str, dict[str, bytes]]) -> None:
-        self.repos = repos
-        self.log: list[tuple[str, str, str | None]] = []   # (method, path, Range header)
-        self.drop_after: dict[str, int] = {}               # file -> bytes to send before dropping, once
-        self.throttle: float = 0.0
-        hub_self = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # keep pytest output clean
-                pass
-
-            def do_HEAD(self):
-                hub_self._serve(self, head=True)
-
-            def do_GET(self):
-                hub_self._serve(self, head=False)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @staticmethod
-    def etag(name: str, data: bytes) -> tuple[str, bool]:
-        if len(data) > 1000 or name.endswith((".safetensors", ".gguf", ".bin")):
-            return hashlib.sha256(data).hexdigest(), True      # LFS: sha256 of the content
-        return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(), False  # git blob id
-
-    def _send(self, h, code, body=b"", headers=None):
-        h.send_response(code)
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        return body
-
-    def _serve(self, h, head: bool) -> None:
-        path = unquote(urlparse(h.path).path)
-        self.log.append(("HEAD" if head else "GET", path, h.headers.get("Range")))
-        if path.startswith("/api/models/"):
-            rest = path[len("/api/models/"):]
-            repo = "/".join(rest.split("/")[:2])
-            if repo not in self.repos:
-                body = self._send(h, 404, b'{"error":"Repository not found"}',
-                                  {"X-Error-Code": "RepoNotFound", "Content-Type": "application/json"})
-                h.wfile.write(body)
-                return
-            siblings = []
-            for name, data in self.repos[repo].items():
-                tag, lfs = self.etag(name, data)
-                s = {"rfilename": name, "size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
-                if lfs:
-                    s["lfs"] = {"sha256": tag, "size": len(data), "pointerSize": 130}
-                siblings.append(s)
-            body = json.dumps({"id": repo, "modelId": repo, "sha": COMMIT, "siblings": siblings}).encode()
-            h.wfile.write(self._send(h, 200, body, {"Content-Type": "application/json"}))
-            return
-        parts = path.strip("/").split("/")
-        if len(parts) < 5 or parts[2] != "resolve":
-            h.wfile.write(self._send(h, 404, b"not found"))
-            return
-        repo, name = "/".join(parts[:2]), "/".join(parts[4:])
-        data = self.repos.get(repo, {}).get(name)
-        if data is None:
-            h.wfile.write(self._send(h, 404, b"entry not found", {"X-Error-Code": "EntryNotFound"}))
-            return
-        tag, lfs = self.etag(name, data)
-        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{tag}"', "Accept-Ranges": "bytes"}
-        if lfs:
-            headers.update({"X-Linked-Etag": f'"{tag}"', "X-Linked-Size": str(len(data))})
-        start = 0
-        rng = h.headers.get("Range")
-        code = 200
-        if rng and not head:
-            start = int(rng.split("=")[1].split("-")[0])
-            code = 206
-            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
-        body = data[start:]
-        if head:
-            h.send_response(200)
-            for k, v in headers.items():
-                h.send_header(k, v)
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            return
-        cut = self.drop_after.pop(name, None)
-        h.send_response(code)
-        for k, v in headers.items():
-            h.send_header(k, v)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        if cut is not None:  # send part of the body, then drop the connection
-            h.wfile.write(body[:cut])
-            h.wfile.flush()
-            h.close_connection = True
-            h.connection.shutdown(2)
-            return
-        step = 4096 if self.throttle else len(body) or 1
-        for i in range(0, len(body), step):
-            h.wfile.write(body[i:i + step])
-            if self.throttle:
-                h.wfile.flush()
-                threading.Event().wait(self.throttle)
-
-    def gets(self, name: str) -> list[str | None]:
-        """Range headers of the GET requests for one file."""
-        return [r for m, p, r in self.log if m == "GET" and p.endswith("/" + name)]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from hub_server import COMMIT, HubServer as FakeHub  # noqa: E402  (the local Hub, shared with the browser tests)
 
 
 @pytest.fixture(scope="module")
