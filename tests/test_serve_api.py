@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import httpx
 import openai
@@ -39,6 +40,14 @@ def server(scheduler):
 @pytest.fixture
 def client(server):
     return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
+
+
+def wait_for(cond, timeout_s: float = 60.0):
+    """Poll ``cond`` until it holds (another thread finishes the work); its last value."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := cond()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
 
 
 def model(server) -> str:
@@ -177,8 +186,21 @@ def test_client_disconnect_cancels_the_request(server, scheduler):
     assert ticket.times.finish_reason == "cancelled"
     assert ticket.times.completion_tokens < 1500
     assert server.in_flight == 0
-    stats = scheduler.stats()
-    assert stats["running"] == 0 and stats["queued"] == 0
+    assert wait_for(lambda: scheduler.stats()["running"] == scheduler.stats()["queued"] == 0), \
+        "the scheduler did not free the request"
+
+
+def test_client_leaving_a_non_streamed_request_cancels_it(server, scheduler):
+    body = {"model": model(server), "messages": LONG, "max_tokens": 1500, "temperature": 0}
+    before = set(server.finished)
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up long before 1500 tokens are written
+        httpx.post(f"{server.url}/chat/completions", json=body, timeout=httpx.Timeout(120, read=0.5))
+    # The server may still be reading the request on a busy machine.
+    assert wait_for(lambda: (set(server.finished) | set(server.active_tickets())) - before)
+    (ticket,) = (set(server.finished) | set(server.active_tickets())) - before
+    assert ticket.wait(60), "the request was not cancelled after the client left"
+    assert ticket.times.finish_reason == "cancelled" and ticket.times.completion_tokens < 1500
+    assert wait_for(lambda: scheduler.stats()["running"] == 0), "the scheduler did not free the request"
 
 
 def test_bad_requests_get_clear_4xx_and_the_server_keeps_working(server):

@@ -5,8 +5,8 @@ the app (Settings → Local server). It serves whatever scheduler is attached:
 the app attaches a new one after each model load and detaches it while a model
 loads, when requests get a 503 that says so.
 
-A ticket's ``events()`` blocks, so every wait for the next event runs in a
-worker thread (anyio) and uvicorn's event loop stays free for other clients.
+A ticket's ``events()`` blocks, so each request's events are read on a thread
+of its own (pump.py) and uvicorn's event loop stays free for other clients.
 A request's first event is awaited before the response starts, so a prompt
 too long for the context is a plain 400, not an error inside a stream. A
 client that goes away cancels its request: sse-starlette notices the
@@ -19,9 +19,10 @@ import math
 import socket
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable, Iterator
+from typing import Any, AsyncIterator, Iterable
 
 import anyio
 import uvicorn
@@ -36,6 +37,7 @@ from ..errors import HearthError, PromptTooLongError
 from ..models.catalogue import ModelRef
 from ..types import SamplingParams, StreamEvent
 from .openai_schema import ApiError, ApiRequest, Shaper, parse, usage
+from .pump import Pump
 from .requests import QueueFull, ServeRequest, Ticket
 from .scheduler import Scheduler
 from .security import Guard, check_bind_host
@@ -81,16 +83,6 @@ def _api_error(e: HearthError) -> ApiError:
     return ApiError(400, str(e))
 
 
-def _next(events: Iterator[StreamEvent]) -> StreamEvent | None:
-    return next(events, None)
-
-
-async def next_event(events: Iterator[StreamEvent]) -> StreamEvent | None:
-    """The ticket's next event, waited for in a worker thread; None when it ended.
-    A cancelled wait returns at once (the caller then cancels the ticket)."""
-    return await anyio.to_thread.run_sync(_next, events, abandon_on_cancel=True)
-
-
 async def read_json(request: Request, limit: int) -> Any:
     """The body as JSON, refusing more than ``limit`` bytes without reading past it."""
     declared = request.headers.get("content-length")
@@ -125,6 +117,8 @@ class LocalServer:
         self._lock = threading.Lock()
         self._active: set[Ticket] = set()
         self.served = 0    # API replies completed
+        # The latest requests' tickets, whose ``times`` say where each one's time went.
+        self.finished: deque[Ticket] = deque(maxlen=64)
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         routes = [Route("/v1/models", self._models, methods=["GET"]),
@@ -216,7 +210,7 @@ class LocalServer:
             raise ApiError(400, str(e)) from None
 
     async def _generate(self, request: Request, kind: str) -> Response:
-        ticket: Ticket | None = None
+        pump: Pump | None = None
         try:
             req = parse(await read_json(request, self.max_body), kind)
             t = self._current()
@@ -230,43 +224,46 @@ class LocalServer:
                 raise ApiError(503, f"the server's model is changing ({e}); try again shortly",
                                type="server_error", code="model_not_ready") from None
             self._active.add(ticket)
-            events = ticket.events()
+            pump = Pump(ticket)
             try:
-                first = await next_event(events)
+                first = await pump.next()
             except HearthError as e:
                 raise _api_error(e) from None
             if first is None:
                 raise ApiError(500, "the request ended without a reply", type="server_error")
         except ApiError as e:
-            self._release(ticket)
+            self._release(pump)
             return _error_response(e)
         except BaseException:
-            self._release(ticket)  # the client left while the request waited for its first token
+            self._release(pump)  # the client left while the request waited for its first token
             raise
+        assert pump is not None  # every path that leaves it None raised an ApiError
         shaper = Shaper(kind, t.model_id)
         if req.stream:
-            return EventSourceResponse(self._stream(ticket, events, first, shaper, req.include_usage), sep="\n",
+            return EventSourceResponse(self._stream(pump, first, shaper, req.include_usage), sep="\n",
                                        ping=15, headers={"Cache-Control": "no-cache"})
-        return await self._whole(request, ticket, events, first, shaper)
+        return await self._whole(request, pump, first, shaper)
 
-    def _release(self, ticket: Ticket | None, *, served: bool = False) -> None:
-        if ticket is None:
+    def _release(self, pump: Pump | None, *, served: bool = False) -> None:
+        if pump is None:
             return
-        ticket.cancel()  # a finished request ignores it; an abandoned one stops within a step
-        self._active.discard(ticket)
+        pump.close()  # a finished request ignores it; an abandoned one stops within a step
+        ticket = pump.ticket
+        if ticket in self._active:
+            self._active.discard(ticket)
+            self.finished.append(ticket)
         if served:
             self.served += 1
 
-    async def _whole(self, request: Request, ticket: Ticket, events: Iterator[StreamEvent], ev: StreamEvent | None,
-                     shaper: Shaper) -> Response:
+    async def _whole(self, request: Request, pump: Pump, ev: StreamEvent | None, shaper: Shaper) -> Response:
         parts: list[str] = []
         served = False
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._cancel_on_disconnect, request, ticket)
+                tg.start_soon(self._cancel_on_disconnect, request, pump)
                 while ev is not None and ev.kind == "delta":
                     parts.append(ev.text)
-                    ev = await next_event(events)
+                    ev = await pump.next()
                 tg.cancel_scope.cancel()
             if ev is None or ev.stats is None:
                 raise ApiError(500, "the request ended without its final event", type="server_error")
@@ -279,15 +276,15 @@ class LocalServer:
         except ApiError as e:
             return _error_response(e)
         finally:
-            self._release(ticket, served=served)
+            self._release(pump, served=served)
 
     @staticmethod
-    async def _cancel_on_disconnect(request: Request, ticket: Ticket) -> None:
+    async def _cancel_on_disconnect(request: Request, pump: Pump) -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
-        ticket.cancel()
+        pump.close()
 
-    async def _stream(self, ticket: Ticket, events: Iterator[StreamEvent], ev: StreamEvent | None, shaper: Shaper,
+    async def _stream(self, pump: Pump, ev: StreamEvent | None, shaper: Shaper,
                       include_usage: bool) -> AsyncIterator[dict[str, str]]:
         served = False
         try:
@@ -295,7 +292,7 @@ class LocalServer:
             while ev is not None and ev.kind == "delta":
                 if ev.text:
                     yield {"data": json.dumps(shaper.chunk(ev.text, include_usage=include_usage))}
-                ev = await next_event(events)
+                ev = await pump.next()
             if ev is None or ev.stats is None:
                 raise HearthError("the request ended without its final event")
             yield {"data": json.dumps(shaper.chunk(None, ev.finish_reason, include_usage=include_usage))}
@@ -309,7 +306,7 @@ class LocalServer:
             yield {"data": json.dumps(_api_error(e).body())}
             yield {"data": "[DONE]"}
         finally:
-            self._release(ticket, served=served)
+            self._release(pump, served=served)
 
     # -- running ------------------------------------------------------------------
 
