@@ -4,7 +4,7 @@ library with the recent-models menu, and the loaded model's drafts offered by na
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtCore import QMimeData, QObject, QPointF, Qt, QUrl, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -184,3 +184,39 @@ def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot,
     qtbot.waitUntil(lambda: any("tiny-draft.gguf" in m for m in window.info.messages()), timeout=60_000)
     with pytest.raises(SettingsError, match="draft model's .gguf file"):
         Settings(draft=str(dirs / "missing.gguf")).validate()
+
+
+class _Opened(QObject):
+    """Receives the URLs Qt would hand to the file manager (QDesktopServices.setUrlHandler)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    @Slot(QUrl)
+    def open(self, url: QUrl) -> None:
+        self.urls.append(url.toLocalFile())
+
+
+def test_show_in_folder_and_the_recent_models_menu(qtbot, window, dirs, bundled_path):
+    from PySide6.QtGui import QDesktopServices
+
+    m = write_model_gguf(dirs / "models" / "qwen05.gguf", "qwen2.5-0.5b", "Q8_0")
+    window.show_library()
+    view = window.models_dock.library_view
+    opened = _Opened()
+    QDesktopServices.setUrlHandler("file", opened, "open")
+    try:
+        view.table.selectRow(rows(view)["qwen05.gguf"])
+        view.folder_button.click()
+    finally:
+        QDesktopServices.unsetUrlHandler("file")
+    assert opened.urls == [str(dirs / "models")]
+    window.fill_recent()
+    assert [a.text() for a in window.recent_menu.actions()] == ["(none yet)"]
+    view.library.mark_used(m)
+    window.fill_recent()
+    (act,) = window.recent_menu.actions()
+    assert act.text() == "qwen05.gguf"
+    act.trigger()  # loads it through the settings, like the Settings dialog would
+    assert window.settings.model == str(m) and window.settings.source == "gguf"
