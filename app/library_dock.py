@@ -51,10 +51,8 @@ class _DropImport(QObject):
             files = self._ggufs(event)
             if files:
                 event.acceptProposedAction()
-                added = self.view.import_files(files)
                 self.window.show_library()
-                msg = self.view.status.text()
-                self.window.info.show_message(msg, "info" if added else "error", timeout_ms=8000)
+                self.view.import_files(files)  # imported() reports the result
                 return True
         return False
 
@@ -75,6 +73,8 @@ class ModelsDock(QDockWidget):
         self.setWidget(self.tabs)
         self.library_view.load_requested.connect(self.load)
         self.library_view.unload_requested.connect(self.unload)
+        self.library_view.imported.connect(
+            lambda msg, ok: window.info.show_message(msg, "info" if ok else "error", timeout_ms=8000))
         self.queue.finished.connect(self._downloaded)
 
     def load(self, m: LibraryModel) -> None:

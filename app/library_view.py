@@ -60,6 +60,7 @@ class _Results(QObject):
     """Carries results from background threads to the GUI thread (queued signals)."""
 
     badge = Signal(int, str, str, str)   # scan generation, model key, badge, planner summary
+    imported = Signal(object, object)    # paths added, problems (one line each)
 
 
 class LibraryView(QWidget):
@@ -68,6 +69,7 @@ class LibraryView(QWidget):
     load_requested = Signal(object)      # LibraryModel
     unload_requested = Signal()
     changed = Signal()                   # the models on disk changed (deleted, imported)
+    imported = Signal(str, bool)         # what an import did (one line), and whether anything was added
 
     def __init__(self, library: Library, parent: QWidget | None = None, *, hardware=None) -> None:
         super().__init__(parent)
@@ -80,6 +82,8 @@ class LibraryView(QWidget):
         self._generation = 0
         self._results = _Results(self)
         self._results.badge.connect(self._badge_ready)
+        self._results.imported.connect(self._imported)
+        self.importing = 0                # imports in flight
 
         lay = QVBoxLayout(self)
         self.table = QTableWidget(0, len(COLUMNS))
@@ -271,18 +275,28 @@ class LibraryView(QWidget):
             return
         self.refresh()
 
-    def import_files(self, paths: list[str]) -> list[Path]:
-        """Add dropped .gguf files to the models folder; say what was added or why not."""
+    def import_files(self, paths: list[str]) -> None:
+        """Add dropped .gguf files to the models folder on a background thread (a copy to
+        another disk can take minutes); ``imported`` says what was added or why not."""
+        self.importing += 1
+        self.status.setText(f"Adding {', '.join(Path(p).name for p in paths)}…")
+        threading.Thread(target=self._import, args=(paths,), name="hearth-import", daemon=True).start()
+
+    def _import(self, paths: list[str]) -> None:
         added, problems = [], []
         for p in paths:
             try:
-                added.append(self.library.import_gguf(p))
+                added.append(str(self.library.import_gguf(p)))
             except (HearthError, OSError) as e:
                 problems.append(f"{Path(p).name}: {e}")
-        parts = ([f"Added {', '.join(a.name for a in added)} to the library."] if added else []) + problems
+        self._results.imported.emit(added, problems)
+
+    def _imported(self, added: list[str], problems: list[str]) -> None:
+        self.importing -= 1
+        parts = ([f"Added {', '.join(Path(a).name for a in added)} to the library."] if added else []) + problems
         self.status.setText(" ".join(parts))
         self.refresh()
         if added:
             self.select_path(added[-1])
             self.changed.emit()
-        return added
+        self.imported.emit(self.status.text(), bool(added))

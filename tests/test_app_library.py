@@ -106,6 +106,7 @@ def test_drag_and_drop_imports_a_gguf(qtbot, window, dirs):
     src = write_model_gguf(dirs / "downloads" / "dropped-model.gguf", "qwen2.5-0.5b", "Q8_0")
     drop(window, [src])
     view = window.models_dock.library_view
+    qtbot.waitUntil(lambda: view.importing == 0, timeout=30_000)
     dest = dirs / "models" / "dropped-model.gguf"
     assert dest.is_file() and dest.stat().st_ino == src.stat().st_ino       # same file system: a hard link
     assert window.models_dock.isVisible() and "dropped-model.gguf" in rows(view)
@@ -113,6 +114,7 @@ def test_drag_and_drop_imports_a_gguf(qtbot, window, dirs):
     assert any("Added dropped-model.gguf" in m for m in window.info.messages())
     (dirs / "downloads" / "broken.gguf").write_bytes(b"GGUF but nothing else")
     drop(window, [dirs / "downloads" / "broken.gguf"])
+    qtbot.waitUntil(lambda: view.importing == 0, timeout=30_000)
     assert not (dirs / "models" / "broken.gguf").exists()
     assert any("broken.gguf" in m and "GGUF" in m for m in window.info.messages())
 

@@ -21,6 +21,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import HearthError
@@ -297,21 +298,34 @@ def compatible_drafts(target: str | os.PathLike[str], models: list[LibraryModel]
     vocabulary (engine.spec.drafts.check_draft_compatible) and at most half its weights.
     Smallest first, the order a draft is best in."""
     from ..spec.drafts import check_draft_compatible
-    from .gguf import model_info
 
     try:
-        t = model_info(target)
-    except HearthError:
+        t_bytes, tv = _draft_facts(target)
+    except (HearthError, OSError):
         return []
-    tv = t.vocab()
     found: list[tuple[int, LibraryModel]] = []
     for m in models:
         if m.kind != "gguf" or m.error or os.path.realpath(m.path) == os.path.realpath(target):
             continue
         try:
-            info = model_info(m.path)
-        except HearthError:
+            d_bytes, dv = _draft_facts(m.path)
+        except (HearthError, OSError):
             continue
-        if info.weight_bytes * 2 <= t.weight_bytes and check_draft_compatible(tv, info.vocab()) is None:
-            found.append((info.weight_bytes, m))
+        if d_bytes * 2 <= t_bytes and check_draft_compatible(tv, dv) is None:
+            found.append((d_bytes, m))
     return [m for _, m in sorted(found, key=lambda x: (x[0], str(x[1].path)))]
+
+
+def _draft_facts(path: str | os.PathLike[str]):
+    """(weight bytes, vocabulary) of a GGUF, remembered by path, size and mtime: the
+    Settings dialog and the library ask on every opening, and a vocabulary takes ~0.1 s to parse."""
+    st = os.stat(path)
+    return _draft_facts_cached(str(path), st.st_size, st.st_mtime)
+
+
+@lru_cache(maxsize=64)
+def _draft_facts_cached(path: str, size: int, mtime: float):
+    from .gguf import model_info
+
+    info = model_info(path)
+    return info.weight_bytes, info.vocab()
