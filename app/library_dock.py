@@ -106,9 +106,7 @@ class ModelsDock(QDockWidget):
         self.library_view.set_loaded(path or None)
 
     def _downloaded(self, d) -> None:
-        self.library_view.refresh()
-        if d.path is not None:
-            self.library_view.select_path(d.path)
+        self.library_view.refresh(select=d.path)
         self.window_.info.show_message(f"Downloaded {d.title}; it is in the model library.", "info",
                                        timeout_ms=8000)
 
@@ -166,11 +164,10 @@ def attach(window, *, library: Library | None = None, hardware=None) -> ModelsDo
 
 
 def _load_path(dock: ModelsDock, path: str) -> None:
-    view = dock.library_view
-    if not view.models:
-        view.refresh()
-    m = next((m for m in view.models if str(m.path) == path), None)
-    if m is None:
+    """Load a recent model (the menu lists only paths still on disk, but it may have gone since)."""
+    p = Path(path)
+    if not p.exists():
         dock.window_.info.show_message(f"{path} is no longer on disk.", "error")
         return
-    dock.load(m)
+    origin = ORIGIN_BUNDLED if p == _bundled() else ""
+    dock.load(LibraryModel(p, "gguf" if p.is_file() else "hf_dir", origin, name=p.name))

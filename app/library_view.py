@@ -61,6 +61,7 @@ class _Results(QObject):
 
     badge = Signal(int, str, str, str)   # scan generation, model key, badge, planner summary
     imported = Signal(object, object)    # paths added, problems (one line each)
+    scanned = Signal(int, object, object, str)  # scan generation, models, drafts of the loaded one, error
 
 
 class LibraryView(QWidget):
@@ -83,6 +84,10 @@ class LibraryView(QWidget):
         self._results = _Results(self)
         self._results.badge.connect(self._badge_ready)
         self._results.imported.connect(self._imported)
+        self._results.scanned.connect(self._scanned)
+        self.scanning = 0                 # scans in flight
+        self._drafts: list[LibraryModel] = []
+        self._select_after: str | None = None
         self.importing = 0                # imports in flight
 
         lay = QVBoxLayout(self)
@@ -124,10 +129,32 @@ class LibraryView(QWidget):
 
     # -- listing ------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Re-read the models on disk; the fit badges follow from a background thread."""
-        self.models = self.library.scan()
+    def refresh(self, select: str | os.PathLike[str] | None = None) -> None:
+        """Re-read the models on disk on a background thread (headers, the HF cache); the table
+        fills when that is done, then selects ``select``; the fit badges follow after."""
+        self.scanning += 1
         self._generation += 1
+        if select is not None:
+            self._select_after = str(select)
+        threading.Thread(target=self._scan, args=(self._generation, self.loaded_path),
+                         name="hearth-library-scan", daemon=True).start()
+
+    def _scan(self, generation: int, loaded: str | None) -> None:
+        """On a background thread: the models on disk and the loaded model's drafts."""
+        try:
+            models = self.library.scan()
+            drafts = compatible_drafts(loaded, models) if loaded and loaded.endswith(".gguf") else []
+            self._results.scanned.emit(generation, models, drafts, "")
+        except (HearthError, OSError) as e:
+            self._results.scanned.emit(generation, [], [], f"Could not read the models on disk: {e}")
+
+    def _scanned(self, generation: int, models: list[LibraryModel], drafts: list[LibraryModel], error: str) -> None:
+        self.scanning -= 1
+        if generation != self._generation:
+            return  # a newer scan is on its way
+        if error:
+            self.status.setText(error)
+        self.models, self._drafts = models, drafts
         self.table.setRowCount(len(self.models))
         for r, m in enumerate(self.models):
             cells = (m.name, m.architecture, params_text(m.n_params), m.quant or "—",
@@ -143,10 +170,13 @@ class LibraryView(QWidget):
                 f.setBold(True)
                 self.table.item(r, 0).setFont(f)
         self._show_drafts()
+        if self._select_after is not None:
+            self.select_path(self._select_after)
+            self._select_after = None
         self._update_buttons()
         todo = [m for m in self.models if not m.error]
         if todo:
-            threading.Thread(target=self._plan_all, args=(self._generation, todo, self.hardware),
+            threading.Thread(target=self._plan_all, args=(generation, todo, self.hardware),
                              name="hearth-library-fit", daemon=True).start()
 
     def _plan_all(self, generation: int, models: list[LibraryModel], hardware) -> None:
@@ -186,8 +216,7 @@ class LibraryView(QWidget):
 
     def _show_drafts(self) -> None:
         self.drafts.clear()
-        target = self.loaded_path
-        found = compatible_drafts(target, self.models) if target and target.endswith(".gguf") else []
+        target, found = self.loaded_path, self._drafts
         for m in found:
             self.drafts.addItem(f"{m.name} ({m.quant}, {human_bytes(m.size)}) — {m.path}")
         if not target:
@@ -197,8 +226,7 @@ class LibraryView(QWidget):
 
     def draft_paths(self) -> list[str]:
         """The compatible drafts listed now (paths)."""
-        target = self.loaded_path
-        return [str(m.path) for m in compatible_drafts(target, self.models)] if target else []
+        return [str(m.path) for m in self._drafts]
 
     # -- actions --------------------------------------------------------------
 
@@ -295,8 +323,7 @@ class LibraryView(QWidget):
         self.importing -= 1
         parts = ([f"Added {', '.join(Path(a).name for a in added)} to the library."] if added else []) + problems
         self.status.setText(" ".join(parts))
-        self.refresh()
+        self.refresh(select=added[-1] if added else None)
         if added:
-            self.select_path(added[-1])
             self.changed.emit()
         self.imported.emit(self.status.text(), bool(added))

@@ -101,6 +101,7 @@ def test_search_files_with_badges_then_download_pause_resume_and_cancel(qtbot, w
     assert q.items[0].path.read_bytes() == hub.repos["acme/Tiny-GGUF"]["tiny-chat.F32.gguf"]
     # It is in the library now, with its figures and badge.
     lv = dock.library_view
+    qtbot.waitUntil(lambda: lv.scanning == 0, timeout=60_000)
     assert any(m.repo_id == "acme/Tiny-GGUF" and m.origin == lib.ORIGIN_HF for m in lv.models)
     assert lv.selected() is not None and lv.selected().path == q.items[0].path
     assert any("Downloaded acme/Tiny-GGUF/tiny-chat.F32.gguf" in m for m in window.info.messages())
@@ -126,5 +127,6 @@ def test_offline_says_so_and_the_library_still_works(qtbot, window, hub, tmp_pat
     assert b.status.text().startswith("Offline:") and "still work" in b.status.text()
     window.show_library()
     lv = window.models_dock.library_view
+    qtbot.waitUntil(lambda: lv.scanning == 0, timeout=60_000)
     assert "local.gguf" in {m.path.name for m in lv.models}
     qtbot.waitUntil(lambda: lv.badge_of(tmp_path / "models" / "local.gguf") == lib.FIT_GPU, timeout=60_000)

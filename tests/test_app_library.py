@@ -38,6 +38,11 @@ def window(qtbot, dirs):
     w.close()
 
 
+def settle(qtbot, view) -> None:
+    """Wait for the library's background scan (and any import) to finish."""
+    qtbot.waitUntil(lambda: view.scanning == 0 and view.importing == 0, timeout=60_000)
+
+
 def rows(view) -> dict[str, int]:
     return {m.path.name: i for i, m in enumerate(view.models)}
 
@@ -63,6 +68,7 @@ def test_fit_badges_for_a_simulated_8_gib_gpu(qtbot, window, dirs, bundled_path)
     write_model_gguf(dirs / "models" / "qwen14-f16.gguf", "qwen2.5-14b", "F16")
     window.act_library.trigger()
     view = window.models_dock.library_view
+    settle(qtbot, view)
     assert window.models_dock.isVisible()
     wait_badges(qtbot, view)
     assert view.badge_of(dirs / "models" / "qwen7.gguf") == lib.FIT_GPU
@@ -106,7 +112,7 @@ def test_drag_and_drop_imports_a_gguf(qtbot, window, dirs):
     src = write_model_gguf(dirs / "downloads" / "dropped-model.gguf", "qwen2.5-0.5b", "Q8_0")
     drop(window, [src])
     view = window.models_dock.library_view
-    qtbot.waitUntil(lambda: view.importing == 0, timeout=30_000)
+    settle(qtbot, view)
     dest = dirs / "models" / "dropped-model.gguf"
     assert dest.is_file() and dest.stat().st_ino == src.stat().st_ino       # same file system: a hard link
     assert window.models_dock.isVisible() and "dropped-model.gguf" in rows(view)
@@ -114,7 +120,7 @@ def test_drag_and_drop_imports_a_gguf(qtbot, window, dirs):
     assert any("Added dropped-model.gguf" in m for m in window.info.messages())
     (dirs / "downloads" / "broken.gguf").write_bytes(b"GGUF but nothing else")
     drop(window, [dirs / "downloads" / "broken.gguf"])
-    qtbot.waitUntil(lambda: view.importing == 0, timeout=30_000)
+    settle(qtbot, view)
     assert not (dirs / "models" / "broken.gguf").exists()
     assert any("broken.gguf" in m and "GGUF" in m for m in window.info.messages())
 
@@ -123,6 +129,7 @@ def test_delete_asks_first_and_the_bundled_model_cannot_be_deleted(qtbot, window
     victim = write_model_gguf(dirs / "models" / "old.gguf", "qwen2.5-0.5b", "Q8_0")
     window.show_library()
     view = window.models_dock.library_view
+    settle(qtbot, view)
     view.table.selectRow(rows(view)[bundled_path.name])
     assert not view.delete_button.isEnabled()
     view.delete_selected()
@@ -135,6 +142,7 @@ def test_delete_asks_first_and_the_bundled_model_cannot_be_deleted(qtbot, window
     assert victim.is_file()
     view.delete_button.click()
     view.confirm.button(QMessageBox.StandardButton.Yes).click()
+    settle(qtbot, view)
     assert not victim.exists() and "old.gguf" not in rows(view)
     assert view.status.text().startswith("Deleted")
 
@@ -146,12 +154,14 @@ def test_load_from_the_library_lists_drafts_and_recent_models(qtbot, window, dir
     write_model_gguf(dirs / "models" / "qwen7.gguf", "qwen2.5-7b", "Q4_K_M")  # another vocabulary: no draft
     window.show_library()
     view = window.models_dock.library_view
+    settle(qtbot, view)
     view.table.selectRow(rows(view)[bundled_path.name])
     view.load_button.click()
     qtbot.waitUntil(lambda: not window.host.loading, timeout=60_000)
     assert window.host.ready, window.info.messages()
     assert window.settings.model == "bundled"
     qtbot.waitUntil(lambda: view.loaded_path == str(bundled_path), timeout=10_000)
+    settle(qtbot, view)
     assert view.draft_paths() == [str(draft)]
     assert view.drafts.count() == 1 and "tiny-draft" in view.drafts.item(0).text()
     window.fill_recent()
@@ -206,6 +216,7 @@ def test_show_in_folder_and_the_recent_models_menu(qtbot, window, dirs, bundled_
     m = write_model_gguf(dirs / "models" / "qwen05.gguf", "qwen2.5-0.5b", "Q8_0")
     window.show_library()
     view = window.models_dock.library_view
+    settle(qtbot, view)
     opened = _Opened()
     QDesktopServices.setUrlHandler("file", opened, "open")
     try:
