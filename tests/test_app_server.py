@@ -84,7 +84,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_local_server_in_the_window(qtbot, data_dir):
+def test_local_server_in_the_window(qtbot, data_dir, monkeypatch):
     import threading
     from dataclasses import replace
 
@@ -93,6 +93,7 @@ def test_local_server_in_the_window(qtbot, data_dir):
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
 
+    from app import worker
     from app.main_window import MainWindow
     from app.selftest import write_settings
     from app.settings_dialog import SettingsDialog
@@ -151,9 +152,17 @@ def test_local_server_in_the_window(qtbot, data_dir):
 
         # The window's reply went through the same scheduler as the two API requests.
         assert w.host.shared.serving.scheduler.stats()["served"] == 3
-        # A model switch: the server serves the newly loaded engine.
+        # A model switch: 503 with the reason while it loads, then the new engine is served.
         old = w.host.shared.serving.scheduler
+        gate = threading.Event()
+        real_load = worker.plan_load.load
+        monkeypatch.setattr(worker.plan_load, "load", lambda *a, **k: (gate.wait(60), real_load(*a, **k))[1])
         w.load_model(w.settings.load_key())
+        qtbot.waitUntil(lambda: w.server_host.server.model_id is None, timeout=30_000)
+        r = httpx.post(f"{url}/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                       json={"model": mid, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 503 and "a model is loading" in r.json()["error"]["message"]
+        gate.set()
         qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
         qtbot.waitUntil(lambda: w.server_host.server.model_id is not None, timeout=30_000)
         assert w.host.shared.serving.scheduler is not old
