@@ -122,6 +122,15 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch):
         assert httpx.get(f"{url}/models").status_code == 401  # the generated key is required
         client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=120)
         mid = client.models.list().data[0].id
+        # Bad requests get a clear 4xx; the server and the window go on (below).
+        for bad, status in ((b"{nope", 400), (b"x" * (10 << 20), 413)):
+            r = httpx.post(f"{url}/chat/completions", content=bad, headers={"Authorization": f"Bearer {key}"},
+                           timeout=60)
+            assert r.status_code == status and r.json()["error"]["message"]
+        with pytest.raises(openai.BadRequestError, match="context"):
+            client.chat.completions.create(model=mid, max_tokens=4,
+                                           messages=[{"role": "user", "content": "word " * 20000}])
+        served_before = w.host.shared.serving.scheduler.stats()["served"]
 
         # Two API clients while the window streams its own reply.
         w.chat.input.setPlainText("Write a short poem about the sea.")
@@ -151,7 +160,7 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch):
         assert "2 served" in w.server_host.label.text()
 
         # The window's reply went through the same scheduler as the two API requests.
-        assert w.host.shared.serving.scheduler.stats()["served"] == 3
+        assert w.host.shared.serving.scheduler.stats()["served"] == served_before + 3
         # A model switch: 503 with the reason while it loads, then the new engine is served.
         old = w.host.shared.serving.scheduler
         gate = threading.Event()
