@@ -180,17 +180,11 @@ def test_some_layers_on_the_device_give_the_cpu_greedy_tokens(dev, cpu):
     assert p["tokens"] == cpu["tokens"]
 
 
-# Measured on lavapipe (bundled model, n_ctx 256): the planner predicts 103.0 MB of compute
-# buffer on the device where llama.cpp allocates 51.5 MB (+100%); and llama.cpp's
-# n_gpu_layers=k offloads the output head plus k-1 blocks (i_gpu_start = n_layer + 1 - k),
-# where the planner places k blocks and keeps the head on the CPU (weights on the device
-# 33.2 MB predicted against 61.1 MB, -46%). strict: the day the planner is fixed, this fails
-# until the marker goes.
-PLANNER_OFF = pytest.mark.xfail(strict=True, reason="engine/sizing: device compute buffer and llama.cpp's "
-                                "head-first layer offload are not modelled yet (numbers above)")
-
-
-@pytest.mark.parametrize("case", [pytest.param("full", marks=PLANNER_OFF), pytest.param("partial", marks=PLANNER_OFF)])
+# Fixed after measuring on lavapipe (bundled model, n_ctx 256): llama.cpp clamps the batch to the
+# context (the compute buffer is 51.5 MB at 256 tokens, where the planner had budgeted 512), and
+# n_gpu_layers=k offloads the output head plus k-1 blocks (i_gpu_start = n_layer + 1 - k), which
+# the planner now models (it used to place k blocks and keep the head on the CPU: -46% weights).
+@pytest.mark.parametrize("case", ["full", "partial"])
 def test_device_buffers_match_the_plan_within_ten_percent(dev, case):
     """The planner, asked for a GPU of the device's size, predicts llama.cpp's device buffers."""
     from engine.models.catalogue import bundled_model_path
