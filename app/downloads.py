@@ -99,6 +99,15 @@ class DownloadQueue(QObject):
             self.changed.emit(i)
             self._next()
 
+    def stop_all(self) -> None:
+        """The window is closing: stop the transfer in flight, keeping its partial file (the
+        next run's Resume continues it), and hold the queued ones."""
+        for i, d in enumerate(self.items):
+            if d.state == QUEUED:
+                d.state = PAUSED
+        if self.active is not None:
+            self.pause(self.active)
+
     def _discard(self, d: Download) -> None:
         from engine.models.hub import discard_partial
 
@@ -125,14 +134,17 @@ class DownloadQueue(QObject):
         try:
             path = download(d.repo_id, filename=d.file.name or None,
                             progress=lambda done, total, _n: self._progress.emit(i, done, total), cancel=d.cancel)
+            end: tuple = (DONE, "", path)
         except DownloadCancelled:
-            self._ended.emit(i, CANCELLED if d.discard else PAUSED, "", None)
+            end = (CANCELLED if d.discard else PAUSED, "", None)
         except HearthError as e:
-            self._ended.emit(i, FAILED, str(e), None)
+            end = (FAILED, str(e), None)
         except Exception as e:  # a bug still reaches the user as a message
-            self._ended.emit(i, FAILED, f"{type(e).__name__}: {e}", None)
-        else:
-            self._ended.emit(i, DONE, "", path)
+            end = (FAILED, f"{type(e).__name__}: {e}", None)
+        try:
+            self._ended.emit(i, *end)
+        except RuntimeError:  # the window (and this queue) is gone; the partial file stays for next time
+            pass
 
     def _on_progress(self, i: int, done: int, total: int) -> None:
         d = self.items[i]

@@ -44,6 +44,9 @@ class _DropImport(QObject):
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt override)
         t = event.type()
+        if t == QEvent.Type.Close:
+            self.window.models_dock.queue.stop_all()  # a transfer never outlives its window
+            return False
         if t in (QEvent.Type.DragEnter, QEvent.Type.DragMove) and self._ggufs(event):
             event.acceptProposedAction()
             return True

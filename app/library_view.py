@@ -193,7 +193,10 @@ class LibraryView(QWidget):
                 badge, summary = badge_for_plan(plan_for(str(m.path), hw))
             except HearthError as e:
                 badge, summary = FIT_NO, str(e)
-            self._results.badge.emit(generation, m.key, badge, summary)
+            try:
+                self._results.badge.emit(generation, m.key, badge, summary)
+            except RuntimeError:  # the window closed while planning: nobody to tell
+                return
 
     def _badge_ready(self, generation: int, key: str, badge: str, summary: str) -> None:
         self.badges[key] = (badge, summary)

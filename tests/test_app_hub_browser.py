@@ -116,6 +116,15 @@ def test_search_files_with_badges_then_download_pause_resume_and_cancel(qtbot, w
     assert not list((tmp_path / "hf").rglob("*.incomplete"))
     assert not view.buttons(1)["Resume"].isEnabled()
 
+    # Closing the window stops a transfer in flight and keeps its partial file for next time.
+    q.resume(1)
+    assert q.items[1].state == CANCELLED and view.item(1, 2).text() == CANCELLED  # not resumable
+    i = q.add("acme/Tiny-GGUF", b.files[1])
+    qtbot.waitUntil(lambda: q.items[i].state == RUNNING and q.items[i].done > 8192, timeout=30_000)
+    window.close()
+    qtbot.waitUntil(lambda: q.items[i].state == PAUSED, timeout=30_000)
+    assert len(list((tmp_path / "hf").rglob("*.incomplete"))) == 1
+
 
 def test_offline_says_so_and_the_library_still_works(qtbot, window, hub, tmp_path):
     write_model_gguf(tmp_path / "models" / "local.gguf", "qwen2.5-0.5b", "Q8_0")
