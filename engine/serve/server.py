@@ -28,6 +28,7 @@ import anyio
 import uvicorn
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -155,7 +156,8 @@ class LocalServer:
 
     def active_tickets(self) -> list[Ticket]:
         """The scheduler tickets of the requests in flight (their ``times`` say where time goes)."""
-        return list(self._active)
+        with self._lock:  # the event loop adds and removes them; this may run on any thread
+            return list(self._active)
 
     def _current(self) -> Target:
         t = self._target
@@ -223,7 +225,8 @@ class LocalServer:
             except HearthError as e:  # the scheduler closed under us: a model switch
                 raise ApiError(503, f"the server's model is changing ({e}); try again shortly",
                                type="server_error", code="model_not_ready") from None
-            self._active.add(ticket)
+            with self._lock:
+                self._active.add(ticket)
             pump = Pump(ticket)
             try:
                 first = await pump.next()
@@ -240,8 +243,11 @@ class LocalServer:
         assert pump is not None  # every path that leaves it None raised an ApiError
         shaper = Shaper(kind, t.model_id)
         if req.stream:
+            # The background release covers a client gone before the stream's first chunk, when
+            # the generator never starts and so never reaches its own ``finally``.
             return EventSourceResponse(self._stream(pump, first, shaper, req.include_usage), sep="\n",
-                                       ping=15, headers={"Cache-Control": "no-cache"})
+                                       ping=15, headers={"Cache-Control": "no-cache"},
+                                       background=BackgroundTask(self._release, pump))
         return await self._whole(request, pump, first, shaper)
 
     def _release(self, pump: Pump | None, *, served: bool = False) -> None:
@@ -249,9 +255,10 @@ class LocalServer:
             return
         pump.close()  # a finished request ignores it; an abandoned one stops within a step
         ticket = pump.ticket
-        if ticket in self._active:
-            self._active.discard(ticket)
-            self.finished.append(ticket)
+        with self._lock:
+            if ticket in self._active:
+                self._active.discard(ticket)
+                self.finished.append(ticket)
         if served:
             self.served += 1
 
@@ -352,7 +359,7 @@ class LocalServer:
 
     def stop(self) -> None:
         """Cancel the requests in flight, stop listening and wait for the thread."""
-        for ticket in list(self._active):
+        for ticket in self.active_tickets():
             ticket.cancel()
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True
