@@ -16,6 +16,30 @@ from ..grammar import TokenConstraint
 from ..types import BackendInfo, Vocab
 
 
+class BatchBackend(Protocol):
+    """Several sequences in one context, stepped together: what continuous
+    batching needs. Sequences are numbered 0..n_seq-1; positions are per sequence."""
+    n_seq: int
+    n_ctx: int     # KV entries in all sequences together
+    n_batch: int   # most tokens one decode() takes
+
+    def decode(self, rows: Sequence[tuple[int, Sequence[int], int, bool]]) -> list[np.ndarray | None]:
+        """One batch of rows (seq id, tokens, first position, want logits of the
+        last token); per row its logits (a view the next call overwrites) or None."""
+
+    def seq_rm(self, seq: int, p0: int, p1: int = -1) -> None:
+        """Drop a sequence's entries at positions [p0, p1) (p1 < 0: to the end)."""
+
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """Make ``dst`` hold the entries of ``src`` at positions [0, n), and nothing else."""
+
+    def seq_len(self, seq: int) -> int:
+        """How many positions a sequence holds in the KV (0 when empty)."""
+
+    def close(self) -> None:
+        """Free the context."""
+
+
 @runtime_checkable
 class Backend(Protocol):
     name: str                 # "llama_cpp" or "hf"
@@ -80,6 +104,11 @@ class Backend(Protocol):
     def state_identity(self) -> dict[str, str]:
         """Everything besides the model file that changes snapshot bytes
         (backend, its state format version, KV dtype...): the disk-cache key."""
+
+    def open_batch(self, n_seq: int, n_ctx: int) -> BatchBackend | None:
+        """A context for ``n_seq`` sequences on this model's weights (``n_ctx``
+        KV entries in all), or None where this backend serves one sequence at a
+        time. ``generate_step`` on the backend itself stays the single-sequence path."""
 
     def grammar(self, gbnf: str) -> TokenConstraint:
         """Compile GBNF grammar text into a constraint for one request

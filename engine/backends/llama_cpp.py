@@ -35,6 +35,7 @@ from ..errors import Cancelled, ContextFullError, HearthError, ModelLoadError, U
 from ..models.gguf import ModelInfo, model_info
 from ..types import BackendInfo, Vocab
 from . import devices
+from .llama_batch import LlamaBatch
 from .llama_grammar import LlamaGrammar
 
 log = logging.getLogger("hearth.llama_cpp")
@@ -349,6 +350,11 @@ class LlamaCppBackend:
 
     def open_draft(self, path: str | os.PathLike[str], *, n_threads: int | None = None) -> "LlamaCppBackend":
         return LlamaCppBackend(path, n_ctx=self.n_ctx, n_threads=n_threads)
+
+    def open_batch(self, n_seq: int, n_ctx: int) -> LlamaBatch:
+        # The model must outlive the batch context: close the batch first.
+        return LlamaBatch(self._model, n_seq=n_seq, n_ctx=n_ctx, n_batch=self.n_batch, n_vocab=self.n_vocab,
+                          n_threads=self.n_threads, type_kv=KV_TYPES[self.kv_type], flash_attn=self.flash_attn)
 
     def grammar(self, gbnf: str) -> LlamaGrammar:
         return LlamaGrammar(self._vocab, self.n_vocab, gbnf)

@@ -12,7 +12,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Iterator
+from collections.abc import Generator
+from typing import Callable, Iterator
 
 from ..errors import HearthError
 from ..types import Message, SamplingParams, StreamEvent
@@ -78,6 +79,14 @@ class QueueFull(HearthError):
 _END = object()
 
 
+class _Stream:
+    """Events to relay from the reader's thread (a batched sequence's stream_tokens)."""
+
+    def __init__(self, events: Iterator[StreamEvent], end_reason: Callable[[], str | None]) -> None:
+        self.events = events
+        self.end_reason = end_reason
+
+
 class Ticket:
     """A submitted request: read its events, or cancel it, from any thread."""
 
@@ -87,6 +96,8 @@ class Ticket:
         self.times = RequestTimes()
         self.submitted = time.perf_counter()
         self.started: float | None = None  # when the scheduler began serving it
+        self.on_cancel: Callable[[], None] | None = None  # wakes the scheduler
+        self.on_done: Callable[[Ticket], None] | None = None  # counts it as served
         self.cancel_flag = threading.Event()
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Event()
@@ -103,11 +114,16 @@ class Ticket:
                 return
             if isinstance(item, BaseException):
                 raise item
+            if isinstance(item, _Stream):
+                yield from self._relay(item)
+                continue
             yield item
 
     def cancel(self) -> None:
         """Stop this request: a queued one never starts, a running one stops within one step."""
         self.cancel_flag.set()
+        if self.on_cancel is not None:
+            self.on_cancel()
 
     @property
     def done(self) -> bool:
@@ -117,7 +133,38 @@ class Ticket:
         """Block until the request has finished (its final event or error was posted)."""
         return self._done.wait(timeout)
 
+    def _relay(self, stream: _Stream) -> Iterator[StreamEvent]:
+        finished = False
+        try:
+            for ev in stream.events:
+                if ev.kind == "final":
+                    why = stream.end_reason()  # the decode thread ended it (cancel, slot full)
+                    if why is not None:
+                        ev.finish_reason = why
+                        if ev.stats is not None:
+                            ev.stats.finish_reason = why
+                    self.times.completion_tokens = len(ev.token_ids)
+                    finished = True
+                    yield ev
+                    self.finish(FINISH.get(ev.finish_reason or "", "stop"))
+                    return
+                yield ev
+        except HearthError as e:
+            finished = True
+            self.finish(None, error=e)
+            raise
+        finally:
+            if isinstance(stream.events, Generator):
+                stream.events.close()  # the reader left early (a disconnect): the decode thread frees the slot
+            if not finished:
+                self.cancel()
+                self.finish("cancelled")
+
     # -- the scheduler's side ---------------------------------------------------
+
+    def post_stream(self, events: Iterator[StreamEvent], end_reason: Callable[[], str | None]) -> None:
+        """Relay ``events`` (run by the reader); ``end_reason()`` may override the final reason."""
+        self._q.put(_Stream(events, end_reason))
 
     def post(self, event: StreamEvent) -> None:
         self._q.put(event)
@@ -131,3 +178,5 @@ class Ticket:
             self._q.put(error)
         self._q.put(_END)
         self._done.set()
+        if self.on_done is not None:
+            self.on_done(self)

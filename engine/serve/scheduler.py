@@ -1,33 +1,49 @@
 """The scheduler: one model, several callers, the window first.
 
-Callers ``submit`` a :class:`ServeRequest` and read its :class:`Ticket`.
-One worker thread owns the engine. The window's requests
-(``Priority.WINDOW``) always run before API requests; API requests run first
-come, first served, and at most ``queue_limit`` of them wait: one more is
-refused with :class:`QueueFull` and a retry estimate (HTTP 429).
+Callers ``submit`` a :class:`ServeRequest` and read its :class:`Ticket`. One
+worker thread owns the model. The window's requests (``Priority.WINDOW``) run
+through the engine itself (its prefix cache, speculation and prefill progress,
+on its own context), one at a time, before anything else. API requests are
+served first come, first served, with at most ``queue_limit`` waiting (one more
+gets :class:`QueueFull` with a retry estimate: HTTP 429). On llama.cpp they are
+continuously batched in a second context on the same weights (``batch.py``);
+on a backend without batching they run one at a time through the engine.
+
+While the window streams, API prompts are not read at all and API decoding
+gets at most ``window_share`` of the window's own compute time, so the
+window's time to first token and tokens/s hold.
 """
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import threading
 import time
-from typing import Iterator
+from collections import deque
+from typing import Generator, Iterator
 
 from ..engine import Engine
 from ..errors import HearthError
+from ..grammar import TokenConstraint
 from ..metrics import GenerationStats
+from ..prompt import PromptBuilder
 from ..types import StreamEvent
+from .batch import BatchRunner
 from .requests import CONTEXT_POLICIES, FINISH, Priority, QueueFull, ServeRequest, Ticket
 
 RETRY_FLOOR_S = 1.0   # the shortest Retry-After the scheduler suggests
 _RECENT = 16          # requests whose service time the retry estimate averages
+PREFILL_CHUNK = 128   # prompt tokens per batch step: bounds the wait of a window request arriving mid-step
+WINDOW_SHARE = 0.2    # API compute per unit of window compute while the window streams
 
 
 class Scheduler:
-    """Serves requests for one :class:`Engine` from a worker thread it owns."""
+    """Serves requests for one :class:`Engine` from a worker thread it owns.
 
-    def __init__(self, engine: Engine, *, parallel: int = 4, queue_limit: int = 16) -> None:
+    ``parallel``: API sequences decoded together; ``slot_ctx``: the context of
+    each (default: the engine's). Close the scheduler before its engine."""
+
+    def __init__(self, engine: Engine, *, parallel: int = 4, queue_limit: int = 16, slot_ctx: int | None = None,
+                 prefill_chunk: int = PREFILL_CHUNK, window_share: float = WINDOW_SHARE) -> None:
         if parallel < 1:
             raise HearthError(f"parallel must be >= 1, got {parallel}")
         if queue_limit < 0:
@@ -35,12 +51,26 @@ class Scheduler:
         self._engine = engine
         self.parallel = parallel
         self.queue_limit = queue_limit
+        self.window_share = window_share
+        be = engine.backend
+        self.slot_ctx = slot_ctx or be.n_ctx
+        self._prompts = PromptBuilder(be, engine.template)  # its own: the window's keeps its cut
+        batch = be.open_batch(parallel, parallel * self.slot_ctx)
+        self._runner: BatchRunner | None = None
+        if batch is not None:
+            self._runner = BatchRunner(be, batch, slot_ctx=self.slot_ctx, prefill_chunk=prefill_chunk)
+            for i in range(be.n_vocab):  # readers detokenize in their own threads: fill the piece cache now
+                be.token_bytes(i)
         self._cv = threading.Condition()
-        self._heap: list[tuple[int, int, Ticket]] = []
-        self._seq = 0
+        self._window_q: deque[Ticket] = deque()
+        self._api_q: deque[Ticket] = deque()
+        self._window: Iterator[None] | None = None
+        self._solo: Iterator[None] | None = None
         self._running: set[Ticket] = set()
+        self._seq = 0
         self._served = 0
         self._service_s: list[float] = []
+        self._window_s = self._api_s = 0.0
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="hearth-scheduler", daemon=True)
         self._thread.start()
@@ -49,6 +79,11 @@ class Scheduler:
     def engine(self) -> Engine:
         return self._engine
 
+    @property
+    def batching(self) -> bool:
+        """Whether API requests are decoded together (llama.cpp) or one at a time."""
+        return self._runner is not None
+
     # -- callers ------------------------------------------------------------------
 
     def submit(self, req: ServeRequest) -> Ticket:
@@ -56,33 +91,49 @@ class Scheduler:
         with self._cv:
             if self._closed:
                 raise HearthError("the scheduler is closed")
-            if req.priority != Priority.WINDOW:
-                waiting = sum(1 for _, _, t in self._heap if t.request.priority != Priority.WINDOW)
+            q = self._window_q if req.priority == Priority.WINDOW else self._api_q
+            if q is self._api_q:
+                waiting = sum(1 for t in q if not t.cancel_flag.is_set())
                 if waiting >= self.queue_limit:
                     raise QueueFull(f"{waiting} requests are already waiting; try again shortly",
                                     retry_after_s=self._retry_after(waiting))
             self._seq += 1
             ticket = Ticket(req, self._seq)
-            heapq.heappush(self._heap, (int(req.priority), self._seq, ticket))
+            ticket.on_cancel = self._wake
+            ticket.on_done = self._count
+            q.append(ticket)
             self._cv.notify_all()
         return ticket
 
     def stats(self) -> dict:
         """Counts for a status indicator: running, queued and served requests."""
         with self._cv:
-            return {"running": len(self._running), "queued": len(self._heap), "served": self._served,
-                    "parallel": self.parallel}
+            batched = len(self._runner.active()) if self._runner else 0
+            return {"running": len(self._running) + batched, "queued": len(self._window_q) + len(self._api_q),
+                    "served": self._served, "parallel": self.parallel, "batching": self.batching}
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until nothing is queued or running (every slot released); False on timeout."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self._has_work() or self._closed, timeout)
 
     def close(self) -> None:
         """Cancel every request (queued and running) and stop the worker thread."""
         with self._cv:
             self._closed = True
-            for _, _, t in self._heap:
-                t.cancel()
-            for t in self._running:
-                t.cancel()
+            for t in [*self._window_q, *self._api_q, *self._running]:
+                t.cancel_flag.set()
             self._cv.notify_all()
         self._thread.join()
+
+    def _count(self, ticket: Ticket) -> None:
+        with self._cv:
+            self._served += 1
+            self._service_s = (self._service_s + [time.perf_counter() - ticket.submitted])[-_RECENT:]
+
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
 
     def _retry_after(self, waiting: int) -> float:
         # The requests ahead, served ``parallel`` at a time, at the recent mean service time.
@@ -91,58 +142,123 @@ class Scheduler:
 
     # -- the worker -----------------------------------------------------------------
 
-    def _next(self) -> Ticket | None:
-        with self._cv:
-            while not self._heap and not self._closed:
-                self._cv.wait()
-            if not self._heap:
-                return None
-            _, _, ticket = heapq.heappop(self._heap)
-            self._running.add(ticket)
-            return ticket
+    def _has_work(self) -> bool:
+        return bool(self._window_q or self._api_q or self._window or self._solo
+                    or (self._runner and self._runner.active()))
+
+    def _take(self) -> list[Ticket]:
+        """Under the lock: start what may start now; returns API tickets to admit to the batch."""
+        for q in (self._window_q, self._api_q):
+            for t in [t for t in q if t.cancel_flag.is_set()]:
+                q.remove(t)
+                _cancelled_before_start(t)
+        if self._window is None and self._window_q:
+            t = self._window_q.popleft()
+            self._running.add(t)
+            t.started = time.perf_counter()
+            self._window = self._drive(t)
+            self._window_s = self._api_s = 0.0
+        admits: list[Ticket] = []
+        if self._runner is not None:
+            while self._api_q and len(admits) < self._runner.free():
+                admits.append(self._api_q.popleft())
+        elif self._solo is None and self._window is None and self._api_q:
+            t = self._api_q.popleft()
+            self._running.add(t)
+            self._solo = self._drive(t)
+        return admits
 
     def _loop(self) -> None:
+        runner = self._runner
         while True:
-            ticket = self._next()
-            if ticket is None:
-                return
-            try:
-                self._serve(ticket)
-            finally:
-                with self._cv:
-                    self._running.discard(ticket)
-                    self._served += 1
-                    self._service_s = (self._service_s + [time.perf_counter() - ticket.submitted])[-_RECENT:]
+            with self._cv:
+                while not self._has_work() and not self._closed:
+                    self._cv.notify_all()  # wait_idle() callers
+                    self._cv.wait()
+                if self._closed:
+                    for t in self._running:
+                        t.cancel_flag.set()
+                    if runner is not None:
+                        runner.cancel_all()
+                if not self._has_work():
+                    break
+                admits = self._take()
+            for t in admits:
+                self._admit(t)
+            if self._window is not None:
+                t0 = time.perf_counter()
+                self._window = self._advance(self._window)
+                t1 = time.perf_counter()
+                self._window_s += t1 - t0
+                if runner is not None and self._api_s <= self.window_share * self._window_s:
+                    runner.step(decode_only=True)  # no prompt reading while the window streams
+                    self._api_s += time.perf_counter() - t1
+                continue
+            if self._solo is not None:
+                self._solo = self._advance(self._solo)
+            if runner is not None:
+                runner.step()
+        if runner is not None:
+            runner.close()
 
-    def _serve(self, ticket: Ticket) -> None:
-        times = ticket.times
+    def _advance(self, steps: Iterator[None]) -> Iterator[None] | None:
+        try:
+            next(steps)
+            return steps
+        except StopIteration:
+            return None
+
+    def _admit(self, ticket: Ticket) -> None:
+        """Tokenize an API request and give it a batch slot (errors end it here)."""
+        assert self._runner is not None
+        req = ticket.request
         ticket.started = time.perf_counter()
+        constraint: TokenConstraint | None = None
+        try:
+            if req.prompt is not None:
+                prompt = self._engine.backend.tokenize(req.prompt, add_bos=self._engine.backend.add_bos)
+                if not prompt:
+                    raise HearthError("the prompt is empty")
+            else:
+                assert req.messages is not None  # ServeRequest checks exactly one is set
+                prompt = self._prompts.build(req.messages, reserve=req.params.max_tokens,
+                                             policy=CONTEXT_POLICIES[req.context_policy]).tokens
+            if req.grammar is not None:
+                constraint = self._engine.backend.grammar(req.grammar)
+            self._runner.admit(ticket, prompt, req.params, constraint)
+        except HearthError as e:
+            if constraint is not None:
+                constraint.close()
+            ticket.times.queue_wait_s = ticket.started - ticket.submitted
+            ticket.finish(None, error=e)
+
+    def _drive(self, ticket: Ticket) -> Generator[None, None, None]:
+        """One request through the engine, a step per event posted."""
+        times = ticket.times
+        if ticket.started is None:
+            ticket.started = time.perf_counter()
         times.queue_wait_s = ticket.started - ticket.submitted
-        if ticket.cancel_flag.is_set():
-            ticket.post(StreamEvent("final", "", finish_reason="cancelled", stats=GenerationStats(
-                finish_reason="cancelled")))
-            ticket.finish("cancelled")
-            return
         try:
             for ev in self._events(ticket):
+                ticket.post(ev)
                 if ev.kind == "final":
                     st = ev.stats
                     assert st is not None  # every final event carries its stats
-                    times.prefill_s = st.prefill_ms / 1e3
+                    times.prefill_s = max(0.0, st.prefill_ms / 1e3 - times.queue_wait_s)
                     times.decode_s = st.decode_ms / 1e3
                     times.prompt_tokens = st.prompt_tokens
                     times.cached_tokens = st.cached_tokens
                     times.completion_tokens = st.generated_tokens
-                    ticket.post(ev)
                     ticket.finish(FINISH.get(ev.finish_reason or "", "stop"))
-                    return
-                ticket.post(ev)
+                yield
         except HearthError as e:
             ticket.finish(None, error=e)
         except Exception as e:  # a bug must end the request, not the server
             ticket.finish(None, error=HearthError(f"the request failed: {e}"))
-        else:
-            ticket.finish("stop")
+        finally:
+            ticket.finish("stop")  # no-op after the final event
+            with self._cv:
+                self._running.discard(ticket)
 
     def _events(self, ticket: Ticket) -> Iterator[StreamEvent]:
         req = ticket.request
@@ -152,3 +268,8 @@ class Scheduler:
         assert req.messages is not None  # ServeRequest checks exactly one is set
         return self._engine.stream(req.messages, params, cancel=ticket.cancel_flag,
                                    context_policy=CONTEXT_POLICIES[req.context_policy])
+
+
+def _cancelled_before_start(ticket: Ticket) -> None:
+    ticket.post(StreamEvent("final", "", finish_reason="cancelled", stats=GenerationStats(finish_reason="cancelled")))
+    ticket.finish("cancelled")

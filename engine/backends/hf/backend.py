@@ -195,6 +195,9 @@ class HFBackend:
                 "quant": self.quant, "kv_dtype": str(self.kv_dtype),
                 "devices": ",".join(sorted({str(d) for d in self._kv_devices or []}))}
 
+    def open_batch(self, n_seq: int, n_ctx: int) -> None:
+        return None  # one sequence at a time: the scheduler queues requests instead
+
     def grammar(self, gbnf: str) -> TokenConstraint:
         raise GrammarError("grammars (response_format) need a GGUF model on the llama.cpp backend")
 
