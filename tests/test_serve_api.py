@@ -96,6 +96,24 @@ def test_stream_with_usage_and_cached_tokens_on_a_repeated_prompt(client, server
     assert second.completion_tokens == first.completion_tokens <= 8
 
 
+def test_stop_seed_and_penalties_reach_the_engine(client, server):
+    base = client.chat.completions.create(model=model(server), messages=Q, max_tokens=12, temperature=0)
+    text = base.choices[0].message.content
+    words = text.split()
+    assert len(words) >= 3, text
+    cut = text.index(words[2], len(words[0]))  # the third word is where the stop string begins
+    r = client.chat.completions.create(model=model(server), messages=Q, max_tokens=12, temperature=0,
+                                       stop=[words[2]])
+    assert r.choices[0].message.content == text[:cut] and r.choices[0].finish_reason == "stop"
+    hot = dict(model=model(server), messages=Q, max_tokens=12, temperature=1.5, top_p=1.0, seed=1234,
+               presence_penalty=0.5, frequency_penalty=0.5)
+    a, b = (client.chat.completions.create(**hot).choices[0].message.content for _ in range(2))
+    assert a == b  # the same seed draws the same tokens
+    others = {client.chat.completions.create(**{**hot, "seed": seed}).choices[0].message.content
+              for seed in (1, 2, 3)}
+    assert len(others | {a}) > 1  # and the seed is used: other seeds draw other replies
+
+
 def test_completions_endpoint(client, server):
     r = client.completions.create(model=model(server), prompt="The capital of France is", max_tokens=6,
                                   temperature=0)
