@@ -5,6 +5,8 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
+from .shortcuts import matches
+
 CUSTOM = "Custom"
 
 
@@ -43,7 +45,7 @@ class InputBox(QPlainTextEdit):
         if e.key() == Qt.Key.Key_Escape:
             self.escaped.emit()
             return
-        if e.key() == Qt.Key.Key_Up and not self.toPlainText():
+        if not self.toPlainText() and matches("edit_last", e):
             self.up_in_empty.emit()
             return
         super().keyPressEvent(e)

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton,
 
 from .chat_input import InputBox, SystemPromptBar
 from .message_widget import MessageWidget
+from .welcome import WelcomePanel
 from .store import StoredMessage
 
 BATCH = 20  # messages built at a time: about a screenful; earlier ones are built when scrolled to
@@ -57,9 +58,8 @@ class ChatView(QWidget):
         self._list.setContentsMargins(4, 4, 12, 4)
         self._list.setSpacing(10)
         self._list.addStretch(1)
-        self.empty = QLabel("Say something to start the conversation.")
-        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.empty.setStyleSheet("color: palette(placeholder-text);")
+        self.empty = WelcomePanel()  # an empty chat shows the welcome and example prompts
+        self.empty.prompt_chosen.connect(self._example)
         self._list.insertWidget(0, self.empty)
         # Where the model's view of the conversation begins, once it outgrew the context.
         self.context_marker = QLabel()
@@ -350,6 +350,11 @@ class ChatView(QWidget):
             self.edit_resend_requested.emit(self._editing, text)
         else:
             self.send_requested.emit(text)
+
+    def _example(self, text: str) -> None:
+        """An example prompt was clicked: send it as if typed (if it cannot go, it stays in the box)."""
+        self.set_input_text(text)
+        self._submit()
 
     def _copy(self, text: str) -> None:
         QGuiApplication.clipboard().setText(text)

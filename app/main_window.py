@@ -21,6 +21,10 @@ from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from . import library_dock, theme
+from .keyboard import KeyboardMixin
+from .shortcuts import keys
+from .view_menu import ViewMenuMixin
+from .welcome import WelcomeMixin
 from .chat_view import ChatView
 from .conversation_list import ConversationList
 from .info_bar import InfoArea
@@ -39,7 +43,8 @@ PRELOAD = ("engine.engine", "engine.backends.llama_cpp", "engine.models.hub", "p
 SWITCH_INTERVAL_S = 0.001
 
 
-class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
+class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
+                 QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
         # Loading the native library holds the GIL for tens of milliseconds, and
@@ -78,6 +83,9 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
         self._build_ui()
         self._connect()
         self.models_dock = library_dock.attach(self)  # the model library and the Hub browser
+        self._install_shortcuts()  # keys from app/shortcuts.py's table, then the menus that show them
+        self._build_view_menu()
+        self._build_help_menu()
         for notice in (settings_notice, self.store.notice):
             if notice:
                 self.info.show_message(notice, "error")
@@ -117,22 +125,22 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
 
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
-        self.act_new = self._action(file_menu, "&New chat", QKeySequence.StandardKey.New, self.new_conversation)
-        self.act_settings = self._action(file_menu, "&Settings…", QKeySequence("Ctrl+,"), self.open_settings)
+        self.act_new = self._action(file_menu, "&New chat", keys("new"), self.new_conversation)
+        self.act_settings = self._action(file_menu, "&Settings…", keys("settings"), self.open_settings)
         self._action(file_menu, "&Import conversation…", QKeySequence(), self._ask_import)
         self._action(file_menu, "Export as &Markdown…", QKeySequence(), lambda: self._ask_export("markdown"))
         self._action(file_menu, "Export as &JSON…", QKeySequence(), lambda: self._ask_export("json"))
         file_menu.addSeparator()
-        self._action(file_menu, "&Quit", QKeySequence.StandardKey.Quit, self.close)
+        self._action(file_menu, "&Quit", keys("quit"), self.close)
         chat_menu = menu.addMenu("&Chat")
-        self.act_stop = self._action(chat_menu, "&Stop reply", QKeySequence("Ctrl+."), self.stop)
-        self.act_regen = self._action(chat_menu, "&Regenerate last reply", QKeySequence("Ctrl+R"),
+        self.act_stop = self._action(chat_menu, "&Stop reply", keys("stop"), self.stop)
+        self.act_regen = self._action(chat_menu, "&Regenerate last reply", keys("regenerate"),
                                       self._regenerate_last)
-        self._action(chat_menu, "Re&name conversation", QKeySequence("F2"), self.conversations.begin_rename)
+        self._action(chat_menu, "Re&name conversation", keys("rename"), self.conversations.begin_rename)
 
     def _action(self, menu, text: str, shortcut, slot) -> QAction:
         act = QAction(text, self)
-        act.setShortcut(shortcut)
+        act.setShortcuts(shortcut if isinstance(shortcut, list) else [shortcut])
         act.triggered.connect(slot)
         menu.addAction(act)
         return act
@@ -155,6 +163,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, QMainWindow):
         c.delete_requested.connect(self.delete_conversation)
         c.search_changed.connect(self._search_changed)
         self._connect_navigation()
+        self._connect_welcome()
         v = self.chat
         v.send_requested.connect(self.send)
         v.edit_resend_requested.connect(self.edit_and_resend)
