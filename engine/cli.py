@@ -1,4 +1,4 @@
-"""``python -m engine chat|info|bench|serve``: the terminal face of the engine.
+"""``python -m engine chat|info|bench|serve|doctor``: the terminal face of the engine.
 
 Expected failures (bad file, prompt too long, ...) print one line and exit
 non-zero; tracebacks are for bugs only.
@@ -204,6 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", default=None, help="draft model path, or 'none'")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("doctor", help="where a reply's time goes on this machine, and one change to try")
+    _model_flags(p)
+    p.add_argument("--tokens", type=int, default=48, help="tokens per reply")
+    p.add_argument("--system-file", default=None, help="the system prompt to run with (default: a short one)")
+    p.add_argument("--no-prefix-cache", action="store_true", help="diagnose with the prefix cache off")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)
     return ap
 
 
@@ -233,6 +241,12 @@ def cmd_plan(a: argparse.Namespace) -> int:
     from .sizing.cli import cli_plan  # engine/sizing/cli.py
 
     return cli_plan(a)
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from .doctor import cli_doctor  # engine/doctor.py
+
+    return cli_doctor(a)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

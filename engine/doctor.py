@@ -1,0 +1,238 @@
+"""``python -m engine doctor``: where this machine and model spend a reply's time,
+and the one change most worth trying.
+
+It runs a short fixed prompt set (each prompt a new chat, so the prefix cache
+is what may serve the shared system prompt), collects each reply's Timeline
+and reads them in the order an inference engineer would: preprocessing, queue
+wait, prefill, decode steps against the memory roofline, KV pressure,
+sampling. ``diagnose`` is a pure function of the timelines and the machine's
+figures, so tests feed it cases built by hand.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from .metrics import percentile
+from .timeline import Timeline
+from .types import Message, SamplingParams
+
+# A stage is flagged when it takes at least this share of the replies' time.
+PREPROCESS_SHARE = 0.10
+QUEUE_SHARE = 0.10
+PREFILL_SHARE = 0.50
+SAMPLING_SHARE = 0.10
+MEMORY_BOUND = 0.60      # decode reads the weights at >= this share of bandwidth: memory-bound
+COMPUTE_BOUND = 0.25     # below this share the step is spent computing (or waiting), not reading
+KV_FULL = 0.90           # KV used / n_ctx at which the oldest turns are about to be dropped
+JITTER = 2.0             # P99 step over P50: steps this uneven mean something else wants the CPU
+
+DOCTOR_SYSTEM = ("You are a helpful assistant. Answer clearly and briefly, in plain language, "
+                 "and say so when you are not sure.")
+DOCTOR_PROMPTS = ("Explain in two sentences why the sky is blue.",
+                  "Give three tips for writing readable code.",
+                  "What is the difference between weather and climate?")
+
+
+@dataclass(slots=True, frozen=True)
+class Machine:
+    """The figures the diagnosis needs besides the timelines."""
+
+    model_bytes: int             # weight bytes read per decoded token
+    bandwidth_bytes_s: float     # measured memory bandwidth of the device the weights are on
+    cache_enabled: bool          # the prefix cache (snapshots) is on
+    threads: int = 0
+    label: str = ""              # model and runtime, for the heading
+
+
+@dataclass(slots=True)
+class Finding:
+    stage: str                   # "preprocessing", "queue", "prefill", "decode", "kv", "sampling"
+    line: str                    # what was measured, one line
+    suggestion: str = ""         # the change it points to, "" when the stage is fine
+    weight: float = 0.0          # how much is at stake (share of the time, or KV fullness)
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    findings: list[Finding]
+    suggestion: str              # the one change to try, with the measurement behind it
+    figures: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"findings": [asdict(f) for f in self.findings], "suggestion": self.suggestion,
+                "figures": self.figures}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def diagnose(timelines: Sequence[Timeline], machine: Machine) -> Diagnosis:
+    """Read ``timelines`` stage by stage; the suggestion is the flagged stage
+    with the most at stake. Raises ValueError without any timeline."""
+    if not timelines:
+        raise ValueError("no replies to diagnose")
+    total = sum(t.e2e_ms for t in timelines) or 1e-9
+    n = len(timelines)
+
+    def share(name: str) -> float:
+        return sum(getattr(t, name) for t in timelines) / total
+
+    steps = [s for t in timelines for s in t.step_ms]
+    n_steps = len(steps)
+    findings: list[Finding] = []
+
+    pre = share("template_ms") + share("tokenize_ms")
+    f = Finding("preprocessing", f"template {sum(t.template_ms for t in timelines) / n:.1f} ms + tokenize "
+                f"{sum(t.tokenize_ms for t in timelines) / n:.1f} ms per reply = {_pct(pre)} of the time", weight=pre)
+    if pre >= PREPROCESS_SHARE:
+        f.suggestion = (f"rendering and tokenizing take {_pct(pre)} of the reply time: every turn re-reads the whole "
+                        "conversation, so shorten the system prompt or start a new chat")
+    findings.append(f)
+
+    queue = share("queue_wait_ms")
+    f = Finding("queue", f"waited {sum(t.queue_wait_ms for t in timelines) / n:.0f} ms per reply = {_pct(queue)}",
+                weight=queue)
+    if queue >= QUEUE_SHARE:
+        f.suggestion = (f"requests wait {_pct(queue)} of their time in the queue: run fewer at once, or give "
+                        "the chat window's requests priority over background ones")
+    findings.append(f)
+
+    prefill = share("prefill_ms")
+    computed = sum(t.prefill_tokens for t in timelines)
+    prompt = sum(t.prompt_tokens for t in timelines) or 1
+    rate = computed / (sum(t.prefill_ms for t in timelines) / 1e3 or 1e-9)
+    f = Finding("prefill", f"{_pct(prefill)} of the time: {computed} of {prompt} prompt tokens computed "
+                f"({_pct(1 - computed / prompt)} cached) at {rate:.0f} tok/s", weight=prefill)
+    if prefill >= PREFILL_SHARE:
+        if not machine.cache_enabled:
+            f.suggestion = (f"prefill is {_pct(prefill)} of the reply time with the prefix cache off: "
+                            "turn the prefix cache on")
+        else:
+            f.suggestion = (f"prefill is {_pct(prefill)} of the reply time although the prefix cache is on "
+                            f"({_pct(1 - computed / prompt)} of the prompt served from it): shorten the system "
+                            "prompt, or offload layers to a GPU")
+    findings.append(f)
+
+    decode = share("decode_ms")
+    forward_s = sum(t.decode_ms for t in timelines) / 1e3 / n_steps if n_steps else 0.0
+    achieved = machine.model_bytes / forward_s if forward_s > 0 else 0.0
+    roof = achieved / machine.bandwidth_bytes_s if machine.bandwidth_bytes_s > 0 else 0.0
+    p50, p99 = percentile(steps, 50), percentile(steps, 99)
+    f = Finding("decode", f"{_pct(decode)} of the time; TPOT P50 {p50:.1f} ms, P90 {percentile(steps, 90):.1f}, "
+                f"P99 {p99:.1f}; {machine.model_bytes / 1e6:.0f} MB per token / {forward_s * 1e3:.2f} ms = "
+                f"{achieved / 1e9:.1f} GB/s = {_pct(roof)} of {machine.bandwidth_bytes_s / 1e9:.1f} GB/s measured",
+                weight=decode)
+    if n_steps:
+        if roof >= MEMORY_BOUND:
+            f.suggestion = (f"decode reaches {_pct(roof)} of memory bandwidth: it is memory-bound, so a smaller "
+                            "quantization would be faster")
+        elif roof < COMPUTE_BOUND:
+            f.suggestion = (f"decode reaches only {_pct(roof)} of memory bandwidth: the step is spent computing, "
+                            f"not reading weights; try another thread count (now {machine.threads or 'auto'}) "
+                            "or the fast kernels")
+        elif p50 > 0 and p99 / p50 >= JITTER:
+            f.suggestion = (f"decode steps are uneven (P99 {p99:.1f} ms is {p99 / p50:.1f}x P50): another program "
+                            "is competing for the CPU; close it or use fewer threads")
+        else:
+            f.weight = 0.0
+    findings.append(f)
+
+    full = max(t.kv_used / t.n_ctx for t in timelines if t.n_ctx) if any(t.n_ctx for t in timelines) else 0.0
+    evicted = sum(t.cache_evictions for t in timelines)
+    f = Finding("kv", f"KV {_pct(full)} of the context at most; prefix cache: "
+                f"{sum(t.cache_hits for t in timelines)} hits, {sum(t.cache_inserts for t in timelines)} inserts, "
+                f"{evicted} evictions")
+    if full >= KV_FULL:
+        f.suggestion = (f"the KV reached {_pct(full)} of the context: raise the context length, or the oldest "
+                        "turns will be left out")
+        f.weight = full
+    elif evicted:
+        f.suggestion = (f"the prefix cache evicted {evicted} snapshots during {n} replies: raise its memory budget")
+        f.weight = evicted / n
+    findings.append(f)
+
+    sampling = share("sampling_ms") + share("detokenize_ms")
+    per_tok = sum(t.sampling_ms for t in timelines) / max(1, sum(t.generated_tokens for t in timelines))
+    f = Finding("sampling", f"{per_tok:.2f} ms per token; sampling and detokenizing {_pct(sampling)} of the time",
+                weight=sampling)
+    if sampling >= SAMPLING_SHARE:
+        f.suggestion = (f"sampling takes {_pct(sampling)} of the reply time ({per_tok:.2f} ms per token): set "
+                        "top-k (the fast path) or turn the repetition penalties off")
+    findings.append(f)
+
+    flagged = [f for f in findings if f.suggestion]
+    if flagged:
+        suggestion = max(flagged, key=lambda f: f.weight).suggestion
+    else:
+        suggestion = (f"nothing stands out: decode is {_pct(decode)} of the time at {_pct(roof)} of memory "
+                      f"bandwidth and prefill {_pct(prefill)}; keep this configuration")
+    figures = {"replies": n, "e2e_ms": round(total / n, 1), "roofline_fraction": round(roof, 4),
+               "achieved_gb_s": round(achieved / 1e9, 3), "bandwidth_gb_s": round(machine.bandwidth_bytes_s / 1e9, 3),
+               "shares": {k: round(share(k + "_ms"), 4) for k in timelines[0].parts()}}
+    return Diagnosis(findings, suggestion, figures)
+
+
+def run_prompts(engine, *, system: str = DOCTOR_SYSTEM, prompts: Sequence[str] = DOCTOR_PROMPTS,
+                max_tokens: int = 48) -> list[Timeline]:
+    """Each prompt as a new chat (the live KV forgotten, the prefix cache kept),
+    greedy and of fixed length; returns their timelines."""
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    out: list[Timeline] = []
+    for text in prompts:
+        engine.reset()
+        final = None
+        for ev in engine.stream([Message("system", system), Message("user", text)], params):
+            if ev.kind == "final":
+                final = ev
+        if final is None or final.stats is None or final.stats.timeline is None:
+            raise RuntimeError("the reply ended without a timeline")
+        out.append(final.stats.timeline)
+    return out
+
+
+def render(d: Diagnosis, machine: Machine) -> str:
+    """One screen of text."""
+    lines = [f"Hearth doctor: {machine.label}, {machine.threads or 'auto'} threads, prefix cache "
+             f"{'on' if machine.cache_enabled else 'off'}; {d.figures.get('replies', 0)} replies, "
+             f"{d.figures.get('e2e_ms', 0):.0f} ms each"]
+    names = {"preprocessing": "1. Preprocessing", "queue": "2. Queue wait", "prefill": "3. Prefill",
+             "decode": "4. Decode", "kv": "5. KV pressure", "sampling": "6. Sampling"}
+    for f in d.findings:
+        mark = "!" if f.suggestion else " "
+        lines.append(f"{mark} {names.get(f.stage, f.stage):17} {f.line}")
+    lines.append("")
+    lines.append(f"Suggestion: {d.suggestion}")
+    return "\n".join(lines)
+
+
+def cli_doctor(a) -> int:
+    """``python -m engine doctor``: load, run the prompt set, print the diagnosis."""
+    import json
+    from pathlib import Path
+
+    from .bench.overhead import measure_read_bandwidth
+    from .backends.llama_cpp import default_threads
+    from .engine import Engine
+    from .kv.prefix_cache import DEFAULT_BUDGET
+
+    system = Path(a.system_file).read_text(encoding="utf-8") if a.system_file else DOCTOR_SYSTEM
+    threads = a.threads or default_threads()
+    engine = Engine.load(a.model, n_ctx=a.ctx, n_threads=threads,
+                         cache_budget=0 if a.no_prefix_cache else DEFAULT_BUDGET)
+    try:
+        info = engine.backend.describe()
+        timelines = run_prompts(engine, system=system, max_tokens=a.tokens)
+        label = engine.model.label if engine.model else info.name
+        machine = Machine(model_bytes=info.weight_bytes, bandwidth_bytes_s=measure_read_bandwidth(threads, mib=256),
+                          cache_enabled=engine.kv.enabled, threads=threads,
+                          label=f"{label} ({info.runtime}, {info.device})")
+    finally:
+        engine.close()
+    d = diagnose(timelines, machine)
+    if a.json:
+        print(json.dumps({**d.to_dict(), "machine": asdict(machine)}))
+    else:
+        print(render(d, machine))
+    return 0
