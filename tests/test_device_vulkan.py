@@ -88,6 +88,11 @@ def worker() -> dict:
         out["full"] = {"tokens": _tokens(full, [Message("user", Q)]).token_ids, "runtime": info.runtime,
                        "device": info.device, "report": full.backend.memory_report()}
         out["invariance"] = _invariance(full.backend)
+        draft = full.backend.open_draft(path, n_threads=2)
+        try:
+            out["draft"] = {"device": draft.describe().device, "report": draft.memory_report()}
+        finally:
+            draft.close()
         full.reset()
         plain = _tokens(full, [Message("user", REPEAT)], max_tokens=16, ignore_eos=True)
         full.set_speculation("ngram", k=4, force=True)
@@ -110,6 +115,13 @@ def worker() -> dict:
                          "tokens": ev.token_ids, "cold": cold}
     finally:
         warm.close()
+
+    none = Engine.load(path, n_ctx=CTX, n_threads=2, n_gpu_layers=0, cache_budget=0)
+    try:  # a prompt long enough for llama.cpp's op offload (batches of 32 tokens or more)
+        out["none"] = {"tokens": _tokens(none, [Message("user", REPEAT)], max_tokens=4).token_ids,
+                       "device": none.backend.describe().device, "report": none.backend.memory_report()}
+    finally:
+        none.close()
 
     k = n_layers // 2
     part = Engine.load(path, n_ctx=CTX, n_threads=2, n_gpu_layers=k, cache_budget=0)
@@ -161,6 +173,17 @@ def cpu() -> dict:
         e.close()
 
 
+@pytest.fixture(scope="module")
+def cpu_repeat() -> list[int]:
+    from engine import Engine, Message
+
+    e = Engine.load(n_ctx=CTX, n_threads=2, cache_budget=0)
+    try:
+        return _tokens(e, [Message("user", REPEAT)], max_tokens=4).token_ids
+    finally:
+        e.close()
+
+
 def test_the_worker_ran_on_a_gpu_device(dev):
     d = dev["device"]
     assert d["runtime"] in ("vulkan", "cuda", "metal", "rocm") and d["total"] > 2**28
@@ -178,6 +201,20 @@ def test_some_layers_on_the_device_give_the_cpu_greedy_tokens(dev, cpu):
     assert 0 < p["k"] < p["n_layers"] and p["device"] == f"{name}+CPU"
     assert p["report"][f"weights@{name}"] > 0 and p["report"][f"kv@{name}"] > 0
     assert p["tokens"] == cpu["tokens"]
+
+
+def test_a_draft_for_a_model_all_on_the_device_goes_on_the_device(dev):
+    name = dev["device"]["name"]
+    assert dev["draft"]["device"] == name and dev["draft"]["report"][f"weights@{name}"] > 50 * 2**20
+
+
+def test_no_layers_on_the_device_means_nothing_allocated_there(dev, cpu_repeat):
+    """n_gpu_layers=0 with a GPU visible: no weights, KV or compute buffer on it (op offload off), and the
+    CPU's tokens."""
+    none, name = dev["none"], dev["device"]["name"]
+    assert none["device"] == "CPU"
+    assert {k: v for k, v in none["report"].items() if k.endswith("@" + name) and v} == {}
+    assert none["tokens"] == cpu_repeat
 
 
 # Fixed after measuring on lavapipe (bundled model, n_ctx 256): llama.cpp clamps the batch to the

@@ -168,6 +168,10 @@ class LlamaCppBackend:
         cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_AUTO if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self.flash_attn = flash_attn
         cparams.no_perf = True
+        # With no layer on a device, llama.cpp still copies weights to a visible GPU for big batches
+        # (op offload): device memory the plan never counted, and a prefill computed by other
+        # kernels than the decode steps. "Nothing on the GPU" means nothing there.
+        cparams.op_offload = n_gpu_layers != 0
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
@@ -349,7 +353,11 @@ class LlamaCppBackend:
         return self.info.vocab()
 
     def open_draft(self, path: str | os.PathLike[str], *, n_threads: int | None = None) -> "LlamaCppBackend":
-        return LlamaCppBackend(path, n_ctx=self.n_ctx, n_threads=n_threads)
+        # The planner counts the draft on the GPU only when the target is all there (the draft runs
+        # every step, and splitting both across the bus would cost more than it saves).
+        on_gpu = self.n_gpu_layers < 0 or self.n_gpu_layers > self.info.n_layers
+        return LlamaCppBackend(path, n_ctx=self.n_ctx, n_threads=n_threads, n_gpu_layers=-1 if on_gpu else 0,
+                               exactness=self.exactness)
 
     def open_batch(self, n_seq: int, n_ctx: int) -> LlamaBatch:
         # The model must outlive the batch context: close the batch first.
