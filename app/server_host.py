@@ -48,6 +48,7 @@ class Serving:
         self.server = server
         self.parallel = parallel
         self.scheduler: Scheduler | None = None
+        self.window_replies = 0  # the window's replies that went through the scheduler
 
     @property
     def active(self) -> bool:
@@ -71,6 +72,7 @@ class Serving:
         assert self.scheduler is not None  # the worker asks only while active
         ticket = self.scheduler.submit(ServeRequest(messages=job.messages, params=job.params,
                                                     priority=Priority.WINDOW, context_policy=job.context_policy))
+        self.window_replies += 1
         threading.Thread(target=_cancel_when, args=(job.cancel, ticket), name="hearth-stop", daemon=True).start()
         try:
             yield from ticket.events()
