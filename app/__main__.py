@@ -22,6 +22,8 @@ def _parser() -> argparse.ArgumentParser:
                         "work done on the GUI thread)")
     p.add_argument("--screenshot", metavar="PATH",
                    help="hold a short real conversation and save a PNG of the window (use a display, e.g. Xvfb)")
+    p.add_argument("--theme", choices=("system", "light", "dark"), default="system",
+                   help="the theme for --screenshot (as View → Theme sets it)")
     p.add_argument("--bench-open", action="store_true",
                    help="offscreen: time opening a 1,000-message chat and a 10k-token reply against a "
                         "10-message one, print the times and ratios, exit")
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             return bench_open()
         if args.screenshot:
             from .selftest import take_screenshot
-            return take_screenshot(args.screenshot)
+            return take_screenshot(args.screenshot, theme=args.theme)
 
         from .main_window import MainWindow
         try:

@@ -10,6 +10,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton,
                                QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
+from . import theme
 from .chat_input import InputBox, SystemPromptBar
 from .message_widget import MessageWidget
 from .welcome import WelcomePanel
@@ -23,6 +24,7 @@ class ChatView(QWidget):
     edit_resend_requested = Signal(int, str)   # message id being replaced, new text
     stop_requested = Signal()
     regenerate_requested = Signal(int)
+    performance_requested = Signal(int)  # message id: open that reply's Performance panel
     branch_requested = Signal(int, int)        # message id, -1 / +1
     edit_last_requested = Signal()             # Up in the empty input box
     system_prompt_changed = Signal(str)
@@ -226,6 +228,7 @@ class ChatView(QWidget):
         w.notify.connect(self.notify)
         w.edit_requested.connect(self.start_edit)
         w.regenerate_requested.connect(self.regenerate_requested)
+        w.performance_requested.connect(self.performance_requested)
         w.branch_step.connect(self.branch_requested)
         self._list.insertWidget(index, w)
         self.empty.hide()
@@ -264,6 +267,7 @@ class ChatView(QWidget):
         self.colors = colors
         for w in self._widgets.values():
             w.apply_colors(colors)
+        theme.repolish(self)
 
     # -- state --------------------------------------------------------------
 

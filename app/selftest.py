@@ -111,12 +111,14 @@ SCREENSHOT_PROMPTS = (
 )
 
 
-def take_screenshot(path: str) -> int:
-    """Hold a short real conversation and save a picture of the window to ``path``."""
+def take_screenshot(path: str, theme: str = "system") -> int:
+    """Hold a short real conversation and save a picture of the window to ``path``
+    (``theme``: system, light or dark, as View → Theme sets it)."""
     win = None
     try:
         write_settings(max_tokens=160, repeat_penalty=1.1)
         win, *_ = _start_window()
+        win.set_theme(theme)
         win.resize(1280, 800)
         replies = [send_and_wait(win, p) for p in SCREENSHOT_PROMPTS]
         win.rename_conversation(win.current, "Reversing a string in Python")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 ICON_PATH = ASSETS / "hearth.svg"
@@ -60,6 +60,16 @@ def _palette(c: dict[str, str]) -> QPalette:
     for role in (R.Text, R.WindowText, R.ButtonText):
         p.setColor(QPalette.ColorGroup.Disabled, role, QColor(c["muted"]))
     return p
+
+
+def repolish(root: QWidget) -> None:
+    """Re-read the style sheets under ``root``: a widget with its own style sheet keeps
+    the palette it was polished with (the chat's title stayed dark on the dark theme)."""
+    for w in [root, *root.findChildren(QWidget)]:
+        sheet = w.styleSheet()
+        if sheet:
+            w.setStyleSheet("")
+            w.setStyleSheet(sheet)
 
 
 def apply(app: QApplication, choice: str) -> str:

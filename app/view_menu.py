@@ -9,6 +9,7 @@ import dataclasses
 
 from PySide6.QtGui import QAction, QActionGroup
 
+from . import theme
 from .settings import THEMES
 
 THEME_LABELS = {"system": "&System", "light": "&Light", "dark": "&Dark"}
@@ -40,4 +41,5 @@ class ViewMenuMixin:
         self.settings = dataclasses.replace(self.settings, theme=choice)
         self._save_settings()
         self.apply_theme()
+        theme.repolish(self)  # the list and the status bar too, not only the chat
         self.theme_actions[choice].setChecked(True)

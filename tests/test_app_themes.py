@@ -34,6 +34,8 @@ def test_view_theme_switches_saves_and_comes_back_after_a_restart(qtbot, data_di
     dark_window = QApplication.palette().color(QPalette.ColorRole.Window)
     assert dark_window.name() != light_window and dark_window.lightness() < 80
     assert w.chat.widget(mid).body.document().toHtml() != light_code  # the code is recoloured
+    title = w.chat.title.palette().color(QPalette.ColorRole.WindowText)
+    assert title.lightness() > 150  # styled labels re-read the palette: light text on dark
     saved, _ = SettingsFile().load()
     assert saved.theme == "dark"
     w.close()
