@@ -183,6 +183,22 @@ def test_a_second_turn_is_served_from_the_cache(engine):
     assert tl.cached_tokens == back.stats.cached_tokens
 
 
+def test_speculative_replies_report_acceptance_per_position(engine):
+    engine.reset()
+    engine.set_speculation("ngram", k=3, force=True)
+    try:
+        # A repetitive request: the n-gram draft finds its continuations in the prompt.
+        final, wall_ms = _reply(engine, [{"role": "user", "content": "Repeat after me: one two three four, "
+                                          "one two three four, one two three four."}], temperature=0.0, max_tokens=40)
+    finally:
+        engine.set_speculation("none")
+    st, tl = final.stats, final.stats.timeline
+    assert st.spec["drafted"] > 0 and len(tl.spec_acceptance) == 3
+    assert tl.spec_acceptance == st.spec["acceptance_per_position"]
+    assert len(tl.step_ms) == st.generated_tokens - 1
+    assert sum(tl.parts().values()) == pytest.approx(wall_ms, rel=0.05)
+
+
 def test_recording_off_keeps_no_timeline_and_the_same_tokens(engine):
     engine.reset()
     on, _ = _reply(engine, QUESTION, temperature=0.0, max_tokens=12)
@@ -211,3 +227,28 @@ def test_the_timeline_survives_the_store(engine, tmp_path):
     back = Timeline.from_dict(again.metrics["timeline"])
     assert back == Timeline.from_dict(final.stats.timeline.to_dict())
     assert len(back.step_ms) == 7 and back.cached_tokens == final.stats.cached_tokens
+
+
+@pytest.mark.timeout(900)  # a model load and a reply in the real window, on a busy shared machine
+def test_the_window_keeps_each_replys_timeline(qtbot, tmp_path, monkeypatch):
+    from app.main_window import MainWindow
+    from app.selftest import send_and_wait, write_settings
+    from app.store import Store
+
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    write_settings(max_tokens=12)
+    w = MainWindow()
+    w.show()
+    try:
+        w.start()
+        qtbot.waitUntil(lambda: w.host.ready or not w.host.loading, timeout=300_000)
+        assert w.host.ready, w.info.messages()
+        reply = send_and_wait(w, "Name a fruit.", timeout_s=600)
+        path = w.store.path
+    finally:
+        w.close()
+    stored = Store(path).message(reply["id"])  # reopened, as after a restart
+    tl = Timeline.from_dict(stored.metrics["timeline"])
+    assert tl.generated_tokens == stored.metrics["generated_tokens"] > 0
+    assert len(tl.step_ms) == tl.generated_tokens - 1 and tl.prompt_tokens == stored.metrics["prompt_tokens"]
+    assert tl.e2e_ms == pytest.approx(stored.metrics["e2e_ms"], abs=0.01) and tl.prefill_ms > 0
