@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDockWidget, QMenu, QTabWidget
 
 from engine.models.catalogue import bundled_model_path
@@ -24,6 +24,7 @@ from .hub_browser import HubBrowser
 from .library_view import LibraryView
 from .paths import data_dir
 from .settings import SettingsError
+from .shortcuts import keys
 
 LIBRARY_FILE = "library.json"
 
@@ -140,7 +141,7 @@ def attach(window, *, library: Library | None = None, hardware=None) -> ModelsDo
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")
     before = next((a for a in file_menu.actions() if a.isSeparator()), None)
     act = QAction("Model &library…", window)
-    act.setShortcut(QKeySequence("Ctrl+Shift+M"))
+    act.setShortcuts(keys("library"))  # the shortcuts table: the Help sheet lists it
     act.triggered.connect(show_library)
     window.act_library = act
     recent = QMenu("&Recent models", window)

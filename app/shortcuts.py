@@ -42,6 +42,7 @@ SHORTCUTS: tuple[Shortcut, ...] = (
     Shortcut("zoom_reset", ("Ctrl+0",), "Chat text at its normal size"),
     Shortcut("rename", ("F2",), "Rename the selected chat"),
     Shortcut("delete", ("Del",), "In the chat list: delete the selected chat (Undo brings it back)", "list"),
+    Shortcut("library", ("Ctrl+Shift+M",), "Open the model library (the Models dock)"),
     Shortcut("settings", ("Ctrl+,",), "Open Settings"),
     Shortcut("shortcuts", ("F1",), "Show this list of shortcuts"),
     Shortcut("quit", ("Ctrl+Q",), "Quit Hearth"),
