@@ -299,3 +299,15 @@ def test_headless_serve_answers_then_stops_on_ctrl_c(bundled_path):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_bench_server_smoke():
+    """The overhead benchmark with tiny arguments: the three ways give the same reply's deltas."""
+    import argparse
+
+    from engine.bench import server as bench_server
+
+    r = bench_server.run(argparse.Namespace(model=None, ctx=1024, threads=1, rounds=1, tokens=8))
+    assert r["deltas"]["in_process"] == r["deltas"]["scheduler"] == r["deltas"]["api_stream"] >= 2
+    assert set(r["decode_deltas_per_s"]) == {"in_process", "scheduler", "api_stream"}
+    assert r["ratio_api_stream"] > 0 and r["target_api_stream"] == 0.95
