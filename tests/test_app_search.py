@@ -95,6 +95,8 @@ def test_the_search_box_lists_message_hits_highlighted_and_opens_them_on_their_b
         next(w.conversations.hits.item(i) for i in range(w.conversations.hits.count())
              if int(w.conversations.hits.item(i).data(Qt.ItemDataRole.UserRole + 1)) == deep))
     assert w.current == other and w.chat.widget(deep) is not None and w.chat.widget(deep).flashed
+    shown, view = w.chat.widget(deep), w.chat.scroll.viewport()
+    qtbot.waitUntil(lambda: 0 <= shown.mapTo(view, shown.rect().topLeft()).y() < view.height())  # scrolled to it
     w.conversations.search.setText("nothing like it")
     assert not w.conversations.hits.isVisibleTo(w) and "(none)" in w.conversations.hits_label.text()
     w.conversations.search.clear()
