@@ -48,6 +48,16 @@ def test_search_finds_words_in_messages_and_follows_edits_and_deletes(store):
     assert store.search_messages("decorators") == []
 
 
+def test_the_index_survives_a_restart(tmp_path):
+    s = Store(tmp_path / "h.sqlite3")
+    c = s.create_conversation()
+    mid = s.add_message(c.id, "user", "rye sourdough levain")
+    s.close()
+    again = Store(tmp_path / "h.sqlite3")
+    assert [h.message_id for h in again.search_messages("levain")] == [mid]
+    again.close()
+
+
 def test_snippets_are_inert_html():
     html = snippet_html(f"<a href='x'>{HIT_START}bread{HIT_END}</a>\n& more")
     assert html == "&lt;a href=&#x27;x&#x27;&gt;<b><u>bread</u></b>&lt;/a&gt; &amp; more"
