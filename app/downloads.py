@@ -100,8 +100,8 @@ class DownloadQueue(QObject):
             self._next()
 
     def stop_all(self) -> None:
-        """The window is closing: stop the transfer in flight, keeping its partial file (the
-        next run's Resume continues it), and hold the queued ones."""
+        """The window is closing: stop the transfer in flight, keeping its partial file (a
+        later download of the same file continues from it), and hold the queued ones."""
         for i, d in enumerate(self.items):
             if d.state == QUEUED:
                 d.state = PAUSED

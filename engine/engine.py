@@ -113,16 +113,19 @@ class Engine:
         off where it does not pay, unless ``force`` (benchmarks of one draft
         kind). ``k`` fixes the draft length instead of adapting it."""
         kind = "none" if kind is None else str(kind)
+        note = None
         if kind not in ("none", "ngram", "model", "auto"):
             self._load_draft(Path(kind), n_threads)
             kind = "model"
         elif kind == "auto" and self.draft is None:
             found = find_draft_for(self.backend.vocab())
             if found is not None:
-                self._load_draft(found, n_threads)
+                try:
+                    self._load_draft(found, n_threads)
+                except HearthError as e:  # a file Auto picked (not the user) will not load: say so, keep n-gram
+                    note = f"model draft {found.name} not used: {e}"
         if kind == "model" and self.draft is None:
             raise HearthError("no draft model is loaded; choose a draft model file first")
-        note = None
         if kind == "auto" and self.draft is not None:
             note = self._model_draft_hopeless()
         modes = {"none": [], "ngram": ["ngram"], "model": ["model"],

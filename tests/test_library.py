@@ -141,3 +141,27 @@ def test_state_remembers_recent_models_and_survives_a_damaged_file(library, tmp_
     assert third.state.folders == [] and "unreadable" in third.notice
     assert any(p.name.startswith("library.json.corrupt-") for p in tmp_path.iterdir())
     assert json.loads(json.dumps(third.state.last_used)) == {}
+
+
+def test_an_auto_draft_that_will_not_load_leaves_ngram_and_says_why(models_dir, bundled_path):
+    """The library lets any GGUF into the models folder; Auto must not fail the whole load on one."""
+    from engine.engine import Engine
+    from engine.models.gguf import model_info
+    from gguf_writer import write_gguf
+
+    info = model_info(bundled_path)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    write_gguf(models_dir / "header-only.gguf",
+               {"general.architecture": "llama", "llama.block_count": 1, "llama.embedding_length": 64,
+                "llama.attention.head_count": 4, "llama.context_length": 512,
+                "tokenizer.ggml.model": info.tokenizer_model, "tokenizer.ggml.tokens": info.tokens},
+               [("token_embd.weight", (64, len(info.tokens)), 0)])
+    eng = Engine.load(bundled_path, n_ctx=512, n_threads=2, draft="auto", cache_budget=0)
+    try:
+        assert eng.draft is None and eng.spec_kind == "auto"
+        assert any("header-only.gguf not used" in n for n in eng.spec_ctl.pending_notes)
+    finally:
+        eng.close()
+    with pytest.raises(lib.HearthError, match="header-only.gguf"):  # chosen by name: the user hears at once
+        Engine.load(bundled_path, n_ctx=512, n_threads=2, draft=str(models_dir / "header-only.gguf"),
+                    cache_budget=0)
