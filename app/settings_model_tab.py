@@ -26,6 +26,7 @@ from .memory_details import clear_prefix_store
 from .model_choice import HUB_PLACEHOLDER, KV_TYPES, QUANTS, ModelCheck, effective_backend, runs_gguf
 from .plan_load import prefix_store_dir
 from .plan_runner import PlanRunner
+from .exactness import exactness_note, measured_difference
 from .plan_text import headline
 from .settings import BUNDLED, DRAFTS, EXACTNESS, MAX_CONTEXT, Settings
 from .text_utils import human_bytes
@@ -40,16 +41,6 @@ GPU_TIP = ("Transformer blocks on the GPU. Auto: as many as the memory plan fits
 KV_TIP = ("Precision of the KV cache. f16 is exact; q8_0 halves the cache for a tiny change in the numbers; "
           "q4_0 quarters it at a visible cost in quality. On the CPU a quantized cache needs flash attention, "
           "which gives up bit-identical batched logits. Auto keeps f16 unless memory is short.")
-
-
-def exactness_note(profile: str, llama: bool) -> str:
-    """What the chosen profile means for the output, said next to the choice."""
-    if not llama:
-        return "A choice for GGUF files on llama.cpp."
-    if profile == "fast":
-        return ("Faster kernels (repack buffers, flash attention): replies served from the prompt cache or "
-                "sped up by a draft may differ slightly from plain decoding.")
-    return "Cached and speculative replies are token for token what plain decoding gives."
 
 
 class ModelTabMixin:
@@ -300,7 +291,8 @@ class ModelTabMixin:
         self.quant_combo.setHidden(want != "hf")
         self.kv_combo.setEnabled(want == "llama_cpp")  # transformers keeps the cache in its compute dtype
         self.exactness.setEnabled(want == "llama_cpp")  # the switches are llama.cpp's
-        self.exactness_note.setText(exactness_note(self.chosen_exactness(), want == "llama_cpp"))
+        self.exactness_note.setText(exactness_note(self.chosen_exactness(), want == "llama_cpp",
+                                                   measured_difference(source, model) if want == "llama_cpp" else ""))
         return want
 
     def _clear_plan(self) -> None:

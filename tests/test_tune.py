@@ -74,3 +74,120 @@ def test_apply_tuning_then_roll_back_restores_the_model_settings(tmp_path):
         s.apply_tuning({"prefix_cache": False})
     with pytest.raises(SettingsError, match="exactness"):
         Settings(exactness="turbo").validate()
+
+
+# -- bench tune ---------------------------------------------------------------------------
+
+ROW_NAMES = ["baseline", "prefix cache off", "draft n-gram", "draft model", "KV q8_0", "KV q4_0"]
+TINY = dict(prompts=1, tokens=4, ppl_tokens=16, n_ctx=512)
+# Eleven model loads and replies: minutes on a shared 2-core machine, past the suite's 300 s default.
+SLOW = pytest.mark.timeout(1800)
+
+
+@pytest.fixture(scope="module")
+def tune_run(bundled_path):
+    from engine.tuning import run_tune
+
+    seen = []
+    result = run_tune(bundled_path, threads=2, progress=lambda i, n, name: seen.append((i, n, name)), **TINY)
+    return result, seen
+
+
+@SLOW
+def test_bench_tune_produces_every_row_with_the_baseline_repeated_at_the_end(tune_run):
+    result, seen = tune_run
+    rows = result["rows"]
+    names = [r["name"] for r in rows]
+    assert names[:6] == ROW_NAMES and names[-1] == "baseline (again)"
+    assert {"threads 1", "GPU layers all", "flash attention", "fast kernels"} <= set(names)
+    assert [s[2] for s in seen] == names + [""] and seen[-1][:2] == (len(rows), len(rows))
+    for r in rows:
+        if r["status"] == "absent":
+            assert r["absent"]  # the row is there, with the reason it could not run here
+            continue
+        assert r["ttft_ms"] > 0 and r["tpot_ms"] > 0 and r["tok_s"] > 0 and r["memory_bytes"] > 50 * 2**20
+        assert r["perplexity"] > 1 and 0 <= r["agreement"] <= 1
+    by = {r["name"]: r for r in rows}
+    gpu = by["GPU layers all"]
+    assert gpu["status"] == "measured" or "no GPU" in gpu["absent"]
+    base = by["baseline"]
+    # Exact kernels: these changes leave every greedy token and the perplexity as they were.
+    for name in ("prefix cache off", "draft n-gram", "threads 1", "baseline (again)"):
+        assert by[name]["agreement"] == 1.0 and by[name]["perplexity"] == base["perplexity"], name
+    assert by["prefix cache off"]["cached_tokens"] == 0 < base["cached_tokens"]
+    assert by["fast kernels"]["exactness"] == "fast" and base["exactness"] == "exact"
+    assert by["KV q8_0"]["memory_bytes"] < base["memory_bytes"]
+    assert set(result["noise"]) == {"ttft_ms", "tpot_ms", "tok_s"}
+    assert result["best"] is None or by[result["best"]]["settings"]
+
+
+@SLOW
+def test_a_run_is_saved_exported_and_compared(tune_run, tmp_path, monkeypatch):
+    import csv
+    import io
+
+    from engine.tuning import report
+
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    result, _ = tune_run
+    first = report.save(result)
+    assert first.parent == tmp_path / "tune" and report.load(first) == result
+    second = report.save(result)
+    assert second != first and report.last_run(result["path"], before=second) == first
+    assert report.last_run("/elsewhere/other.gguf") is None
+    deltas = report.compare(report.load(first), result)
+    assert [d["name"] for d in deltas] == [r["name"] for r in result["rows"] if r["status"] == "measured"]
+    assert all(d["ttft_ms"] == 0 and d["agreement"] == 0 for d in deltas)
+    table = list(csv.DictReader(io.StringIO(report.to_csv(result))))
+    assert [t["name"] for t in table] == [r["name"] for r in result["rows"]]
+    text = report.profile_difference(result["path"])
+    assert text.startswith("Measured here") and "tok/s" in text and "greedy tokens" in text
+    from app.exactness import measured_difference
+
+    assert measured_difference("bundled", "bundled") == text  # what Settings shows beside the choice
+    (tmp_path / "junk.json").write_text("{}")
+    with pytest.raises(HearthError, match="not a saved"):
+        report.load(tmp_path / "junk.json")
+
+
+def _row(name, ttft, tpot, mem=100, ppl=10.0, agreement=1.0, settings=True):
+    return {"name": name, "status": "measured", "ttft_ms": ttft, "tpot_ms": tpot, "tok_s": 1e3 / tpot,
+            "memory_bytes": mem, "perplexity": ppl, "agreement": agreement,
+            "settings": {"kv_type": "f16"} if settings else None}
+
+
+def test_worse_means_beyond_the_noise_of_the_repeated_baseline():
+    from engine.tuning import report
+
+    rows = [_row("baseline", 100, 10), _row("a little slower", 108, 10), _row("much slower", 150, 10),
+            _row("bigger", 100, 10, mem=120), _row("worse text", 90, 9, ppl=10.5),
+            _row("faster", 80, 8), _row("faster, no setting", 50, 5, settings=False),
+            _row("faster, other tokens", 70, 7, agreement=0.5), _row("baseline (again)", 110, 10)]
+    spread = report.judge(rows)
+    assert spread["ttft_ms"] == 0.1 and spread["tpot_ms"] == 0.0  # |100 - 110| / 100
+    worse = {r["name"]: r.get("worse") for r in rows}
+    assert worse["a little slower"] == []  # +8% is inside the 10% the baseline moved by itself
+    assert worse["much slower"] == ["ttft_ms +50%"] and worse["bigger"] == ["memory +20%"]
+    assert worse["worse text"] == ["perplexity 10.500 vs 10.000"] and worse["faster"] == []
+    assert report.best(rows, tokens=16) == "faster"
+
+
+@SLOW
+def test_cli_saves_exports_and_compares_with_an_earlier_run(tune_run, tmp_path, capsys):
+    import json
+
+    from engine.cli import main
+    from engine.tuning import report
+
+    earlier = report.save(tune_run[0], tmp_path / "earlier.json")
+    out, table = tmp_path / "now.json", tmp_path / "now.csv"
+    rc = main(["bench", "tune", "--rows", "prefix cache off", "--tokens", "4", "--prompts", "1", "--ppl-tokens",
+               "16", "--ctx", "512", "--threads", "2", "--out", str(out), "--csv", str(table),
+               "--compare", str(earlier), "--json"])
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in printed["rows"]] == ["baseline", "prefix cache off", "baseline (again)"]
+    assert printed["saved"] == str(out) and report.load(out)["rows"] == printed["rows"]
+    assert [d["name"] for d in printed["compare"]["rows"]] == ["baseline", "prefix cache off", "baseline (again)"]
+    assert table.read_text().splitlines()[0].startswith("name,change,status,ttft_ms")
+    assert main(["bench", "tune", "--rows", "warp drive", "--tokens", "4", "--prompts", "1"]) != 0

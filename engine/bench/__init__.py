@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak")
+NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak", "tune")
 
 
 def run(which: str, a: argparse.Namespace) -> dict:
