@@ -252,3 +252,29 @@ def test_the_window_keeps_each_replys_timeline(qtbot, tmp_path, monkeypatch):
     assert tl.generated_tokens == stored.metrics["generated_tokens"] > 0
     assert len(tl.step_ms) == tl.generated_tokens - 1 and tl.prompt_tokens == stored.metrics["prompt_tokens"]
     assert tl.e2e_ms == pytest.approx(stored.metrics["e2e_ms"], abs=0.01) and tl.prefill_ms > 0
+
+
+def test_a_scheduled_reply_counts_its_queue_wait(engine):
+    from engine.serve import Priority, Scheduler, ServeRequest
+    from engine.types import Message
+
+    sched = Scheduler(engine, parallel=1, queue_limit=2)
+    try:
+        # The window's requests run through the engine one at a time: the second waits for the first.
+        endless = SamplingParams(temperature=0.0, max_tokens=100_000, ignore_eos=True)
+        blocker = sched.submit(ServeRequest(messages=[Message("user", "Count to a million.")], params=endless,
+                                            priority=Priority.WINDOW))
+        it = blocker.events()
+        assert next(it).kind == "delta"  # running: the next request waits
+        waiting = sched.submit(ServeRequest(messages=[Message("user", "Say hi.")],
+                                            params=SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True),
+                                            priority=Priority.WINDOW))
+        blocker.cancel()
+        list(it)
+        final = list(waiting.events())[-1]
+    finally:
+        sched.close()
+    tl = final.stats.timeline
+    assert tl.queue_wait_ms == pytest.approx(waiting.times.queue_wait_s * 1e3) and tl.queue_wait_ms > 0
+    assert tl.e2e_ms == pytest.approx(final.stats.e2e_ms + tl.queue_wait_ms)
+    assert tl.ttft_ms == pytest.approx(final.stats.ttft_ms + tl.queue_wait_ms)

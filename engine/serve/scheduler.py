@@ -7,7 +7,8 @@ on its own context), one at a time, before anything else. API requests are
 served first come, first served, with at most ``queue_limit`` waiting (one more
 gets :class:`QueueFull` with a retry estimate: HTTP 429). On llama.cpp they are
 continuously batched in a second context on the same weights (``batch.py``);
-on a backend without batching they run one at a time through the engine.
+on a backend without batching they run one at a time through the engine, and
+a window request waits for the one API request in progress to end.
 
 While the window streams, API prompts are not read at all and API decoding
 gets at most ``window_share`` of the window's own compute time, so the
@@ -152,7 +153,8 @@ class Scheduler:
             for t in [t for t in q if t.cancel_flag.is_set()]:
                 q.remove(t)
                 _cancelled_before_start(t)
-        if self._window is None and self._window_q:
+        # One engine context: without batching, the window waits for the API request on it to end.
+        if self._window is None and self._solo is None and self._window_q:
             t = self._window_q.popleft()
             self._running.add(t)
             t.started = time.perf_counter()
@@ -240,6 +242,9 @@ class Scheduler:
         times.queue_wait_s = ticket.started - ticket.submitted
         try:
             for ev in self._events(ticket):
+                if ev.kind == "final" and ev.stats is not None and ev.stats.timeline is not None:
+                    # The engine's clock started when this request left the queue.
+                    ev.stats.timeline.record_queue_wait(times.queue_wait_s * 1e3)
                 ticket.post(ev)
                 if ev.kind == "final":
                     st = ev.stats
