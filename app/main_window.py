@@ -31,6 +31,7 @@ from .info_bar import InfoArea
 from .loop_monitor import LoopMonitor
 from .model_loading import ModelLoadingMixin
 from .navigation import NavigationMixin
+from .performance_menu import PerformanceMixin
 from .replies import RepliesMixin
 from .settings import Settings, SettingsFile
 from .store import Store
@@ -44,7 +45,7 @@ SWITCH_INTERVAL_S = 0.001
 
 
 class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
-                 QMainWindow):
+                 PerformanceMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
         # Loading the native library holds the GIL for tens of milliseconds, and
@@ -85,6 +86,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         self.models_dock = library_dock.attach(self)  # the model library and the Hub browser
         self._install_shortcuts()  # keys from app/shortcuts.py's table, then the menus that show them
         self._build_view_menu()
+        self._build_performance_menu()
         self._build_help_menu()
         for notice in (settings_notice, self.store.notice):
             if notice:
@@ -169,6 +171,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         v.edit_resend_requested.connect(self.edit_and_resend)
         v.stop_requested.connect(self.stop)
         v.regenerate_requested.connect(self.regenerate)
+        v.performance_requested.connect(self.show_performance)
         v.system_prompt_changed.connect(self._save_system_prompt)
         v.draft_changed.connect(self._save_draft)
         v.notify.connect(lambda msg: self.statusBar().showMessage(msg, 3000))

@@ -108,6 +108,7 @@ class MessageWidget(QFrame):
     edit_requested = Signal(int)         # message id (user messages)
     regenerate_requested = Signal(int)   # message id (the last reply)
     branch_step = Signal(int, int)       # message id, -1 / +1: show the previous / next version
+    performance_requested = Signal(int)  # message id (a reply with a timeline): open its Performance panel
 
     def __init__(self, mid: int, role: str, content: str, *, colors: dict[str, str],
                  parent: QWidget | None = None) -> None:
@@ -141,6 +142,8 @@ class MessageWidget(QFrame):
         head.addStretch(1)
         self.btn_details = self._button("Details", "Show this reply's metrics", self._toggle_details)
         self.btn_details.setCheckable(True)
+        self.btn_perf = self._button("Performance", "Where this reply's time went, as charts",
+                                     lambda: self.performance_requested.emit(self.mid))
         self.btn_code = self._button("Copy code", "Copy a code block from this message", self._copy_code)
         self.btn_copy = self._button("Copy", "Copy this message as Markdown",
                                      lambda: self.copy_requested.emit(self.text))
@@ -148,7 +151,7 @@ class MessageWidget(QFrame):
                                      lambda: self.edit_requested.emit(self.mid))
         self.btn_regen = self._button("Regenerate", "Write this reply again",
                                       lambda: self.regenerate_requested.emit(self.mid))
-        for b in (self.btn_details, self.btn_code, self.btn_copy, self.btn_edit, self.btn_regen):
+        for b in (self.btn_details, self.btn_perf, self.btn_code, self.btn_copy, self.btn_edit, self.btn_regen):
             head.addWidget(b)
         lay.addLayout(head)
 
@@ -182,6 +185,8 @@ class MessageWidget(QFrame):
         self.btn_regen.setVisible(False)
         self.btn_details.setVisible(role == "assistant")
         self.btn_details.setEnabled(False)  # until the reply's metrics exist
+        self.btn_perf.setVisible(role == "assistant")
+        self.btn_perf.setEnabled(False)  # until the reply's timeline exists
         self.apply_colors(colors)
         self._render()
 
@@ -276,6 +281,7 @@ class MessageWidget(QFrame):
         self.streaming = on
         if on:
             self.btn_details.setEnabled(False)
+            self.btn_perf.setEnabled(False)
             self.note.setText("Writing…")
             self.note.show()
         self._render()
@@ -294,6 +300,7 @@ class MessageWidget(QFrame):
         self.details.setText(line)
         self.btn_details.setToolTip(line)
         self.btn_details.setEnabled(metrics is not None)
+        self.btn_perf.setEnabled(bool(metrics and metrics.get("timeline")))
         self._render()
 
     def set_branch(self, place: int, count: int) -> None:

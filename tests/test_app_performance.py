@@ -46,3 +46,132 @@ def test_fast_profile_is_chosen_in_settings_and_the_window_says_what_it_means(qt
     assert SettingsFile().load()[0].exactness == "fast"  # saved, so the next start loads it too
     reply = send_and_wait(w, "Say hello.")
     assert reply["text"] and not reply["error"], reply
+
+
+# -- the Performance panel --------------------------------------------------------------------
+
+def _colors(img) -> set:
+    step = max(1, img.width() // 120)
+    return {img.pixel(x, y) for x in range(0, img.width(), step) for y in range(0, img.height(), step)}
+
+
+def test_performance_panel_renders_a_real_reply_offscreen(qtbot, engine, tmp_path):
+    from PySide6.QtCharts import QBarSeries, QHorizontalStackedBarSeries, QLineSeries
+
+    from app.performance_panel import PART_COLORS, PerformancePanel, roofline, tok_s_curve
+    from engine.types import Message, SamplingParams
+
+    evs = list(engine.stream([Message("user", "Tell me about the sea.")],
+                             SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)))
+    metrics = evs[-1].stats.as_dict()  # what the store keeps with the message
+    model_bytes = engine.backend.memory_report()["weights"]
+    panel = PerformancePanel(metrics, model_bytes, threads=2)
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitUntil(lambda: panel.bandwidth is not None, timeout=60_000)  # measured on its own thread
+    tl = panel.timeline
+    assert tl.generated_tokens == 48 and len(tl.step_ms) == 47
+    (stack,) = panel.charts["parts"].series()
+    assert isinstance(stack, QHorizontalStackedBarSeries)
+    assert [b.at(0) for b in stack.barSets()] == pytest.approx(list(tl.parts().values()))
+    (line,) = panel.charts["speed"].series()
+    assert isinstance(line, QLineSeries) and line.count() == 47
+    assert line.at(46).y() == pytest.approx(tok_s_curve(tl.step_ms)[-1])
+    (hist,) = panel.charts["histogram"].series()
+    assert isinstance(hist, QBarSeries) and sum(hist.barSets()[0].at(i) for i in range(20)) == 47
+    (roof,) = panel.charts["roofline"].series()
+    achieved, share = roofline(model_bytes, metrics["decode_tok_s"], panel.bandwidth)
+    assert [b.at(0) for b in roof.barSets()] == pytest.approx([achieved / 1e9, panel.bandwidth / 1e9])
+    assert f"{share:.0%} of the memory bandwidth" in panel.charts["roofline"].title()
+    qtbot.wait(50)  # let the chart views lay out the roofline before the picture is taken
+    img = panel.grab().toImage()
+    img.save(str(tmp_path / "performance_panel.png"))
+    colors = _colors(img)
+    assert len(colors) > 20  # a picture, not a blank dialog
+    from PySide6.QtGui import QColor
+
+    assert QColor(PART_COLORS["decode"]).rgb() in colors  # the decode segment is drawn
+
+
+def test_tok_s_curve_and_roofline_on_hand_written_steps():
+    from app.performance_panel import roofline, tok_s_curve
+
+    assert tok_s_curve([10.0, 10.0, 30.0], window=2).tolist() == pytest.approx([100.0, 100.0, 50.0])
+    assert tok_s_curve([]).size == 0
+    assert roofline(1_000_000, 50.0, 1e8) == (5e7, 0.5)
+
+
+# -- from the window --------------------------------------------------------------------------
+
+def test_a_replys_performance_button_opens_its_panel(qtbot, window):
+    w = window
+    reply = send_and_wait(w, "Name a fruit.")
+    assert reply["metrics"]["timeline"]["generated_tokens"] > 0  # the engine recorded it, the store kept it
+    from app.message_widget import MessageWidget
+
+    (widget,) = [m for m in w.chat.findChildren(MessageWidget) if m.mid == reply["id"]]
+    assert widget.btn_perf.isVisible() and widget.btn_perf.isEnabled()
+    widget.btn_perf.click()
+    panel = w.performance_panel
+    assert panel is not None and panel.isVisible()
+    assert panel.timeline.generated_tokens == reply["metrics"]["timeline"]["generated_tokens"]
+    assert panel.model_bytes == w.host.model["memory"]["weights"]
+    assert len(_colors(panel.grab().toImage())) > 20
+    panel.close()
+    w.act_performance.trigger()  # the menu opens the newest reply's panel
+    assert w.performance_panel is not panel and w.performance_panel.timeline.generated_tokens > 0
+    w.act_benchmark.trigger()  # and "Benchmark this model…" for the loaded model
+    assert w.tune_dialog.isVisible() and w.tune_dialog.model_path == w.host.model["path"]
+    w.tune_dialog.close()
+
+
+@pytest.mark.timeout(1800)  # three rows, run twice, on a shared 2-core machine
+def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_rolls_back(qtbot, window, tmp_path):
+    from PySide6.QtCore import QThread
+
+    from engine.tuning import report
+
+    from app.tune_dialog import TuneDialog
+
+    w = window
+    before = w.settings
+    dlg = TuneDialog(w.host.model["path"], w.host.model["label"], lambda: w.settings, w.apply_settings, w)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    assert dlg.result is None and not dlg.csv_button.isEnabled()  # nothing saved yet
+    dlg.rows_to_run = ["KV q8_0"]
+    dlg.prompts.setValue(1)
+    dlg.tokens.setValue(4)
+    dlg.start_button.click()
+    assert dlg.running and dlg._worker.thread() is dlg._thread and dlg._thread is not QThread.currentThread()
+    qtbot.waitUntil(lambda: not dlg.running, timeout=1_500_000)  # the GUI thread kept handling events
+    assert dlg.result is not None, dlg.status.text()
+    assert dlg.bar.value() == dlg.bar.maximum() == 3  # progress reached the GUI thread row by row
+    assert [dlg.table.item(i, 0).text() for i in range(dlg.table.rowCount())] == \
+        ["baseline", "KV q8_0", "baseline (again)"]
+    assert len(dlg.chart.series()) == 1 and dlg.chart.series()[0].count() == 2  # TTFT and TPOT bars
+    saved = report.last_run(w.host.model["path"])
+    assert saved is not None and report.load(saved)["rows"] == dlg.result["rows"]
+    assert dlg.table.item(0, 7).text() == "—"  # nothing earlier to compare with
+    dlg.export_csv(tmp_path / "t.csv")
+    dlg.export_json(tmp_path / "t.json")
+    assert (tmp_path / "t.csv").read_text().count("\n") == 4
+    assert report.load(tmp_path / "t.json")["rows"] == dlg.result["rows"]
+
+    dlg.start_button.click()
+    qtbot.waitUntil(lambda: not dlg.running, timeout=1_500_000)
+    assert dlg.previous is not None and dlg.table.item(0, 7).text().startswith("tok/s ")
+
+    best = dlg.best_row()
+    assert best is not None and dlg.apply_button.isEnabled()
+    dlg.apply_button.click()
+    assert w.settings.model in w.settings.tuning and dlg.rollback_button.isEnabled()
+    for k, v in best["settings"].items():
+        assert getattr(w.settings, k) == v
+    assert SettingsFile().load()[0].tuning == w.settings.tuning  # saved through the one settings file
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    dlg.rollback_button.click()
+    assert w.settings.load_key() == before.load_key() and w.settings.tuning == {}
+    assert not dlg.rollback_button.isEnabled()
+    qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
+    dlg.close()
