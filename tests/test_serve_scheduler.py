@@ -157,3 +157,36 @@ def test_close_cancels_queued_and_running_requests(engine):
     assert drain(queued)[-1].finish_reason == "cancelled"
     with pytest.raises(HearthError, match="closed"):
         s.submit(chat("After close"))
+
+
+def test_a_backend_without_batching_serves_api_requests_one_at_a_time_in_order(tmp_path):
+    pytest.importorskip("torch")
+    from tiny_hf import make_tiny_model
+
+    from engine.engine import Engine
+
+    folder = make_tiny_model(tmp_path / "tiny-llama")
+    eng = Engine.load(folder, backend="hf", device="cpu", n_ctx=256, n_threads=1)
+    s = Scheduler(eng, parallel=4, queue_limit=4)
+    try:
+        assert not s.batching
+        params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+        reqs = [chat(f"The sea {i}", params) for i in range(3)]
+        expected = [list(eng.stream(r.messages, params, context_policy="stop"))[-1].token_ids for r in reqs]
+        blocker = s.submit(chat("The lighthouse", ENDLESS))
+        it = blocker.events()
+        next(it)
+        tickets = [s.submit(r) for r in reqs]
+        window = s.submit(chat("The wind", params, priority=Priority.WINDOW))
+        assert s.stats()["running"] == 1
+        blocker.cancel()
+        list(it)
+        got = [drain(t)[-1].token_ids for t in tickets]
+        drain(window)
+        assert got == expected
+        assert window.started < tickets[0].started < tickets[1].started < tickets[2].started
+        with pytest.raises(HearthError, match="llama.cpp"):
+            list(s.submit(chat("json please", params, grammar="root ::= \"a\"")).events())
+    finally:
+        s.close()
+        eng.close()
