@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak", "tune", "server")
+NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak", "tune", "server", "serve")
 
 
 def run(which: str, a: argparse.Namespace) -> dict:
