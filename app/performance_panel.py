@@ -26,7 +26,7 @@ from engine.timeline import Timeline
 
 PART_COLORS = {"template": "#7950f2", "tokenize": "#4c6ef5", "queue_wait": "#adb5bd", "prefill": "#f59f00",
                "decode": "#2f9e44", "sampling": "#e64980", "detokenize": "#15aabf"}
-HIST_BINS = 20
+HIST_BINS = 10         # few enough that every bin's label fits under it
 SMOOTH = 16            # steps in tok/s's moving average
 BANDWIDTH_MIB = 64     # buffer copied to measure bandwidth: far past the caches, quick to copy
 _BANDWIDTH: list[float] = []  # measured once per process
@@ -60,6 +60,10 @@ def roofline(model_bytes: int, tok_s: float, bandwidth: float) -> tuple[float, f
     """(achieved bytes/s, its share of ``bandwidth``): every decode step reads the weights once."""
     achieved = float(model_bytes) * tok_s
     return achieved, (achieved / bandwidth if bandwidth > 0 else 0.0)
+
+
+def _short(ms: float) -> str:
+    return f"{ms:.0f}" if ms >= 10 else f"{ms:.1f}"
 
 
 def _chart(title: str) -> tuple[QChart, QChartView]:
@@ -137,6 +141,8 @@ class PerformancePanel(QDialog):
         ms = QValueAxis()
         ms.setTitleText("ms")
         ms.setRange(0, max(1.0, self.timeline.e2e_ms))
+        ms.setLabelFormat("%.0f")
+        ms.setTickCount(4)
         _axes(chart, series, ms, cats)
         return chart, view
 
@@ -166,9 +172,8 @@ class PerformancePanel(QDialog):
         series.append(bars)
         chart.addSeries(series)
         cats = QBarCategoryAxis()
-        cats.append([f"{(a + b) / 2:.1f}" for a, b in zip(edges[:-1], edges[1:])])
-        cats.setTitleText("ms per token")
-        cats.setLabelsAngle(-90)  # twenty bin labels side by side would be elided
+        cats.append([_short((a + b) / 2) for a, b in zip(edges[:-1], edges[1:])])
+        cats.setTitleText("ms per token (bin centres)")
         y = QValueAxis()
         y.setRange(0, float(counts.max()) * 1.1 if counts.size and counts.max() > 0 else 1.0)
         y.setLabelFormat("%d")
@@ -190,9 +195,10 @@ class PerformancePanel(QDialog):
         for axis in chart.axes():
             chart.removeAxis(axis)
         bound = "memory-bound" if share >= MEMORY_BOUND else "not memory-bound"
-        chart.setTitle(f"Roofline: decode at {share:.0%} of the memory bandwidth ({bound})")
+        chart.setTitle(f"Roofline: {share:.0%} of memory bandwidth, {bound}")
+        chart.setToolTip("Each decode step reads the weights once: achieved = model bytes × tok/s")
         series = QHorizontalBarSeries()
-        for label, value, color in ((f"achieved {achieved / 1e9:.2f} GB/s (model bytes × tok/s)", achieved, "#2f9e44"),
+        for label, value, color in ((f"achieved {achieved / 1e9:.2f} GB/s", achieved, "#2f9e44"),
                                     (f"measured bandwidth {bandwidth / 1e9:.1f} GB/s", bandwidth, "#adb5bd")):
             bars = QBarSet(label)
             bars.setColor(QColor(color))
@@ -202,7 +208,7 @@ class PerformancePanel(QDialog):
         cats = QBarCategoryAxis()
         cats.append(["decode"])
         gb = QValueAxis()
-        gb.setTitleText("GB/s")
+        gb.setTitleText("GB/s (achieved = model bytes × tok/s)")
         gb.setRange(0, max(achieved, bandwidth) / 1e9 * 1.1 or 1.0)
         _axes(chart, series, gb, cats)
 
