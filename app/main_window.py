@@ -306,6 +306,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         self._leave_current()
         self._closed = True
         self.hide()
+        self._close_performance()  # a benchmark run stops first: its thread must not outlive the window
         self.server_host.shutdown()  # API clients are cut off first; then the engine thread ends
         self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
         self.store.close()

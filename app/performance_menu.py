@@ -21,6 +21,14 @@ class PerformanceMixin:
         self.performance_panel = None
         self.tune_dialog = None
 
+    def _close_performance(self) -> None:
+        """Close the panel and the benchmark dialog (a run in progress stops and its thread ends)."""
+        for w in (self.performance_panel, self.tune_dialog):
+            if w is not None:
+                w.close()
+        if self.tune_dialog is not None and self.tune_dialog.running:
+            self.tune_dialog.done(0)
+
     def show_last_performance(self) -> None:
         """The panel for the newest reply on screen that has a timeline."""
         replies = [m for m in self.store.messages(self.current) if m.role == "assistant"

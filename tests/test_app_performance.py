@@ -121,8 +121,15 @@ def test_a_replys_performance_button_opens_its_panel(qtbot, window):
     w.act_performance.trigger()  # the menu opens the newest reply's panel
     assert w.performance_panel is not panel and w.performance_panel.timeline.generated_tokens > 0
     w.act_benchmark.trigger()  # and "Benchmark this model…" for the loaded model
-    assert w.tune_dialog.isVisible() and w.tune_dialog.model_path == w.host.model["path"]
-    w.tune_dialog.close()
+    dlg = w.tune_dialog
+    assert dlg.isVisible() and dlg.model_path == w.host.model["path"]
+    dlg.rows_to_run = ["KV q8_0"]
+    dlg.prompts.setValue(1)
+    dlg.tokens.setValue(2)
+    dlg.start_button.click()
+    assert dlg.running
+    w.close()  # closing the window mid-run stops the run and ends its thread before the window goes
+    assert not dlg.running and dlg.result is None
 
 
 @pytest.mark.timeout(1800)  # three rows, run twice, on a shared 2-core machine
