@@ -116,7 +116,10 @@ def diagnose(timelines: Sequence[Timeline], machine: Machine) -> Diagnosis:
     findings.append(f)
 
     decode = share("decode_ms")
-    forward_s = sum(t.decode_ms for t in timelines) / 1e3 / n_steps if n_steps else 0.0
+    # The typical step (the median, so a few stalls do not count), less its
+    # sampling and detokenizing: the forward pass that reads the weights.
+    forward_share = sum(t.decode_ms for t in timelines) / (sum(steps) or 1e-9)
+    forward_s = percentile(steps, 50) * forward_share / 1e3
     achieved = machine.model_bytes / forward_s if forward_s > 0 else 0.0
     roof = achieved / machine.bandwidth_bytes_s if machine.bandwidth_bytes_s > 0 else 0.0
     p50, p99 = percentile(steps, 50), percentile(steps, 99)
@@ -125,16 +128,16 @@ def diagnose(timelines: Sequence[Timeline], machine: Machine) -> Diagnosis:
                 f"{achieved / 1e9:.1f} GB/s = {_pct(roof)} of {machine.bandwidth_bytes_s / 1e9:.1f} GB/s measured",
                 weight=decode)
     if n_steps:
-        if roof >= MEMORY_BOUND:
+        if p50 > 0 and p99 / p50 >= JITTER:
+            f.suggestion = (f"decode steps are uneven (P99 {p99:.1f} ms is {p99 / p50:.1f}x P50): another program "
+                            "is competing for the CPU; close it or use fewer threads")
+        elif roof >= MEMORY_BOUND:
             f.suggestion = (f"decode reaches {_pct(roof)} of memory bandwidth: it is memory-bound, so a smaller "
                             "quantization would be faster")
         elif roof < COMPUTE_BOUND:
             f.suggestion = (f"decode reaches only {_pct(roof)} of memory bandwidth: the step is spent computing, "
                             f"not reading weights; try another thread count (now {machine.threads or 'auto'}) "
                             "or the fast kernels")
-        elif p50 > 0 and p99 / p50 >= JITTER:
-            f.suggestion = (f"decode steps are uneven (P99 {p99:.1f} ms is {p99 / p50:.1f}x P50): another program "
-                            "is competing for the CPU; close it or use fewer threads")
         else:
             f.weight = 0.0
     findings.append(f)

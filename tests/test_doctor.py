@@ -59,6 +59,11 @@ def test_uneven_steps_are_named():
     steps = (25.0,) * 18 + (90.0, 95.0)  # 40% of bandwidth at P50, P99 3.7x P50
     d = diagnose([reply(steps=steps)], MACHINE)
     assert stages(d) == ["decode"] and "uneven" in d.suggestion
+    # Stalls on a busy machine are named as such, not read as a compute-bound step;
+    # the roofline uses the median step, so the stalls do not drag it down.
+    d = diagnose([reply(steps=(12.0,) * 15 + (5000.0,) * 5)], MACHINE)
+    assert stages(d) == ["decode"] and "competing for the CPU" in d.suggestion
+    assert d.figures["roofline_fraction"] == pytest.approx(100e6 / 0.012 / 10e9, rel=0.01)  # 83%, from the median
 
 
 def test_prefill_with_the_cache_off_suggests_turning_it_on():
