@@ -24,6 +24,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="hold a short real conversation and save a PNG of the window (use a display, e.g. Xvfb)")
     p.add_argument("--theme", choices=("system", "light", "dark"), default="system",
                    help="the theme for --screenshot (as View → Theme sets it)")
+    p.add_argument("--show", choices=("library", "hub"),
+                   help="--screenshot pictures the Models dock instead of a conversation: the model library, "
+                        "or the Hub browser with --search's first result open (see scripts/screenshots.py)")
+    p.add_argument("--search", default="GGUF", help="what --show hub searches the Hub for")
     p.add_argument("--bench-open", action="store_true",
                    help="offscreen: time opening a 1,000-message chat and a 10k-token reply against a "
                         "10-message one, print the times and ratios, exit")
@@ -84,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         # Never write test conversations into the user's real history.
         scratch = tempfile.TemporaryDirectory(prefix="hearth-selftest-")
         os.environ[ENV_DATA_DIR] = scratch.name
+        if args.show:  # the picture lists only the bundled model (and what the caller set up), never the user's
+            os.environ.setdefault("HEARTH_MODEL_DIR", os.path.join(scratch.name, "models"))
+            os.environ.setdefault("HF_HUB_CACHE", os.path.join(scratch.name, "hf"))
 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
@@ -105,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             return bench_open()
         if args.screenshot:
             from .selftest import take_screenshot
-            return take_screenshot(args.screenshot, theme=args.theme)
+            return take_screenshot(args.screenshot, theme=args.theme, show=args.show, search=args.search)
 
         from .main_window import MainWindow
         try:

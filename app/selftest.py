@@ -54,11 +54,13 @@ def send_and_wait(win, text: str, timeout_s: float = 120.0) -> dict:
             "error": m.error, "metrics": m.metrics}
 
 
-def _start_window():
+def _start_window(hardware=None):
     from .main_window import MainWindow
 
     t0 = time.perf_counter()
     win = MainWindow()
+    if hardware is not None:  # before the first scan, so no badge is planned for another machine
+        win.models_dock.library_view.hardware = win.models_dock.hub.hardware = hardware
     win.show()
     shown_ms = (time.perf_counter() - t0) * 1e3
     win.start()
@@ -111,20 +113,64 @@ SCREENSHOT_PROMPTS = (
 )
 
 
-def take_screenshot(path: str, theme: str = "system") -> int:
+def _badges_done(items, badge_of) -> bool:
+    return bool(items) and all(badge_of(i) != "…" for i in items)
+
+
+def _fit_columns(table) -> None:
+    """Every column in view, the Fit one included (the first, stretched, takes what is left)."""
+    for c in range(1, table.columnCount()):
+        table.resizeColumnToContents(c)
+
+
+def show_models(win, page: str, search: str = "GGUF", timeout_s: float = 120.0) -> None:
+    """Open the Models dock on ``page``: "library" (the models on disk), or "hub" (search the Hub for
+    ``search``, open the first result, select its first file); return once the table and its fit
+    badges are filled."""
+    dock = win.models_dock
+    win.show_library()
+    win.resizeDocks([dock], [int(win.width() * 0.66)], Qt.Orientation.Horizontal)
+    lib = dock.library_view
+    if page == "library":
+        if not wait_until(lambda: lib.scanning == 0 and _badges_done(
+                [m.path for m in lib.models if not m.error], lib.badge_of), timeout_s):
+            raise RuntimeError(f"the library did not fill: {lib.status.text()}")
+        _fit_columns(lib.table)
+        return
+    hub = dock.hub
+    dock.tabs.setCurrentWidget(hub)
+    hub.query.setText(search)
+    hub.search_button.click()
+    if not wait_until(lambda: hub.busy == 0, timeout_s) or hub.results.count() == 0:
+        raise RuntimeError(f"the Hub search found nothing: {hub.status.text()}")
+    hub.results.setCurrentRow(0)
+    if not wait_until(lambda: hub.busy == 0 and _badges_done([f.name for f in hub.files], hub.badge_of),
+                      timeout_s):
+        raise RuntimeError(f"the repository's files did not fill: {hub.status.text()}")
+    _fit_columns(hub.table)
+    hub.select_file(hub.files[0].name)
+
+
+def take_screenshot(path: str, theme: str = "system", show: str | None = None, search: str = "GGUF",
+                    hardware=None) -> int:
     """Hold a short real conversation and save a picture of the window to ``path``
-    (``theme``: system, light or dark, as View → Theme sets it)."""
+    (``theme``: system, light or dark, as View → Theme sets it). ``show`` "library" or "hub"
+    pictures the Models dock instead (see show_models); ``hardware`` plans its fit badges for
+    that machine (engine.sizing.hardware.simulated) rather than this one."""
     win = None
     try:
         write_settings(max_tokens=160, repeat_penalty=1.1)
-        win, *_ = _start_window()
+        win, *_ = _start_window(hardware)
         win.set_theme(theme)
-        win.resize(1280, 800)
-        replies = [send_and_wait(win, p) for p in SCREENSHOT_PROMPTS]
-        win.rename_conversation(win.current, "Reversing a string in Python")
-        last = win.chat.widget(replies[-1]["id"])
-        if last is not None:
-            last.btn_details.click()  # show that each reply carries its own metrics
+        win.resize(1440, 860) if show else win.resize(1280, 800)
+        if show is not None:
+            show_models(win, show, search)
+        else:
+            replies = [send_and_wait(win, p) for p in SCREENSHOT_PROMPTS]
+            win.rename_conversation(win.current, "Reversing a string in Python")
+            last = win.chat.widget(replies[-1]["id"])
+            if last is not None:
+                last.btn_details.click()  # show that each reply carries its own metrics
         wait_until(lambda: False, 0.5)  # let layouts and the last render settle
         if not win.grab().save(path):
             raise RuntimeError(f"could not write {path}")
