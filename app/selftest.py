@@ -125,8 +125,8 @@ def _fit_columns(table) -> None:
 
 def show_models(win, page: str, search: str = "GGUF", timeout_s: float = 120.0) -> None:
     """Open the Models dock on ``page``: "library" (the models on disk), or "hub" (search the Hub for
-    ``search``, open the first result, select its first file); return once the table and its fit
-    badges are filled."""
+    ``search``, open the first result, select its first file that fits the GPU); return once the
+    table and its fit badges are filled."""
     dock = win.models_dock
     win.show_library()
     win.resizeDocks([dock], [int(win.width() * 0.66)], Qt.Orientation.Horizontal)
@@ -144,11 +144,15 @@ def show_models(win, page: str, search: str = "GGUF", timeout_s: float = 120.0) 
     if not wait_until(lambda: hub.busy == 0, timeout_s) or hub.results.count() == 0:
         raise RuntimeError(f"the Hub search found nothing: {hub.status.text()}")
     hub.results.setCurrentRow(0)
+    hub.results.parentWidget().setSizes([140, 360, 160])  # the splitter: most room for the files and their badges
     if not wait_until(lambda: hub.busy == 0 and _badges_done([f.name for f in hub.files], hub.badge_of),
                       timeout_s):
         raise RuntimeError(f"the repository's files did not fill: {hub.status.text()}")
     _fit_columns(hub.table)
-    hub.select_file(hub.files[0].name)
+    from engine.models.library import FIT_GPU
+
+    best = next((f for f in hub.files if hub.badge_of(f.name) == FIT_GPU), hub.files[0])
+    hub.select_file(best.name)  # the one a user would pick
 
 
 def take_screenshot(path: str, theme: str = "system", show: str | None = None, search: str = "GGUF",
@@ -162,7 +166,7 @@ def take_screenshot(path: str, theme: str = "system", show: str | None = None, s
         write_settings(max_tokens=160, repeat_penalty=1.1)
         win, *_ = _start_window(hardware)
         win.set_theme(theme)
-        win.resize(1440, 860) if show else win.resize(1280, 800)
+        win.resize(1600, 900) if show else win.resize(1280, 800)
         if show is not None:
             show_models(win, show, search)
         else:

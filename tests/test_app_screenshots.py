@@ -35,6 +35,6 @@ def test_show_library_screenshot_pictures_the_open_dock_with_the_bundled_model(q
     assert seen["fit"] in (lib.FIT_GPU, lib.FIT_OFFLOAD, lib.FIT_CPU)   # planned, not "…"
     assert seen["dock_width"] > seen["width"] // 2                     # the dock is the picture's subject
     img = QImage(str(png))
-    assert (img.width(), img.height()) == (1440, 860)
+    assert (img.width(), img.height()) == (1600, 900)
     colours = {img.pixel(x, y) for x in range(0, img.width(), 7) for y in range(0, img.height(), 7)}
     assert len(colours) > 20                                           # not a blank or one-colour frame
