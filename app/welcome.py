@@ -31,12 +31,13 @@ class WelcomePanel(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("welcome")
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)  # grows as its text wraps
         lay = QVBoxLayout(self)
         lay.setContentsMargins(24, 24, 24, 24)
         lay.setSpacing(10)
         title = QLabel("Welcome to Hearth")
         title.setStyleSheet("font-size: 20px; font-weight: 600;")
+        title.setWordWrap(True)
         lay.addWidget(title)
         self.body = QLabel(WELCOME)
         self.body.setTextFormat(Qt.TextFormat.RichText)
@@ -52,7 +53,10 @@ class WelcomePanel(QFrame):
         self.examples: list[QPushButton] = []
         for text in EXAMPLES:
             b = QPushButton(text)
-            b.setToolTip("Send this message")
+            b.setToolTip(f"Send: {text}")
+            # A button is as wide as its text at least; in a narrow chat pane (the Models dock open) that
+            # widened the page past the view and cut the welcome text off. Let it shrink instead.
+            b.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
             b.setStyleSheet("text-align: left; padding: 6px 10px;")
             b.clicked.connect(lambda _=False, t=text: self.prompt_chosen.emit(t))
             lay.addWidget(b)

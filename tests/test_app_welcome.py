@@ -67,3 +67,19 @@ def test_an_example_clicked_before_the_model_is_ready_stays_in_the_box(qtbot, da
     assert w.stream is None and w.chat.input_text() == EXAMPLES[0]
     assert any("No model is loaded" in m for m in w.info.messages())
     w.close()
+
+
+def test_the_welcome_fits_a_narrow_chat_pane(qtbot, data_dir):
+    """With the chat pane squeezed (the Models dock open), the welcome wraps inside the view instead of
+    widening the page past it and being cut off at the right edge."""
+    w = open_window(qtbot, start=False)
+    w.resize(1600, 900)
+    w.chat.setFixedWidth(260)
+    qtbot.waitUntil(lambda: w.chat.scroll.viewport().width() <= 260)
+    qtbot.wait(50)
+    view = w.chat.scroll.viewport().width()
+    panel = w.chat.empty
+    assert panel.width() <= view and all(b.width() <= view for b in panel.examples)
+    assert panel.body.width() <= view
+    assert panel.body.height() >= panel.body.heightForWidth(panel.body.width())  # every wrapped line shows
+    w.close()
