@@ -199,9 +199,9 @@ class LibraryView(QWidget):
                 return
 
     def _badge_ready(self, generation: int, key: str, badge: str, summary: str) -> None:
+        # An older scan's verdict is still this file's (the key is its path), and the newer scan's planning
+        # may not have reached it yet: show it rather than leave "…" beside a known badge.
         self.badges[key] = (badge, summary)
-        if generation != self._generation:
-            return
         for r, m in enumerate(self.models):
             if m.key == key:
                 item = self.table.item(r, FIT_COL)
