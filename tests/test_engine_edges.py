@@ -189,3 +189,17 @@ def test_bench_stop_presses_stop_inside_the_prefill_and_the_next_reply_equals_fr
     assert row["stopped"] and row["finish_reason"] == "cancelled" and "latency_ms" in row
     assert 0 < row["prompt_tokens_read"] < out["prompt_tokens"]
     assert out["identical"] is True
+
+
+def test_bench_soak_takes_the_prefix_cache_out_of_the_rss_it_compares(bundled_path):
+    """The soak's reply bar is on RSS less what the prefix cache holds (the cache fills to its budget by
+    design); the figures it reports are the cache's own."""
+    import argparse
+
+    from engine.bench import soak
+
+    out = soak.replies(argparse.Namespace(threads=2), bundled_path, n=4, n_prompts=2, warmup=2)
+    assert out["replies"] == 4 and out["cache_entries"] >= 2 and out["cache_end_mib"] > 0
+    assert out["cache_end_mib"] >= out["cache_after_warmup_mib"] > 0
+    rest = (out["rss_end_mib"] - out["cache_end_mib"]) / (out["rss_after_warmup_mib"] - out["cache_after_warmup_mib"])
+    assert abs(out["growth_besides_cache"] - (rest - 1)) < 0.01
