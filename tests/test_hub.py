@@ -160,3 +160,13 @@ def test_engine_loads_a_hub_id(fake):
     assert eng.backend.name == "hf" and eng.model.kind == "hf_dir" and eng.model.label == "hearth/tiny"
     assert seen and eng.backend.forward([1, 2, 3]).shape == (eng.backend.n_vocab,)
     eng.close()
+
+
+def test_the_hub_client_is_a_core_dependency():
+    """The model library and Hub browser are in the window whatever the backend: a plain install
+    (the README's run command, no `hf` extra) must bring huggingface_hub."""
+    import tomllib
+    from pathlib import Path
+
+    meta = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    assert any(d.replace("_", "-").lower().startswith("huggingface-hub") for d in meta["dependencies"])
