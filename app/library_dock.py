@@ -132,10 +132,12 @@ def attach(window, *, library: Library | None = None, hardware=None) -> ModelsDo
         window.info.show_message(lib.notice, "error")
 
     def show_library() -> None:
+        already = dock.library_view.isVisible()
         dock.show()
         dock.raise_()
-        dock.tabs.setCurrentWidget(dock.library_view)
-        dock.library_view.refresh()
+        dock.tabs.setCurrentWidget(dock.library_view)  # shown now: it reads the disk (LibraryView.showEvent)
+        if already:
+            dock.library_view.refresh()
 
     window.show_library = show_library
     file_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&File")

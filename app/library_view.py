@@ -89,6 +89,7 @@ class LibraryView(QWidget):
         self._drafts: list[LibraryModel] = []
         self._select_after: str | None = None
         self.importing = 0                # imports in flight
+        self._stale = True                # the table has not been filled since the disk last changed
 
         lay = QVBoxLayout(self)
         self.table = QTableWidget(0, len(COLUMNS))
@@ -121,6 +122,15 @@ class LibraryView(QWidget):
         lay.addWidget(self.status)
         self._update_buttons()
 
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().showEvent(event)
+        if self._stale:
+            self.refresh()
+
+    def hideEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().hideEvent(event)
+        self._stale = True  # files may come and go while nobody looks: read them again when shown
+
     def _button(self, row: QHBoxLayout, text: str, slot) -> QPushButton:
         b = QPushButton(text)
         b.clicked.connect(slot)
@@ -131,11 +141,20 @@ class LibraryView(QWidget):
 
     def refresh(self, select: str | os.PathLike[str] | None = None) -> None:
         """Re-read the models on disk on a background thread (headers, the HF cache); the table
-        fills when that is done, then selects ``select``; the fit badges follow after."""
-        self.scanning += 1
-        self._generation += 1
+        fills when that is done, then selects ``select``; the fit badges follow after.
+
+        While the page is hidden nothing is read: the scan waits until it is shown. A scan
+        right after each load, while the first reply streams, held the GIL long enough (the
+        HF cache's imports, a planner run per model) to stall the window's event loop past
+        its 100 ms budget, for a table nobody was looking at."""
         if select is not None:
             self._select_after = str(select)
+        if not self.isVisible():
+            self._stale = True
+            return
+        self._stale = False
+        self.scanning += 1
+        self._generation += 1
         threading.Thread(target=self._scan, args=(self._generation, self.loaded_path),
                          name="hearth-library-scan", daemon=True).start()
 

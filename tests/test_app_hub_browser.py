@@ -99,8 +99,10 @@ def test_search_files_with_badges_then_download_pause_resume_and_cancel(qtbot, w
     qtbot.waitUntil(lambda: q.items[0].state == DONE, timeout=30_000)
     assert hub.gets("tiny-chat.F32.gguf")[-1] == f"bytes={on_disk}-"
     assert q.items[0].path.read_bytes() == hub.repos["acme/Tiny-GGUF"]["tiny-chat.F32.gguf"]
-    # It is in the library now, with its figures and badge.
+    # It is in the library now, with its figures and badge, selected when the library is opened
+    # (a hidden library reads the disk when it is shown).
     lv = dock.library_view
+    window.show_library()
     qtbot.waitUntil(lambda: lv.scanning == 0, timeout=60_000)
     assert any(m.repo_id == "acme/Tiny-GGUF" and m.origin == lib.ORIGIN_HF for m in lv.models)
     assert lv.selected() is not None and lv.selected().path == q.items[0].path

@@ -233,3 +233,30 @@ def test_show_in_folder_and_the_recent_models_menu(qtbot, window, dirs, bundled_
     assert act.text() == "qwen05.gguf"
     act.trigger()  # loads it through the settings, like the Settings dialog would
     assert window.settings.model == str(m) and window.settings.source == "gguf"
+
+
+def test_the_hidden_library_reads_nothing_until_it_is_shown(qtbot, window, dirs, bundled_path):
+    # A scan after each load, while the first reply streamed, stalled the event loop past its budget
+    # for a table nobody was looking at: a hidden library waits until it is shown.
+    view = window.models_dock.library_view
+    scans = []
+    real_scan = view.library.scan
+    view.library.scan = lambda: scans.append(1) or real_scan()
+    window.start()
+    qtbot.waitUntil(lambda: not window.host.loading, timeout=60_000)
+    assert window.host.ready, window.info.messages()
+    assert view.loaded_path == str(bundled_path)  # the load was noted...
+    assert scans == [] and view.scanning == 0      # ...and nothing was read for the hidden page
+    window.show_library()
+    settle(qtbot, view)
+    assert scans == [1] and bundled_path.name in rows(view)
+    assert view.table.item(rows(view)[bundled_path.name], 0).font().bold()  # the loaded one
+    write_model_gguf(dirs / "models" / "qwen7.gguf", "qwen2.5-7b", "Q4_K_M")
+    window.show_library()  # already open: read again (a file may have come since)
+    settle(qtbot, view)
+    assert len(scans) == 2 and "qwen7.gguf" in rows(view)
+    window.models_dock.hide()
+    (dirs / "models" / "qwen7.gguf").unlink()
+    window.show_library()  # hidden, then shown: read again
+    settle(qtbot, view)
+    assert len(scans) == 3 and "qwen7.gguf" not in rows(view)
