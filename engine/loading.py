@@ -72,6 +72,7 @@ def find_draft_for(target: Vocab) -> Path | None:
     target's and whose weights are at most half the target's."""
     from .models.catalogue import model_dir
     from .models.gguf import model_info
+    from .sizing.spec import spec_from_gguf
 
     if not target.path:
         return None  # a transformers folder: no GGUF header to compare drafts against
@@ -81,10 +82,10 @@ def find_draft_for(target: Vocab) -> Path | None:
         if p.resolve() == Path(target.path).resolve():
             continue
         try:
+            if spec_from_gguf(p).weight_bytes * 2 > target.weight_bytes:
+                continue  # too big to draft: decided from the sizes, without reading its vocabulary
             info = model_info(p)
-        except HearthError:
-            continue
-        if info.weight_bytes * 2 > target.weight_bytes:
+        except (HearthError, OSError):  # unreadable, or gone since the listing
             continue
         if check_draft_compatible(target, info.vocab()) is None and (best is None or info.weight_bytes < best[0]):
             best = (info.weight_bytes, p)

@@ -72,6 +72,48 @@ def test_written_header_round_trips(tmp_path):
     assert info.tokens == ["a", "b"]
 
 
+def test_a_header_read_for_sizes_counts_the_vocabulary_without_decoding_it(tmp_path, bundled_path):
+    # The library's listing and the planner need the vocabulary's length, not its 49k strings:
+    # decoding them under the GIL on a background thread stalled the window.
+    from engine.models.gguf import CountedStrings
+    from engine.sizing.spec import spec_from_gguf
+
+    full, sizes = read_gguf(bundled_path), read_gguf(bundled_path, vocab=False)
+    tokens = sizes.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, CountedStrings) and len(tokens) == len(full.metadata["tokenizer.ggml.tokens"]) == 49152
+    with pytest.raises(TypeError, match="without its strings"):
+        tokens[0]
+    assert sizes.metadata.keys() == full.metadata.keys()
+    assert all(v == full.metadata[k] for k, v in sizes.metadata.items() if not isinstance(v, CountedStrings))
+    assert [t.name for t in sizes.tensors] == [t.name for t in full.tensors]
+    assert isinstance(full.metadata["tokenizer.ggml.merges"], CountedStrings)  # nothing reads BPE merges
+    assert spec_from_gguf(bundled_path).n_vocab == 49152
+    # A short string array is still read, and a vocabulary whose lengths run past the file is caught.
+    p = write_gguf(tmp_path / "t.gguf", {"general.architecture": "llama", "tokenizer.ggml.tokens": ["a", "b"]},
+                   tensors=[("blk.0.w", (8, 4), 0)])
+    assert read_gguf(p, vocab=False).metadata["tokenizer.ggml.tokens"] == ["a", "b"]
+    cut = tmp_path / "cut.gguf"
+    with open(bundled_path, "rb") as src, open(cut, "wb") as dst:
+        dst.write(src.read(300_000))  # inside the token strings
+    with pytest.raises(ModelFileError, match="truncated or corrupt"):
+        read_gguf(cut, vocab=False)
+
+
+def test_model_info_is_read_once_per_file_version(tmp_path, bundled_path):
+    import os
+
+    p = tmp_path / "m.gguf"
+    os.link(bundled_path, p) if os.stat(bundled_path).st_dev == os.stat(tmp_path).st_dev else p.write_bytes(
+        bundled_path.read_bytes())
+    first = model_info(p)
+    assert model_info(p) is first  # remembered (the draft search asks for it per model per badge)
+    p.unlink()
+    write_gguf(p, {"general.architecture": "llama", "llama.block_count": 1, "tokenizer.ggml.tokens": ["a"]},
+               tensors=[("blk.0.w", (8, 4), 0)])
+    second = model_info(p)
+    assert second is not first and second.tokens == ["a"]  # another file at that path: read again
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, timeout=120)
 

@@ -15,8 +15,9 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import ModelFileError
 from ..types import Vocab
@@ -51,6 +52,7 @@ FILE_TYPES: dict[int, str] = {
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
             10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_COUNT_ONLY_ABOVE = 512  # read_gguf(vocab=False): longer string arrays are counted, not decoded
 
 # Hard limits that no real model reaches; beyond them the header is garbage.
 _MAX_TENSORS = 1_000_000
@@ -94,11 +96,39 @@ class GGUFFile:
     file_size: int
 
 
-class _Reader:
-    __slots__ = ("buf", "pos", "size", "path")
+# Keys no part of Hearth reads: walked over, never decoded (a BPE vocabulary's merges
+# are as many strings as its tokens).
+_UNUSED_KEYS = frozenset({"tokenizer.ggml.merges"})
 
-    def __init__(self, buf: mmap.mmap | bytes, path: Path) -> None:
+
+class CountedStrings(Sequence[str]):
+    """A string array that was walked over, not decoded: only its length is known.
+
+    ``read_gguf(..., vocab=False)`` leaves one where a vocabulary would be, so that a
+    header read for sizes (the library's listing, the planner) costs a walk over the
+    lengths, not 100k+ decoded strings held under the GIL."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        raise TypeError("this GGUF header was read without its strings (read_gguf(vocab=False))")
+
+    def __repr__(self) -> str:
+        return f"CountedStrings({self.n})"
+
+
+class _Reader:
+    __slots__ = ("buf", "pos", "size", "path", "vocab")
+
+    def __init__(self, buf: mmap.mmap | bytes, path: Path, *, vocab: bool = True) -> None:
         self.buf, self.pos, self.size, self.path = buf, 0, len(buf), path
+        self.vocab = vocab  # False: long string arrays are counted, not decoded
 
     def need(self, n: int) -> None:
         if n < 0 or self.pos + n > self.size:
@@ -121,7 +151,7 @@ class _Reader:
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, *, decode: bool = True) -> Any:
         if vtype in _SCALARS:
             return self.scalar(_SCALARS[vtype])
         if vtype == _STRING:
@@ -137,11 +167,28 @@ class _Reader:
                 self.pos += count * width
                 return out
             if etype == _STRING:
+                if not decode or (not self.vocab and count > _COUNT_ONLY_ABOVE):
+                    self._skip_strings(count)
+                    return CountedStrings(count)
                 return self._string_array(count)
             if etype == _ARRAY:
                 return [self.value(_ARRAY) for _ in range(count)]
             raise ModelFileError(f"{self.path.name}: unknown GGUF array element type {etype}")
         raise ModelFileError(f"{self.path.name}: unknown GGUF value type {vtype}")
+
+    def _skip_strings(self, count: int) -> None:
+        """Walk over ``count`` strings, checking each length against the file."""
+        buf, pos, size = self.buf, self.pos, self.size
+        unpack = struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            if pos + 8 > size:
+                self.pos = pos
+                self.need(8)
+            pos += 8 + unpack(buf, pos)[0]
+        if pos > size:
+            self.pos = size
+            self.need(1)
+        self.pos = pos
 
     def _string_array(self, count: int) -> list[str]:
         # Vocabularies have 50k-250k entries; keep this loop tight.
@@ -164,8 +211,11 @@ class _Reader:
         return out
 
 
-def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
-    """Parse a GGUF file's header. Raises ModelFileError with a clear message."""
+def read_gguf(path: str | os.PathLike[str], *, vocab: bool = True) -> GGUFFile:
+    """Parse a GGUF file's header. Raises ModelFileError with a clear message.
+
+    ``vocab=False``: string arrays longer than a few hundred entries (the vocabulary)
+    are walked over and left as :class:`CountedStrings`; everything else is read."""
     p = Path(path).expanduser()
     if not p.exists():
         raise ModelFileError(f"model file not found: {p}")
@@ -182,7 +232,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             if mm[:4] != GGUF_MAGIC:
                 raise ModelFileError(f"{p.name} is not a GGUF model file (bad magic {bytes(mm[:4])!r})")
-            return _parse(_Reader(mm, p), size)
+            return _parse(_Reader(mm, p, vocab=vocab), size)
 
 
 def _parse(r: _Reader, size: int) -> GGUFFile:
@@ -197,7 +247,7 @@ def _parse(r: _Reader, size: int) -> GGUFFile:
     meta: dict[str, Any] = {}
     for _ in range(n_kv):
         key = r.string()
-        meta[key] = r.value(r.scalar("<I"))
+        meta[key] = r.value(r.scalar("<I"), decode=key not in _UNUSED_KEYS)
     tensors: list[TensorInfo] = []
     for _ in range(n_tensors):
         name = r.string()
@@ -222,7 +272,7 @@ def _parse(r: _Reader, size: int) -> GGUFFile:
     return GGUFFile(r.path, version, meta, tensors, data_offset, size)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class ModelInfo:
     """What sizing, the draft check and ``engine info`` need to know about a model."""
 
@@ -282,7 +332,25 @@ def _first_int(v: Any) -> int:
 
 
 def model_info(path: str | os.PathLike[str]) -> ModelInfo:
-    """Read a GGUF file and distill the fields the rest of Hearth uses."""
+    """Read a GGUF file and distill the fields the rest of Hearth uses.
+
+    Remembered per file version (path, size, mtime): the draft search plans a
+    badge for every model on disk and reads every candidate's vocabulary, each
+    100k+ strings, and a changed or replaced file is read again."""
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except OSError:
+        return _model_info(p)  # the clear "not found" message
+    return _model_info_cached(str(p), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=4)  # a vocabulary of 150k strings is ~10 MB
+def _model_info_cached(path: str, size: int, mtime_ns: int) -> ModelInfo:
+    return _model_info(Path(path))
+
+
+def _model_info(path: Path) -> ModelInfo:
     g = read_gguf(path)
     m = g.metadata
     arch = m.get("general.architecture")

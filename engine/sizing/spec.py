@@ -149,7 +149,7 @@ def gguf_spec(meta: Mapping[str, Any], tensors: Iterable[tuple[str, tuple[int, .
 
 @lru_cache(maxsize=32)
 def _gguf_spec_cached(path: str, size: int, mtime: float) -> ModelSpec:
-    g = read_gguf(path)
+    g = read_gguf(path, vocab=False)  # sizes need the vocabulary's length, not its strings
     return gguf_spec(g.metadata, ((t.name, t.shape, t.type_name) for t in g.tensors),
                      source=str(g.path), file_size=g.file_size)
 
