@@ -239,6 +239,28 @@ def test_disk_store_survives_restart_and_rejects_corruption(bundled_path, tmp_pa
     e3.close()
 
 
+def test_a_restart_keeps_the_disk_snapshot_in_memory_as_read(bundled_path, tmp_path, cold):
+    # The state read from disk is what the KV now holds: the memory cache keeps that buffer
+    # rather than copying the KV out of llama.cpp again (tens of MB on a long system prompt,
+    # inside a restart's first reply).
+    conv = [Message("system", SHORT_SYSTEM), Message("user", "What is snow?")]
+    e1 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    r1 = run(e1, conv)
+    e1.close()
+    e2 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    read = []
+    real_load = e2.store.load
+    e2.store.load = lambda tokens: read.append(real_load(tokens)) or read[-1]
+    r2 = run(e2, conv)
+    assert r2.stats.cached_tokens > 0 and len(read) == 1 and read[0] is not None
+    assert any(e.state[1] is read[0] for e in e2.cache._entries.values())
+    e2.reset()  # only the memory cache can serve it now
+    r3 = run(e2, conv)
+    assert r3.stats.cached_tokens == r2.stats.cached_tokens and len(read) == 1  # not read from disk again
+    assert r3.token_ids == r2.token_ids == r1.token_ids == fresh(cold, conv).token_ids
+    e2.close()
+
+
 def test_disk_store_rejects_stale_identity_and_truncation(tmp_path):
     from engine.kv.disk_store import PrefixStore
 

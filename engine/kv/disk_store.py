@@ -102,45 +102,54 @@ class PrefixStore:
             self.evictions += 1
 
     def load(self, tokens: Sequence[int]) -> bytearray | None:
-        """The stored state for exactly ``tokens``, or None. Bad files are deleted."""
+        """The stored state for exactly ``tokens``, or None. Bad files are deleted.
+
+        The file is read once into the buffer that is returned, and checked through
+        views of it: a restart's first reply waits on this, and each extra copy of a
+        snapshot of tens of MB costs as much as its checksum."""
         arr = np.asarray(tokens, dtype=np.int32)
         path = self._path(arr)
         if not path.exists():
             return None
         try:
-            data = path.read_bytes()
-            why = self._check(data, arr)
+            with open(path, "rb") as f:
+                data = bytearray(os.fstat(f.fileno()).st_size)
+                got = f.readinto(data)
+            if got != len(data):
+                del data[got:]  # shrunk while being read: the checks below see it truncated
+            why, offset = self._check(data, arr)
         except OSError as e:
-            why, data = f"unreadable ({e.strerror})", b""
+            why, offset = f"unreadable ({e.strerror})", 0
         if why:
             self.reject(tokens, why)
             return None
-        hlen = struct.unpack_from("<I", data, len(MAGIC))[0]
         try:
             os.utime(path)  # recently used: the cap evicts others first
         except OSError:
             pass
-        return bytearray(data[len(MAGIC) + 4 + hlen + arr.nbytes:])
+        del data[:offset]  # the state alone; CPython drops a bytearray's head without moving the rest
+        return data
 
-    def _check(self, data: bytes, arr: np.ndarray) -> str:
+    def _check(self, data: bytearray, arr: np.ndarray) -> tuple[str, int]:
+        """("", where the state starts) for a sound entry; (why not, 0) otherwise."""
         if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
-            return "bad magic"
+            return "bad magic", 0
         hlen = struct.unpack_from("<I", data, len(MAGIC))[0]
         start = len(MAGIC) + 4
         try:
-            header = json.loads(data[start:start + hlen])
+            header = json.loads(bytes(data[start:start + hlen]))
         except ValueError:
-            return "bad header"
+            return "bad header", 0
         if header.get("identity") != self.identity:
-            return "stale (model or settings changed)"
-        payload = data[start + hlen:]
-        if len(payload) != arr.nbytes + header.get("state_len", -1):
-            return "truncated"
-        if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
-            return "checksum mismatch"
-        if payload[:arr.nbytes] != arr.tobytes():
-            return "token mismatch"
-        return ""
+            return "stale (model or settings changed)", 0
+        with memoryview(data) as view, view[start + hlen:] as payload:  # released: the caller trims data
+            if len(payload) != arr.nbytes + header.get("state_len", -1):
+                return "truncated", 0
+            if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+                return "checksum mismatch", 0
+            if payload[:arr.nbytes] != arr.tobytes():
+                return "token mismatch", 0
+        return "", start + hlen + arr.nbytes
 
     def reject(self, tokens: Sequence[int], why: str) -> None:
         """Drop an entry that failed a check (or failed to restore)."""

@@ -120,7 +120,8 @@ class KVReuse:
         stored = self.store.load(tokens) if self.store else None
         if stored is not None:
             try:
-                b.restore(b.state_from_bytes(len(tokens), stored))
+                state = b.state_from_bytes(len(tokens), stored)
+                b.restore(state)  # the KV now equals this state: it is what the memory cache keeps too
                 served = len(tokens)
             except HearthError as e:  # passed its checksum but the backend refused it
                 self.store.reject(tokens, str(e))  # type: ignore[union-attr]
@@ -128,7 +129,7 @@ class KVReuse:
                 stored, served = None, 0
         if stored is None:
             prefill(b, tokens[b.kv_len:], cancel=cancel, progress=progress, done=b.kv_len, total=total)
-        state = b.snapshot()
+            state = b.snapshot()
         self.cache.insert(tokens, lambda: state, b.nbytes, pinned=True)
         if self.store and stored is None:
             self.store.save(tokens, b.state_bytes(state))
