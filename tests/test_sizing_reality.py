@@ -221,3 +221,76 @@ def test_load_engine_carries_out_a_transformers_plan(tmp_path):
         assert messages == [], messages  # weights within the margin of the plan
     finally:
         engine.close()
+
+
+# -- out of memory as llama.cpp reports it ----------------------------------------------------
+
+# The lines ggml and llama.cpp log (ggml-alloc.c, llama-kv-cache.cpp, llama-context.cpp, ggml-cuda.cu
+# in llama-cpp-python 0.3.36) when the KV cache does not fit on a device: the last error line names
+# no device, the allocation's line does.
+KV_ON_VULKAN = ["llama_context: constructing llama_context\n",
+                "alloc_tensor_range: failed to allocate Vulkan0 buffer of size 3221225472\n",
+                "llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache\n"]
+WEIGHTS_ON_CUDA = ["ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: "
+                   "cudaMalloc failed: out of memory\n",
+                   "alloc_tensor_range: failed to allocate CUDA0 buffer of size 4294967296\n",
+                   "llama_model_load: error loading model: unable to allocate CUDA0 buffer\n"]
+COMPUTE_ON_CPU = ["ggml_gallocr_reserve_n: failed to allocate CPU buffer of size 9663676416\n",
+                  "graph_reserve: failed to allocate compute buffers\n"]
+
+
+def _load_failure(lines, what="create a 32768-token context") -> ModelLoadError:
+    from types import SimpleNamespace
+
+    from engine.backends.llama_cpp import LlamaCppBackend
+
+    with pytest.raises(ModelLoadError) as e:
+        LlamaCppBackend._raise_load_failure(SimpleNamespace(path=Path("x.gguf")), lines, what)
+    return e.value
+
+
+def test_a_device_allocation_failure_names_the_device_and_the_retry_shrinks_the_gpu():
+    from engine.backends.llama_cpp import failed_allocation_device
+
+    assert failed_allocation_device(KV_ON_VULKAN) == "Vulkan0"
+    assert failed_allocation_device(WEIGHTS_ON_CUDA) == "CUDA"  # the first failure: cudaMalloc's own line
+    assert failed_allocation_device(COMPUTE_ON_CPU) == "CPU"
+    assert failed_allocation_device(["llama_model_load: error loading model: bad tensor\n"]) is None
+
+    kv = _load_failure(KV_ON_VULKAN)
+    assert str(kv).startswith("not enough memory on Vulkan0 to create a 32768-token context for x.gguf")
+    assert is_out_of_memory(kv)
+    hw = simulated("8GiB", "32GiB", cores=8)
+    p = plan_for("qwen2.5-7b-instruct", hw)
+    smaller = smaller_plan(p, kv)
+    # The GPU's share shrinks (it is the GPU that ran out), not the RAM's: before, the KV's error named
+    # no device, and the retry planned as if RAM had run out, which left the GPU plan as it was.
+    assert smaller is not None and smaller.breakdown.gpus[0].total <= 0.85 * p.breakdown.gpus[0].total + 1
+    assert smaller.hardware.ram_available == p.hardware.ram_available
+    weights = _load_failure(WEIGHTS_ON_CUDA, "load the model")
+    assert "on CUDA to load the model" in str(weights) and is_out_of_memory(weights)
+    ram = _load_failure(COMPUTE_ON_CPU)
+    assert str(ram).startswith("not enough memory to create") and is_out_of_memory(ram)
+    assert smaller_plan(p, ram).hardware.ram_available < p.hardware.ram_available
+
+
+def test_a_decode_that_cannot_allocate_is_out_of_memory():
+    from engine.backends.llama_cpp import decode_error
+
+    # llama_decode returns -2 for GGML_STATUS_ALLOC_FAILED: the window's retry must see it as memory.
+    assert is_out_of_memory(decode_error(-2, 512)) and "batch of 512 tokens" in str(decode_error(-2, 512))
+    assert not is_out_of_memory(decode_error(-3, 512))
+
+
+def test_a_context_larger_than_memory_fails_to_load_with_a_clear_out_of_memory(bundled_path):
+    # A real llama.cpp allocation failure: a 40M-token KV cache (~900 GiB), more than any machine has.
+    # Linux refuses an allocation larger than RAM + swap under its default overcommit heuristic (0)
+    # or strict accounting (2); with overcommit 1 it would be granted and the test killed instead.
+    from engine import Engine
+
+    mode = Path("/proc/sys/vm/overcommit_memory").read_text().strip()
+    assert mode in ("0", "2"), f"vm.overcommit_memory={mode}: this machine grants any allocation"
+    with pytest.raises(ModelLoadError) as e:
+        Engine.load(bundled_path, n_ctx=40_000_000, n_threads=2, cache_budget=0)
+    assert str(e.value).startswith("not enough memory to create a 40000000-token context for ")
+    assert is_out_of_memory(e.value)

@@ -85,7 +85,9 @@ class LlamaBatch:
                 lc.llama_memory_seq_rm(self._mem, seq, pos, -1)
             if rc == 1:
                 raise ContextFullError("no room left in the KV cache for this batch")
-            raise HearthError(f"llama_decode failed with code {rc}")
+            from .llama_cpp import decode_error  # (that module opens this one)
+
+            raise decode_error(rc, n)
         out: list[np.ndarray | None] = []
         for i in where:
             if i < 0:

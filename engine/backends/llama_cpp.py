@@ -83,6 +83,43 @@ def _log_since(mark: int) -> list[str]:
         return list(_LOG_LINES)[-n:] if n > 0 else []
 
 
+# Where an allocation failed, as ggml logs it: ggml-alloc's "failed to allocate Vulkan0 buffer of
+# size N" (weights, KV and compute buffers alike, any backend), CUDA's "cudaMalloc failed", and
+# Metal's "error: failed to allocate buffer, size = N MiB".
+_ALLOC_FAIL_RE = re.compile(r"failed to allocate (\S+) buffer of size|(cudaMalloc) failed|"
+                            r"(ggml_metal)\w*: error: failed to allocate buffer")
+_ALLOC_NAMES = {"cudaMalloc": "CUDA", "ggml_metal": "Metal"}
+
+
+def failed_allocation_device(lines: Sequence[str]) -> str | None:
+    """The device an allocation failed on in ``lines`` ("Vulkan0", "CUDA0", "CUDA", "CPU"),
+    or None when the log names no failed allocation. A device buffer's name wins over a host one."""
+    found: list[str] = []
+    for line in lines:
+        for groups in _ALLOC_FAIL_RE.findall(line):
+            name = next(g for g in groups if g)
+            found.append(_ALLOC_NAMES.get(name, name))
+    devices_only = [d for d in found if devices.runtime_of(d) != "cpu"]
+    return (devices_only or found)[0] if found else None
+
+
+def out_of_memory_text(lines: Sequence[str]) -> str:
+    """"not enough memory on Vulkan0" / "not enough memory" for a failure's log lines: the
+    device's name is what tells the retry to shrink the GPU's share, not the RAM's."""
+    dev = failed_allocation_device(lines)
+    return f"not enough memory on {dev}" if dev and devices.runtime_of(dev) != "cpu" else "not enough memory"
+
+
+def decode_error(rc: int, n_tokens: int) -> HearthError:
+    """The error for a failed llama_decode (not 1, no KV room, or 2, aborted, which callers raise)."""
+    if rc == -2:  # GGML_STATUS_ALLOC_FAILED: the compute or output buffers could not grow
+        with _LOG_LOCK:
+            recent = list(_LOG_LINES)[-40:]
+        return HearthError(f"{out_of_memory_text(recent)} to compute a batch of {n_tokens} tokens "
+                           f"(llama_decode returned {rc})")
+    return HearthError(f"llama_decode failed with code {rc}")
+
+
 _BUF_RE = re.compile(r"(\S+)\s+(model|KV|compute|output|RS)\s+buffer size\s*=\s*([\d.]+)\s*MiB")
 
 
@@ -210,7 +247,7 @@ class LlamaCppBackend:
         errors = [ln.strip() for ln in lines if ln.strip() and ("error" in ln.lower() or "failed" in ln.lower())]
         detail = errors[-1] if errors else "no details from llama.cpp"
         if re.search(r"alloc|out of memory|cannot allocate", text, re.I):
-            raise ModelLoadError(f"not enough memory to {what} for {self.path.name} ({detail})")
+            raise ModelLoadError(f"{out_of_memory_text(lines)} to {what} for {self.path.name} ({detail})")
         raise ModelLoadError(f"llama.cpp could not {what} for {self.path.name}: {detail}")
 
     def _token_text(self, tid: int) -> str:
@@ -277,7 +314,7 @@ class LlamaCppBackend:
                     raise ContextFullError("no room left in the KV cache for this batch")
                 if rc == 2:
                     raise Cancelled("stopped while reading the prompt")
-                raise HearthError(f"llama_decode failed with code {rc}")
+                raise decode_error(rc, m)
             self._n_past += m
             if all_logits:
                 ptr = lc.llama_get_logits(self._ctx)
