@@ -5,9 +5,10 @@ the CPU's greedy tokens; llama.cpp's device buffers match the planner's device
 figures within 10%; the prefix cache and n-gram speculation stay exact with the
 layers on the device; and whether the device's kernels are batch-invariant
 (a batch's logits bit-identical to one token at a time) is measured and
-asserted as found.
+asserted as found. And the real window, every setting on Auto, plans the
+model's layers onto the device it finds, loads them there and replies.
 
-The device runs in one worker subprocess (this file, run as a script): ggml
+The device runs in worker subprocesses (this file, run as a script): ggml
 reads GGML_VK_VISIBLE_DEVICES once per process, and with lavapipe visible the
 CPU-path tests in the pytest process would get their larger batches offloaded
 to it (llama.cpp's op offload), so it stays hidden there. Without a device
@@ -134,8 +135,37 @@ def worker() -> dict:
     return out
 
 
+def window_worker() -> dict:
+    """The real window (offscreen) with every setting on Auto and the device visible: what it planned,
+    where the layers went, a reply, and the plan-versus-allocated record it kept, as plain data."""
+    import tempfile
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    data = tempfile.mkdtemp(prefix="hearth-device-window-")
+    os.environ["HEARTH_DATA_DIR"] = data
+    from PySide6.QtWidgets import QApplication
+
+    qapp = QApplication.instance() or QApplication([])  # noqa: F841 (the window needs it alive)
+    from app.plan_load import plan_log_path
+    from app.selftest import _start_window, send_and_wait, write_settings
+
+    write_settings(max_tokens=4)
+    win, _shown, _ready, _early = _start_window()
+    try:
+        m = win.host.model
+        reply = send_and_wait(win, Q, timeout_s=900)
+        log = [json.loads(line) for line in plan_log_path().read_text().splitlines()]
+        return {"model": {k: m[k] for k in ("runtime", "device", "n_gpu_layers", "n_ctx", "kv_type", "memory",
+                                            "memory_total")},
+                "plan": {k: m["plan"][k] for k in ("n_gpu_layers", "n_ctx", "hardware", "rel_error", "fits")},
+                "tooltip": win.model_label.toolTip(), "memory_label": win.memory_label.text(), "reply": reply,
+                "log": log, "messages": win.info.messages()}
+    finally:
+        win.close()
+
+
 if __name__ == "__main__":
-    print(json.dumps(worker()))
+    print(json.dumps(window_worker() if sys.argv[1:] == ["window"] else worker()))
     sys.exit(0)
 
 
@@ -159,6 +189,16 @@ def dev() -> dict:
                         "and scripts/setup.py --dev builds the Vulkan runtime for lavapipe")
         pytest.skip(msg)
     return out
+
+
+@pytest.fixture(scope="module")
+def window(dev) -> dict:
+    """The window's run with the device visible (after ``dev``, which fails or skips without one)."""
+    env = dict(os.environ, **DEVICE_ENV)
+    proc = subprocess.run([sys.executable, str(HERE), "window"], capture_output=True, text=True, env=env,
+                          timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -264,3 +304,20 @@ def test_batch_invariance_on_the_device_is_as_measured(dev):
     assert inv["n"] >= 8 and inv["argmax_same"]
     if dev["device"]["description"].startswith("llvmpipe"):
         assert not inv["bitwise"] and 0 < inv["max_abs_diff"] < 2.0
+
+
+def test_the_window_plans_layers_onto_the_device_and_carries_the_plan_out(dev, window):
+    """Auto settings in the real window: the plan, made from the devices ggml reports, puts the
+    model's layers on the device; the load does what the plan says; a reply streams from there;
+    and the plan against what llama.cpp allocated is recorded and within 10%."""
+    name, m, plan = dev["device"]["name"], window["model"], window["plan"]
+    assert plan["fits"] and plan["n_gpu_layers"] > 0 and dev["device"]["description"] in plan["hardware"]
+    assert (m["n_gpu_layers"], m["n_ctx"]) == (plan["n_gpu_layers"], plan["n_ctx"])
+    assert m["runtime"] == dev["device"]["runtime"] and m["device"].startswith(name)
+    assert m["memory"][f"weights@{name}"] > 50 * 2**20 and m["memory"][f"kv@{name}"] > 0
+    assert f"runs on: {m['runtime']} ({m['device']})" in window["tooltip"]
+    reply = window["reply"]
+    assert reply["finish_reason"] in ("stop", "max_tokens") and not reply["error"] and reply["text"].strip(), reply
+    assert abs(plan["rel_error"]["total"]) <= 0.10, plan["rel_error"]
+    (entry,) = window["log"]
+    assert entry["runtime"] == m["runtime"] and entry["device"] == m["device"] and entry["retried"] is False
