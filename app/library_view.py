@@ -129,7 +129,8 @@ class LibraryView(QWidget):
 
     def hideEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().hideEvent(event)
-        self._stale = True  # files may come and go while nobody looks: read them again when shown
+        if not event.spontaneous():  # minimised is not closed: a restore shows the table as it was
+            self._stale = True  # files may come and go while nobody looks: read them again when shown
 
     def _button(self, row: QHBoxLayout, text: str, slot) -> QPushButton:
         b = QPushButton(text)
@@ -151,6 +152,7 @@ class LibraryView(QWidget):
             self._select_after = str(select)
         if not self.isVisible():
             self._stale = True
+            self._generation += 1  # a scan already on its way is out of date: the one at show selects
             return
         self._stale = False
         self.scanning += 1
