@@ -14,8 +14,8 @@ from engine.errors import ModelLoadError
 from engine.sizing.hardware import MiB, simulated
 from engine.sizing.memory import Config, estimate, kv_cells
 from engine.sizing.plan import Choices, plan_for
-from engine.sizing.reality import (check_against_report, compare, describe_change, is_out_of_memory, load_with_retry,
-                                   smaller_plan)
+from engine.sizing.reality import (check_against_report, compare, describe_change, is_device_failure, is_out_of_memory,
+                                   load_with_retry, smaller_plan)
 from engine.sizing.spec import spec_from_gguf, specs_from_hf_dir
 
 
@@ -253,7 +253,7 @@ def test_a_device_allocation_failure_names_the_device_and_the_retry_shrinks_the_
     from engine.backends.llama_cpp import failed_allocation_device
 
     assert failed_allocation_device(KV_ON_VULKAN) == "Vulkan0"
-    assert failed_allocation_device(WEIGHTS_ON_CUDA) == "CUDA"  # the first failure: cudaMalloc's own line
+    assert failed_allocation_device(WEIGHTS_ON_CUDA) == "CUDA0"  # the indexed name over cudaMalloc's "CUDA"
     assert failed_allocation_device(COMPUTE_ON_CPU) == "CPU"
     assert failed_allocation_device(["llama_model_load: error loading model: bad tensor\n"]) is None
 
@@ -268,7 +268,7 @@ def test_a_device_allocation_failure_names_the_device_and_the_retry_shrinks_the_
     assert smaller is not None and smaller.breakdown.gpus[0].total <= 0.85 * p.breakdown.gpus[0].total + 1
     assert smaller.hardware.ram_available == p.hardware.ram_available
     weights = _load_failure(WEIGHTS_ON_CUDA, "load the model")
-    assert "on CUDA to load the model" in str(weights) and is_out_of_memory(weights)
+    assert "on CUDA0 to load the model" in str(weights) and is_out_of_memory(weights)
     ram = _load_failure(COMPUTE_ON_CPU)
     assert str(ram).startswith("not enough memory to create") and is_out_of_memory(ram)
     assert smaller_plan(p, ram).hardware.ram_available < p.hardware.ram_available
@@ -279,7 +279,15 @@ def test_a_decode_that_cannot_allocate_is_out_of_memory():
 
     # llama_decode returns -2 for GGML_STATUS_ALLOC_FAILED: the window's retry must see it as memory.
     assert is_out_of_memory(decode_error(-2, 512)) and "batch of 512 tokens" in str(decode_error(-2, 512))
-    assert not is_out_of_memory(decode_error(-3, 512))
+    assert not is_out_of_memory(decode_error(-3, 512)) and is_device_failure(decode_error(-3, 512))
+    # The device is read from the decode's own log lines (through llama.cpp's log callback), not
+    # from whatever another engine logged before.
+    from engine.backends import llama_cpp as lcpp
+
+    mark = lcpp._log_mark()
+    lcpp._on_log(4, b"ggml_gallocr_reserve_n: failed to allocate Vulkan0 buffer of size 104857600\n", None)
+    assert str(decode_error(-2, 8, mark)).startswith("not enough memory on Vulkan0 to compute a batch of 8")
+    assert "Vulkan0" not in str(decode_error(-2, 8, lcpp._log_mark()))
 
 
 def test_a_context_larger_than_memory_fails_to_load_with_a_clear_out_of_memory(bundled_path):

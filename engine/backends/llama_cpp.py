@@ -99,8 +99,9 @@ def failed_allocation_device(lines: Sequence[str]) -> str | None:
         for groups in _ALLOC_FAIL_RE.findall(line):
             name = next(g for g in groups if g)
             found.append(_ALLOC_NAMES.get(name, name))
-    devices_only = [d for d in found if devices.runtime_of(d) != "cpu"]
-    return (devices_only or found)[0] if found else None
+    on_device = [d for d in found if devices.runtime_of(d) != "cpu"]
+    named = [d for d in on_device if d[-1:].isdigit()]  # "CUDA1" says more than cudaMalloc's "CUDA"
+    return (named or on_device or found)[0] if found else None
 
 
 def out_of_memory_text(lines: Sequence[str]) -> str:
@@ -110,13 +111,15 @@ def out_of_memory_text(lines: Sequence[str]) -> str:
     return f"not enough memory on {dev}" if dev and devices.runtime_of(dev) != "cpu" else "not enough memory"
 
 
-def decode_error(rc: int, n_tokens: int) -> HearthError:
-    """The error for a failed llama_decode (not 1, no KV room, or 2, aborted, which callers raise)."""
+def decode_error(rc: int, n_tokens: int, log_mark: int | None = None) -> HearthError:
+    """The error for a failed llama_decode (not 1, no KV room, or 2, aborted, which callers raise).
+    ``log_mark``: :func:`_log_mark` taken just before the call, so only its own log lines count."""
     if rc == -2:  # GGML_STATUS_ALLOC_FAILED: the compute or output buffers could not grow
-        with _LOG_LOCK:
-            recent = list(_LOG_LINES)[-40:]
-        return HearthError(f"{out_of_memory_text(recent)} to compute a batch of {n_tokens} tokens "
+        lines = _log_since(log_mark) if log_mark is not None else []
+        return HearthError(f"{out_of_memory_text(lines)} to compute a batch of {n_tokens} tokens "
                            f"(llama_decode returned {rc})")
+    if rc == -3:  # GGML_STATUS_FAILED: the backend's compute failed (on a GPU: a reset, a lost device)
+        return HearthError(f"the device failed to compute a batch of {n_tokens} tokens (llama_decode returned -3)")
     return HearthError(f"llama_decode failed with code {rc}")
 
 
@@ -306,6 +309,7 @@ class LlamaCppBackend:
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = all_logits or (last_chunk and i == m - 1)
             batch.n_tokens = m
+            mark = _log_mark()
             rc = lc.llama_decode(self._ctx, batch)
             if rc != 0:
                 # Roll back whatever part of this chunk may have landed.
@@ -314,7 +318,7 @@ class LlamaCppBackend:
                     raise ContextFullError("no room left in the KV cache for this batch")
                 if rc == 2:
                     raise Cancelled("stopped while reading the prompt")
-                raise decode_error(rc, m)
+                raise decode_error(rc, m, mark)
             self._n_past += m
             if all_logits:
                 ptr = lc.llama_get_logits(self._ctx)
