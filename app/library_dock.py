@@ -99,7 +99,7 @@ class ModelsDock(QDockWidget):
 
     def unload(self) -> None:
         w = self.window_
-        w.host.unload()
+        w.host.unload()  # the engine thread clears the GPU marker as it closes the model
         w.model_label.setText("No model loaded")
         self.library_view.set_loaded(None)
 

@@ -20,7 +20,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
-from . import library_dock, theme
+from . import gpu_guard, library_dock, theme
 from .keyboard import KeyboardMixin
 from .shortcuts import keys
 from .view_menu import ViewMenuMixin
@@ -309,5 +309,6 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         self._close_performance()  # a benchmark run stops first: its thread must not outlive the window
         self.server_host.shutdown()  # API clients are cut off first; then the engine thread ends
         self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
+        gpu_guard.clear()  # a clean close: the next start may use the GPU
         self.store.close()
         super().closeEvent(e)

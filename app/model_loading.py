@@ -13,8 +13,9 @@ import time
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton
 
-from engine.sizing.reality import is_out_of_memory
+from engine.sizing.reality import is_device_failure, is_out_of_memory
 
+from . import gpu_guard
 from .memory_details import MemoryDetails, MemoryFigure, memory_tooltip
 from .model_choice import model_title
 from .text_utils import human_bytes
@@ -52,7 +53,20 @@ class ModelLoadingMixin:
         sb.addWidget(self.cancel_load_button)
 
     def start(self) -> None:
-        """Begin loading the configured model (call after show(), so the window is up first)."""
+        """Begin loading the configured model (call after show(), so the window is up first).
+
+        If the last run stopped while a model was on a GPU, this load runs on the CPU and
+        says why; "Use the GPU again" loads the settings as they are."""
+        crashed = gpu_guard.take()
+        if crashed is None:
+            self.load_model(self.settings.load_key())
+            return
+        text = gpu_guard.crash_text(crashed)
+        self.info.show_message(text, "error", action=("Use the GPU again", self.reload_on_gpu))
+        self.load_model({**self.settings.load_key(), "cpu_only": text})
+
+    def reload_on_gpu(self) -> None:
+        """Load the settings as they are (GPU layers included), after a CPU-only load."""
         self.load_model(self.settings.load_key())
 
     def load_model(self, key: dict) -> None:
@@ -195,15 +209,21 @@ class ModelLoadingMixin:
             self._save_settings()
             self.info.show_message(f"{text} Went back to {self._describe_key(target.load_key())}, "
                                    "the last model that worked.", "error")
-            self.load_model(target.load_key())
+            self.load_model({**target.load_key(), **self._cpu_only()})  # still off a GPU that failed
             return
         self._rolling_back = False
         self.info.show_message(f"{text} No model is loaded; choose one in Settings.", "error",
                                action=("Settings…", self.open_settings))
 
+    def _cpu_only(self) -> dict:
+        """The load in flight's "run on the CPU" note (after a GPU failed), for the loads that follow it."""
+        return {"cpu_only": self._load_key["cpu_only"]} if self._load_key and "cpu_only" in self._load_key else {}
+
     def _plain_key(self) -> dict | None:
-        """The load key in flight without the out-of-memory retry's note: the settings' own key."""
-        return None if self._load_key is None else {k: v for k, v in self._load_key.items() if k != "retry_after"}
+        """The load key in flight without the retries' notes (out of memory, CPU only): the settings' own key."""
+        if self._load_key is None:
+            return None
+        return {k: v for k, v in self._load_key.items() if k not in ("retry_after", "cpu_only")}
 
     def show_memory_details(self) -> None:
         """Plan vs allocated, per part, for the loaded model (a window beside the chat)."""
@@ -218,10 +238,21 @@ class ModelLoadingMixin:
     def _reply_failed(self, _mid: int, msg: str, _partial: str) -> None:
         """A reply ran out of memory: load the next smaller plan, once per load. The reply's
         own failure handling gives back the text (or keeps the partial reply)."""
-        if self._oom_retried or self._closed or self._load_key is None or not is_out_of_memory(Exception(msg)):
+        if self._closed or self._load_key is None:
+            return
+        model = self.host.model or {}
+        if is_device_failure(msg) and model.get("runtime", "cpu") != "cpu" and "cpu_only" not in self._load_key:
+            # The device failed under the reply (a reset, a GPU gone): go on on the CPU, once.
+            text = (f"{model.get('device') or 'The GPU'} failed during the reply ({msg}); the model now runs on "
+                    "the CPU and your message is kept.")
+            key = {**self._plain_key(), "cpu_only": text}
+            self.info.show_message(text, "error", action=("Use the GPU again", self.reload_on_gpu))
+            QTimer.singleShot(0, lambda: self.load_model(key))
+            return
+        if self._oom_retried or not is_out_of_memory(Exception(msg)):
             return
         self._oom_retried = True
-        key = {**self._plain_key(), "retry_after": msg}
+        key = {**self._plain_key(), **self._cpu_only(), "retry_after": msg}
         QTimer.singleShot(0, lambda: self.load_model(key))  # after the reply's failure is shown
 
     def _save_settings(self) -> None:

@@ -31,6 +31,7 @@ from engine.sizing.reality import actual_buffers, check_against_report, describe
     smaller_plan
 
 from .model_choice import BUNDLED, HF_QUANTS, effective_backend, infer_source, runs_gguf
+from . import gpu_guard
 from .paths import data_dir
 
 ALL_LAYERS = 1 << 20       # "all": the planner clamps it to every block plus the output head
@@ -154,9 +155,14 @@ def load(ref, key: dict[str, Any], backend: str, *, n_threads: int | None, loade
     after this one."""
     messages: list[str] = []
     plan, retried = None, False
+    hardware = None
+    if key.get("cpu_only"):  # this once on the CPU (the last run stopped with the model on a device)
+        key = {**key, "gpu_layers": 0}
+        fmt = plan_format(key)
+        hardware = replace(machine(fmt), gpus=()) if fmt is not None else None  # the window says why
     if plan_format(key) is not None:
         try:
-            plan = plan_for_key(key, str(ref.path))
+            plan = plan_for_key(key, str(ref.path), hardware)
         except HearthError as e:  # a model the planner cannot read still gets its load (and its message)
             messages.append(f"No memory plan ({e}); the model loads with the settings as chosen.")
     if plan is not None and retry_after:
@@ -172,7 +178,22 @@ def load(ref, key: dict[str, Any], backend: str, *, n_threads: int | None, loade
                         "your choices as they are.")
 
     def one(p: Plan | None):
-        return loader(ref, **engine_kwargs(p, key, backend, n_threads))
+        kw = engine_kwargs(p, key, backend, n_threads)
+        if key.get("cpu_only") and backend == "hf":
+            kw.update(device="cpu", max_memory=None)  # transformers places by device, not by layers
+        if kw.get("n_gpu_layers") and (plan is None or plan.hardware.gpus):
+            gpu_guard.mark("loading", model=ref.path.name)  # a device that stops the process mid-load
+        try:
+            engine = loader(ref, **kw)
+        except BaseException:
+            gpu_guard.clear()  # it failed as an error, not by stopping the process
+            raise
+        info = engine.backend.describe()
+        if info.runtime == "cpu":
+            gpu_guard.clear()
+        else:
+            gpu_guard.mark("running", model=ref.path.name, device=info.device, runtime=info.runtime)
+        return engine
 
     if plan is None:
         return Loaded(one(None), messages=messages)

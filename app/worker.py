@@ -30,7 +30,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import HearthError, Message, SamplingParams
 
-from . import plan_load
+from . import gpu_guard, plan_load
 from .model_choice import model_ref, model_title
 from .store import Store
 from .text_utils import COMPLETE_REASONS
@@ -176,6 +176,7 @@ class LoadWorker(QObject):
             # Loading is one native call that cannot be interrupted; cancelling
             # means throwing the result away as soon as it returns.
             engine.close()
+            gpu_guard.clear()
             self.cancelled.emit(rid)
             return
         self._shared.engine = engine
@@ -198,6 +199,7 @@ class LoadWorker(QObject):
         if self._shared.engine is not None:
             self._shared.engine.close()
             self._shared.engine = None
+            gpu_guard.clear()  # nothing of ours is on a device now
 
 
 class GenerationWorker(QObject):

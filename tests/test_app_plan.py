@@ -9,6 +9,8 @@ plan "offloads" on the CPU, so everything here passes without a GPU.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from PySide6.QtCore import Qt
@@ -341,3 +343,112 @@ def test_settings_shows_the_disk_prompt_cache_and_clears_it(qtbot, make_window, 
     dlg.clear_cache_button.click()
     assert dlg.cache_label.text().startswith(f"Freed {human_bytes(5000)}. 0 saved system-prompt snapshots: 0 B")
     assert not list(store.glob("*.kv"))
+
+
+# -- a GPU that stops the process, or fails under a reply ------------------------------------
+
+def test_a_start_after_stopping_with_the_model_on_a_gpu_runs_on_the_cpu_once_and_says_why(qtbot, make_window, gpu,
+                                                                                        monkeypatch, data_dir):
+    from app import gpu_guard
+    from engine import Engine
+
+    hw = gpu("8GiB")
+    assert plan_for(None, hw).n_gpu_layers > 0  # Auto would put the model on the GPU
+    # What a run leaves when llama.cpp's CUDA backend aborts the process (a driver reset, a GPU gone).
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    gpu_guard.marker_path().write_text(json.dumps({
+        "phase": "running", "model": "SmolLM2-135M-Instruct.Q4_1.gguf", "device": "CUDA0", "runtime": "cuda",
+        "pid": int(dead.stdout), "started": 1.0}))
+    real = Engine.load
+    calls: list[dict] = []
+    monkeypatch.setattr(Engine, "load", classmethod(lambda cls, *a, **kw: calls.append(kw) or real(*a, **kw)))
+    w = make_window()
+    assert calls[0]["n_gpu_layers"] == 0 and w.host.model["n_gpu_layers"] == 0
+    bars = [b for b in w.info.bars() if "stopped unexpectedly" in b.text()]
+    assert len(bars) == 1 and "was running on CUDA0" in bars[0].text() and "your chats are all here" in bars[0].text()
+    assert not gpu_guard.marker_path().exists()  # taken: the start after this one is a normal one
+    assert w.settings.gpu_layers is None and SettingsFile().load()[0].gpu_layers is None  # Auto stays Auto
+    assert SettingsFile().load()[0].load_key() == w.settings.load_key()
+    # A reply that runs out of memory now reloads a smaller plan, still on the CPU.
+    real_stream = Engine.stream
+    failed: list[int] = []
+
+    def stream(self, *args, **kwargs):
+        if not failed:
+            failed.append(1)
+            raise HearthError("not enough memory to compute a batch of 8 tokens (llama_decode returned -2)")
+        yield from real_stream(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "stream", stream)
+    w.chat.input.setPlainText("Hello")
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(calls) == 2 and w.host.ready, timeout=60_000)
+    assert calls[1]["n_gpu_layers"] == 0 and w.chat.input_text() == "Hello"
+    bars[0].action_button.click()  # "Use the GPU again"
+    qtbot.waitUntil(lambda: len(calls) == 3 and w.host.ready, timeout=60_000)
+    assert calls[2]["n_gpu_layers"] == plan_for(None, hw).n_gpu_layers
+    # The CPU build put nothing on a device, so no marker is left for the next start.
+    assert not gpu_guard.marker_path().exists()
+
+
+def test_a_marker_is_taken_only_from_a_run_that_ended(data_dir):
+    from app import gpu_guard
+
+    assert gpu_guard.take() is None
+    gpu_guard.mark("loading", model="big.gguf")
+    assert gpu_guard.take() is None and gpu_guard.marker_path().exists()  # this process is running: not a crash
+    # Another Hearth on the same data folder, still running: its marker is not ours to take or clear.
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        import psutil
+
+        entry = {**json.loads(gpu_guard.marker_path().read_text()), "pid": other.pid,
+                 "started": psutil.Process(other.pid).create_time()}
+        gpu_guard.marker_path().write_text(json.dumps(entry))
+        assert gpu_guard.take() is None
+        gpu_guard.clear()
+        assert gpu_guard.marker_path().exists()
+    finally:
+        other.communicate(b"")
+    taken = gpu_guard.take()  # its process has ended: now it is a run that stopped with the model loading
+    assert taken["phase"] == "loading" and taken["model"] == "big.gguf" and gpu_guard.take() is None
+    assert "while big.gguf was loading on the GPU" in gpu_guard.crash_text(taken)
+    gpu_guard.marker_path().write_text("{not json")  # cut off by the stop itself
+    assert gpu_guard.take() == {"phase": "running"} and not gpu_guard.marker_path().exists()
+    gpu_guard.mark("running", device="Vulkan0")
+    gpu_guard.clear()  # ours: cleared
+    assert not gpu_guard.marker_path().exists()
+
+
+def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_the_text(qtbot, make_window, gpu,
+                                                                                      monkeypatch):
+    from engine import Engine
+    from engine.backends.llama_cpp import decode_error
+
+    hw = gpu("8GiB")
+    w = make_window()
+    assert w.host.model["n_gpu_layers"] == plan_for(None, hw).n_gpu_layers > 0
+    # Where the layers went comes from llama.cpp's log; this CPU build has no device to fail, so the
+    # window is told the model runs on one, and the engine fails as ggml-vulkan does on a lost device.
+    w.host.model.update(runtime="vulkan", device="Vulkan0")
+    real = Engine.stream
+    failed: list[int] = []
+
+    def stream(self, *args, **kwargs):
+        if not failed:
+            failed.append(1)
+            raise decode_error(-3, 12)
+        yield from real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "stream", stream)
+    w.chat.input.setPlainText("Hello")
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    assert w.chat.input_text() == "Hello"  # the failed send gave the text back
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model["n_gpu_layers"] == 0, timeout=60_000)
+    assert "Vulkan0 failed during the reply" in " ".join(w.info.messages())
+    assert w.settings.gpu_layers is None  # Auto stays Auto
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)  # now the reply comes, from the CPU
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    assert [m.role for m in w.store.messages(w.current)] == ["user", "assistant"]

@@ -146,6 +146,7 @@ def window_worker() -> dict:
     from PySide6.QtWidgets import QApplication
 
     qapp = QApplication.instance() or QApplication([])  # noqa: F841 (the window needs it alive)
+    from app import gpu_guard
     from app.plan_load import plan_log_path
     from app.selftest import _start_window, send_and_wait, write_settings
 
@@ -153,15 +154,18 @@ def window_worker() -> dict:
     win, _shown, _ready, _early = _start_window()
     try:
         m = win.host.model
+        marker = json.loads(gpu_guard.marker_path().read_text()) if gpu_guard.marker_path().exists() else None
         reply = send_and_wait(win, Q, timeout_s=900)
         log = [json.loads(line) for line in plan_log_path().read_text().splitlines()]
-        return {"model": {k: m[k] for k in ("runtime", "device", "n_gpu_layers", "n_ctx", "kv_type", "memory",
-                                            "memory_total")},
-                "plan": {k: m["plan"][k] for k in ("n_gpu_layers", "n_ctx", "hardware", "rel_error", "fits")},
-                "tooltip": win.model_label.toolTip(), "memory_label": win.memory_label.text(), "reply": reply,
-                "log": log, "messages": win.info.messages()}
+        out = {"model": {k: m[k] for k in ("runtime", "device", "n_gpu_layers", "n_ctx", "kv_type", "memory",
+                                           "memory_total")},
+               "plan": {k: m["plan"][k] for k in ("n_gpu_layers", "n_ctx", "hardware", "rel_error", "fits")},
+               "tooltip": win.model_label.toolTip(), "memory_label": win.memory_label.text(), "reply": reply,
+               "log": log, "messages": win.info.messages(), "marker_while_running": marker}
     finally:
         win.close()
+    out["marker_after_close"] = gpu_guard.marker_path().exists()
+    return out
 
 
 if __name__ == "__main__":
@@ -321,3 +325,8 @@ def test_the_window_plans_layers_onto_the_device_and_carries_the_plan_out(dev, w
     assert abs(plan["rel_error"]["total"]) <= 0.10, plan["rel_error"]
     (entry,) = window["log"]
     assert entry["runtime"] == m["runtime"] and entry["device"] == m["device"] and entry["retried"] is False
+    # While layers are on the device a marker says so (a lost GPU aborts the process, and the next start
+    # then runs on the CPU); a clean close removes it.
+    marker = window["marker_while_running"]
+    assert marker["phase"] == "running" and marker["device"] == m["device"] and marker["runtime"] == m["runtime"]
+    assert window["marker_after_close"] is False

@@ -82,6 +82,15 @@ def is_out_of_memory(err: BaseException) -> bool:
                                   "cannot allocate", "outofmemory"))
 
 
+def is_device_failure(err: BaseException | str) -> bool:
+    """A reply that failed because the device did (compute failed, device lost, a CUDA error),
+    as opposed to running out of memory or a bad request."""
+    msg = str(err).lower()
+    return not is_out_of_memory(Exception(msg)) and any(s in msg for s in (
+        "device failed", "llama_decode returned -3", "device lost", "devicelost", "cuda error",
+        "illegal memory access", "unspecified launch failure"))
+
+
 def _gpu_failure(err: BaseException) -> bool:
     msg = str(err).lower()
     return any(s in msg for s in ("cuda", "rocm", "hip", "metal", "vulkan", "gpu", "vram"))
