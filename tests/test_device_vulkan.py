@@ -168,8 +168,59 @@ def window_worker() -> dict:
     return out
 
 
+def crash_worker(data: str) -> dict:
+    """A window that loads the model onto the device, then dies as a lost GPU makes llama.cpp die
+    (SIGKILL: no clean-up runs)."""
+    import signal
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ["HEARTH_DATA_DIR"] = data
+    from PySide6.QtWidgets import QApplication
+
+    qapp = QApplication.instance() or QApplication([])  # noqa: F841
+    from app.selftest import _start_window, write_settings
+
+    write_settings(max_tokens=4)
+    win, *_ = _start_window()
+    print(json.dumps({"device": win.host.model["device"]}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    return {}
+
+
+def after_crash_worker(data: str) -> dict:
+    """The next start on the same data folder, the device still visible."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ["HEARTH_DATA_DIR"] = data
+    from PySide6.QtWidgets import QApplication
+
+    qapp = QApplication.instance() or QApplication([])  # noqa: F841
+    from app import gpu_guard
+    from app.selftest import _start_window, send_and_wait
+
+    win, *_ = _start_window()
+    try:
+        m = win.host.model
+        out = {"first": {"device": m["device"], "n_gpu_layers": m["n_gpu_layers"]}, "messages": win.info.messages(),
+               "marker_after_cpu_load": gpu_guard.marker_path().exists(),
+               "reply": send_and_wait(win, Q, timeout_s=300)}
+        bar = next(b for b in win.info.bars() if "stopped unexpectedly" in b.text())
+        bar.action_button.click()  # "Use the GPU again"
+        from app.selftest import wait_until
+
+        wait_until(lambda: not win.host.loading and win.host.ready and win.host.model["device"] != "CPU", 300)
+        out["again"] = {"device": win.host.model["device"], "n_gpu_layers": win.host.model["n_gpu_layers"]}
+        out["marker_on_gpu"] = gpu_guard.marker_path().exists()
+    finally:
+        win.close()
+    return out
+
+
 if __name__ == "__main__":
-    print(json.dumps(window_worker() if sys.argv[1:] == ["window"] else worker()))
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "crash":
+        crash_worker(sys.argv[2])
+    print(json.dumps(window_worker() if mode == "window" else after_crash_worker(sys.argv[2]) if mode == "after-crash"
+                     else worker()))
     sys.exit(0)
 
 
@@ -203,6 +254,21 @@ def window(dev) -> dict:
                           timeout=1500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def crashed(dev, tmp_path_factory) -> dict:
+    """A window on the device killed outright, then the next start on the same data folder."""
+    env = dict(os.environ, **DEVICE_ENV)
+    data = str(tmp_path_factory.mktemp("crash-data"))
+    kill = subprocess.run([sys.executable, str(HERE), "crash", data], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert kill.returncode == -9, (kill.returncode, kill.stderr[-3000:])
+    loaded = json.loads(kill.stdout.strip().splitlines()[-1])
+    proc = subprocess.run([sys.executable, str(HERE), "after-crash", data], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"killed_on": loaded["device"], **json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
 @pytest.fixture(scope="module")
@@ -330,3 +396,18 @@ def test_the_window_plans_layers_onto_the_device_and_carries_the_plan_out(dev, w
     marker = window["marker_while_running"]
     assert marker["phase"] == "running" and marker["device"] == m["device"] and marker["runtime"] == m["runtime"]
     assert window["marker_after_close"] is False
+
+
+def test_after_hearth_dies_with_the_model_on_the_device_the_next_start_runs_on_the_cpu(dev, crashed):
+    """A lost GPU aborts llama.cpp's process (SIGKILL here); the next start loads on the CPU, says why,
+    replies, and "Use the GPU again" puts the layers back on the device."""
+    name = dev["device"]["name"]
+    assert crashed["killed_on"].startswith(name)
+    assert crashed["first"] == {"device": "CPU", "n_gpu_layers": 0}
+    said = " ".join(crashed["messages"])
+    assert "stopped unexpectedly last time" in said and f"was running on {crashed['killed_on']}" in said
+    assert crashed["marker_after_cpu_load"] is False
+    reply = crashed["reply"]
+    assert reply["finish_reason"] in ("stop", "max_tokens") and not reply["error"] and reply["text"].strip()
+    assert crashed["again"]["device"].startswith(name) and crashed["again"]["n_gpu_layers"] > 0
+    assert crashed["marker_on_gpu"] is True
