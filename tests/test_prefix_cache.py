@@ -279,6 +279,17 @@ def test_disk_store_rejects_stale_identity_and_truncation(tmp_path):
     (path,) = tmp_path.glob("*.kv")
     path.write_bytes(path.read_bytes()[:-3])
     assert s1.load([1, 2, 3]) is None and not path.exists()
+    # A header that is JSON but not the store's (an array; a length that is not a number) is refused too.
+    import struct
+
+    from engine.kv.disk_store import MAGIC
+
+    for header in (b"[1, 2]", b'{"identity": {"model_sha256": "aa", "kv_type": "f16"}, "state_len": "11"}'):
+        s1.save([1, 2, 3], bytearray(b"state-bytes"))
+        (path,) = tmp_path.glob("*.kv")
+        path.write_bytes(MAGIC + struct.pack("<I", len(header)) + header + b"\0" * 23)
+        rejected = s1.rejected
+        assert s1.load([1, 2, 3]) is None and s1.rejected == rejected + 1 and not path.exists()
 
 
 def test_insert_that_could_never_fit_copies_nothing():

@@ -140,10 +140,12 @@ class PrefixStore:
             header = json.loads(bytes(data[start:start + hlen]))
         except ValueError:
             return "bad header", 0
+        if not isinstance(header, dict) or not isinstance(header.get("state_len"), int):
+            return "bad header", 0
         if header.get("identity") != self.identity:
             return "stale (model or settings changed)", 0
         with memoryview(data) as view, view[start + hlen:] as payload:  # released: the caller trims data
-            if len(payload) != arr.nbytes + header.get("state_len", -1):
+            if len(payload) != arr.nbytes + header["state_len"]:
                 return "truncated", 0
             if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
                 return "checksum mismatch", 0
