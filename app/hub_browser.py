@@ -89,7 +89,9 @@ class HubBrowser(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # badges arrive later: they fit too
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         split.addWidget(self.table)
         self.downloads = DownloadsView(self.queue)
         split.addWidget(self.downloads)

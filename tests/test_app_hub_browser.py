@@ -78,6 +78,7 @@ def test_search_files_with_badges_then_download_pause_resume_and_cancel(qtbot, w
     idle(qtbot, b)
     assert [f.name for f in b.files] == ["tiny-chat.F32.gguf", "tiny-chat.Q2.gguf"]
     assert b.badge_of("tiny-chat.F32.gguf") == lib.FIT_GPU
+    assert all(b.table.columnWidth(c) >= b.table.sizeHintForColumn(c) for c in range(1, b.table.columnCount()))
     assert b.table.item(0, 4).text() == hub.etag("acme/Tiny-GGUF", "tiny-chat.F32.gguf")[0][:12]
 
     # Queue one, pause it part-way, resume it: the second request continues from the bytes on disk.

@@ -81,6 +81,8 @@ def test_fit_badges_for_a_simulated_8_gib_gpu(qtbot, window, dirs, bundled_path)
     assert view.table.item(r, lib_col("Quantization")).text() == "Q4_K_M"
     assert view.table.item(r, lib_col("Parameters")).text() == "14.8B"
     assert view.table.item(r, lib_col("Context")).text() == "32,768"
+    for c in range(1, view.table.columnCount()):  # every figure and badge readable, not cut to "par…"
+        assert view.table.columnWidth(c) >= view.table.sizeHintForColumn(c), view.table.horizontalHeaderItem(c).text()
     view.hardware = simulated("none", "16GiB", cores=8)
     view.refresh()
     qtbot.waitUntil(lambda: view.table.item(rows(view)["qwen7.gguf"], lib_col("Fit")).text() == lib.FIT_CPU,
