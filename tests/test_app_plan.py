@@ -85,6 +85,22 @@ def fail_first_load(monkeypatch, message: str = OOM) -> list[dict]:
     return calls
 
 
+def fail_first_reply(monkeypatch, error: Exception) -> None:
+    """Engine.stream raises ``error`` the first time (the reply fails before any text), then streams."""
+    from engine import Engine
+
+    real = Engine.stream
+    failed: list[int] = []
+
+    def stream(self, *args, **kwargs):
+        if not failed:
+            failed.append(1)
+            raise error
+        yield from real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "stream", stream)
+
+
 def log_lines(data_dir) -> list[dict]:
     path = data_dir / plan_load.PLAN_LOG
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -277,21 +293,11 @@ def test_the_dialog_refuses_a_set_up_that_does_not_fit_unless_confirmed(qtbot, m
 
 def test_a_reply_that_runs_out_of_memory_reloads_a_smaller_plan_and_keeps_the_text(qtbot, make_window, gpu,
                                                                                    monkeypatch):
-    from engine import Engine
 
     gpu("1GiB")
     w = make_window()
     assert w.host.model["kv_type"] == "f16"
-    real = Engine.stream
-    failed: list[int] = []
-
-    def stream(self, *args, **kwargs):
-        if not failed:
-            failed.append(1)
-            raise HearthError("not enough memory for the compute buffer (CUDA0: failed to allocate)")
-        yield from real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Engine, "stream", stream)
+    fail_first_reply(monkeypatch, HearthError("not enough memory for the compute buffer (CUDA0: failed to allocate)"))
     w.chat.input.setPlainText("Hello")
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
@@ -371,16 +377,8 @@ def test_a_start_after_stopping_with_the_model_on_a_gpu_runs_on_the_cpu_once_and
     assert w.settings.gpu_layers is None and SettingsFile().load()[0].gpu_layers is None  # Auto stays Auto
     assert SettingsFile().load()[0].load_key() == w.settings.load_key()
     # A reply that runs out of memory now reloads a smaller plan, still on the CPU.
-    real_stream = Engine.stream
-    failed: list[int] = []
-
-    def stream(self, *args, **kwargs):
-        if not failed:
-            failed.append(1)
-            raise HearthError("not enough memory to compute a batch of 8 tokens (llama_decode returned -2)")
-        yield from real_stream(self, *args, **kwargs)
-
-    monkeypatch.setattr(Engine, "stream", stream)
+    fail_first_reply(monkeypatch, HearthError("not enough memory to compute a batch of 8 tokens "
+                                              "(llama_decode returned -2)"))
     w.chat.input.setPlainText("Hello")
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(calls) == 2 and w.host.ready, timeout=60_000)
@@ -423,7 +421,6 @@ def test_a_marker_is_taken_only_from_a_run_that_ended(data_dir):
 
 def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_the_text(qtbot, make_window, gpu,
                                                                                       monkeypatch):
-    from engine import Engine
     from engine.backends.llama_cpp import decode_error
 
     hw = gpu("8GiB")
@@ -432,16 +429,7 @@ def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_
     # Where the layers went comes from llama.cpp's log; this CPU build has no device to fail, so the
     # window is told the model runs on one, and the engine fails as ggml-vulkan does on a lost device.
     w.host.model.update(runtime="vulkan", device="Vulkan0")
-    real = Engine.stream
-    failed: list[int] = []
-
-    def stream(self, *args, **kwargs):
-        if not failed:
-            failed.append(1)
-            raise decode_error(-3, 12)
-        yield from real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Engine, "stream", stream)
+    fail_first_reply(monkeypatch, decode_error(-3, 12))
     w.chat.input.setPlainText("Hello")
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
