@@ -421,7 +421,7 @@ def test_a_marker_is_taken_only_from_a_run_that_ended(data_dir):
 
 def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_the_text(qtbot, make_window, gpu,
                                                                                       monkeypatch):
-    from engine.backends.llama_cpp import decode_error
+    from engine.backends.llama_log import decode_error
 
     hw = gpu("8GiB")
     w = make_window()

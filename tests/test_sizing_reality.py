@@ -250,7 +250,7 @@ def _load_failure(lines, what="create a 32768-token context") -> ModelLoadError:
 
 
 def test_a_device_allocation_failure_names_the_device_and_the_retry_shrinks_the_gpu():
-    from engine.backends.llama_cpp import failed_allocation_device
+    from engine.backends.llama_log import failed_allocation_device
 
     assert failed_allocation_device(KV_ON_VULKAN) == "Vulkan0"
     assert failed_allocation_device(WEIGHTS_ON_CUDA) == "CUDA0"  # the indexed name over cudaMalloc's "CUDA"
@@ -275,19 +275,19 @@ def test_a_device_allocation_failure_names_the_device_and_the_retry_shrinks_the_
 
 
 def test_a_decode_that_cannot_allocate_is_out_of_memory():
-    from engine.backends.llama_cpp import decode_error
+    from engine.backends.llama_log import decode_error
 
     # llama_decode returns -2 for GGML_STATUS_ALLOC_FAILED: the window's retry must see it as memory.
     assert is_out_of_memory(decode_error(-2, 512)) and "batch of 512 tokens" in str(decode_error(-2, 512))
     assert not is_out_of_memory(decode_error(-3, 512)) and is_device_failure(decode_error(-3, 512))
     # The device is read from the decode's own log lines (through llama.cpp's log callback), not
     # from whatever another engine logged before.
-    from engine.backends import llama_cpp as lcpp
+    from engine.backends import llama_log
 
-    mark = lcpp._log_mark()
-    lcpp._on_log(4, b"ggml_gallocr_reserve_n: failed to allocate Vulkan0 buffer of size 104857600\n", None)
+    mark = llama_log._log_mark()
+    llama_log._on_log(4, b"ggml_gallocr_reserve_n: failed to allocate Vulkan0 buffer of size 104857600\n", None)
     assert str(decode_error(-2, 8, mark)).startswith("not enough memory on Vulkan0 to compute a batch of 8")
-    assert "Vulkan0" not in str(decode_error(-2, 8, lcpp._log_mark()))
+    assert "Vulkan0" not in str(decode_error(-2, 8, llama_log._log_mark()))
 
 
 def test_a_context_larger_than_memory_fails_to_load_with_a_clear_out_of_memory(bundled_path):

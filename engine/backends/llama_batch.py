@@ -22,6 +22,7 @@ import llama_cpp as lc
 import numpy as np
 
 from ..errors import ContextFullError, HearthError, ModelLoadError
+from .llama_log import _log_mark, decode_error
 
 
 class LlamaBatch:
@@ -79,16 +80,14 @@ class LlamaBatch:
         if n == 0:
             return []
         batch.n_tokens = n
-        from . import llama_cpp as host  # its log and errors (that module imports this one)
-
-        mark = host._log_mark()
+        mark = _log_mark()
         rc = lc.llama_decode(self._ctx, batch)
         if rc != 0:
             for seq, _tokens, pos, _want in rows:
                 lc.llama_memory_seq_rm(self._mem, seq, pos, -1)
             if rc == 1:
                 raise ContextFullError("no room left in the KV cache for this batch")
-            raise host.decode_error(rc, n, mark)
+            raise decode_error(rc, n, mark)
         out: list[np.ndarray | None] = []
         for i in where:
             if i < 0:
