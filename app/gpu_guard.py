@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.models.digest import atomic_write
+
 from .paths import data_dir
 
 MARKER = "gpu-session.json"
@@ -61,12 +63,8 @@ def mark(phase: str, **about: Any) -> None:
     """Say that a model is being loaded ("loading") or runs ("running") with layers on a device."""
     entry = {"phase": phase, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "pid": os.getpid(),
              "started": _started(os.getpid()), **about}
-    path = marker_path()
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(entry), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(marker_path(), json.dumps(entry).encode("utf-8"))
     except OSError:
         pass  # a read-only data folder: the guard is a convenience, never a reason to fail a load
 

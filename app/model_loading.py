@@ -236,8 +236,9 @@ class ModelLoadingMixin:
         self.memory_details.show()
 
     def _reply_failed(self, _mid: int, msg: str, _partial: str) -> None:
-        """A reply ran out of memory: load the next smaller plan, once per load. The reply's
-        own failure handling gives back the text (or keeps the partial reply)."""
+        """A reply failed on the device (load again on the CPU) or ran out of memory (load the
+        next smaller plan, once per load). The reply's own failure handling gives back the text
+        (or keeps the partial reply)."""
         if self._closed or self._load_key is None:
             return
         model = self.host.model or {}
