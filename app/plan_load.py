@@ -30,8 +30,8 @@ from engine.sizing.plan import Choices, Plan, plan_for
 from engine.sizing.reality import actual_buffers, check_against_report, describe_change, load_with_retry, \
     smaller_plan
 
-from .model_choice import BUNDLED, HF_QUANTS, effective_backend, infer_source, runs_gguf
 from . import gpu_guard
+from .model_choice import BUNDLED, HF_QUANTS, effective_backend, infer_source, runs_gguf
 from .paths import data_dir
 
 ALL_LAYERS = 1 << 20       # "all": the planner clamps it to every block plus the output head
@@ -155,12 +155,11 @@ def load(ref, key: dict[str, Any], backend: str, *, n_threads: int | None, loade
     after this one."""
     messages: list[str] = []
     plan, retried = None, False
-    hardware = None
-    if key.get("cpu_only"):  # this once on the CPU (the last run stopped with the model on a device)
+    fmt, hardware = plan_format(key), None
+    if key.get("cpu_only"):  # this once on the CPU (a GPU failed or stopped the last run); the window says why
         key = {**key, "gpu_layers": 0}
-        fmt = plan_format(key)
-        hardware = replace(machine(fmt), gpus=()) if fmt is not None else None  # the window says why
-    if plan_format(key) is not None:
+        hardware = replace(machine(fmt), gpus=()) if fmt is not None else None
+    if fmt is not None:
         try:
             plan = plan_for_key(key, str(ref.path), hardware)
         except HearthError as e:  # a model the planner cannot read still gets its load (and its message)

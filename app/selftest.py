@@ -117,12 +117,6 @@ def _badges_done(items, badge_of) -> bool:
     return bool(items) and all(badge_of(i) != "…" for i in items)
 
 
-def _fit_columns(table) -> None:
-    """Every column in view, the Fit one included (the first, stretched, takes what is left)."""
-    for c in range(1, table.columnCount()):
-        table.resizeColumnToContents(c)
-
-
 def show_models(win, page: str, search: str = "GGUF", timeout_s: float = 120.0) -> None:
     """Open the Models dock on ``page``: "library" (the models on disk), or "hub" (search the Hub for
     ``search``, open the first result, select its first file that fits the GPU); return once the
@@ -135,7 +129,6 @@ def show_models(win, page: str, search: str = "GGUF", timeout_s: float = 120.0) 
         if not wait_until(lambda: lib.scanning == 0 and _badges_done(
                 [m.path for m in lib.models if not m.error], lib.badge_of), timeout_s):
             raise RuntimeError(f"the library did not fill: {lib.status.text()}")
-        _fit_columns(lib.table)
         return
     hub = dock.hub
     dock.tabs.setCurrentWidget(hub)
@@ -148,7 +141,6 @@ def show_models(win, page: str, search: str = "GGUF", timeout_s: float = 120.0) 
     if not wait_until(lambda: hub.busy == 0 and _badges_done([f.name for f in hub.files], hub.badge_of),
                       timeout_s):
         raise RuntimeError(f"the repository's files did not fill: {hub.status.text()}")
-    _fit_columns(hub.table)
     from engine.models.library import FIT_GPU
 
     best = next((f for f in hub.files if hub.badge_of(f.name) == FIT_GPU), hub.files[0])
