@@ -1,1 +1,2 @@
-"""Hearth's desktop window (PySide6). Qt-free parts: store.py, settings.py, paths.py."""
+"""Hearth's desktop window (PySide6), grouped by job: core/ (Qt-free), bridge/ (threads),
+ui/ (shared widgets), window/, chat/, library/, settings_ui/, performance/."""

@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 
-from .paths import ENV_DATA_DIR
+from app.core.paths import ENV_DATA_DIR
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox
 
-    from . import theme
-    from .store import StoreError
+    from app.ui import theme
+    from app.core.store import StoreError
 
     app = QApplication(sys.argv[:1])
     app.setApplicationName("Hearth")
@@ -105,16 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     app.setWindowIcon(theme.app_icon())
     try:
         if args.self_test:
-            from .selftest import run_self_test
+            from app.window.selftest import run_self_test
             return run_self_test(max_tokens=args.max_tokens, gap_budget_ms=args.gap_budget_ms)
         if args.bench_open:
-            from .bench_open import main as bench_open
+            from app.window.bench_open import main as bench_open
             return bench_open()
         if args.screenshot:
-            from .selftest import take_screenshot
+            from app.window.selftest import take_screenshot
             return take_screenshot(args.screenshot, theme=args.theme, show=args.show, search=args.search)
 
-        from .main_window import MainWindow
+        from app.window.main_window import MainWindow
         try:
             win = MainWindow()
         except (StoreError, OSError) as e:

@@ -215,8 +215,8 @@ def cli_doctor(a) -> int:
     import json
     from pathlib import Path
 
-    from .bench.overhead import measure_read_bandwidth
-    from .backends.llama_cpp import default_threads
+    from .sizing.bandwidth import measure_read_bandwidth
+    from .backends.llama.backend import default_threads
     from .engine import Engine
     from .kv.prefix_cache import DEFAULT_BUDGET
 

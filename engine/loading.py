@@ -37,7 +37,7 @@ def open_backend(ref: ModelRef, *, backend: str | None, n_ctx: int | None, n_thr
         if quant != "none":
             raise HearthError("int8/int4 are transformers-backend choices; a GGUF file carries its "
                               "own quantization (pick another GGUF file to change it)")
-        from .backends.llama_cpp import LlamaCppBackend  # native library: load only when asked
+        from .backends.llama.backend import LlamaCppBackend  # native library: load only when asked
         from .models.digest import file_sha256
         from .models.gguf import model_info
 
@@ -72,7 +72,7 @@ def find_draft_for(target: Vocab) -> Path | None:
     target's and whose weights are at most half the target's."""
     from .models.catalogue import model_dir
     from .models.gguf import model_info
-    from .sizing.spec import spec_from_gguf
+    from .sizing.shape import spec_from_gguf
 
     if not target.path:
         return None  # a transformers folder: no GGUF header to compare drafts against

@@ -11,7 +11,7 @@ def _trace_window_shown(path: str) -> None:
     smoke test wants the time from process start, so it notes when it launched
     the bundle and this notes when the window appeared. Off unless asked for.
     """
-    from app import main_window
+    from app.window import main_window
 
     original = main_window.MainWindow.show
 

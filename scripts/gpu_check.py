@@ -138,7 +138,7 @@ def _offload_everything() -> None:
     """Every load in the benchmark modules puts all layers on the GPU (drafts too)."""
     import llama_cpp
 
-    from engine.backends.llama_cpp import LlamaCppBackend
+    from engine.backends.llama.backend import LlamaCppBackend
     from engine.engine import Engine
 
     load = Engine.load.__func__

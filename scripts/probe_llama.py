@@ -27,8 +27,9 @@ N_BATCH = 48
 
 
 def _devices():
-    """engine/backends/devices.py, by path: the engine is not installed yet on a first set-up."""
-    spec = importlib.util.spec_from_file_location("_hearth_devices", ROOT / "engine" / "backends" / "devices.py")
+    """engine/backends/llama/devices.py, by path: the engine is not installed yet on a first set-up."""
+    path = ROOT / "engine" / "backends" / "llama" / "devices.py"
+    spec = importlib.util.spec_from_file_location("_hearth_devices", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)

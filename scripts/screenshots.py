@@ -66,7 +66,7 @@ def _take(scratch: Path, out: Path, args) -> int:
     try:
         from PySide6.QtWidgets import QApplication
 
-        from app.selftest import take_screenshot
+        from app.window.selftest import take_screenshot
         from engine.sizing.hardware import simulated
 
         app = QApplication(sys.argv[:1])

@@ -18,7 +18,7 @@ After installing, a probe decodes a real multi-token batch in a subprocess
 (with every layer on the device for a GPU build). A build that fails to
 compile or to probe is recorded with its reason and the next runtime down is
 tried; the record (.venv/.hearth-setup.json, read by
-engine.backends.devices.setup_runtime) lets the window say why. A build that
+engine.backends.llama.devices.setup_runtime) lets the window say why. A build that
 passed its probe for the same flags is never rebuilt, even when the wheel
 cache was cleared.
 """

@@ -33,7 +33,7 @@ def kquant_path(bundled_path, tmp_path_factory):
 @pytest.fixture(scope="session")
 def llama_backend(bundled_path):
     """One shared backend for tests that only tokenize or read metadata."""
-    from engine.backends.llama_cpp import LlamaCppBackend
+    from engine.backends.llama.backend import LlamaCppBackend
 
     b = LlamaCppBackend(bundled_path, n_ctx=2048)
     yield b

@@ -11,7 +11,7 @@ import importlib.util
 import struct
 from pathlib import Path
 
-from engine.models.gguf import DEFAULT_ALIGNMENT, GGML_TYPES
+from engine.models.gguf_header import DEFAULT_ALIGNMENT, GGML_TYPES
 
 _HERE = Path(__file__).parent / "fixtures" / "sizing"
 _spec = importlib.util.spec_from_file_location("make_fixtures_mf", _HERE / "make_fixtures.py")

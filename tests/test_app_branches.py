@@ -5,8 +5,8 @@ import sqlite3
 
 import pytest
 
-from app.store import Store
-from app.store_schema import MIGRATIONS, statements
+from app.core.store import Store
+from app.core.store_schema import MIGRATIONS, statements
 
 
 @pytest.fixture
@@ -95,8 +95,8 @@ def data_dir(tmp_path, monkeypatch):
 
 @pytest.fixture
 def make_window(qtbot, data_dir):
-    from app.main_window import MainWindow
-    from app.selftest import write_settings
+    from app.window.main_window import MainWindow
+    from app.window.selftest import write_settings
 
     made: list = []
 

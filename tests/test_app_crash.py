@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import Store
+from app.core.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ CHILD = textwrap.dedent("""
     from PySide6.QtWidgets import QApplication
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
-    from app.selftest import write_settings, _start_window, wait_until
+    from app.window.selftest import write_settings, _start_window, wait_until
     app = QApplication([])
     write_settings(max_tokens=2000)
     win, *_ = _start_window()

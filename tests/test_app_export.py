@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from app.export import ImportFailed, import_json, to_json, to_markdown
-from app.store import Store
+from app.core.export import ImportFailed, import_json, to_json, to_markdown
+from app.core.store import Store
 
 
 def branched(store: Store) -> int:
@@ -81,7 +81,7 @@ def test_a_bad_file_is_refused_with_a_reason_and_nothing_is_written(tmp_path, te
 
 
 def test_the_window_exports_imports_and_pins(qtbot, tmp_path, monkeypatch):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path / "data"))
     w = MainWindow()

@@ -14,9 +14,9 @@ pytest.importorskip("huggingface_hub")
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
 
-from app.main_window import MainWindow  # noqa: E402
-from app.model_loading import BAR_STEPS  # noqa: E402
-from app.settings import Settings, SettingsError, SettingsFile  # noqa: E402
+from app.window.main_window import MainWindow  # noqa: E402
+from app.window.model_loading import BAR_STEPS  # noqa: E402
+from app.core.settings import Settings, SettingsError, SettingsFile  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def with_model(w: MainWindow, model: str, source: str) -> Settings:
 
 
 def test_dialog_offers_folders_and_hub_ids_and_refuses_what_the_engine_would(qtbot, data_dir, tiny_dir):
-    from app.settings_dialog import SettingsDialog
+    from app.settings_ui.settings_dialog import SettingsDialog
 
     dlg = SettingsDialog(Settings())
     qtbot.addWidget(dlg)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.downloads import CANCELLED, DONE, PAUSED, RUNNING
-from app.main_window import MainWindow
-from app.selftest import write_settings
+from app.library.downloads import CANCELLED, DONE, PAUSED, RUNNING
+from app.window.main_window import MainWindow
+from app.window.selftest import write_settings
 from engine.models import library as lib
 from engine.sizing.hardware import simulated
 from hub_server import HubServer, Sparse

@@ -8,8 +8,8 @@ from PySide6.QtCore import QMimeData, QObject, QPointF, Qt, QUrl, Slot
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.main_window import MainWindow
-from app.selftest import write_settings
+from app.window.main_window import MainWindow
+from app.window.selftest import write_settings
 from engine.models import library as lib
 from engine.models.gguf import model_info
 from engine.sizing.hardware import simulated
@@ -90,7 +90,7 @@ def test_fit_badges_for_a_simulated_8_gib_gpu(qtbot, window, dirs, bundled_path)
 
 
 def lib_col(name: str) -> int:
-    from app.library_view import COLUMNS
+    from app.library.library_view import COLUMNS
 
     return COLUMNS.index(name)
 
@@ -175,9 +175,9 @@ def test_load_from_the_library_lists_drafts_and_recent_models(qtbot, window, dir
 
 
 def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot, window, dirs, bundled_path):
-    from app import plan_load
-    from app.settings import Settings, SettingsError
-    from app.settings_dialog import SettingsDialog
+    from app.core import plan_load
+    from app.core.settings import Settings, SettingsError
+    from app.settings_ui.settings_dialog import SettingsDialog
 
     draft = tiny_draft(dirs / "models" / "tiny-draft.gguf", bundled_path)
     write_model_gguf(dirs / "models" / "qwen05.gguf", "qwen2.5-0.5b", "Q4_K_M")  # another vocabulary

@@ -12,11 +12,11 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from app.main_window import MainWindow
-from app.replies import context_cut, context_use
-from app.selftest import write_settings
-from app.settings import Settings, SettingsFile
-from app.store import StoredMessage
+from app.window.main_window import MainWindow
+from app.window.replies import context_cut, context_use
+from app.window.selftest import write_settings
+from app.core.settings import Settings, SettingsFile
+from app.core.store import StoredMessage
 
 SHORT = "What is the capital of France?"
 # About 1,500 tokens: six prefill chunks, so Stop lands while the prompt is read.
@@ -127,7 +127,7 @@ def test_the_context_policy_setting_is_read_written_and_checked(data_dir):
 
 
 def test_the_sampling_tab_edits_the_context_policy(qtbot, data_dir):
-    from app.settings_dialog import SettingsDialog
+    from app.settings_ui.settings_dialog import SettingsDialog
 
     dlg = SettingsDialog(Settings(context_policy="stop"))
     qtbot.addWidget(dlg)
@@ -285,7 +285,7 @@ def test_a_replaced_engine_is_freed(qtbot, make_window):
 
 
 def test_a_1000_message_chat_builds_only_a_screenful_and_more_on_scrolling_up(qtbot, data_dir):
-    from app.chat_view import BATCH
+    from app.chat.chat_view import BATCH
 
     w = MainWindow()
     w.show()
@@ -330,7 +330,7 @@ def test_the_input_box_grows_with_its_text_up_to_a_limit(qtbot, data_dir):
 
 
 def test_the_open_benchmark_measures_what_it_says(qtbot, data_dir, llama_backend):
-    from app import bench_open
+    from app.window import bench_open
 
     reply = bench_open.long_reply()
     assert 9_000 <= len(llama_backend.tokenize(reply)) <= 12_000  # "a 10k-token reply", by the real tokenizer

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from app.loop_monitor import LoopMonitor
+from app.ui.loop_monitor import LoopMonitor
 
 
 def test_a_stall_is_measured_in_its_phase(qtbot):

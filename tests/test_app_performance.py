@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.main_window import MainWindow
-from app.selftest import send_and_wait, write_settings
-from app.settings import SettingsFile
+from app.window.main_window import MainWindow
+from app.window.selftest import send_and_wait, write_settings
+from app.core.settings import SettingsFile
 
 
 @pytest.fixture
@@ -28,8 +28,8 @@ def window(qtbot, data_dir):
 
 
 def test_fast_profile_is_chosen_in_settings_and_the_window_says_what_it_means(qtbot, window):
-    from app.model_loading import FAST_NOTE
-    from app.settings_dialog import SettingsDialog
+    from app.window.model_loading import FAST_NOTE
+    from app.settings_ui.settings_dialog import SettingsDialog
 
     w = window
     assert w.settings.exactness == "exact" and w.host.model["exactness"] == "exact"  # the default
@@ -58,7 +58,7 @@ def _colors(img) -> set:
 def test_performance_panel_renders_a_real_reply_offscreen(qtbot, engine, tmp_path):
     from PySide6.QtCharts import QBarSeries, QHorizontalStackedBarSeries, QLineSeries
 
-    from app.performance_panel import PART_COLORS, PerformancePanel, roofline, tok_s_curve
+    from app.performance.performance_panel import PART_COLORS, PerformancePanel, roofline, tok_s_curve
     from engine.types import Message, SamplingParams
 
     evs = list(engine.stream([Message("user", "Tell me about the sea.")],
@@ -94,7 +94,7 @@ def test_performance_panel_renders_a_real_reply_offscreen(qtbot, engine, tmp_pat
 
 
 def test_tok_s_curve_and_roofline_on_hand_written_steps():
-    from app.performance_panel import roofline, tok_s_curve
+    from app.performance.performance_panel import roofline, tok_s_curve
 
     assert tok_s_curve([10.0, 10.0, 30.0], window=2).tolist() == pytest.approx([100.0, 100.0, 50.0])
     assert tok_s_curve([]).size == 0
@@ -107,7 +107,7 @@ def test_a_replys_performance_button_opens_its_panel(qtbot, window):
     w = window
     reply = send_and_wait(w, "Name a fruit.")
     assert reply["metrics"]["timeline"]["generated_tokens"] > 0  # the engine recorded it, the store kept it
-    from app.message_widget import MessageWidget
+    from app.chat.message_widget import MessageWidget
 
     (widget,) = [m for m in w.chat.findChildren(MessageWidget) if m.mid == reply["id"]]
     assert widget.btn_perf.isVisible() and widget.btn_perf.isEnabled()
@@ -138,7 +138,7 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
 
     from engine.tuning import report
 
-    from app.tune_dialog import TuneDialog
+    from app.performance.tune_dialog import TuneDialog
 
     w = window
     before = w.settings

@@ -3,7 +3,7 @@ ones stay as chosen, an out-of-memory load or reply retries with the next smalle
 the memory figure and the plan count the same parts, and the disk prompt cache is on.
 
 The real window and the real bundled model run on the CPU. A GPU is simulated through
-the planner's Hardware (app.plan_load.machine): llama.cpp's CPU build runs the layers the
+the planner's Hardware (app.core.plan_load.machine): llama.cpp's CPU build runs the layers the
 plan "offloads" on the CPU, so everything here passes without a GPU.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from app import plan_load
-from app.main_window import MainWindow
-from app.selftest import write_settings
-from app.settings import Settings, SettingsError, SettingsFile
+from app.core import plan_load
+from app.window.main_window import MainWindow
+from app.window.selftest import write_settings
+from app.core.settings import Settings, SettingsError, SettingsFile
 from engine.errors import HearthError, ModelLoadError
 from engine.sizing.hardware import simulated
 from engine.sizing.plan import plan_for
@@ -153,7 +153,7 @@ def test_auto_takes_the_plan_and_fixed_choices_stay_as_chosen(data_dir):
 
 
 def test_a_plan_that_does_not_fit_says_why_and_keeps_the_choices():
-    from app.plan_text import headline, refusal
+    from app.core.plan_text import headline, refusal
 
     hw = simulated("450MiB", "8GiB", cores=2)
     key = {**Settings().load_key(), "gpu_layers": "all", "kv_type": "f16"}
@@ -169,7 +169,7 @@ def test_a_plan_that_does_not_fit_says_why_and_keeps_the_choices():
 # -- the window -------------------------------------------------------------------------
 
 def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbot, make_window, gpu, data_dir):
-    from app.settings_dialog import SettingsDialog
+    from app.settings_ui.settings_dialog import SettingsDialog
 
     hw = gpu("600MiB")
     plan = plan_for(None, hw)
@@ -267,7 +267,7 @@ def test_a_fixed_choice_that_runs_out_of_memory_is_not_overridden(qtbot, make_wi
 
 
 def test_the_dialog_refuses_a_set_up_that_does_not_fit_unless_confirmed(qtbot, make_window, gpu):
-    from app.settings_dialog import SettingsDialog
+    from app.settings_ui.settings_dialog import SettingsDialog
 
     gpu("450MiB")
     w = make_window(start=False)
@@ -312,7 +312,7 @@ def test_a_reply_that_runs_out_of_memory_reloads_a_smaller_plan_and_keeps_the_te
 
 
 def test_the_disk_prompt_cache_is_on_and_clear_cache_frees_it(qtbot, make_window, data_dir):
-    from app.text_utils import human_bytes
+    from app.core.text_utils import human_bytes
 
     w = make_window()
     bar = w.chat.system
@@ -335,8 +335,8 @@ def test_the_disk_prompt_cache_is_on_and_clear_cache_frees_it(qtbot, make_window
 
 
 def test_settings_shows_the_disk_prompt_cache_and_clears_it(qtbot, make_window, data_dir):
-    from app.settings_dialog import SettingsDialog
-    from app.text_utils import human_bytes
+    from app.settings_ui.settings_dialog import SettingsDialog
+    from app.core.text_utils import human_bytes
 
     store = data_dir / plan_load.PREFIX_STORE
     store.mkdir()
@@ -355,7 +355,7 @@ def test_settings_shows_the_disk_prompt_cache_and_clears_it(qtbot, make_window, 
 
 def test_a_start_after_stopping_with_the_model_on_a_gpu_runs_on_the_cpu_once_and_says_why(qtbot, make_window, gpu,
                                                                                         monkeypatch, data_dir):
-    from app import gpu_guard
+    from app.core import gpu_guard
     from engine import Engine
 
     hw = gpu("8GiB")
@@ -391,7 +391,7 @@ def test_a_start_after_stopping_with_the_model_on_a_gpu_runs_on_the_cpu_once_and
 
 
 def test_a_marker_is_taken_only_from_a_run_that_ended(data_dir):
-    from app import gpu_guard
+    from app.core import gpu_guard
 
     assert gpu_guard.take() is None
     gpu_guard.mark("loading", model="big.gguf")
@@ -421,7 +421,7 @@ def test_a_marker_is_taken_only_from_a_run_that_ended(data_dir):
 
 def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_the_text(qtbot, make_window, gpu,
                                                                                       monkeypatch):
-    from engine.backends.llama_log import decode_error
+    from engine.backends.llama.log import decode_error
 
     hw = gpu("8GiB")
     w = make_window()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from PySide6.QtGui import QDesktopServices, QTextFormat, QTextTable, QTextCursor
 
-from app.code_highlight import label_for, lexer_for, spans
-from app.markdown_render import COPY_SCHEME, code_groups
-from app.theme import BUBBLES
+from app.core.code_highlight import label_for, lexer_for, spans
+from app.chat.markdown_render import COPY_SCHEME, code_groups
+from app.ui.theme import BUBBLES
 from tests.test_app_safe_links import SCHEMES, _Catcher, _click_link, _fragments, _reply
 
 

@@ -10,9 +10,9 @@ from PySide6.QtGui import QDesktopServices, QImage, QTextCursor, QTextDocument
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.message_widget import MessageWidget
-from app.safe_links import link_allowed
-from app.theme import BUBBLES
+from app.chat.message_widget import MessageWidget
+from app.ui.safe_links import link_allowed
+from app.ui.theme import BUBBLES
 
 SCHEMES = ("http", "https", "mailto", "file", "javascript", "myapp", "data", "ftp")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from PySide6.QtGui import QImage
 
-from app import selftest
+from app.window import selftest
 from app.__main__ import _parser
-from app.library_view import FIT_COL
+from app.library.library_view import FIT_COL
 from engine.models import library as lib
 
 

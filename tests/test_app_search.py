@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from app.chat_search import HIT_END, HIT_START, fts_query, snippet_html
-from app.store import Store
+from app.core.chat_search import HIT_END, HIT_START, fts_query, snippet_html
+from app.core.store import Store
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_snippets_are_inert_html():
 
 @pytest.fixture
 def window(qtbot, tmp_path, monkeypatch):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
     w = MainWindow()

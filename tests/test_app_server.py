@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.settings import Settings, SettingsError, SettingsFile
+from app.core.settings import Settings, SettingsError, SettingsFile
 
 
 def test_server_settings_default_off_validate_and_round_trip(tmp_path):
@@ -34,7 +34,7 @@ def test_server_settings_default_off_validate_and_round_trip(tmp_path):
 def test_settings_dialog_local_server_tab(qtbot):
     from PySide6.QtGui import QGuiApplication
 
-    from app.settings_dialog import SettingsDialog
+    from app.settings_ui.settings_dialog import SettingsDialog
 
     dlg = SettingsDialog(Settings())
     qtbot.addWidget(dlg)
@@ -93,10 +93,10 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch):
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
 
-    from app import worker
-    from app.main_window import MainWindow
-    from app.selftest import write_settings
-    from app.settings_dialog import SettingsDialog
+    from app.bridge import load_worker as worker
+    from app.window.main_window import MainWindow
+    from app.window.selftest import write_settings
+    from app.settings_ui.settings_dialog import SettingsDialog
 
     write_settings(max_tokens=24)
     w = MainWindow()
@@ -196,8 +196,8 @@ def test_a_port_in_use_is_reported_and_nothing_is_lost(qtbot, data_dir):
     import socket
     from dataclasses import replace
 
-    from app.main_window import MainWindow
-    from app.selftest import write_settings
+    from app.window.main_window import MainWindow
+    from app.window.selftest import write_settings
 
     write_settings()
     w = MainWindow()

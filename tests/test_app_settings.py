@@ -1,13 +1,13 @@
-"""app/settings.py and the small Qt-free helpers the window uses."""
+"""app/core/settings.py and the small Qt-free helpers the window uses."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from app.memory import auto_context, estimate
-from app.settings import Settings, SettingsError, SettingsFile
-from app.text_utils import code_blocks, finish_note, human_bytes, metrics_line
+from app.core.memory import auto_context, estimate
+from app.core.settings import Settings, SettingsError, SettingsFile
+from app.core.text_utils import code_blocks, finish_note, human_bytes, metrics_line
 
 
 def test_defaults_validate_and_round_trip(tmp_path):
@@ -141,7 +141,7 @@ def test_memory_estimate_for_the_bundled_model(bundled_path):
 
 
 def test_segment_bounds_cut_only_between_top_level_blocks():
-    from app.text_utils import segment_bounds
+    from app.core.text_utils import segment_bounds
 
     md = ("para one\n\n```python\nx = 1\n\ny = 2\n```\n\n1. item\n\n   continued\n2. next\n\n"
           "last para\n")

@@ -7,9 +7,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtTest import QTest
 
-from app.main_window import MainWindow
-from app.selftest import write_settings
-from app.shortcuts import SHORTCUTS, ShortcutsSheet, shown_keys
+from app.window.main_window import MainWindow
+from app.window.selftest import write_settings
+from app.ui.shortcuts import SHORTCUTS, ShortcutsSheet, shown_keys
 
 C, S = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.ShiftModifier
 

@@ -1,11 +1,11 @@
-"""app/store.py: conversations, messages, partial replies, soft deletes, damaged files."""
+"""app/core/store.py: conversations, messages, partial replies, soft deletes, damaged files."""
 from __future__ import annotations
 
 import sqlite3
 
 import pytest
 
-from app.store import DEFAULT_TITLE, SCHEMA_VERSION, Store, StoreError, title_from
+from app.core.store import DEFAULT_TITLE, SCHEMA_VERSION, Store, StoreError, title_from
 
 
 @pytest.fixture

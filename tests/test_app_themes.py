@@ -6,9 +6,9 @@ import pytest
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
 
-from app.main_window import MainWindow
-from app.settings import SettingsFile
-from app.theme import BUBBLES
+from app.window.main_window import MainWindow
+from app.core.settings import SettingsFile
+from app.ui.theme import BUBBLES
 
 
 @pytest.fixture

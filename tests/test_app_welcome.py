@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from app import plan_load
-from app.main_window import MainWindow
-from app.selftest import write_settings
-from app.welcome import EXAMPLES
+from app.core import plan_load
+from app.window.main_window import MainWindow
+from app.window.selftest import write_settings
+from app.chat.welcome import EXAMPLES
 from engine.sizing.hardware import simulated
 
 

@@ -9,10 +9,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtTest import QTest
 
-from app.theme import BUBBLES
-from app.main_window import MainWindow
-from app.selftest import wait_until, write_settings
-from app.settings import Settings, SettingsFile
+from app.ui.theme import BUBBLES
+from app.window.main_window import MainWindow
+from app.window.selftest import wait_until, write_settings
+from app.core.settings import Settings, SettingsFile
 
 LONG = "Write a very long story about a dragon who learns to bake bread."
 SHORT = "What is the capital of France?"
@@ -321,7 +321,7 @@ def test_copy_message_and_code_block(qtbot, make_window):
 
 
 def test_copy_code_shows_only_for_messages_with_code(qtbot):
-    from app.message_widget import MessageWidget
+    from app.chat.message_widget import MessageWidget
 
     made = {name: MessageWidget(i, role, text, colors=BUBBLES["light"]) for i, (name, role, text) in enumerate((
         ("user_plain", "user", "just words, `inline` is not a block"),
@@ -345,8 +345,8 @@ def test_draft_acceptance_shows_only_when_drafts_were_tried(qtbot, make_window):
 
 
 def test_settings_dialog_shows_quantization_estimate_and_backend(qtbot, make_window, data_dir):
-    from app.settings_dialog import SettingsDialog
-    from app.settings import SettingsError
+    from app.settings_ui.settings_dialog import SettingsDialog
+    from app.core.settings import SettingsError
 
     w = make_window(start=False)
     dlg = SettingsDialog(w.settings, w)
@@ -460,7 +460,7 @@ def test_unexpected_errors_reach_the_window(qtbot, make_window, monkeypatch):
 
 
 def test_a_long_reply_streams_in_segments_without_rerendering_finished_ones(qtbot):
-    from app.message_widget import MessageWidget
+    from app.chat.message_widget import MessageWidget
 
     w = MessageWidget(1, "assistant", "", colors=BUBBLES["light"])
     qtbot.addWidget(w)
@@ -488,7 +488,7 @@ def test_the_window_keeps_the_engine_thread_from_starving_it(qtbot, make_window)
     """What keeps the window under its 100 ms budget while the engine thread works."""
     import gc
 
-    from app.main_window import PRELOAD, SWITCH_INTERVAL_S
+    from app.window.main_window import PRELOAD, SWITCH_INTERVAL_S
 
     w = make_window(start=False)
     # The modules a load needs were imported before the window existed ...

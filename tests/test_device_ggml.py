@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from engine.backends import devices
+from engine.backends.llama import devices
 
 # Lines as llama.cpp 0.3.36's loader prints them.
 FULL = ["load_tensors: offloading 30 repeating layers to GPU\n", "load_tensors: offloading output layer to GPU\n",
@@ -42,7 +42,7 @@ def test_ggml_lists_its_devices_with_memory():
 
 
 def test_describe_reports_where_the_layers_went_not_what_was_asked(bundled_path):
-    from engine.backends.llama_cpp import LlamaCppBackend
+    from engine.backends.llama.backend import LlamaCppBackend
 
     # Here (a CPU build, or lavapipe hidden as it is by default) no device takes
     # the layers: asking for 99 GPU layers still runs on the CPU, and says so.

@@ -17,7 +17,7 @@ import gpu_check
 gpu_check._offload_everything()
 import llama_cpp
 from engine.engine import Engine
-from engine.backends.llama_cpp import LlamaCppBackend
+from engine.backends.llama.backend import LlamaCppBackend
 e = Engine.load(n_ctx=256, cache_budget=0)
 d = LlamaCppBackend(e.backend.path, n_ctx=256)
 print(json.dumps({"engine": e.backend.describe().n_gpu_layers, "draft": d.n_gpu_layers,

@@ -242,7 +242,7 @@ def test_a_gpu_build_that_fails_falls_back_and_the_reason_is_recorded(monkeypatc
 
 
 def setup_runtime_from(stamp: Path):
-    from engine.backends.devices import setup_runtime
+    from engine.backends.llama.devices import setup_runtime
 
     venv = stamp.parent / "venv"
     venv.mkdir(exist_ok=True)

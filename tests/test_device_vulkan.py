@@ -68,7 +68,7 @@ def _invariance(backend) -> dict:
 def worker() -> dict:
     """Everything measured with layers on the device, as plain data."""
     from engine import Engine, Message
-    from engine.backends import devices
+    from engine.backends.llama import devices
     from engine.models.catalogue import bundled_model_path
     from engine.models.gguf import model_info
 
@@ -146,9 +146,9 @@ def window_worker() -> dict:
     from PySide6.QtWidgets import QApplication
 
     qapp = QApplication.instance() or QApplication([])  # noqa: F841 (the window needs it alive)
-    from app import gpu_guard
-    from app.plan_load import plan_log_path
-    from app.selftest import _start_window, send_and_wait, write_settings
+    from app.core import gpu_guard
+    from app.core.plan_load import plan_log_path
+    from app.window.selftest import _start_window, send_and_wait, write_settings
 
     write_settings(max_tokens=4)
     win, _shown, _ready, _early = _start_window()
@@ -178,7 +178,7 @@ def crash_worker(data: str) -> dict:
     from PySide6.QtWidgets import QApplication
 
     qapp = QApplication.instance() or QApplication([])  # noqa: F841
-    from app.selftest import _start_window, write_settings
+    from app.window.selftest import _start_window, write_settings
 
     write_settings(max_tokens=4)
     win, *_ = _start_window()
@@ -194,8 +194,8 @@ def after_crash_worker(data: str) -> dict:
     from PySide6.QtWidgets import QApplication
 
     qapp = QApplication.instance() or QApplication([])  # noqa: F841
-    from app import gpu_guard
-    from app.selftest import _start_window, send_and_wait
+    from app.core import gpu_guard
+    from app.window.selftest import _start_window, send_and_wait
 
     win, *_ = _start_window()
     try:
@@ -205,7 +205,7 @@ def after_crash_worker(data: str) -> dict:
                "reply": send_and_wait(win, Q, timeout_s=300)}
         bar = next(b for b in win.info.bars() if "stopped unexpectedly" in b.text())
         bar.action_button.click()  # "Use the GPU again"
-        from app.selftest import wait_until
+        from app.window.selftest import wait_until
 
         wait_until(lambda: not win.host.loading and win.host.ready and win.host.model["device"] != "CPU", 300)
         out["again"] = {"device": win.host.model["device"], "n_gpu_layers": win.host.model["n_gpu_layers"]}
@@ -233,7 +233,7 @@ def dev() -> dict:
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if "device" not in out:
-        from engine.backends.devices import setup_runtime
+        from engine.backends.llama.devices import setup_runtime
 
         rec = setup_runtime()
         why = (f"llama.cpp here is the {rec.runtime} build ({'; '.join(rec.fallbacks) or rec.why})" if rec

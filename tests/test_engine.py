@@ -201,7 +201,7 @@ def test_all_logits_rows_match_stepwise(llama_backend):
 def test_kquant_batches_are_bit_identical_to_single_steps(kquant_path):
     """Q4_K/Q6_K weights: the repacked CPU kernels made a token's logits depend on
     its place in a batch (0.9 logit here); Hearth loads without them by default."""
-    from engine.backends.llama_cpp import LlamaCppBackend
+    from engine.backends.llama.backend import LlamaCppBackend
     from engine.models.gguf import model_info
 
     assert {"Q4_K", "Q6_K"} <= set(model_info(kquant_path).tensor_types)

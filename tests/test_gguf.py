@@ -75,8 +75,8 @@ def test_written_header_round_trips(tmp_path):
 def test_a_header_read_for_sizes_counts_the_vocabulary_without_decoding_it(tmp_path, bundled_path):
     # The library's listing and the planner need the vocabulary's length, not its 49k strings:
     # decoding them under the GIL on a background thread stalled the window.
-    from engine.models.gguf import CountedStrings
-    from engine.sizing.spec import spec_from_gguf
+    from engine.models.gguf_header import CountedStrings
+    from engine.sizing.shape import spec_from_gguf
 
     full, sizes = read_gguf(bundled_path), read_gguf(bundled_path, vocab=False)
     tokens = sizes.metadata["tokenizer.ggml.tokens"]

@@ -16,7 +16,7 @@ from engine.sizing.memory import Config, estimate, kv_cells
 from engine.sizing.plan import Choices, plan_for
 from engine.sizing.reality import (check_against_report, compare, describe_change, is_device_failure, is_out_of_memory,
                                    load_with_retry, smaller_plan)
-from engine.sizing.spec import spec_from_gguf, specs_from_hf_dir
+from engine.sizing.shape import spec_from_gguf, specs_from_hf_dir
 
 
 # -- the CLI ----------------------------------------------------------------------------
@@ -50,8 +50,8 @@ def test_plan_for_the_bundled_model_on_this_machine(bundled_path):
 
 
 def test_the_windows_quick_estimate_is_the_planners_own(bundled_path):
-    """app/memory.py asks the planner's memory model; it keeps no estimate of its own."""
-    from app.memory import estimate as quick
+    """app/core/memory.py asks the planner's memory model; it keeps no estimate of its own."""
+    from app.core.memory import estimate as quick
     from engine.models.gguf import model_info
 
     info = model_info(bundled_path)
@@ -242,7 +242,7 @@ COMPUTE_ON_CPU = ["ggml_gallocr_reserve_n: failed to allocate CPU buffer of size
 def _load_failure(lines, what="create a 32768-token context") -> ModelLoadError:
     from types import SimpleNamespace
 
-    from engine.backends.llama_cpp import LlamaCppBackend
+    from engine.backends.llama.backend import LlamaCppBackend
 
     with pytest.raises(ModelLoadError) as e:
         LlamaCppBackend._raise_load_failure(SimpleNamespace(path=Path("x.gguf")), lines, what)
@@ -250,7 +250,7 @@ def _load_failure(lines, what="create a 32768-token context") -> ModelLoadError:
 
 
 def test_a_device_allocation_failure_names_the_device_and_the_retry_shrinks_the_gpu():
-    from engine.backends.llama_log import failed_allocation_device
+    from engine.backends.llama.log import failed_allocation_device
 
     assert failed_allocation_device(KV_ON_VULKAN) == "Vulkan0"
     assert failed_allocation_device(WEIGHTS_ON_CUDA) == "CUDA0"  # the indexed name over cudaMalloc's "CUDA"
@@ -275,14 +275,14 @@ def test_a_device_allocation_failure_names_the_device_and_the_retry_shrinks_the_
 
 
 def test_a_decode_that_cannot_allocate_is_out_of_memory():
-    from engine.backends.llama_log import decode_error
+    from engine.backends.llama.log import decode_error
 
     # llama_decode returns -2 for GGML_STATUS_ALLOC_FAILED: the window's retry must see it as memory.
     assert is_out_of_memory(decode_error(-2, 512)) and "batch of 512 tokens" in str(decode_error(-2, 512))
     assert not is_out_of_memory(decode_error(-3, 512)) and is_device_failure(decode_error(-3, 512))
     # The device is read from the decode's own log lines (through llama.cpp's log callback), not
     # from whatever another engine logged before.
-    from engine.backends import llama_log
+    from engine.backends.llama import log as llama_log
 
     mark = llama_log._log_mark()
     llama_log._on_log(4, b"ggml_gallocr_reserve_n: failed to allocate Vulkan0 buffer of size 104857600\n", None)

@@ -213,7 +213,7 @@ def test_recording_off_keeps_no_timeline_and_the_same_tokens(engine):
 
 
 def test_the_timeline_survives_the_store(engine, tmp_path):
-    from app.store import Store
+    from app.core.store import Store
 
     engine.reset()
     final, _ = _reply(engine, QUESTION, max_tokens=8)
@@ -231,9 +231,9 @@ def test_the_timeline_survives_the_store(engine, tmp_path):
 
 @pytest.mark.timeout(900)  # a model load and a reply in the real window, on a busy shared machine
 def test_the_window_keeps_each_replys_timeline(qtbot, tmp_path, monkeypatch):
-    from app.main_window import MainWindow
-    from app.selftest import send_and_wait, write_settings
-    from app.store import Store
+    from app.window.main_window import MainWindow
+    from app.window.selftest import send_and_wait, write_settings
+    from app.core.store import Store
 
     monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
     write_settings(max_tokens=12)

@@ -56,7 +56,7 @@ def test_unknown_profile_is_a_clear_error(bundled_path):
 
 
 def test_apply_tuning_then_roll_back_restores_the_model_settings(tmp_path):
-    from app.settings import Settings, SettingsError, SettingsFile
+    from app.core.settings import Settings, SettingsError, SettingsFile
 
     s = Settings(kv_type="f16", n_threads=2)
     tuned = s.apply_tuning({"kv_type": "q8_0", "exactness": "fast"})
@@ -142,7 +142,7 @@ def test_a_run_is_saved_exported_and_compared(tune_run, tmp_path, monkeypatch):
     assert [t["name"] for t in table] == [r["name"] for r in result["rows"]]
     text = report.profile_difference(result["path"])
     assert text.startswith("Measured here") and "tok/s" in text and "greedy tokens" in text
-    from app.exactness import measured_difference
+    from app.core.exactness import measured_difference
 
     assert measured_difference("bundled", "bundled") == text  # what Settings shows beside the choice
     (tmp_path / "junk.json").write_text("{}")

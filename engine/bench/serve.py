@@ -54,6 +54,9 @@ def hearth_decode(sched: Scheduler, n: int, tokens: int) -> float:
 
 def native_decode(path: str, n: int, tokens: int, prompt: list[int], n_threads: int) -> float:
     """llama.cpp alone: ``n`` sequences share each llama_batch, one token each per step."""
+    from ..backends.llama import init
+
+    init()  # the same process set-up (log capture, GGML_CPU_TILED_MM) as Hearth's own loads
     mp = lc.llama_model_default_params()
     mp.use_extra_bufts = False  # the same kernels as Hearth's exact profile
     model = lc.llama_model_load_from_file(path.encode(), mp)

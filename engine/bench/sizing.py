@@ -18,7 +18,7 @@ from typing import Any
 from ..sizing.hardware import Hardware, probe
 from ..sizing.memory import Config, estimate
 from ..sizing.reality import compare
-from ..sizing.spec import spec_from_gguf
+from ..sizing.shape import spec_from_gguf
 
 CONTEXTS = (2048, 8192, 32768)
 TARGET = 0.10
@@ -42,7 +42,7 @@ def bench_models() -> tuple[list[tuple[str, Path]], list[dict[str, str]]]:
 def measure(path: Path, n_ctx: int, *, n_batch: int = 512, n_gpu_layers: int = 0, kv_type: str = "f16",
             n_threads: int | None = None, hardware: Hardware | None = None) -> dict[str, Any]:
     """Load ``path`` with these settings, read llama.cpp's buffers, and compare."""
-    from ..backends.llama_cpp import LlamaCppBackend
+    from ..backends.llama.backend import LlamaCppBackend
 
     spec = spec_from_gguf(path)
     hw = hardware or Hardware((), 1 << 50, 1 << 50, 1)

@@ -30,6 +30,9 @@ def second_model(src: Path, folder: Path) -> Path:
     """A second GGUF that is a different file: llama.cpp's quantizer makes one in ~2 s."""
     import llama_cpp as lc
 
+    from ..backends.llama import init
+
+    init()
     out = folder / "second-q4_k_m.gguf"
     params = lc.llama_model_quantize_default_params()
     params.ftype = lc.LLAMA_FTYPE_MOSTLY_Q4_K_M

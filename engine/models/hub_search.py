@@ -141,7 +141,7 @@ def remote_gguf_header(repo_id: str, filename: str, size: int, revision: str | N
     from huggingface_hub import hf_hub_url
 
     from ..errors import ModelFileError
-    from .gguf import GGUF_MAGIC, _parse, _Reader
+    from .gguf_header import GGUF_MAGIC, _parse, _Reader
 
     url = hf_hub_url(repo_id, filename, revision=revision, endpoint=hub_endpoint())
     n = HEADER_FIRST
@@ -163,7 +163,7 @@ def remote_gguf_header(repo_id: str, filename: str, size: int, revision: str | N
 
 def remote_spec(repo_id: str, f: HubFile, revision: str | None = None):
     """The planner's ModelSpec of a GGUF entry, from the headers of all its parts."""
-    from ..sizing.spec import gguf_spec
+    from ..sizing.shape import gguf_spec
 
     meta = None
     tensors: list[tuple[str, tuple[int, ...], str]] = []
@@ -190,7 +190,7 @@ def remote_hf_specs(repo_id: str, revision: str | None = None):
     safetensors headers (no weights downloaded)."""
     from huggingface_hub import hf_hub_download
 
-    from ..sizing.spec import HF_QUANTS, hf_spec
+    from ..sizing.shape import HF_QUANTS, hf_spec
 
     try:
         cfg_path = hf_hub_download(repo_id, "config.json", revision=revision, endpoint=hub_endpoint())
@@ -210,7 +210,7 @@ def fit(repo_id: str, f: HubFile, hardware=None, *, kind: str = "gguf", revision
     """(badge, summary, spec) for one entry on this machine (or ``hardware``): the
     planner on the real shapes. ``kind`` "transformers" plans the repository's weights."""
     from ..sizing.plan import plan_for
-    from ..sizing.spec import Resolved
+    from ..sizing.shape import Resolved
     from .library import badge_for_plan
 
     if kind == "gguf":

@@ -4,7 +4,7 @@ Sources, in this order: the bundled model, GGUF files in Hearth's models folder
 (``catalogue.model_dir()``), GGUF files in folders the user added, and the
 Hugging Face cache (``huggingface_hub.scan_cache_dir``: GGUF files and
 transformers checkpoints). Every figure comes from the model's own header
-(GGUF metadata or config.json + safetensors headers through engine.sizing.spec),
+(GGUF metadata or config.json + safetensors headers through engine.sizing.shape),
 never from a file name.
 
 The library's own state (added folders, when each model was last used) is a
@@ -209,7 +209,7 @@ class Library:
 
 def describe(m: LibraryModel) -> None:
     """Fill in name, architecture, parameters, quantization, size and context from the header."""
-    from ..sizing.spec import spec_from_gguf, specs_from_hf_dir
+    from ..sizing.shape import spec_from_gguf, specs_from_hf_dir
 
     try:
         if m.kind == "gguf":

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .hardware import GPU, Hardware, MiB
-from .spec import ModelSpec
+from .shape import ModelSpec
 
 MARGIN = 0.10  # of each pool's subtotal; also the reality-check warning threshold
 

@@ -2,7 +2,7 @@
 
 ``plan_for`` picks everything the user left on Auto (quantization, context
 length, GPU layers, KV cache type, the draft model, the prefix-cache budget)
-from the model's real shapes (spec.py) and the memory model (memory.py), in
+from the model's real shapes (shape.py) and the memory model (memory.py), in
 the give-up order of search.py. An explicit choice is always kept; when it
 cannot fit, the plan says so and what would fit instead.
 
@@ -20,7 +20,7 @@ from ..errors import HearthError
 from .hardware import Hardware, probe
 from .memory import Breakdown, Config, estimate
 from .search import CTX_FLOOR, Choices, Search, Shortfall
-from .spec import AUTO_QUANTS, KnownModel, ModelSpec, Resolved, known_models, resolve_spec, spec_from_gguf
+from .shape import AUTO_QUANTS, KnownModel, ModelSpec, Resolved, known_models, resolve_spec, spec_from_gguf
 
 __all__ = ["STATUS_FITS", "STATUS_NO", "STATUS_OFFLOAD", "Choices", "Plan", "plan_for"]
 

@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import HearthError
 from .hardware import MiB, Hardware
 from .memory import Breakdown, Config, estimate
-from .spec import ModelSpec
+from .shape import ModelSpec
 
 CTX_COMFORT = 8192          # what a chat needs; above is luxury, below is loss
 CTX_FLOOR = 2048            # below this a chat model is not useful

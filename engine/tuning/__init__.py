@@ -34,8 +34,8 @@ def run_tune(model: str | os.PathLike[str] | None = None, *, prompts: int = 4, t
     tokens of engine/data/quality_text.txt for perplexity; ``only``: row names
     to keep (the baseline and its repeat always run). ``cancel`` stops between
     tokens and raises Cancelled."""
-    from ..backends import devices
-    from ..backends.llama_cpp import default_threads
+    from ..backends.llama import devices, init
+    from ..backends.llama.backend import default_threads
     from ..loading import find_draft_for
     from ..models.catalogue import resolve
     from ..models.gguf import model_info
@@ -53,6 +53,7 @@ def run_tune(model: str | os.PathLike[str] | None = None, *, prompts: int = 4, t
     path = str(ref.path)
     threads = threads or default_threads()
     draft = find_draft_for(model_info(path).vocab())
+    init()
     gpus = [d.name for d in devices.gpu_devices()]
     rows = select(variants(threads, gpus=gpus, draft_path=str(draft) if draft else None), only)
     base_load = baseline_load(n_ctx, threads)

@@ -12,9 +12,9 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from ..bench.quality import agreement, perplexity, quality_prompts, quality_text
 from ..errors import Cancelled, HearthError
 from ..types import Message, SamplingParams
+from .quality import agreement, perplexity, quality_prompts, quality_text
 from .rows import Variant
 
 # The same for every row and every run, so two runs compare.
@@ -40,7 +40,7 @@ def prompt_set(n: int) -> list[str]:
 
 def open_engine(path: str, base_load: dict[str, Any], v: Variant, model_ref: Any, threads: int):
     """An Engine on ``v``'s backend (the baseline's arguments with ``v.load`` on top)."""
-    from ..backends.llama_cpp import LlamaCppBackend
+    from ..backends.llama.backend import LlamaCppBackend
     from ..engine import Engine
     from ..kv.prefix_cache import DEFAULT_BUDGET
 

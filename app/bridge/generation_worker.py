@@ -1,0 +1,132 @@
+"""Generation off the GUI thread: one reply streamed from the engine.
+
+The worker lives on the "engine thread" (app/bridge/engine_host.py) beside the
+load worker, so a load and a generation never overlap. It only emits signals;
+it never touches widgets. Stopping sets a ``threading.Event`` that the engine
+checks between tokens and while it reads a long prompt; the thread is never killed.
+
+The worker writes the reply to the database itself, on its own connection, as
+it streams (throttled). So the stream keeps saving to *its* conversation
+whatever the window is showing, and a crash loses at most the last half second.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from engine import HearthError, Message, SamplingParams
+
+from app.core.store import Store
+from app.core.text_utils import COMPLETE_REASONS
+
+FLUSH_SECONDS = 0.5   # commit partial text at least this often...
+FLUSH_DELTAS = 32     # ...or after this many deltas, whichever comes first
+PROGRESS_SECONDS = 0.25
+
+
+@dataclass(slots=True)
+class GenerationJob:
+    conversation_id: int
+    message_id: int
+    messages: list[Message]
+    params: SamplingParams
+    db_path: Path
+    cancel: threading.Event = field(default_factory=threading.Event)
+    context_policy: str = "drop_oldest"  # a chat longer than the context: "drop_oldest" or "stop"
+
+
+class SharedEngine:
+    """The loaded engine, touched only on the engine thread."""
+
+    engine = None
+    serving = None  # app/server_host.Serving while the local server is on: the scheduler over the engine
+
+
+class GenerationWorker(QObject):
+    delta = Signal(int, str)         # message id, new text
+    # message id, live numbers: {tokens, tok_s, ttft_ms} while the reply streams, and
+    # {prompt_done, prompt_total} (prompt tokens read so far) while a long prompt is read first
+    progress = Signal(int, object)
+    finished = Signal(int, object)     # message id, {text, finish_reason, complete, metrics}
+    failed = Signal(int, str, str)   # message id, error message, partial text
+
+    def __init__(self, shared: SharedEngine) -> None:
+        super().__init__()
+        self._shared = shared
+        self._stores: dict[Path, Store] = {}
+
+    def _store(self, path: Path) -> Store:
+        # One connection per database, opened on this thread (sqlite3's rule).
+        if path not in self._stores:
+            self._stores[path] = Store(path, recover=False)
+        return self._stores[path]
+
+    @Slot(object)
+    def generate(self, job: GenerationJob) -> None:
+        mid = job.message_id
+        parts: list[str] = []
+        store = None
+        try:
+            store = self._store(job.db_path)
+            engine = self._shared.engine
+            if engine is None:
+                raise HearthError("no model is loaded")
+            t0 = time.perf_counter()
+            t_first = None
+            last_flush = last_progress = t0
+            unflushed = 0
+            def reading(done: int, total: int) -> None:  # called on this thread, between prefill chunks
+                self.progress.emit(mid, {"prompt_done": done, "prompt_total": total})
+
+            serving = self._shared.serving
+            # With the local server on, the reply goes through its scheduler, ahead of API requests.
+            events = serving.window_reply(job) if serving is not None and serving.active else engine.stream(
+                job.messages, job.params, cancel=job.cancel, progress=reading, context_policy=job.context_policy)
+            for ev in events:
+                if ev.kind == "delta":
+                    now = time.perf_counter()
+                    if t_first is None:
+                        t_first = now
+                    parts.append(ev.text)
+                    unflushed += 1
+                    self.delta.emit(mid, ev.text)
+                    if unflushed >= FLUSH_DELTAS or now - last_flush >= FLUSH_SECONDS:
+                        store.update_reply(mid, "".join(parts))
+                        unflushed, last_flush = 0, now
+                    if now - last_progress >= PROGRESS_SECONDS:
+                        last_progress = now
+                        n = len(parts)  # one delta is about one token; the final metrics are exact
+                        rate = (n - 1) / (now - t_first) if n > 1 and now > t_first else 0.0
+                        self.progress.emit(mid, {"tokens": n, "tok_s": rate,
+                                                 "ttft_ms": (t_first - t0) * 1e3})
+                else:
+                    complete = ev.finish_reason in COMPLETE_REASONS
+                    metrics = ev.stats.as_dict() if ev.stats is not None else None
+                    store.finish_reply(mid, ev.text, complete=complete,
+                                       finish_reason=ev.finish_reason, metrics=metrics)
+                    self.finished.emit(mid, {"text": ev.text, "finish_reason": ev.finish_reason,
+                                             "complete": complete, "metrics": metrics})
+                    return
+            raise HearthError("the engine ended the reply without a final event")
+        except Exception as e:
+            if not isinstance(e, HearthError):
+                traceback.print_exc()
+            msg = str(e) if isinstance(e, HearthError) else f"unexpected error: {type(e).__name__}: {e}"
+            partial = "".join(parts)
+            if store is not None:
+                try:
+                    store.finish_reply(mid, partial, complete=False, finish_reason="error", error=msg)
+                except Exception as db_err:  # keep the first error; the window still gets the text
+                    msg += f" (and saving the partial reply failed: {db_err})"
+            self.failed.emit(mid, msg, partial)
+
+    @Slot()
+    def close_stores(self) -> None:
+        for s in self._stores.values():
+            s.close()
+        self._stores.clear()

@@ -1,0 +1,170 @@
+"""The local server inside the app: started and stopped from Settings → Local server,
+shown in the status bar, serving the window's loaded model through the scheduler.
+
+Two halves, one per thread:
+- :class:`ServerHost` lives on the GUI thread. It owns the LocalServer (its
+  HTTP thread), follows the settings, and draws the status-bar indicator.
+- :class:`Serving` is touched only on the engine thread (as the loaded engine
+  is). While the server is on it holds a Scheduler over the loaded engine; the
+  window's own replies then go through that scheduler too, at
+  ``Priority.WINDOW``, so they go first and never meet "the engine is already
+  generating a reply". A model switch closes the scheduler first (the server
+  answers 503 "a model is loading") and opens a new one over the new engine.
+With the server off nothing here runs and the window streams from the engine
+as it always did. API requests never reach the store: they are not chats.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Iterator
+
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+from PySide6.QtWidgets import QLabel
+
+from engine import HearthError, StreamEvent
+from engine.serve import Priority, Scheduler, ServeRequest, Ticket
+from engine.serve.server import LocalServer
+
+from app.bridge.engine_host import EngineHost
+from app.core.settings import Settings
+from app.bridge.generation_worker import GenerationJob, SharedEngine
+
+REFRESH_MS = 1000
+LOADING = "a model is loading in Hearth; try again when it is ready"
+
+
+def _cancel_when(cancel: threading.Event, ticket: Ticket) -> None:
+    """Pass the window's Stop to the ticket: Stop may come while the reply waits or reads its prompt."""
+    while not ticket.done:
+        if cancel.wait(0.05):
+            ticket.cancel()
+            return
+
+
+class Serving:
+    """The engine-thread half: a scheduler over the loaded engine, attached to the server."""
+
+    def __init__(self, server: LocalServer, parallel: int = 4) -> None:
+        self.server = server
+        self.parallel = parallel
+        self.scheduler: Scheduler | None = None
+        self.window_replies = 0  # the window's replies that went through the scheduler
+
+    @property
+    def active(self) -> bool:
+        return self.scheduler is not None
+
+    def engine_loaded(self, engine) -> None:
+        """A model is ready: serve it."""
+        self.close(LOADING)
+        self.scheduler = Scheduler(engine, parallel=self.parallel)
+        self.server.attach(self.scheduler)
+
+    def close(self, reason: str) -> None:
+        """Stop serving (before the engine closes): API requests in flight are cancelled."""
+        self.server.detach(reason)
+        if self.scheduler is not None:
+            self.scheduler.close()
+            self.scheduler = None
+
+    def window_reply(self, job: GenerationJob) -> Iterator[StreamEvent]:
+        """The window's reply through the scheduler, ahead of every API request."""
+        assert self.scheduler is not None  # the worker asks only while active
+        ticket = self.scheduler.submit(ServeRequest(messages=job.messages, params=job.params,
+                                                    priority=Priority.WINDOW, context_policy=job.context_policy))
+        self.window_replies += 1
+        threading.Thread(target=_cancel_when, args=(job.cancel, ticket), name="hearth-stop", daemon=True).start()
+        try:
+            yield from ticket.events()
+        finally:
+            ticket.cancel()  # an abandoned reply stops; a finished one ignores it
+
+
+class ServingWorker(QObject):
+    """Runs on the engine thread, between loads and replies."""
+
+    def __init__(self, shared: SharedEngine) -> None:
+        super().__init__()
+        self._shared = shared
+
+    @Slot(object)
+    def set_serving(self, serving: Serving | None) -> None:
+        old = self._shared.serving
+        if old is not None:
+            old.close("the local server was turned off")
+        self._shared.serving = serving
+        if serving is not None and self._shared.engine is not None:
+            serving.engine_loaded(self._shared.engine)
+
+
+class ServerHost(QObject):
+    """The GUI-thread half: starts and stops the server as the settings say."""
+
+    _request_serving = Signal(object)
+
+    def __init__(self, host: EngineHost, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.server: LocalServer | None = None
+        self._config: tuple | None = None
+        self._worker = ServingWorker(host.shared)
+        host.run_on_engine_thread(self._worker)
+        self._request_serving.connect(self._worker.set_serving)
+        self.label = QLabel()
+        self.label.hide()
+        self._timer = QTimer(self)
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self.refresh)
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None and self.server.running
+
+    def apply(self, s: Settings) -> str | None:
+        """Start, stop, restart or re-key the server to match ``s``; a message if it cannot start."""
+        config = (s.server_port, tuple(s.server_cors))
+        if self.server is not None and (not s.server_enabled or config != self._config):
+            self.stop()
+        if self.server is not None:
+            self.server.api_key = s.server_api_key or None  # a new key applies to the next request
+            return None
+        if not s.server_enabled:
+            return None
+        server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors)
+        try:
+            server.start()
+        except HearthError as e:
+            self.refresh()
+            return str(e)
+        server.detach(LOADING)
+        self.server, self._config = server, config
+        self._request_serving.emit(Serving(server))
+        self._timer.start()
+        self.refresh()
+        return None
+
+    def stop(self) -> None:
+        """Stop listening (API requests in flight are cancelled) and release the scheduler."""
+        if self.server is None:
+            return
+        self.server.stop()
+        self.server = None
+        self._request_serving.emit(None)  # after any reply in flight: it finishes on the scheduler
+        self._timer.stop()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """The status-bar indicator: port, requests served, and whether a model is being served."""
+        srv = self.server
+        if srv is None:
+            self.label.hide()
+            return
+        state = f"{srv.served} served" if srv.model_id else "waiting for the model"
+        busy = f" · {srv.in_flight} now" if srv.in_flight else ""
+        self.label.setText(f"API :{srv.port} · {state}{busy}")
+        self.label.setToolTip(f"The local OpenAI-compatible server is on at {srv.url}"
+                              f"{' (API key required)' if srv.api_key else ''}. Settings → Local server "
+                              "turns it off.")
+        self.label.show()
+
+    def shutdown(self) -> None:
+        self.stop()

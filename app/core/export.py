@@ -1,0 +1,115 @@
+"""Export a conversation as Markdown or JSON, and import a JSON one. Qt-free.
+
+JSON keeps everything: every branch (messages refer to their parent by their
+place in the list, not by database ids, so export → import → export gives the
+same file), which branch is on screen, the metrics and timestamps. Markdown is
+for reading: the branch on screen only. An import is checked in full before
+anything is written, and then written in one transaction.
+"""
+from __future__ import annotations
+
+import json
+
+from app.core.store import ROLES, Store
+
+FORMAT = "hearth-conversation"
+VERSION = 1
+ROLE_HEADINGS = {"system": "System", "user": "You", "assistant": "Hearth"}
+
+
+class ImportFailed(ValueError):
+    """The file is not a conversation Hearth can import; the message says why."""
+
+
+def to_dict(store: Store, cid: int) -> dict:
+    """The whole conversation (all branches) as plain data."""
+    conv = store.conversation(cid)
+    rows = store.all_messages(cid)
+    index = {m.id: i for i, (m, _p) in enumerate(rows)}
+    path = store.messages(cid)
+    messages = [{"parent": index.get(parent) if parent is not None else None, "role": m.role,
+                 "content": m.content, "complete": m.complete, "finish_reason": m.finish_reason,
+                 "error": m.error, "metrics": m.metrics, "created": m.created} for m, parent in rows]
+    return {"format": FORMAT, "version": VERSION, "title": conv.title, "system_prompt": conv.system_prompt,
+            "pinned": conv.pinned, "created": conv.created, "updated": conv.updated,
+            "current": index[path[-1].id] if path else None, "messages": messages}
+
+
+def to_json(store: Store, cid: int) -> str:
+    return json.dumps(to_dict(store, cid), ensure_ascii=False, indent=2) + "\n"
+
+
+def to_markdown(store: Store, cid: int) -> str:
+    """The branch on screen as a readable Markdown document."""
+    conv = store.conversation(cid)
+    out = [f"# {conv.title}", ""]
+    if conv.system_prompt.strip():
+        out += ["## System", "", conv.system_prompt, ""]
+    for m in store.messages(cid):
+        out += [f"## {ROLE_HEADINGS[m.role]}", "", m.content, ""]
+        if m.role == "assistant" and not m.complete:
+            out += ["*(incomplete)*", ""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _field(d: dict, key: str, kinds: tuple[type, ...], where: str, *, optional: bool = False):
+    if key not in d:
+        if optional:
+            return None
+        raise ImportFailed(f"{where} has no “{key}”")
+    v = d[key]
+    if v is None and optional:
+        return None
+    if not isinstance(v, kinds) or (isinstance(v, bool) and bool not in kinds):
+        raise ImportFailed(f"{where}: “{key}” has the wrong type ({type(v).__name__})")
+    return v
+
+
+def parse(text: str) -> tuple[dict, list[dict], int | None]:
+    """Check an exported file completely; returns what ``Store.add_tree`` takes."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ImportFailed(f"not a JSON file ({e})") from e
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ImportFailed("not a Hearth conversation export (no \"format\": \"hearth-conversation\")")
+    if data.get("version") != VERSION:
+        raise ImportFailed(f"written by another Hearth version ({data.get('version')!r}; this one reads {VERSION})")
+    num = (int, float)
+    conv = {"title": _field(data, "title", (str,), "the file"),
+            "system_prompt": _field(data, "system_prompt", (str,), "the file"),
+            "pinned": bool(_field(data, "pinned", (bool,), "the file", optional=True)),
+            "created": _field(data, "created", num, "the file"),
+            "updated": _field(data, "updated", num, "the file")}
+    if not conv["title"].strip():
+        raise ImportFailed("the conversation has an empty title")
+    raw = _field(data, "messages", (list,), "the file")
+    messages: list[dict] = []
+    for i, m in enumerate(raw):
+        where = f"message {i + 1}"
+        if not isinstance(m, dict):
+            raise ImportFailed(f"{where} is not an object")
+        parent = _field(m, "parent", (int,), where, optional=True)
+        if parent is not None and not 0 <= parent < i:
+            raise ImportFailed(f"{where}: its parent must be an earlier message (got {parent})")
+        role = _field(m, "role", (str,), where)
+        if role not in ROLES:
+            raise ImportFailed(f"{where}: unknown role {role!r}")
+        messages.append({"parent": parent, "role": role, "content": _field(m, "content", (str,), where),
+                         "complete": _field(m, "complete", (bool,), where),
+                         "finish_reason": _field(m, "finish_reason", (str,), where, optional=True),
+                         "error": _field(m, "error", (str,), where, optional=True),
+                         "metrics": _field(m, "metrics", (dict,), where, optional=True),
+                         "created": _field(m, "created", num, where)})
+    current = _field(data, "current", (int,), "the file", optional=True)
+    if current is not None and not 0 <= current < len(messages):
+        raise ImportFailed(f"“current” points at no message ({current})")
+    if current is None and messages:
+        raise ImportFailed("“current” is missing: which branch is on screen?")
+    return conv, messages, current
+
+
+def import_json(store: Store, text: str) -> int:
+    """Add the conversation in ``text`` as a new one; returns its id."""
+    conv, messages, current = parse(text)
+    return store.add_tree(conv, messages, current)

@@ -1,0 +1,397 @@
+"""The one place settings are read, validated and written. Qt-free.
+
+``settings.json`` lives in the platform config folder (or ``HEARTH_DATA_DIR``).
+Writes are atomic (temp file, fsync, ``os.replace``), so a crash mid-write
+leaves the old file intact. A file that cannot be parsed is moved aside with a
+message, never overwritten. In one that parses, a field that does not validate
+(say, a value only a newer Hearth knows) takes its default and the others are
+kept; the message names the field, and the original is moved aside as a backup.
+The model choice that last loaded successfully is kept under ``last_working``
+so a failed load can roll back.
+
+Files written before a field existed still load: a missing ``source`` is
+worked out from ``model`` (older files hold only "bundled" or a GGUF path), a
+missing ``backend``/``quant`` means Auto, and a missing ``context_policy``
+means dropping the oldest turns.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from engine import HearthError, SamplingParams
+from engine.prompt import CONTEXT_POLICIES
+
+from app.core.model_choice import BACKENDS, KV_TYPES, QUANTS, SOURCES, effective_backend, infer_source, runs_gguf
+from app.core import server_settings
+from app.core.paths import config_dir, move_aside
+
+FILE_NAME = "settings.json"
+FORMAT_VERSION = 1
+BUNDLED = "bundled"
+THEMES = ("system", "light", "dark")
+DRAFTS = ("auto", "none")
+MAX_CONTEXT = 1 << 20
+DEFAULT_CONTEXT_POLICY = "drop_oldest"
+LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "gpu_layers", "kv_type",
+             "exactness")
+# "exact": kernels whose logits do not depend on batching (cache and speculation change nothing);
+# "fast": llama.cpp's faster CPU kernels, under which cached/speculative output may differ slightly.
+EXACTNESS = ("exact", "fast")
+# The load settings a "Benchmark this model" row can set as a model's default.
+TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
+
+# The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
+                 "frequency_penalty", "penalty_last_n", "seed", "max_tokens")
+
+DEFAULT_PRESETS = (
+    {"name": "None", "prompt": ""},
+    {"name": "Helpful assistant", "prompt": "You are a helpful, concise assistant."},
+    {"name": "Programmer", "prompt": "You are an expert programmer. Answer with short explanations "
+                                     "and put code in fenced Markdown code blocks."},
+    {"name": "Translator", "prompt": "Translate the user's text into English. Reply with the "
+                                     "translation only."},
+)
+
+
+def is_draft_file(v: Any) -> bool:
+    """A draft chosen by name: the path of a .gguf file on disk (the library lists the compatible ones)."""
+    return isinstance(v, str) and v.lower().endswith(".gguf") and os.path.isfile(v)
+
+
+class SettingsError(ValueError):
+    """A settings value is invalid; the message names the field and the rule."""
+
+
+def _default_sampling() -> dict[str, Any]:
+    d = SamplingParams()
+    return {k: getattr(d, k) for k in SAMPLING_KEYS}
+
+
+@dataclass(slots=True)
+class Settings:
+    model: str = BUNDLED            # "bundled", a .gguf path, a transformers folder or a Hub id
+    source: str | None = None       # "bundled" | "gguf" | "hf_dir" | "hub"; None: worked out from model
+    backend: str = "auto"           # "auto" (follows the model's type) | "llama_cpp" | "hf"
+    quant: str = "auto"             # transformers only: "auto" | "none" | "int8" | "int4"
+    context: int | None = None      # None = Auto (the engine picks)
+    draft: str = "auto"             # "auto" | "none" | the path of a draft GGUF (the library's compatible ones)
+    n_threads: int | None = None    # None = the engine's default
+    gpu_layers: int | str | None = None  # None = Auto (the memory plan), "all", or blocks on the GPU
+    kv_type: str = "auto"           # "auto" (the memory plan) | "f16" | "q8_0" | "q4_0"
+    exactness: str = "exact"        # "exact" | "fast" (see EXACTNESS)
+    # model -> {"applied": {...}, "previous": {...}}: what "Apply best" set and what it replaced
+    tuning: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    sampling: dict[str, Any] = field(default_factory=_default_sampling)
+    presets: list[dict[str, str]] = field(default_factory=lambda: [dict(p) for p in DEFAULT_PRESETS])
+    default_preset: str = "None"    # preset a new conversation starts with
+    theme: str = "system"
+    # A chat longer than the context: "drop_oldest" (leave out the oldest turns, keep the
+    # system prompt) or "stop" (refuse the send and say so). Passed with each reply.
+    context_policy: str = DEFAULT_CONTEXT_POLICY
+    # The local OpenAI-compatible server (Settings → Local server, app/bridge/server_host.py); off by default.
+    server_enabled: bool = False
+    server_port: int = server_settings.PORT
+    server_api_key: str = ""        # "" asks for no key; else clients send "Authorization: Bearer <key>"
+    server_cors: list[str] = field(default_factory=list)  # web origins allowed to call it (none by default)
+
+    def __post_init__(self) -> None:
+        if self.source is None and isinstance(self.model, str):
+            self.source = infer_source(self.model)
+
+    # -- validation ---------------------------------------------------------
+
+    def validate(self) -> "Settings":
+        """Raise SettingsError for the first bad value; return self for chaining."""
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise SettingsError("model: choose the bundled model, a .gguf file, a model folder or a Hub id")
+        if self.source not in SOURCES:
+            raise SettingsError(f"source: must be one of {', '.join(SOURCES)}, got {self.source!r}")
+        if (self.source == "bundled") != (self.model == BUNDLED):
+            raise SettingsError(f"source: {self.source!r} does not go with the model {self.model!r}")
+        if self.source == "hub":
+            from engine.models.catalogue import is_hub_id
+
+            if not is_hub_id(self.model):
+                raise SettingsError(f"model: {self.model!r} is not a Hub id (owner/name, owner/name:QUANT "
+                                    "or owner/name/file.gguf)")
+        if self.backend not in BACKENDS:
+            raise SettingsError(f"backend: must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.backend == "llama_cpp" and not runs_gguf(self.source, self.model):
+            raise SettingsError("backend: llama.cpp runs GGUF files; a transformers folder or repository "
+                                "runs on the transformers backend")
+        if self.quant not in QUANTS:
+            raise SettingsError(f"quant: must be one of {', '.join(QUANTS)}, got {self.quant!r}")
+        if self.quant in ("int8", "int4") and self.effective_backend == "llama_cpp":
+            raise SettingsError("quant: int8/int4 are transformers choices; a GGUF file on llama.cpp "
+                                "carries its own quantization")
+        if self.context is not None:
+            if not isinstance(self.context, int) or isinstance(self.context, bool) or \
+                    not 256 <= self.context <= MAX_CONTEXT:
+                raise SettingsError(f"context: must be Auto or a whole number from 256 to {MAX_CONTEXT}, "
+                                    f"got {self.context!r}")
+        if self.draft not in DRAFTS and not is_draft_file(self.draft):
+            raise SettingsError(f"draft: must be {', '.join(DRAFTS)} or a draft model's .gguf file that exists, "
+                                f"got {self.draft!r}")
+        if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
+            raise SettingsError(f"n_threads: must be a positive whole number, got {self.n_threads!r}")
+        gl = self.gpu_layers
+        if gl is not None and gl != "all" and (not isinstance(gl, int) or isinstance(gl, bool) or gl < 0):
+            raise SettingsError(f"gpu_layers: must be Auto, all or a whole number from 0, got {gl!r}")
+        if self.kv_type not in KV_TYPES:
+            raise SettingsError(f"kv_type: must be one of {', '.join(KV_TYPES)}, got {self.kv_type!r}")
+        if self.kv_type != "auto" and self.effective_backend == "hf":
+            raise SettingsError("kv_type: the KV cache type is a choice for GGUF files on llama.cpp; "
+                                "transformers keeps the cache in the model's compute dtype")
+        if self.exactness not in EXACTNESS:
+            raise SettingsError(f"exactness: must be one of {', '.join(EXACTNESS)}, got {self.exactness!r}")
+        if not isinstance(self.tuning, dict) or not all(
+                isinstance(t, dict) and set(t) == {"applied", "previous"} and all(
+                    isinstance(t[k], dict) and set(t[k]) <= set(TUNABLE_KEYS) for k in t)
+                for t in self.tuning.values()):
+            raise SettingsError("tuning: each model's entry needs the applied and previous settings "
+                                f"(only {', '.join(TUNABLE_KEYS)})")
+        if self.theme not in THEMES:
+            raise SettingsError(f"theme: must be one of {', '.join(THEMES)}, got {self.theme!r}")
+        if self.context_policy not in CONTEXT_POLICIES:
+            raise SettingsError(f"context_policy: must be one of {', '.join(CONTEXT_POLICIES)}, "
+                                f"got {self.context_policy!r}")
+        why = server_settings.problem(self.server_enabled, self.server_port, self.server_api_key, self.server_cors)
+        if why:
+            raise SettingsError(why)
+        unknown = set(self.sampling) - set(SAMPLING_KEYS)
+        if unknown:
+            raise SettingsError(f"sampling: unknown setting {sorted(unknown)[0]!r}")
+        try:
+            self.sampling_params()
+        except (HearthError, TypeError) as e:
+            raise SettingsError(f"sampling: {e}") from None
+        if not isinstance(self.presets, list) or not all(
+                isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"].strip()
+                and isinstance(p.get("prompt"), str) for p in self.presets):
+            raise SettingsError("presets: each preset needs a non-empty name and a prompt text")
+        names = [p["name"] for p in self.presets]
+        if len(set(names)) != len(names):
+            raise SettingsError("presets: two presets have the same name")
+        if self.default_preset not in names:
+            raise SettingsError(f"default_preset: no preset is called {self.default_preset!r}")
+        return self
+
+    # -- derived values -----------------------------------------------------
+
+    def sampling_params(self) -> SamplingParams:
+        s = {**_default_sampling(), **self.sampling}
+        return SamplingParams(**s)
+
+    def preset_prompt(self, name: str) -> str | None:
+        return next((p["prompt"] for p in self.presets if p["name"] == name), None)
+
+    def load_key(self) -> dict[str, Any]:
+        """The part of the settings that decides which model is loaded and how."""
+        return {k: getattr(self, k) for k in LOAD_KEYS}
+
+    def with_load_key(self, key: dict[str, Any]) -> "Settings":
+        """These settings with another model set-up. A key saved before a field existed
+        means that field's default (source: worked out from the model)."""
+        key = {**{"source": None, "backend": "auto", "quant": "auto", "gpu_layers": None, "kv_type": "auto",
+                  "exactness": "exact"}, **key}
+        return replace(self, **{k: key[k] for k in LOAD_KEYS if k in key})
+
+    def apply_tuning(self, config: dict[str, Any]) -> "Settings":
+        """These settings with ``config`` (a benchmark row's load settings) as this
+        model's default; what it replaces is kept so :meth:`roll_back_tuning` can
+        restore it. A second apply keeps the settings from before the first."""
+        unknown = set(config) - set(TUNABLE_KEYS)
+        if unknown:
+            raise SettingsError(f"tuning: {sorted(unknown)[0]!r} is not a setting a benchmark row can apply")
+        earlier = self.tuning.get(self.model)
+        previous = {k: getattr(self, k) for k in config}
+        if earlier is not None:
+            previous = {**previous, **earlier["previous"]}
+        entry = {"applied": dict(config), "previous": previous}
+        return replace(self, **config, tuning={**self.tuning, self.model: entry}).validate()
+
+    def roll_back_tuning(self) -> "Settings":
+        """These settings with this model's load settings from before "Apply best"."""
+        entry = self.tuning.get(self.model)
+        if entry is None:
+            raise SettingsError("tuning: nothing was applied to this model, so there is nothing to roll back")
+        rest = {m: t for m, t in self.tuning.items() if m != self.model}
+        return replace(self, **entry["previous"], tuning=rest).validate()
+
+    @property
+    def effective_backend(self) -> str:
+        """"llama_cpp" or "hf": the chosen backend, or the one the model's type calls for."""
+        return effective_backend(self.source, self.model, self.backend)
+
+    @property
+    def is_bundled(self) -> bool:
+        return self.model == BUNDLED
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Settings":
+        if not isinstance(d, dict):
+            raise SettingsError("the file does not hold a settings object")
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if "sampling" in kwargs and not isinstance(kwargs["sampling"], dict):
+            raise SettingsError("sampling: must be an object")
+        return cls(**kwargs).validate()
+
+    @classmethod
+    def salvage(cls, d: dict[str, Any]) -> tuple["Settings", list[str]]:
+        """The settings in ``d`` with every invalid field at its default (a bad sampling
+        knob or preset is dropped on its own), and one message per thing dropped."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        problems: list[str] = []
+        if "sampling" in kwargs:
+            kwargs["sampling"] = _valid_sampling(kwargs["sampling"], problems)
+        if "presets" in kwargs:
+            kwargs["presets"] = _valid_presets(kwargs["presets"], problems)
+        for _ in range(len(known) + 1):
+            try:
+                return cls(**kwargs).validate(), problems
+            except ValueError as e:  # SettingsError, or a path Python refuses (a NUL byte)
+                name = str(e).partition(":")[0]
+                problems.append(str(e))
+                if name == "default_preset" and kwargs.get("presets"):
+                    kwargs["default_preset"] = kwargs["presets"][0]["name"]
+                elif name in kwargs:
+                    del kwargs[name]  # a field that depends on it is checked again next time round
+                else:
+                    break
+        return cls(), problems
+
+
+def _valid_sampling(raw: Any, problems: list[str]) -> dict[str, Any]:
+    """The default sampling knobs with each valid one from ``raw`` applied."""
+    out = _default_sampling()
+    if not isinstance(raw, dict):
+        problems.append("sampling: must be an object")
+        return out
+    for k, v in raw.items():
+        if k not in SAMPLING_KEYS:
+            problems.append(f"sampling: unknown setting {k!r}")
+            continue
+        try:
+            SamplingParams(**{k: v})
+        except (HearthError, TypeError) as e:
+            problems.append(f"sampling: {e}")
+            continue
+        out[k] = v
+    return out
+
+
+def _valid_presets(raw: Any, problems: list[str]) -> Any:
+    """The presets in ``raw`` that have a name and a prompt, each name once; ``raw`` as it
+    is when it is not a list (validate() then says so and the defaults are used)."""
+    if not isinstance(raw, list):
+        return raw
+    out: list[dict[str, str]] = []
+    for p in raw:
+        ok = isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"].strip() \
+            and isinstance(p.get("prompt"), str)
+        if not ok or any(q["name"] == p["name"] for q in out):
+            problems.append(f"presets: left out {p!r} (a preset needs a new, non-empty name and a prompt text)")
+            continue
+        out.append({"name": p["name"], "prompt": p["prompt"]})
+    return out or [dict(p) for p in DEFAULT_PRESETS]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` so that ``path`` holds either the old or the new content, never a mix."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    # Make the rename itself durable (POSIX); Windows has no directory fds.
+    if hasattr(os, "O_DIRECTORY"):
+        dfd = os.open(path.parent, os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+class SettingsFile:
+    """Reads and writes ``settings.json``; remembers the last model set-up that loaded."""
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else config_dir() / FILE_NAME
+        self.last_working: dict[str, Any] | None = None
+
+    def load(self) -> tuple[Settings, str | None]:
+        """Return the settings and a message for the user (or None).
+
+        A missing file gives the defaults. One that cannot be read as a settings
+        object is moved aside and the defaults are used, with a message saying
+        where it went. In one that can, each invalid field takes its default and
+        the rest are kept; the message names each field, and the original file is
+        moved aside as a backup (the next save writes the settings in use).
+        """
+        self.last_working = None
+        if not self.path.exists():
+            return Settings(), None
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(raw, dict):
+                raise SettingsError("the file does not hold a settings object")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, SettingsError) as e:
+            reason = e if isinstance(e, SettingsError) else f"{type(e).__name__}: {e}"
+            moved = move_aside(self.path, "invalid")
+            return Settings(), (f"The settings file could not be used ({reason}), so Hearth started "
+                                f"with default settings. The old file was kept as {moved}.")
+        try:
+            settings, problems = Settings.from_dict(raw), []
+        except (ValueError, TypeError):  # SettingsError, or a path Python refuses (a NUL byte)
+            settings, problems = Settings.salvage(raw)
+        lw = raw.get("last_working")
+        if lw is not None:
+            try:
+                Settings().with_load_key(lw).validate()
+            except (ValueError, TypeError) as e:  # TypeError: not an object at all
+                problems.append(f"last_working: {e} (a failed load now goes back to the bundled model)")
+                lw = None
+        self.last_working = lw
+        if not problems:
+            return settings, None
+        moved = move_aside(self.path, "invalid")
+        return settings, ("Some settings in the settings file could not be used and went back to their "
+                          f"defaults: {'; '.join(problems)}. The other settings were kept; the original "
+                          f"file was kept as {moved}.")
+
+    def save(self, settings: Settings) -> None:
+        settings.validate()
+        data = settings.to_dict()
+        data["version"] = FORMAT_VERSION
+        if self.last_working is not None:
+            data["last_working"] = self.last_working
+        atomic_write_text(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def mark_working(self, settings: Settings) -> None:
+        """Record that ``settings``' model set-up loaded successfully."""
+        self.last_working = settings.load_key()
+        self.save(settings)
+
+    def rolled_back(self, settings: Settings) -> Settings:
+        """``settings`` with the model set-up that last worked (the bundled model if none did)."""
+        key = self.last_working or Settings().load_key()
+        return settings.with_load_key(key)

@@ -1,0 +1,354 @@
+"""The model library page: the models on disk, their figures and fit badges, and what to do with them.
+
+A thin view of engine.models.library.Library. The list appears at once from the
+headers; the fit badges (a planner run per model) are computed on a background
+thread and filled in as they arrive, so the window never waits for them. Load
+and Unload go through the window (its settings and engine host); Delete asks
+first and never offers the bundled model; Show in folder opens the file manager.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QListWidget,
+                               QMessageBox, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from engine import HearthError
+from engine.models.library import FIT_NO, Library, LibraryModel, badge_for_plan, compatible_drafts
+
+from app.core.text_utils import human_bytes
+
+COLUMNS = ("Name", "Architecture", "Parameters", "Quantization", "Size", "Context", "Last used", "Fit", "Where")
+FIT_COL = COLUMNS.index("Fit")
+
+
+def params_text(n: int) -> str:
+    """7615616512 -> '7.6B'; 135000000 -> '135M'."""
+    if n >= 1e9:
+        return f"{n / 1e9:.1f}B"
+    return f"{n / 1e6:.0f}M" if n >= 1e6 else (str(n) if n else "—")
+
+
+def when_text(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "never"
+
+
+def draft_choices(model: str) -> list[tuple[str, str]]:
+    """(label, path) of the draft models on disk for the Settings choice: same vocabulary as
+    ``model`` ("bundled" or a GGUF path) and at most half its size, smallest first."""
+    from engine.models.catalogue import bundled_model_path
+
+    from app.core.paths import LIBRARY_FILE, data_dir
+
+    try:
+        target = str(bundled_model_path()) if model == "bundled" else model
+        if not target.lower().endswith(".gguf"):
+            return []
+        found = compatible_drafts(target, Library(data_dir() / LIBRARY_FILE).scan())
+    except HearthError:
+        return []
+    return [(f"{m.name} ({m.quant}, {human_bytes(m.size)})", str(m.path)) for m in found]
+
+
+class _Results(QObject):
+    """Carries results from background threads to the GUI thread (queued signals)."""
+
+    badge = Signal(int, str, str, str)   # scan generation, model key, badge, planner summary
+    imported = Signal(object, object)    # paths added, problems (one line each)
+    scanned = Signal(int, object, object, str)  # scan generation, models, drafts of the loaded one, error
+
+
+class LibraryView(QWidget):
+    """The table of models on disk with Load, Unload, Delete and Show in folder."""
+
+    load_requested = Signal(object)      # LibraryModel
+    unload_requested = Signal()
+    changed = Signal()                   # the models on disk changed (deleted, imported)
+    imported = Signal(str, bool)         # what an import did (one line), and whether anything was added
+
+    def __init__(self, library: Library, parent: QWidget | None = None, *, hardware=None) -> None:
+        super().__init__(parent)
+        self.library = library
+        self.hardware = hardware          # None: this machine, as the load's planner sees it
+        self.models: list[LibraryModel] = []
+        self.badges: dict[str, tuple[str, str]] = {}
+        self.loaded_path: str | None = None
+        self.confirm: QMessageBox | None = None
+        self._generation = 0
+        self._results = _Results(self)
+        self._results.badge.connect(self._badge_ready)
+        self._results.imported.connect(self._imported)
+        self._results.scanned.connect(self._scanned)
+        self.scanning = 0                 # scans in flight
+        self._drafts: list[LibraryModel] = []
+        self._select_after: str | None = None
+        self.importing = 0                # imports in flight
+        self._stale = True                # the table has not been filled since the disk last changed
+
+        lay = QVBoxLayout(self)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # badges arrive later: they fit too
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.itemDoubleClicked.connect(lambda _i: self.load_selected())
+        lay.addWidget(self.table, 1)
+        row = QHBoxLayout()
+        self.load_button = self._button(row, "Load", self.load_selected)
+        self.unload_button = self._button(row, "Unload", self.unload_requested.emit)
+        self.delete_button = self._button(row, "Delete…", self.delete_selected)
+        self.folder_button = self._button(row, "Show in folder", self.show_in_folder)
+        row.addStretch(1)
+        self._button(row, "Add folder…", self.choose_folder)
+        self._button(row, "Refresh", self.refresh)
+        lay.addLayout(row)
+        self.drafts_label = QLabel("Draft models for the loaded model")
+        self.drafts = QListWidget()
+        self.drafts.setMaximumHeight(90)
+        self.drafts.setToolTip("GGUF models on disk with the loaded model's vocabulary and at most half its "
+                               "size; pick one in Settings → Model → Draft model")
+        lay.addWidget(self.drafts_label)
+        lay.addWidget(self.drafts)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        lay.addWidget(self.status)
+        self._update_buttons()
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().showEvent(event)
+        if self._stale:
+            self.refresh()
+
+    def hideEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().hideEvent(event)
+        if not event.spontaneous():  # minimised is not closed: a restore shows the table as it was
+            self._stale = True  # files may come and go while nobody looks: read them again when shown
+
+    def _button(self, row: QHBoxLayout, text: str, slot) -> QPushButton:
+        b = QPushButton(text)
+        b.clicked.connect(slot)
+        row.addWidget(b)
+        return b
+
+    # -- listing ------------------------------------------------------------
+
+    def refresh(self, select: str | os.PathLike[str] | None = None) -> None:
+        """Re-read the models on disk on a background thread (headers, the HF cache); the table
+        fills when that is done, then selects ``select``; the fit badges follow after.
+
+        While the page is hidden nothing is read: the scan waits until it is shown. A scan
+        right after each load, while the first reply streams, held the GIL long enough (the
+        HF cache's imports, a planner run per model) to stall the window's event loop past
+        its 100 ms budget, for a table nobody was looking at."""
+        if select is not None:
+            self._select_after = str(select)
+        if not self.isVisible():
+            self._stale = True
+            self._generation += 1  # a scan already on its way is out of date: the one at show selects
+            return
+        self._stale = False
+        self.scanning += 1
+        self._generation += 1
+        threading.Thread(target=self._scan, args=(self._generation, self.loaded_path),
+                         name="hearth-library-scan", daemon=True).start()
+
+    def _scan(self, generation: int, loaded: str | None) -> None:
+        """On a background thread: the models on disk and the loaded model's drafts."""
+        try:
+            models = self.library.scan()
+            drafts = compatible_drafts(loaded, models) if loaded and loaded.endswith(".gguf") else []
+            self._results.scanned.emit(generation, models, drafts, "")
+        except (HearthError, OSError) as e:
+            self._results.scanned.emit(generation, [], [], f"Could not read the models on disk: {e}")
+
+    def _scanned(self, generation: int, models: list[LibraryModel], drafts: list[LibraryModel], error: str) -> None:
+        self.scanning -= 1
+        if generation != self._generation:
+            return  # a newer scan is on its way
+        if error:
+            self.status.setText(error)
+        self.models, self._drafts = models, drafts
+        self.table.setRowCount(len(self.models))
+        for r, m in enumerate(self.models):
+            cells = (m.name, m.architecture, params_text(m.n_params), m.quant or "—",
+                     human_bytes(m.size) if m.size else "—", f"{m.n_ctx:,}" if m.n_ctx else "—",
+                     when_text(m.last_used), self.badges.get(m.key, ("…", ""))[0] if not m.error else "unreadable",
+                     m.origin + (f" ({m.repo_id})" if m.repo_id else ""))
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(m.error or str(m.path))
+                self.table.setItem(r, c, item)
+            if str(m.path) == self.loaded_path:
+                f = self.table.item(r, 0).font()
+                f.setBold(True)
+                self.table.item(r, 0).setFont(f)
+        self._show_drafts()
+        if self._select_after is not None:
+            self.select_path(self._select_after)
+            self._select_after = None
+        self._update_buttons()
+        todo = [m for m in self.models if not m.error]
+        if todo:
+            threading.Thread(target=self._plan_all, args=(generation, todo, self.hardware),
+                             name="hearth-library-fit", daemon=True).start()
+
+    def _plan_all(self, generation: int, models: list[LibraryModel], hardware) -> None:
+        """On a background thread: the planner's verdict for each model (plain data back)."""
+        from engine.sizing.plan import plan_for
+
+        from app.core import plan_load
+
+        machines: dict[str, object] = {}
+        for m in models:
+            fmt = "gguf" if m.kind == "gguf" else "hf"
+            try:
+                hw = hardware or machines.get(fmt) or machines.setdefault(fmt, plan_load.machine(fmt, torch_ok=False))
+                badge, summary = badge_for_plan(plan_for(str(m.path), hw))
+            except HearthError as e:
+                badge, summary = FIT_NO, str(e)
+            try:
+                self._results.badge.emit(generation, m.key, badge, summary)
+            except RuntimeError:  # the window closed while planning: nobody to tell
+                return
+
+    def _badge_ready(self, generation: int, key: str, badge: str, summary: str) -> None:
+        # An older scan's verdict is still this file's (the key is its path), and the newer scan's planning
+        # may not have reached it yet: show it rather than leave "…" beside a known badge.
+        self.badges[key] = (badge, summary)
+        for r, m in enumerate(self.models):
+            if m.key == key:
+                item = self.table.item(r, FIT_COL)
+                item.setText(badge)
+                item.setToolTip(summary)
+
+    def badge_of(self, path: str | os.PathLike[str]) -> str:
+        """The fit badge shown for a model ('…' while it is being planned)."""
+        return self.badges.get(str(path), ("…", ""))[0]
+
+    def set_loaded(self, path: str | None) -> None:
+        """Mark the loaded model and list its drafts."""
+        self.loaded_path = path
+        self.refresh()
+
+    def _show_drafts(self) -> None:
+        self.drafts.clear()
+        target, found = self.loaded_path, self._drafts
+        for m in found:
+            self.drafts.addItem(f"{m.name} ({m.quant}, {human_bytes(m.size)}) — {m.path}")
+        if not target:
+            self.drafts_label.setText("Draft models: load a model to see which ones can draft for it")
+        else:
+            self.drafts_label.setText(f"Draft models for the loaded model: {len(found) or 'none on disk'}")
+
+    def draft_paths(self) -> list[str]:
+        """The compatible drafts listed now (paths)."""
+        return [str(m.path) for m in self._drafts]
+
+    # -- actions --------------------------------------------------------------
+
+    def selected(self) -> LibraryModel | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.models[rows[0].row()] if rows else None
+
+    def select_path(self, path: str | os.PathLike[str]) -> bool:
+        for r, m in enumerate(self.models):
+            if m.path == Path(path):
+                self.table.selectRow(r)
+                return True
+        return False
+
+    def _update_buttons(self) -> None:
+        m = self.selected()
+        self.load_button.setEnabled(m is not None and not m.error)
+        self.delete_button.setEnabled(m is not None and m.deletable)
+        self.delete_button.setToolTip("" if m is None or m.deletable else
+                                      "The bundled model ships with Hearth and cannot be deleted")
+        self.folder_button.setEnabled(m is not None)
+        self.unload_button.setEnabled(self.loaded_path is not None)
+
+    def load_selected(self) -> None:
+        m = self.selected()
+        if m is not None and not m.error:
+            self.load_requested.emit(m)
+
+    def delete_selected(self) -> None:
+        """Ask, then delete the selected model from disk (never the bundled one)."""
+        m = self.selected()
+        if m is None or not m.deletable:
+            return
+        what = "its snapshot folder" if m.kind == "hf_dir" else "the file"
+        self.confirm = QMessageBox(QMessageBox.Icon.Warning, "Delete model",
+                                   f"Delete {m.name} ({human_bytes(m.size)})? This removes {what} from disk:\n"
+                                   f"{m.path}", QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                                   self)
+        self.confirm.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        self.confirm.finished.connect(lambda code, m=m: self._delete_answered(m, code))
+        self.confirm.open()
+
+    def _delete_answered(self, m: LibraryModel, code: int) -> None:
+        self.confirm = None
+        if code != QMessageBox.StandardButton.Yes:
+            return
+        if str(m.path) == self.loaded_path:
+            self.unload_requested.emit()
+        try:
+            self.library.delete(m)
+        except (HearthError, OSError) as e:
+            self.status.setText(f"Could not delete {m.name}: {e}")
+            return
+        self.status.setText(f"Deleted {m.name}.")
+        self.refresh()
+        self.changed.emit()
+
+    def show_in_folder(self) -> None:
+        m = self.selected()
+        if m is not None:
+            folder = m.path if m.path.is_dir() else m.path.parent
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+
+    def choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of GGUF models")
+        if folder:
+            self.add_folder(folder)
+
+    def add_folder(self, folder: str) -> None:
+        try:
+            self.library.add_folder(folder)
+        except HearthError as e:
+            self.status.setText(str(e))
+            return
+        self.refresh()
+
+    def import_files(self, paths: list[str]) -> None:
+        """Add dropped .gguf files to the models folder on a background thread (a copy to
+        another disk can take minutes); ``imported`` says what was added or why not."""
+        self.importing += 1
+        self.status.setText(f"Adding {', '.join(Path(p).name for p in paths)}…")
+        threading.Thread(target=self._import, args=(paths,), name="hearth-import", daemon=True).start()
+
+    def _import(self, paths: list[str]) -> None:
+        added, problems = [], []
+        for p in paths:
+            try:
+                added.append(str(self.library.import_gguf(p)))
+            except (HearthError, OSError) as e:
+                problems.append(f"{Path(p).name}: {e}")
+        self._results.imported.emit(added, problems)
+
+    def _imported(self, added: list[str], problems: list[str]) -> None:
+        self.importing -= 1
+        parts = ([f"Added {', '.join(Path(a).name for a in added)} to the library."] if added else []) + problems
+        self.status.setText(" ".join(parts))
+        self.refresh(select=added[-1] if added else None)
+        if added:
+            self.changed.emit()
+        self.imported.emit(self.status.text(), bool(added))

@@ -1,0 +1,2 @@
+"""The Performance menu: a reply's Performance panel and "Benchmark this model".
+"""

@@ -1,0 +1,77 @@
+"""The window's Performance menu: a reply's Performance panel and "Benchmark this model".
+
+A mixin of MainWindow (it uses its host, store, settings and info bar). A
+reply's own "Performance" button opens the panel for that reply; the menu
+opens it for the newest reply of the conversation on screen.
+"""
+from __future__ import annotations
+
+from PySide6.QtGui import QAction
+
+
+class PerformanceMixin:
+    def _build_performance_menu(self) -> None:
+        menu = self.menuBar().addMenu("&Performance")
+        self.act_performance = QAction("Performance of the last reply…", self)
+        self.act_performance.triggered.connect(self.show_last_performance)
+        self.act_benchmark = QAction("&Benchmark this model…", self)
+        self.act_benchmark.triggered.connect(self.open_benchmark)
+        menu.addAction(self.act_performance)
+        menu.addAction(self.act_benchmark)
+        self.performance_panel = None
+        self.tune_dialog = None
+
+    def _close_performance(self) -> None:
+        """Close the panel and the benchmark dialog (a run in progress stops and its thread ends)."""
+        for w in (self.performance_panel, self.tune_dialog):
+            if w is not None:
+                w.close()
+        if self.tune_dialog is not None and self.tune_dialog.running:
+            self.tune_dialog.done(0)
+
+    def show_last_performance(self) -> None:
+        """The panel for the newest reply on screen that has a timeline."""
+        replies = [m for m in self.store.messages(self.current) if m.role == "assistant"
+                   and (m.metrics or {}).get("timeline")] if self.current is not None else []
+        if not replies:
+            self.info.show_message("No reply here has a timeline yet: send a message first.", "info")
+            return
+        self.show_performance(replies[-1].id)
+
+    def show_performance(self, mid: int) -> None:
+        """Open the Performance panel for message ``mid``."""
+        from app.performance.performance_panel import PerformancePanel  # QtCharts: only loaded when asked for
+
+        msg = self.store.message(mid)
+        model = self.host.model or {}
+        weights = int((model.get("memory") or {}).get("weights") or 0)
+        try:
+            panel = PerformancePanel(msg.metrics or {}, weights, parent=self,
+                                     threads=model.get("n_threads") or 1)
+        except ValueError as e:
+            self.info.show_message(str(e), "info")
+            return
+        if not weights:
+            panel.summary.setText(panel.summary.text() + " · no model loaded, so the roofline has no model size")
+        if self.performance_panel is not None:
+            self.performance_panel.close()
+        self.performance_panel = panel
+        panel.show()
+
+    def open_benchmark(self) -> None:
+        """The "Benchmark this model" dialog for the loaded model."""
+        from app.performance.tune_dialog import TuneDialog
+
+        model = self.host.model
+        if not model or not model.get("path"):
+            self.info.show_message("Benchmark this model: load a model first.", "info")
+            return
+        if self.tune_dialog is not None and self.tune_dialog.model_path == model["path"]:
+            self.tune_dialog.show()
+            self.tune_dialog.raise_()
+            return
+        if self.tune_dialog is not None:
+            self.tune_dialog.close()
+        self.tune_dialog = TuneDialog(model["path"], model["label"], lambda: self.settings, self.apply_settings,
+                                      self, threads=self.settings.n_threads)
+        self.tune_dialog.show()

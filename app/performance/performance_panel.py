@@ -1,0 +1,226 @@
+"""The Performance panel of one reply: where its time went, as pictures (QtCharts).
+
+Four charts from the reply's stored Timeline (engine/timeline.py):
+- a stacked bar of the parts (template, tokenize, queue, prefill, decode, sampling, detokenize);
+- tok/s over the reply (a moving average of the per-token steps);
+- a histogram of the per-token step times;
+- the roofline: bytes the decode read per second (the weights once per token, so
+  model bytes x tok/s) against this machine's memory bandwidth, which says
+  whether decoding is memory-bound.
+The bandwidth is measured once per process, on a Python thread that only
+emits a signal; the panel shows the rest at once.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from PySide6.QtCharts import (QBarCategoryAxis, QBarSeries, QBarSet, QChart, QChartView, QHorizontalBarSeries,
+                              QHorizontalStackedBarSeries, QLineSeries, QValueAxis)
+from PySide6.QtCore import QObject, QPointF, Qt, Signal
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import QDialog, QGridLayout, QLabel, QVBoxLayout
+
+from engine.timeline import Timeline
+
+PART_COLORS = {"template": "#7950f2", "tokenize": "#4c6ef5", "queue_wait": "#adb5bd", "prefill": "#f59f00",
+               "decode": "#2f9e44", "sampling": "#e64980", "detokenize": "#15aabf"}
+HIST_BINS = 10         # few enough that every bin's label fits under it
+SMOOTH = 16            # steps in tok/s's moving average
+BANDWIDTH_MIB = 64     # buffer copied to measure bandwidth: far past the caches, quick to copy
+_BANDWIDTH: list[float] = []  # measured once per process
+MEMORY_BOUND = 0.6     # the share of bandwidth from which the step is waiting on memory
+
+
+class _Bandwidth(QObject):
+    measured = Signal(float)
+
+
+def timeline_of(metrics: dict | None) -> Timeline | None:
+    """The reply's Timeline from its stored metrics, or None when it has none."""
+    d = (metrics or {}).get("timeline")
+    return Timeline.from_dict(d) if isinstance(d, dict) else None
+
+
+def tok_s_curve(step_ms: list[float], window: int = SMOOTH) -> np.ndarray:
+    """tok/s after each step: 1000 / the mean of the last ``window`` steps."""
+    steps = np.asarray(step_ms, dtype=np.float64)
+    if steps.size == 0:
+        return steps
+    w = max(1, min(window, steps.size))
+    csum = np.concatenate([[0.0], np.cumsum(steps)])
+    idx = np.arange(1, steps.size + 1)
+    lo = np.maximum(0, idx - w)
+    mean = (csum[idx] - csum[lo]) / (idx - lo)
+    return np.where(mean > 0, 1e3 / np.maximum(mean, 1e-9), 0.0)
+
+
+def roofline(model_bytes: int, tok_s: float, bandwidth: float) -> tuple[float, float]:
+    """(achieved bytes/s, its share of ``bandwidth``): every decode step reads the weights once."""
+    achieved = float(model_bytes) * tok_s
+    return achieved, (achieved / bandwidth if bandwidth > 0 else 0.0)
+
+
+def _short(ms: float) -> str:
+    return f"{ms:.0f}" if ms >= 10 else f"{ms:.1f}"
+
+
+def _chart(title: str) -> tuple[QChart, QChartView]:
+    chart = QChart()
+    chart.setTitle(title)
+    chart.legend().setAlignment(Qt.AlignmentFlag.AlignBottom)
+    view = QChartView(chart)
+    view.setRenderHint(QPainter.RenderHint.Antialiasing)
+    view.setMinimumSize(380, 240)
+    return chart, view
+
+
+def _axes(chart: QChart, series: Any, x: Any, y: Any) -> None:
+    chart.addAxis(x, Qt.AlignmentFlag.AlignBottom)
+    chart.addAxis(y, Qt.AlignmentFlag.AlignLeft)
+    series.attachAxis(x)
+    series.attachAxis(y)
+
+
+class PerformancePanel(QDialog):
+    """The four charts for one reply. ``model_bytes``: the weights decode reads per
+    token; ``bandwidth``: bytes/s, measured here when not given."""
+
+    def __init__(self, metrics: dict, model_bytes: int, bandwidth: float | None = None, parent=None,
+                 *, threads: int = 1) -> None:
+        super().__init__(parent)
+        tl = timeline_of(metrics)
+        if tl is None:
+            raise ValueError("this reply has no timeline (it was written before Hearth recorded them)")
+        self.timeline, self.metrics, self.model_bytes = tl, metrics, model_bytes
+        self.setWindowTitle("Performance of this reply")
+        self.resize(1000, 720)
+        lay = QVBoxLayout(self)
+        self.summary = QLabel(self._summary())
+        self.summary.setWordWrap(True)
+        lay.addWidget(self.summary)
+        grid = QGridLayout()
+        lay.addLayout(grid, 1)
+        self.charts: dict[str, QChart] = {}
+        for i, (name, build) in enumerate((("parts", self._parts), ("speed", self._speed),
+                                           ("histogram", self._histogram), ("roofline", self._roofline_chart))):
+            chart, view = build()
+            self.charts[name] = chart
+            grid.addWidget(view, i // 2, i % 2)
+        self._bw = _Bandwidth(self)
+        self._bw.measured.connect(self.set_bandwidth)
+        self.bandwidth: float | None = None
+        if bandwidth is not None:
+            self.set_bandwidth(bandwidth)
+        elif _BANDWIDTH:
+            self.set_bandwidth(_BANDWIDTH[0])
+        else:
+            threading.Thread(target=self._measure, args=(threads,), name="hearth-bandwidth", daemon=True).start()
+
+    def _summary(self) -> str:
+        t = self.timeline
+        return (f"{t.generated_tokens} tokens in {t.e2e_ms:.0f} ms · TTFT {t.ttft_ms:.0f} ms · prefill "
+                f"{t.prefill_tokens} tokens at {t.prefill_tok_s:.0f} tok/s ({t.cached_tokens} cached) · TPOT "
+                f"P50 {t.tpot_p50_ms:.1f} / P90 {t.tpot_p90_ms:.1f} / P99 {t.tpot_p99_ms:.1f} ms, slowest step "
+                f"#{t.slowest_step} {t.slowest_step_ms:.1f} ms · KV {t.kv_used:,} of {t.n_ctx:,} · prefix cache "
+                f"hits {t.cache_hits}, inserts {t.cache_inserts}, evictions {t.cache_evictions}")
+
+    def _parts(self) -> tuple[QChart, QChartView]:
+        chart, view = _chart(f"Where the time went ({self.timeline.e2e_ms:.0f} ms end to end)")
+        series = QHorizontalStackedBarSeries()
+        for name, ms in self.timeline.parts().items():
+            bars = QBarSet(f"{name.replace('_', ' ')} {ms:.0f} ms")
+            bars.setColor(QColor(PART_COLORS[name]))
+            bars.append(ms)
+            series.append(bars)
+        chart.addSeries(series)
+        chart.legend().setAlignment(Qt.AlignmentFlag.AlignRight)  # seven names: a column keeps them whole
+        cats = QBarCategoryAxis()
+        cats.append(["reply"])
+        ms = QValueAxis()
+        ms.setTitleText("ms")
+        ms.setRange(0, max(1.0, self.timeline.e2e_ms))
+        ms.setLabelFormat("%.0f")
+        ms.setTickCount(4)
+        _axes(chart, series, ms, cats)
+        return chart, view
+
+    def _speed(self) -> tuple[QChart, QChartView]:
+        chart, view = _chart(f"tok/s over the reply (mean of the last {SMOOTH} steps)")
+        curve = tok_s_curve(self.timeline.step_ms)
+        line = QLineSeries()
+        line.setName("tok/s")
+        line.replace([QPointF(float(i + 1), float(v)) for i, v in enumerate(curve)])
+        chart.addSeries(line)
+        x, y = QValueAxis(), QValueAxis()
+        x.setTitleText("token")
+        x.setRange(1, max(2, len(curve)))
+        y.setTitleText("tok/s")
+        y.setRange(0, float(curve.max()) * 1.1 if curve.size else 1.0)
+        _axes(chart, line, x, y)
+        return chart, view
+
+    def _histogram(self) -> tuple[QChart, QChartView]:
+        chart, view = _chart("Per-token step times")
+        steps = np.asarray(self.timeline.step_ms, dtype=np.float64)
+        counts, edges = np.histogram(steps, bins=HIST_BINS) if steps.size else (np.zeros(1), np.zeros(2))
+        bars = QBarSet("tokens")
+        bars.append([float(c) for c in counts])
+        series = QBarSeries()
+        series.setBarWidth(1.0)
+        series.append(bars)
+        chart.addSeries(series)
+        cats = QBarCategoryAxis()
+        cats.append([_short((a + b) / 2) for a, b in zip(edges[:-1], edges[1:])])
+        cats.setTitleText("ms per token (bin centres)")
+        y = QValueAxis()
+        y.setRange(0, float(counts.max()) * 1.1 if counts.size and counts.max() > 0 else 1.0)
+        y.setLabelFormat("%d")
+        _axes(chart, series, cats, y)
+        chart.legend().hide()
+        return chart, view
+
+    def _roofline_chart(self) -> tuple[QChart, QChartView]:
+        chart, view = _chart("Roofline: measuring this machine's memory bandwidth…")
+        return chart, view
+
+    def set_bandwidth(self, bandwidth: float) -> None:
+        """Draw the roofline against ``bandwidth`` bytes/s."""
+        self.bandwidth = bandwidth
+        tok_s = float(self.metrics.get("decode_tok_s") or 0.0)
+        achieved, share = roofline(self.model_bytes, tok_s, bandwidth)
+        chart = self.charts["roofline"]
+        chart.removeAllSeries()
+        for axis in chart.axes():
+            chart.removeAxis(axis)
+        bound = "memory-bound" if share >= MEMORY_BOUND else "not memory-bound"
+        chart.setTitle(f"Roofline: {share:.0%} of memory bandwidth, {bound}")
+        chart.setToolTip("Each decode step reads the weights once: achieved = model bytes × tok/s")
+        series = QHorizontalBarSeries()
+        for label, value, color in ((f"achieved {achieved / 1e9:.2f} GB/s", achieved, "#2f9e44"),
+                                    (f"measured bandwidth {bandwidth / 1e9:.1f} GB/s", bandwidth, "#adb5bd")):
+            bars = QBarSet(label)
+            bars.setColor(QColor(color))
+            bars.append(value / 1e9)
+            series.append(bars)
+        chart.addSeries(series)
+        cats = QBarCategoryAxis()
+        cats.append(["decode"])
+        gb = QValueAxis()
+        gb.setTitleText("GB/s (achieved = model bytes × tok/s)")
+        gb.setRange(0, max(achieved, bandwidth) / 1e9 * 1.1 or 1.0)
+        _axes(chart, series, gb, cats)
+
+    def _measure(self, threads: int) -> None:
+        from engine.sizing.bandwidth import measure_read_bandwidth
+
+        try:
+            bw = measure_read_bandwidth(max(1, threads), mib=BANDWIDTH_MIB)
+        except MemoryError:
+            return  # no roofline: the title keeps saying it is not measured
+        _BANDWIDTH[:] = [bw]
+        try:
+            self._bw.measured.emit(bw)
+        except RuntimeError:  # the panel was closed while measuring; the figure is kept for the next one
+            pass

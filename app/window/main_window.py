@@ -1,0 +1,316 @@
+"""The main window: wires the conversation list, the chat view, the store and the engine.
+
+Loading the model lives in model_loading.py and sending/streaming in
+replies.py (mixins of this class). Rules the three files keep together:
+- The window appears before any model is loaded; loading runs on the engine thread.
+- Nothing the user typed is lost: drafts are saved per conversation, a send
+  that fails before any reply text puts the message back in the input box,
+  and a reply cut short keeps its text (marked incomplete).
+- A stream belongs to its conversation: its deltas are shown only while that
+  conversation is on screen, and the worker saves them to that conversation
+  whatever is on screen.
+- A model load that fails rolls back to the last model set-up that worked, and says so.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
+
+from app.core import gpu_guard
+from app.library import library_dock
+from app.ui import theme
+from app.window.keyboard import KeyboardMixin
+from app.ui.shortcuts import keys
+from app.window.view_menu import ViewMenuMixin
+from app.chat.welcome import WelcomeMixin
+from app.chat.chat_view import ChatView
+from app.chat.conversation_list import ConversationList
+from app.ui.info_bar import InfoArea
+from app.ui.loop_monitor import LoopMonitor
+from app.window.model_loading import ModelLoadingMixin
+from app.window.navigation import NavigationMixin
+from app.performance.performance_menu import PerformanceMixin
+from app.window.replies import RepliesMixin
+from app.core.settings import Settings, SettingsFile
+from app.core.store import Store
+from app.bridge.engine_host import EngineHost
+from app.bridge.server_host import ServerHost
+
+
+# Modules the engine thread would otherwise import while the window is up.
+PRELOAD = ("engine.engine", "engine.backends.llama.backend", "engine.models.hub", "psutil")
+SWITCH_INTERVAL_S = 0.001
+
+
+class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
+                 PerformanceMixin, QMainWindow):
+    def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
+        # Import what loading the default model needs before the window exists.
+        # Loading the native library holds the GIL for tens of milliseconds, and
+        # once PySide6 is imported every further import is slower still
+        # (shiboken's import hook reads each new module's source): on the engine
+        # thread that froze the visible window past the 100 ms budget. It costs
+        # ~0.1 s before the window appears; it loads no model and never imports
+        # torch.
+        for name in PRELOAD:
+            importlib.import_module(name)
+        # A busy Python thread (the engine parsing a vocabulary, importing)
+        # hands the GIL over only every switch interval, and the window thread
+        # needs it for every event it handles; 5 ms (the default) let a burst
+        # of work on the engine thread starve the window for 100+ ms.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+        super().__init__()
+        self.setWindowTitle("Hearth")
+        self.setWindowIcon(theme.app_icon())
+        self.resize(1100, 760)
+        self.settings_file = settings_file or SettingsFile()
+        self.settings, settings_notice = self.settings_file.load()
+        self.store = store or Store()
+        self.store.purge_deleted()
+        self.scheme = theme.apply(QApplication.instance(), self.settings.theme)
+        self.host = EngineHost(self)
+        self.server_host = ServerHost(self.host, self)  # the local API server, off unless Settings say so
+        self.monitor = LoopMonitor(self)
+        self.current: int | None = None
+        self.stream: dict | None = None  # {conv, mid, user_mid, user_text, parts, title}
+        self._load_key: dict | None = None
+        self._rolling_back = False
+        self.last_stats: dict | None = None
+        self._closed = False
+
+        self._build_ui()
+        self._connect()
+        self.models_dock = library_dock.attach(self)  # the model library and the Hub browser
+        self._install_shortcuts()  # keys from app/ui/shortcuts.py's table, then the menus that show them
+        self._build_view_menu()
+        self._build_performance_menu()
+        self._build_help_menu()
+        for notice in (settings_notice, self.store.notice):
+            if notice:
+                self.info.show_message(notice, "error")
+        self._refresh_list(select=None)
+        if self.current is None:
+            self.new_conversation()
+        self._apply_server()
+
+    # -- construction -------------------------------------------------------
+
+    def _build_ui(self) -> None:
+        central = QWidget()
+        outer = QVBoxLayout(central)
+        outer.setContentsMargins(0, 0, 0, 0)
+        self.info = InfoArea()
+        outer.addWidget(self.info)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        self.conversations = ConversationList()
+        self.chat = ChatView(theme.BUBBLES[self.scheme])
+        self.chat.system.set_presets(self.settings.presets)
+        split.addWidget(self.conversations)
+        split.addWidget(self.chat)
+        split.setStretchFactor(1, 1)
+        split.setSizes([260, 840])
+        outer.addWidget(split, 1)
+        self.setCentralWidget(central)
+
+        sb = self.statusBar()
+        self.stats_label = QLabel()
+        self.stats_label.setToolTip("Live while a reply streams; then the last reply's numbers")
+        self._build_model_status(sb)
+        sb.addPermanentWidget(self.stats_label)
+        sb.addPermanentWidget(self._build_context_meter())
+        sb.addPermanentWidget(self.model_label)
+        sb.addPermanentWidget(self.memory_label)
+        sb.addPermanentWidget(self.server_host.label)
+
+        menu = self.menuBar()
+        file_menu = menu.addMenu("&File")
+        self.act_new = self._action(file_menu, "&New chat", keys("new"), self.new_conversation)
+        self.act_settings = self._action(file_menu, "&Settings…", keys("settings"), self.open_settings)
+        self._action(file_menu, "&Import conversation…", QKeySequence(), self._ask_import)
+        self._action(file_menu, "Export as &Markdown…", QKeySequence(), lambda: self._ask_export("markdown"))
+        self._action(file_menu, "Export as &JSON…", QKeySequence(), lambda: self._ask_export("json"))
+        file_menu.addSeparator()
+        self._action(file_menu, "&Quit", keys("quit"), self.close)
+        chat_menu = menu.addMenu("&Chat")
+        self.act_stop = self._action(chat_menu, "&Stop reply", keys("stop"), self.stop)
+        self.act_regen = self._action(chat_menu, "&Regenerate last reply", keys("regenerate"),
+                                      self._regenerate_last)
+        self._action(chat_menu, "Re&name conversation", keys("rename"), self.conversations.begin_rename)
+
+    def _action(self, menu, text: str, shortcut, slot) -> QAction:
+        act = QAction(text, self)
+        act.setShortcuts(shortcut if isinstance(shortcut, list) else [shortcut])
+        act.triggered.connect(slot)
+        menu.addAction(act)
+        return act
+
+    def _connect(self) -> None:
+        h = self.host
+        h.load_started.connect(self._on_load_started)
+        h.download_progress.connect(self._on_download_progress)
+        h.loaded.connect(self._on_loaded)
+        h.load_failed.connect(self._on_load_failed)
+        h.load_cancelled.connect(self._on_load_cancelled)
+        h.delta.connect(self._on_delta)
+        h.progress.connect(self._on_progress)
+        h.finished.connect(self._on_finished)
+        h.failed.connect(self._on_failed)
+        c = self.conversations
+        c.selected.connect(self.select_conversation)
+        c.new_requested.connect(self.new_conversation)
+        c.renamed.connect(self.rename_conversation)
+        c.delete_requested.connect(self.delete_conversation)
+        c.search_changed.connect(self._search_changed)
+        self._connect_navigation()
+        self._connect_welcome()
+        v = self.chat
+        v.send_requested.connect(self.send)
+        v.edit_resend_requested.connect(self.edit_and_resend)
+        v.stop_requested.connect(self.stop)
+        v.regenerate_requested.connect(self.regenerate)
+        v.performance_requested.connect(self.show_performance)
+        v.system_prompt_changed.connect(self._save_system_prompt)
+        v.draft_changed.connect(self._save_draft)
+        v.notify.connect(lambda msg: self.statusBar().showMessage(msg, 3000))
+        QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _s: self.apply_theme())
+
+    # -- settings -----------------------------------------------------------
+
+    def open_settings(self) -> None:
+        from app.settings_ui.settings_dialog import SettingsDialog  # only built when asked for
+
+        dlg = SettingsDialog(self.settings, self)
+        if dlg.exec() and dlg.result_settings is not None:
+            self.apply_settings(dlg.result_settings)
+
+    def apply_settings(self, new: Settings) -> None:
+        """Adopt validated settings: save, re-theme, and reload the model if its set-up changed."""
+        reload = new.load_key() != self.settings.load_key() or not (self.host.ready or self.host.loading)
+        self.settings = new
+        self._save_settings()
+        self.chat.system.set_presets(new.presets)
+        self.apply_theme()
+        self._apply_server()
+        if reload:
+            self.load_model(new.load_key())
+
+    def _apply_server(self) -> None:
+        """Start, stop or re-key the local server as the settings say; a failure is shown, never silent."""
+        err = self.server_host.apply(self.settings)
+        if err:
+            self.info.show_message(f"The local server did not start: {err}. Settings → Local server.", "error")
+
+    def apply_theme(self) -> None:
+        self.scheme = theme.apply(QApplication.instance(), self.settings.theme)
+        self.chat.apply_colors(theme.BUBBLES[self.scheme])
+
+    # -- conversations ------------------------------------------------------
+
+    def _refresh_list(self, select: int | None) -> None:
+        convs = self.store.list_conversations(self.conversations.search.text())
+        self.conversations.populate(convs, select)
+        if select is None and convs and not self.conversations.search.text():
+            self.select_conversation(convs[0].id)
+
+    def _leave_current(self) -> None:
+        """Save what the user was typing in the conversation being left."""
+        if self.current is None:
+            return
+        self.chat.system.flush()
+        self.chat.flush_draft()  # drafts save on a timer; an edit in progress saved its draft already
+
+    def select_conversation(self, cid: int) -> None:
+        if cid == self.current:
+            return
+        self._leave_current()
+        self.current = cid
+        self._show_current()
+        if self.conversations.current_id() != cid:
+            self._refresh_list(select=cid)
+
+    def _show_current(self) -> None:
+        conv = self.store.conversation(self.current)
+        msgs = self.store.messages(self.current)
+        self.chat.show_conversation(conv.title, conv.system_prompt, conv.draft, msgs)
+        self._show_context(self.current, msgs)
+        s = self.stream
+        if s is not None and s["conv"] == self.current:
+            # The store lags the stream by up to half a second; show the live text.
+            w = self.chat.widget(s["mid"])
+            if w is not None:
+                w.text = "".join(s["parts"])
+                w.set_streaming(True)
+        self._show_branches()
+        self._update_busy()
+
+    def new_conversation(self) -> None:
+        self._leave_current()
+        prompt = self.settings.preset_prompt(self.settings.default_preset) or ""
+        conv = self.store.create_conversation(system_prompt=prompt)
+        self.conversations.search.clear()
+        self.current = conv.id
+        self._refresh_list(select=conv.id)
+        self._show_current()
+        self.chat.input.setFocus()
+
+    def rename_conversation(self, cid: int, title: str) -> None:
+        try:
+            self.store.rename_conversation(cid, title)
+        except ValueError as e:
+            self.info.show_message(f"Not renamed: {e}.", "error", timeout_ms=6000)
+        self._refresh_list(select=self.current)
+        if cid == self.current:
+            self.chat.title.setText(self.store.conversation(cid).title)
+
+    def delete_conversation(self, cid: int) -> None:
+        if self.stream is not None and self.stream["conv"] == cid:
+            self.host.stop()  # the reply so far is saved; undo brings it back
+        if cid == self.current:
+            self._leave_current()
+        title = self.store.conversation(cid).title
+        self.store.delete_conversation(cid)
+        if cid == self.current:
+            self.current = None
+        self._refresh_list(select=self.current)
+        if self.current is None:
+            remaining = self.store.list_conversations()
+            if remaining:
+                self.select_conversation(remaining[0].id)
+            else:
+                self.new_conversation()
+        self.info.show_message(f"Deleted “{title}”.", "info", action=("Undo", lambda: self.undo_delete(cid)),
+                               timeout_ms=15000)
+
+    def undo_delete(self, cid: int) -> None:
+        self.store.restore_conversation(cid)
+        self.conversations.search.clear()
+        self.select_conversation(cid)
+        self._refresh_list(select=cid)
+
+    def _save_system_prompt(self, text: str) -> None:
+        if self.current is not None and not self._closed:
+            self.store.set_system_prompt(self.current, text)
+
+    def _save_draft(self, text: str) -> None:
+        if self.current is not None and not self._closed:
+            self.store.set_draft(self.current, text)
+
+    # -- closing ------------------------------------------------------------
+
+    def closeEvent(self, e) -> None:  # noqa: N802 (Qt override)
+        if self._closed:
+            return super().closeEvent(e)
+        self._leave_current()
+        self._closed = True
+        self.hide()
+        self._close_performance()  # a benchmark run stops first: its thread must not outlive the window
+        self.server_host.shutdown()  # API clients are cut off first; then the engine thread ends
+        self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
+        gpu_guard.clear()  # a clean close: the next start may use the GPU
+        self.store.close()
+        super().closeEvent(e)

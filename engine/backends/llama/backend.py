@@ -1,0 +1,345 @@
+"""GGUF models through llama-cpp-python's low-level API.
+
+The high-level ``Llama`` class hides what the shared loop needs (per-position
+logits for draft verification, KV truncation, per-sequence state snapshots),
+so we drive ``llama_decode`` ourselves with one reusable batch.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp as lc
+
+from ...errors import Cancelled, ContextFullError, HearthError, ModelLoadError, UnsupportedModelError
+from ...models.gguf import ModelInfo, model_info
+from ...types import BackendInfo, Vocab
+from . import devices, init
+from .batch import LlamaBatch
+from .grammar import LlamaGrammar
+from .log import _log_mark, _log_since, decode_error, out_of_memory_text
+
+log = logging.getLogger("hearth.llama_cpp")
+
+KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2, "f32": 0, "bf16": 30}
+# "exact": batch-invariant kernels, so cached and speculative output equal plain
+# decoding bit for bit. "fast": the two runtime switches llama.cpp offers back on
+# (repack buffers, flash attention). LLAMAFILE is a compile-time switch and stays
+# off in either profile; the tiled K-quant matmul is read once per process
+# (GGML_CPU_TILED_MM, set in init()), so a profile chosen after start-up cannot change it.
+EXACTNESS = ("exact", "fast")
+
+_BUF_RE = re.compile(r"(\S+)\s+(model|KV|compute|output|RS)\s+buffer size\s*=\s*([\d.]+)\s*MiB")
+
+
+def parse_buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
+    """Sum the 'X buffer size = N MiB' lines llama.cpp prints, by kind, in bytes.
+
+    Keys: weights, kv, compute, output, recurrent; plus ``<kind>@<device>``
+    entries so a GPU/CPU split can be checked part by part.
+    """
+    names = {"model": "weights", "KV": "kv", "compute": "compute", "output": "output", "RS": "recurrent"}
+    out: dict[str, int] = {}
+    for line in lines:
+        for dev, kind, mib in _BUF_RE.findall(line):
+            key = names[kind]
+            b = int(float(mib) * 1024 * 1024)
+            out[key] = out.get(key, 0) + b
+            out[f"{key}@{dev}"] = out.get(f"{key}@{dev}", 0) + b
+    return out
+
+
+def default_threads() -> int:
+    try:
+        import psutil
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # psutil missing or unsupported platform
+        n = None
+    return max(1, n or os.cpu_count() or 1)
+
+
+class LlamaCppBackend:
+    name = "llama_cpp"
+
+    def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
+                 flash_attn: bool | None = None, repack: bool = False,
+                 info: ModelInfo | None = None, exactness: str = "exact") -> None:
+        # Parse the header ourselves first: a missing/truncated/corrupt file gets
+        # a clear message here instead of a NULL pointer from C.
+        self.info = info or model_info(path)
+        self.path = Path(path)
+        if kv_type not in KV_TYPES:
+            raise HearthError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
+        if exactness not in EXACTNESS:
+            raise HearthError(f"unknown exactness profile {exactness!r}; choose exact or fast")
+        if exactness == "fast":
+            repack = True
+            flash_attn = True if flash_attn is None else flash_attn
+        self.exactness = exactness
+        self._model = self._ctx = self._batch = None
+        init()  # log callback, then llama_backend_init: once per process
+        mark = _log_mark()
+
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        # The CPU "repack" buffers (interleaved Q4_0/Q4_K/IQ4_NL weights on
+        # AVX2) run batches through a gemm that quantizes activations in groups
+        # of four rows and single tokens through a gemv that does not: a token's
+        # logits then depend on its place in the batch (0.2-0.9 logit measured
+        # on Q4_K_M), which breaks the exactness of speculative verification
+        # and of the prefix cache. Off by default; measured cost on the 1.5B
+        # Q4_K_M here: ~12% decode, none on prefill, and it saves the repacked
+        # duplicate of those weights. ``repack=True`` trades exactness for speed.
+        mparams.use_extra_bufts = repack
+        self.repack = repack
+        self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self._model:
+            self._raise_load_failure(_log_since(mark), what="load the model")
+
+        n_threads = n_threads or default_threads()
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = min(n_batch, 512)
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.type_k = cparams.type_v = KV_TYPES[kv_type]
+        # On the CPU, flash attention makes a token's logits depend on how it
+        # was batched; with it off (and tinyBLAS off in our build) a batch of k
+        # tokens gives bit-identical logits to k single steps, which keeps the
+        # prefix cache and speculative decoding exact. On a GPU the default is
+        # llama.cpp's auto. A quantized V cache needs flash attention.
+        if flash_attn is None:
+            flash_attn = n_gpu_layers > 0 or kv_type not in ("f16", "f32", "bf16")
+        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_AUTO if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self.flash_attn = flash_attn
+        cparams.no_perf = True
+        # With no layer on a device, llama.cpp still copies weights to a visible GPU for big batches
+        # (op offload): device memory the plan never counted, and a prefill computed by other
+        # kernels than the decode steps. "Nothing on the GPU" means nothing there.
+        cparams.op_offload = n_gpu_layers != 0
+        self._ctx = lc.llama_init_from_model(self._model, cparams)
+        if not self._ctx:
+            self.close()
+            self._raise_load_failure(_log_since(mark), what=f"create a {n_ctx}-token context")
+        self._load_log = _log_since(mark)
+
+        self.n_ctx = lc.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self.n_threads = n_threads
+        self.kv_type = kv_type
+        self.n_gpu_layers = n_gpu_layers
+        self._vocab = lc.llama_model_get_vocab(self._model)
+        self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        # The callback closes over a one-slot list, not self: no reference cycle
+        # keeps a closed backend alive. Kept as an attribute: C holds the pointer.
+        abort: list[threading.Event | None] = [None]
+        self._abort = abort
+        self._abort_cb = lc.ggml_abort_callback(lambda _data: abort[0] is not None and abort[0].is_set())
+        self._n_past = 0
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self._vocab))
+        self.eos_ids = frozenset(i for i in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, i))
+        self.chat_template = self.info.chat_template
+        self.bos_token = self._token_text(lc.llama_vocab_bos(self._vocab))
+        self.eos_token = self._token_text(lc.llama_vocab_eos(self._vocab))
+
+    def _raise_load_failure(self, lines: list[str], what: str) -> None:
+        text = "".join(lines)
+        m = re.search(r"unknown model architecture: '([^']+)'", text)
+        if m:
+            raise UnsupportedModelError(
+                f"{self.path.name}: model architecture '{m.group(1)}' is not supported by this llama.cpp build")
+        errors = [ln.strip() for ln in lines if ln.strip() and ("error" in ln.lower() or "failed" in ln.lower())]
+        detail = errors[-1] if errors else "no details from llama.cpp"
+        if re.search(r"alloc|out of memory|cannot allocate", text, re.I):
+            raise ModelLoadError(f"{out_of_memory_text(lines)} to {what} for {self.path.name} ({detail})")
+        raise ModelLoadError(f"llama.cpp could not {what} for {self.path.name}: {detail}")
+
+    def _token_text(self, tid: int) -> str:
+        if tid < 0 or tid >= self.n_vocab:
+            return ""
+        return (lc.llama_vocab_get_text(self._vocab, tid) or b"").decode("utf-8", errors="replace")
+
+    # -- tokens -------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        return list(buf[:n])
+
+    def token_bytes(self, token_id: int) -> bytes:
+        piece = self._pieces[token_id]
+        if piece is None:
+            buf = self._piece_buf
+            n = lc.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = lc.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, False)
+            piece = buf.raw[:n]
+            self._pieces[token_id] = piece
+        return piece
+
+    # -- KV cache -----------------------------------------------------------
+
+    @property
+    def kv_len(self) -> int:
+        return self._n_past
+
+    def forward(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("forward() needs at least one token")
+        if self._n_past + n > self.n_ctx:
+            raise ContextFullError(f"context is full ({self._n_past} + {n} > {self.n_ctx} tokens)")
+        rows: list[np.ndarray] = []
+        batch = self._batch
+        assert batch is not None, "forward() after close()"
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            m = len(chunk)
+            last_chunk = start + m == n
+            for i, t in enumerate(chunk):
+                batch.token[i] = t
+                batch.pos[i] = self._n_past + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = all_logits or (last_chunk and i == m - 1)
+            batch.n_tokens = m
+            mark = _log_mark()
+            rc = lc.llama_decode(self._ctx, batch)
+            if rc != 0:
+                # Roll back whatever part of this chunk may have landed.
+                lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)
+                if rc == 1:
+                    raise ContextFullError("no room left in the KV cache for this batch")
+                if rc == 2:
+                    raise Cancelled("stopped while reading the prompt")
+                raise decode_error(rc, m, mark)
+            self._n_past += m
+            if all_logits:
+                ptr = lc.llama_get_logits(self._ctx)
+                rows.append(np.ctypeslib.as_array(ptr, shape=(m, self.n_vocab)).copy())
+        if all_logits:
+            return rows[0] if len(rows) == 1 else np.concatenate(rows)
+        return np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, -1), shape=(self.n_vocab,))
+
+    def set_abort(self, flag: threading.Event | None) -> None:
+        """While ``flag`` is given, llama.cpp checks it between graph nodes, so a
+        long prefill stops within milliseconds (forward raises Cancelled and the
+        KV keeps what it held before the call). Off during decoding: the check
+        takes the GIL on a compute thread, which a token step need not pay."""
+        self._abort[0] = flag
+        if flag is None:
+            lc.llama_set_abort_callback(self._ctx, lc.ggml_abort_callback(), None)  # a NULL callback
+        else:
+            lc.llama_set_abort_callback(self._ctx, self._abort_cb, None)
+
+    def truncate(self, n: int) -> None:
+        if n >= self._n_past:
+            return
+        n = max(0, n)
+        if not lc.llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise HearthError("this model's memory cannot be partially rolled back")
+        self._n_past = n
+
+    def snapshot(self) -> tuple[int, bytearray]:
+        size = lc.llama_state_seq_get_size(self._ctx, 0)
+        data = bytearray(size)
+        written = lc.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
+        if written != size:
+            del data[written:]
+        return (self._n_past, data)
+
+    def restore(self, state: tuple[int, bytearray]) -> None:
+        n_past, data = state
+        lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
+        self._n_past = 0
+        if n_past == 0:
+            return
+        size = len(data)
+        ok = lc.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
+        if not ok:
+            raise HearthError("could not restore a KV snapshot (it was taken from another model or context)")
+        self._n_past = n_past
+
+    def nbytes(self, state: tuple[int, bytearray]) -> int:
+        return len(state[1])
+
+    def state_bytes(self, state: tuple[int, bytearray]) -> bytearray:
+        return state[1]
+
+    def state_from_bytes(self, n_tokens: int, data: bytearray) -> tuple[int, bytearray]:
+        return (n_tokens, data)
+
+    def state_identity(self) -> dict[str, str]:
+        return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__}",
+                "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack),
+                "tiled_mm": os.environ.get("GGML_CPU_TILED_MM", "1")}
+
+    def describe(self) -> BackendInfo:
+        # Where the layers really went (llama.cpp's load log), not what was asked:
+        # a GPU build that found no device runs on the CPU.
+        where = devices.placement(self._load_log)
+        return BackendInfo(backend=self.name, name=self.info.name, path=str(self.path),
+                           quant=self.info.file_type, runtime=where.runtime,
+                           device=where.device, threads=self.n_threads, n_ctx=self.n_ctx,
+                           n_gpu_layers=self.n_gpu_layers, kv_type=self.kv_type,
+                           weight_bytes=self.info.weight_bytes, exactness=self.exactness)
+
+    def vocab(self) -> Vocab:
+        return self.info.vocab()
+
+    def open_draft(self, path: str | os.PathLike[str], *, n_threads: int | None = None) -> "LlamaCppBackend":
+        # The planner counts the draft on the GPU only when the target is all there (the draft runs
+        # every step, and splitting both across the bus would cost more than it saves).
+        on_gpu = self.n_gpu_layers < 0 or self.n_gpu_layers > self.info.n_layers
+        return LlamaCppBackend(path, n_ctx=self.n_ctx, n_threads=n_threads, n_gpu_layers=-1 if on_gpu else 0,
+                               exactness=self.exactness)
+
+    def open_batch(self, n_seq: int, n_ctx: int) -> LlamaBatch:
+        # The model must outlive the batch context: close the batch first.
+        return LlamaBatch(self._model, n_seq=n_seq, n_ctx=n_ctx, n_batch=self.n_batch, n_vocab=self.n_vocab,
+                          n_threads=self.n_threads, type_kv=KV_TYPES[self.kv_type], flash_attn=self.flash_attn)
+
+    def grammar(self, gbnf: str) -> LlamaGrammar:
+        return LlamaGrammar(self._vocab, self.n_vocab, gbnf)
+
+    def memory_report(self) -> dict[str, int]:
+        rep = parse_buffer_sizes(self._load_log)
+        rep["model_size"] = int(lc.llama_model_size(self._model))
+        return rep
+
+    def close(self) -> None:
+        if self._batch is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            lc.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: ctypes may already be gone
+            pass

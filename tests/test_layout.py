@@ -1,0 +1,176 @@
+"""The layout's rules, checked on the source (DESIGN.md, "Layout"; README, "Layout").
+
+Every import statement counts, those inside functions included; only imports under
+``if TYPE_CHECKING:`` are left out, since they never run.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("engine", "app")
+MAX_LINES = 400
+QT = ("PySide6", "shiboken6")
+# The window's feature packages: each may use app.core, app.bridge, app.ui and the others,
+# never the window that holds them.
+FEATURES = ("app.chat", "app.library", "app.settings_ui", "app.performance")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _walk_runtime(tree: ast.AST):
+    """Every node except those under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+
+
+def imports_of(name: str) -> set[str]:
+    """The names ``name`` imports at run time: modules of this tree where they resolve to
+    one, else the top-level name (``PySide6``, ``torch`` ...)."""
+    path = MODULES[name]
+    is_pkg = path.name == "__init__.py"
+    here = name if is_pkg else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in _walk_runtime(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out.add(_resolve(a.name))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                out.add(sub if sub in MODULES else _resolve(mod))
+    out.discard(name)
+    return out
+
+
+def _resolve(mod: str) -> str:
+    while mod and mod not in MODULES:
+        if "." not in mod:
+            return mod
+        mod = mod.rpartition(".")[0]
+    return mod
+
+
+GRAPH = {m: {i for i in imports_of(m) if i in MODULES} for m in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_reader_sees_lazy_relative_and_package_imports():
+    # The rules below are only as good as this reader: check it on modules whose imports are known.
+    assert "engine.models.catalogue" in imports_of("app.core.settings")
+    lazy = imports_of("app.library.library_view")          # draft_choices imports inside the function
+    assert "app.core.paths" in lazy and "engine.models.catalogue" in lazy
+    assert "PySide6" in imports_of("app.ui.theme")
+
+
+def test_no_import_cycles_in_engine_or_app():
+    assert _cycles() == []
+
+
+def test_no_source_file_is_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in MODULES.values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_app_top_level_holds_at_most_three_files():
+    top = sorted(p.name for p in (ROOT / "app").glob("*.py"))
+    assert len(top) <= 3, top
+
+
+def test_app_core_imports_no_qt_and_nothing_of_the_window():
+    for name in MODULES:
+        if name == "app.core" or name.startswith("app.core."):
+            bad = {i for i in imports_of(name)
+                   if i.split(".")[0] in QT or (i.startswith("app.") and not i.startswith("app.core"))}
+            assert bad == set(), f"{name} imports {sorted(bad)}"
+
+
+def test_feature_packages_never_import_the_window():
+    for name in MODULES:
+        if name.startswith(FEATURES):
+            bad = {i for i in imports_of(name) if i == "app.window" or i.startswith("app.window.")}
+            assert bad == set(), f"{name} imports {sorted(bad)}"
+
+
+def test_engine_never_imports_qt_or_the_app():
+    for name in MODULES:
+        if name.startswith("engine"):
+            bad = {i for i in imports_of(name) if i.split(".")[0] in QT or i.split(".")[0] == "app"}
+            assert bad == set(), f"{name} imports {sorted(bad)}"
+
+
+def test_shipped_code_imports_no_benchmark():
+    for name in MODULES:
+        if name.startswith(("engine.bench", "engine.cli")) or name == "engine.__main__":
+            continue            # the benchmarks themselves, and the command line that runs them
+        bad = {i for i in imports_of(name) if i.startswith("engine.bench")}
+        assert bad == set(), f"{name} imports {sorted(bad)}"
