@@ -73,6 +73,20 @@ def _prefill_progress(min_tokens: int = 1024):
     return show
 
 
+def _download_progress(step: float = 0.05):
+    """Prints a Hub download's progress to stderr, every 5% of the bytes."""
+    shown = [-1.0]
+
+    def show(done: int, total: int, name: str) -> None:
+        if total <= 0 or not name:
+            return
+        frac = done / total
+        if frac >= 1.0 or frac - shown[0] >= step:
+            shown[0] = frac
+            print(f"downloading {name}: {done / 2**20:,.0f} of {total / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
+    return show
+
+
 def _print_stats(st) -> None:
     cached = f", cached {st.cached_tokens}/{st.prompt_tokens}" if st.prompt_tokens else ""
     spec = ""
@@ -85,12 +99,20 @@ def _print_stats(st) -> None:
 
 
 def cmd_chat(a: argparse.Namespace) -> int:
-    from .engine import Engine
+    from .loading.load import load_model
+    from .loading.request import LoadRequest
+    from .paths import data_dir
 
     params = _sampling(a)
     print("loading model...", file=sys.stderr, flush=True)
-    engine = Engine.load(a.model, n_ctx=a.ctx, n_threads=a.threads, backend=a.backend, quant=a.quant,
-                         draft=a.draft)
+    # The window's planned load: what is left on Auto comes from the memory plan for this machine.
+    req = LoadRequest(model=a.model or "bundled", backend=a.backend or "auto", quant=a.quant, context=a.ctx,
+                      draft=a.draft or "auto", n_threads=a.threads)
+    loaded = load_model(req, data_dir=data_dir(), progress=_download_progress())
+    assert loaded.model is not None  # load_model describes what it loaded
+    for note in loaded.model.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    engine = loaded.engine
     label = engine.model.label if engine.model else "model"
     print(f"{label}, context {engine.backend.n_ctx}. /reset clears the conversation, /quit leaves.",
           file=sys.stderr, flush=True)
@@ -161,9 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     _model_flags(p)
     p.add_argument("--backend", choices=["llama_cpp", "hf"], default=None,
                    help="default: llama.cpp for GGUF files, transformers for folders and Hub ids")
-    p.add_argument("--quant", choices=["none", "int8", "int4"], default="none",
-                   help="transformers backend: bitsandbytes quantization")
-    p.add_argument("--draft", default=None, help="speculative decoding: none, ngram, auto or a draft .gguf")
+    p.add_argument("--quant", choices=["auto", "none", "int8", "int4"], default="auto",
+                   help="transformers backend: bitsandbytes quantization (default: the memory plan's)")
+    p.add_argument("--draft", default=None,
+                   help="speculative decoding: none, ngram, auto (default) or a draft .gguf")
     _add_sampling_flags(p)
     p.add_argument("--system", default=None, help="system prompt")
     p.set_defaults(func=cmd_chat)

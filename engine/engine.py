@@ -21,7 +21,8 @@ from .generate import generate_step, no_steps, stream_tokens
 from .kv.disk_store import DEFAULT_DISK_BUDGET, PrefixStore
 from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache
 from .kv.reuse import FINAL_PIECE, KVReuse, ProgressFn, prefill
-from .loading import DEFAULT_CTX, draft_header_vocab, find_draft_for, open_backend
+from .loading.backend import DEFAULT_CTX, open_backend
+from .loading.drafts import draft_header_vocab, find_draft_for
 from .metrics import GenerationStats
 from .models.catalogue import ModelRef, resolve
 from .prompt import PromptBuilder

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# The command line (engine serve/chat, benchmarks) keeps its prompt cache, plan log and GPU marker in
+# Hearth's data folder, like the window: tests and their subprocesses use a scratch one, never the user's.
+os.environ.setdefault("HEARTH_DATA_DIR", tempfile.mkdtemp(prefix="hearth-tests-"))
 
 
 @pytest.fixture(scope="session")

@@ -155,7 +155,7 @@ def test_an_hf_folder_loads_on_transformers_and_a_reply_streams(qtbot, window, t
     qtbot.waitUntil(lambda: not w.host.loading, timeout=60_000)
     assert w.host.ready, w.info.messages()
     m = w.host.model
-    assert (m["backend"], m["label"], m["quant"]) == ("hf", "tiny-llama", "float32")
+    assert (m.backend, m.label, m.quant) == ("hf", "tiny-llama", "float32")
     assert w.model_label.text().startswith("tiny-llama · float32 · context")
     deltas: list[str] = []
     w.host.delta.connect(lambda _mid, text: deltas.append(text))
@@ -180,7 +180,7 @@ def test_a_hub_id_without_network_fails_clearly_and_rolls_back(qtbot, window, mo
     msgs = " ".join(w.info.messages())
     assert "Could not load hearth/never-downloaded: cannot reach http://127.0.0.1:9" in msgs
     assert "not in the Hugging Face cache" in msgs and "Went back to the bundled model" in msgs
-    assert w.host.model["bundled"] and w.settings.model == "bundled"
+    assert w.host.model.bundled and w.settings.model == "bundled"
     assert SettingsFile().load()[0].model == "bundled"
     assert w.chat.input_text() == "text I typed while it loads"
 
@@ -216,7 +216,7 @@ def test_a_hub_download_shows_progress_can_be_cancelled_and_resumes(qtbot, windo
     assert all(d <= t for d, t, _n in seen)
     msgs = " ".join(w.info.messages())
     assert "Downloading hearth/tiny was cancelled" in msgs and "Went back to the bundled model" in msgs
-    assert w.host.model["bundled"] and not w.load_bar.isVisible()
+    assert w.host.model.bundled and not w.load_bar.isVisible()
 
     fake_hub.throttle = 0.0
     seen.clear()
@@ -224,6 +224,6 @@ def test_a_hub_download_shows_progress_can_be_cancelled_and_resumes(qtbot, windo
     w.apply_settings(with_model(w, "hearth/tiny", "hub"))
     qtbot.waitUntil(lambda: not w.host.loading, timeout=60_000)
     assert w.host.ready, w.info.messages()
-    assert (w.host.model["backend"], w.host.model["label"]) == ("hf", "hearth/tiny"), w.info.messages()
+    assert (w.host.model.backend, w.host.model.label) == ("hf", "hearth/tiny"), w.info.messages()
     assert fake_hub.gets("model.safetensors")[-1].startswith("bytes=")  # resumed, not started over
     assert seen[-1][0] == seen[-1][1] > 0 and seen[-1][2] == ""  # the download completed

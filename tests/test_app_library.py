@@ -175,7 +175,7 @@ def test_load_from_the_library_lists_drafts_and_recent_models(qtbot, window, dir
 
 
 def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot, window, dirs, bundled_path):
-    from app.core import plan_load
+    from engine.loading import plan as plan_load
     from app.core.settings import Settings, SettingsError
     from app.settings_ui.settings_dialog import SettingsDialog
 
@@ -185,14 +185,14 @@ def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot,
     items = [(dlg.draft.itemText(i), dlg.draft.itemData(i)) for i in range(dlg.draft.count())]
     assert [d for _, d in items] == ["auto", "none", str(draft)] and "tiny-draft" in items[2][0]
     dlg.draft.setCurrentIndex(2)
-    assert dlg.chosen_key()["draft"] == str(draft)
+    assert dlg.chosen_request().draft == str(draft)
     s = dlg.build()
     dlg.reject()
     assert s.draft == str(draft)
-    key = s.load_key()
-    plan = plan_load.plan_for_key(key, hardware=HW8)
+    req = s.load_request()
+    plan = plan_load.plan_request(req, hardware=HW8)
     assert plan.draft_source == str(draft)                    # the planner sizes the chosen draft
-    assert plan_load.engine_kwargs(plan, key, "llama_cpp", 2)["draft"] == str(draft)
+    assert plan_load.engine_kwargs(plan, req, "llama_cpp", 2, None)["draft"] == str(draft)
     # The window carries it to Engine.load: this header-only draft cannot run, and the load says so.
     window.apply_settings(s)
     qtbot.waitUntil(lambda: any("tiny-draft.gguf" in m for m in window.info.messages()), timeout=60_000)

@@ -185,7 +185,7 @@ def test_a_long_prompt_shows_reading_progress_and_stop_works_while_it_is_read(qt
     assert reply.metrics["prompt_tokens"] > 1400
     *history, last = w._history(cid, w.store.conversation(cid).system_prompt)
     assert [m.role for m in history] == ["system", "user", "user"] and last.content == reply.content
-    fresh = Engine.load(bundled_path, n_ctx=w.host.model["n_ctx"], n_threads=w.host.model["n_threads"])
+    fresh = Engine.load(bundled_path, n_ctx=w.host.model.n_ctx, n_threads=w.host.model.n_threads)
     try:
         final = [ev for ev in fresh.stream(history, w.settings.sampling_params()) if ev.kind != "delta"][-1]
     finally:
@@ -200,7 +200,7 @@ def test_the_context_meter_shows_the_last_replys_use(qtbot, make_window):
     type_and_enter(w, SHORT)
     wait_reply(qtbot, w)
     m = w.store.messages(first)[-1].metrics
-    assert m["n_ctx"] == w.host.model["n_ctx"]
+    assert m["n_ctx"] == w.host.model.n_ctx
     used = m["prompt_tokens"] + m["generated_tokens"]
     assert w.context_label.text() == f"Context {used:,} / {m['n_ctx']:,}"
     assert f"{used:,} of the model's {m['n_ctx']:,}-token context" in w.context_label.toolTip()
@@ -272,7 +272,7 @@ def test_a_replaced_engine_is_freed(qtbot, make_window):
     del old
     w.apply_settings(Settings(**{**w.settings.to_dict(), "context": 1024}))  # a model change
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
-    assert w.host.model["n_ctx"] == 1024 and w.host._shared.engine is not ref()
+    assert w.host.model.n_ctx == 1024 and w.host._shared.engine is not ref()
     gc.collect()
     assert ref() is None  # a frozen cycle would stay in memory for good
     assert gc.get_freeze_count() > 0  # what is alive stays out of the collector's way

@@ -32,7 +32,7 @@ def test_fast_profile_is_chosen_in_settings_and_the_window_says_what_it_means(qt
     from app.settings_ui.settings_dialog import SettingsDialog
 
     w = window
-    assert w.settings.exactness == "exact" and w.host.model["exactness"] == "exact"  # the default
+    assert w.settings.exactness == "exact" and w.host.model.exactness == "exact"  # the default
     assert "fast" not in w.model_label.text()
     dlg = SettingsDialog(w.settings, w)
     qtbot.addWidget(dlg)
@@ -40,7 +40,7 @@ def test_fast_profile_is_chosen_in_settings_and_the_window_says_what_it_means(qt
     dlg.exactness.setCurrentIndex(dlg.exactness.findData("fast"))
     assert "may differ slightly" in dlg.exactness_note.text()
     w.apply_settings(dlg.build())
-    qtbot.waitUntil(lambda: w.host.ready and w.host.model.get("exactness") == "fast", timeout=60_000)
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model.exactness == "fast", timeout=60_000)
     assert w.model_label.text().endswith("fast kernels") and FAST_NOTE in w.model_label.toolTip()
     assert FAST_NOTE in w.info.messages()
     assert SettingsFile().load()[0].exactness == "fast"  # saved, so the next start loads it too
@@ -115,14 +115,14 @@ def test_a_replys_performance_button_opens_its_panel(qtbot, window):
     panel = w.performance_panel
     assert panel is not None and panel.isVisible()
     assert panel.timeline.generated_tokens == reply["metrics"]["timeline"]["generated_tokens"]
-    assert panel.model_bytes == w.host.model["memory"]["weights"]
+    assert panel.model_bytes == w.host.model.memory["weights"]
     assert len(_colors(panel.grab().toImage())) > 20
     panel.close()
     w.act_performance.trigger()  # the menu opens the newest reply's panel
     assert w.performance_panel is not panel and w.performance_panel.timeline.generated_tokens > 0
     w.act_benchmark.trigger()  # and "Benchmark this model…" for the loaded model
     dlg = w.tune_dialog
-    assert dlg.isVisible() and dlg.model_path == w.host.model["path"]
+    assert dlg.isVisible() and dlg.model_path == w.host.model.path
     dlg.rows_to_run = ["KV q8_0"]
     dlg.prompts.setValue(1)
     dlg.tokens.setValue(2)
@@ -142,7 +142,7 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
 
     w = window
     before = w.settings
-    dlg = TuneDialog(w.host.model["path"], w.host.model["label"], lambda: w.settings, w.apply_settings, w)
+    dlg = TuneDialog(w.host.model.path, w.host.model.label, lambda: w.settings, w.apply_settings, w)
     qtbot.addWidget(dlg)
     dlg.show()
     assert dlg.result is None and not dlg.csv_button.isEnabled()  # nothing saved yet
@@ -157,7 +157,7 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
     assert [dlg.table.item(i, 0).text() for i in range(dlg.table.rowCount())] == \
         ["baseline", "KV q8_0", "baseline (again)"]
     assert len(dlg.chart.series()) == 1 and dlg.chart.series()[0].count() == 2  # TTFT and TPOT bars
-    saved = report.last_run(w.host.model["path"])
+    saved = report.last_run(w.host.model.path)
     assert saved is not None and report.load(saved)["rows"] == dlg.result["rows"]
     assert dlg.table.item(0, 7).text() == "—"  # nothing earlier to compare with
     dlg.export_csv(tmp_path / "t.csv")
@@ -178,7 +178,7 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
     assert SettingsFile().load()[0].tuning == w.settings.tuning  # saved through the one settings file
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
     dlg.rollback_button.click()
-    assert w.settings.load_key() == before.load_key() and w.settings.tuning == {}
+    assert w.settings.load_request() == before.load_request() and w.settings.tuning == {}
     assert not dlg.rollback_button.isEnabled()
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
     dlg.close()

@@ -3,7 +3,7 @@ ones stay as chosen, an out-of-memory load or reply retries with the next smalle
 the memory figure and the plan count the same parts, and the disk prompt cache is on.
 
 The real window and the real bundled model run on the CPU. A GPU is simulated through
-the planner's Hardware (app.core.plan_load.machine): llama.cpp's CPU build runs the layers the
+the planner's Hardware (engine.loading.plan.machine): llama.cpp's CPU build runs the layers the
 plan "offloads" on the CPU, so everything here passes without a GPU.
 """
 from __future__ import annotations
@@ -11,12 +11,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from app.core import plan_load
+from engine.loading import load as loading
+from engine.loading import plan as plan_load
+from engine.loading.gpu_guard import GpuGuard, crash_text
+from engine.loading.request import LoadRequest
+
 from app.window.main_window import MainWindow
 from app.window.selftest import write_settings
 from app.core.settings import Settings, SettingsError, SettingsFile
@@ -102,7 +107,7 @@ def fail_first_reply(monkeypatch, error: Exception) -> None:
 
 
 def log_lines(data_dir) -> list[dict]:
-    path = data_dir / plan_load.PLAN_LOG
+    path = data_dir / loading.PLAN_LOG
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -114,8 +119,8 @@ def test_gpu_layers_and_kv_type_are_settings_with_clear_errors(tmp_path):
     f.save(s)
     again, notice = SettingsFile(tmp_path / "settings.json").load()
     assert notice is None and (again.gpu_layers, again.kv_type) == (12, "q8_0")
-    assert Settings(gpu_layers="all").validate().load_key()["gpu_layers"] == "all"
-    assert Settings().load_key()["gpu_layers"] is None and Settings().load_key()["kv_type"] == "auto"
+    assert Settings(gpu_layers="all").validate().load_request().gpu_layers == "all"
+    assert Settings().load_request().gpu_layers is None and Settings().load_request().kv_type == "auto"
     for bad, field in (({"gpu_layers": -1}, "gpu_layers"), ({"gpu_layers": "most"}, "gpu_layers"),
                        ({"gpu_layers": True}, "gpu_layers"), ({"kv_type": "q5_1"}, "kv_type")):
         with pytest.raises(SettingsError, match=f"^{field}"):
@@ -123,32 +128,32 @@ def test_gpu_layers_and_kv_type_are_settings_with_clear_errors(tmp_path):
     with pytest.raises(SettingsError, match="^kv_type: .*GGUF"):
         Settings(model=str(tmp_path), source="hf_dir", kv_type="q8_0").validate()
     # a rollback target saved before these settings existed means Auto for both
-    back = Settings().with_load_key({"model": "bundled", "context": 1024})
+    back = Settings().with_load(LoadRequest.from_dict({"model": "bundled", "context": 1024}))
     assert (back.gpu_layers, back.kv_type, back.context) == (None, "auto", 1024)
 
 
 def test_auto_takes_the_plan_and_fixed_choices_stay_as_chosen(data_dir):
     hw = simulated("600MiB", "8GiB", cores=2)
-    auto = Settings().load_key()
-    plan = plan_load.plan_for_key(auto, hardware=hw)
+    auto = Settings().load_request()
+    plan = plan_load.plan_request(auto, hardware=hw)
     # the plan shrank the KV, then offloaded: the output head (llama.cpp offloads it first, with its
     # ~100 MiB logits buffer) and 3 blocks
     assert plan.n_gpu_layers == 4 and plan.kv_type == "q8_0" and plan.gpu_layers_text == "3/30 + head"
-    kw = plan_load.engine_kwargs(plan, auto, "llama_cpp", 1)
+    kw = plan_load.engine_kwargs(plan, auto, "llama_cpp", 1, data_dir)
     assert (kw["n_ctx"], kw["n_gpu_layers"], kw["kv_type"], kw["cache_budget"]) == \
         (plan.n_ctx, 4, "q8_0", plan.prefix_cache)
     assert kw["disk_cache"] == data_dir / plan_load.PREFIX_STORE and kw["disk_cache_bytes"] > 0
     assert kw["draft"] == "auto" and kw["backend"] == "llama_cpp"
 
-    fixed = {**auto, "context": 4096, "gpu_layers": 10, "kv_type": "f16", "draft": "none"}
-    plan = plan_load.plan_for_key(fixed, hardware=hw)
-    kw = plan_load.engine_kwargs(plan, fixed, "llama_cpp", 1)
+    fixed = replace(auto, context=4096, gpu_layers=10, kv_type="f16", draft="none")
+    plan = plan_load.plan_request(fixed, hardware=hw)
+    kw = plan_load.engine_kwargs(plan, fixed, "llama_cpp", 1, data_dir)
     assert (kw["n_ctx"], kw["n_gpu_layers"], kw["kv_type"], kw["draft"]) == (4096, 10, "f16", "none")
-    everything = plan_load.plan_for_key({**auto, "gpu_layers": "all"}, hardware=hw)
+    everything = plan_load.plan_request(replace(auto, gpu_layers="all"), hardware=hw)
     assert everything.config.all_on_gpu  # "all" is every block and the output head
     # with no plan (a GGUF file on transformers), the settings go through as chosen
-    assert plan_load.plan_format({**auto, "backend": "hf"}) is None
-    kw = plan_load.engine_kwargs(None, {**auto, "gpu_layers": "all", "context": 2048}, "llama_cpp", 1)
+    assert replace(auto, backend="hf").plan_format is None
+    kw = plan_load.engine_kwargs(None, replace(auto, gpu_layers="all", context=2048), "llama_cpp", 1, data_dir)
     assert (kw["n_gpu_layers"], kw["kv_type"], kw["n_ctx"]) == (-1, "f16", 2048)
 
 
@@ -156,8 +161,8 @@ def test_a_plan_that_does_not_fit_says_why_and_keeps_the_choices():
     from app.core.plan_text import headline, refusal
 
     hw = simulated("450MiB", "8GiB", cores=2)
-    key = {**Settings().load_key(), "gpu_layers": "all", "kv_type": "f16"}
-    plan = plan_load.plan_for_key(key, hardware=hw)
+    req = replace(Settings().load_request(), gpu_layers="all", kv_type="f16")
+    plan = plan_load.plan_request(req, hardware=hw)
     assert not plan.fits and plan.config.all_on_gpu and plan.kv_type == "f16"
     why = refusal(plan)
     assert why.startswith("It does not fit: GPU memory is short by ")
@@ -175,8 +180,8 @@ def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbo
     plan = plan_for(None, hw)
     w = make_window()
     m = w.host.model
-    assert (m["n_ctx"], m["n_gpu_layers"], m["kv_type"]) == (plan.n_ctx, plan.n_gpu_layers, plan.kv_type)
-    assert m["plan"]["summary"] == plan.summary() and m["prefix_budget"] == plan.prefix_cache
+    assert (m.n_ctx, m.n_gpu_layers, m.kv_type) == (plan.n_ctx, plan.n_gpu_layers, plan.kv_type)
+    assert m.plan["summary"] == plan.summary() and m.prefix_budget == plan.prefix_cache
     assert "GPU layers: 4, KV cache: q8_0" in w.model_label.toolTip()
     assert (w.settings.gpu_layers, w.settings.kv_type, w.settings.context) == (None, "auto", None)  # still Auto
 
@@ -197,15 +202,15 @@ def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbo
     assert (built.gpu_layers, built.kv_type) == (5, "q4_0")
     w.apply_settings(built)
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
-    assert (w.host.model["n_gpu_layers"], w.host.model["kv_type"]) == (5, "q4_0")
+    assert (w.host.model.n_gpu_layers, w.host.model.kv_type) == (5, "q4_0")
 
 
 def test_memory_figure_counts_what_the_plan_counts_and_each_load_is_recorded(qtbot, make_window, data_dir):
     w = make_window()
     m = w.host.model
-    plan = m["plan"]
+    plan = m.plan
     measured = plan["actual"]
-    assert m["memory_total"] == measured["weights"] + measured["kv"] + measured["compute"] == measured["total"]
+    assert m.memory_total == measured["weights"] + measured["kv"] + measured["compute"] == measured["total"]
     assert w.memory_label.text().startswith("Memory ")
     tip = w.memory_label.toolTip()
     assert "Weights + KV cache + compute buffers" in tip and "predicted" in tip and "Not in this figure" in tip
@@ -226,7 +231,7 @@ def test_memory_figure_counts_what_the_plan_counts_and_each_load_is_recorded(qtb
 
     w.apply_settings(Settings(**{**w.settings.to_dict(), "context": 1024}))
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
-    assert [e["n_ctx"] for e in log_lines(data_dir)] == [m["n_ctx"], 1024]  # one record per load
+    assert [e["n_ctx"] for e in log_lines(data_dir)] == [m.n_ctx, 1024]  # one record per load
 
 
 def test_a_load_that_runs_out_of_memory_retries_with_a_smaller_plan(qtbot, make_window, gpu, monkeypatch,
@@ -242,7 +247,7 @@ def test_a_load_that_runs_out_of_memory_retries_with_a_smaller_plan(qtbot, make_
     assert w.host.ready, w.info.messages()
     assert len(calls) == 2 and calls[0]["n_gpu_layers"] == 31 and calls[1]["kv_type"] == "q8_0"
     m = w.host.model
-    assert (m["n_gpu_layers"], m["kv_type"]) == (25, "q8_0")
+    assert (m.n_gpu_layers, m.kv_type) == (25, "q8_0")
     msgs = " ".join(w.info.messages())
     assert "Out of memory with the first plan; loaded with GPU layers 30/30 + head -> 24/30 + head, " \
            "KV cache f16 -> q8_0 instead." in msgs
@@ -287,7 +292,7 @@ def test_the_dialog_refuses_a_set_up_that_does_not_fit_unless_confirmed(qtbot, m
     assert (dlg.result_settings.gpu_layers, dlg.result_settings.kv_type) == ("all", "f16")
     w.apply_settings(dlg.result_settings)
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
-    assert w.host.model["n_gpu_layers"] == 31 and w.host.model["kv_type"] == "f16"  # as chosen
+    assert w.host.model.n_gpu_layers == 31 and w.host.model.kv_type == "f16"  # as chosen
     assert any("it loads with your choices as they are" in m for m in w.info.messages())
 
 
@@ -296,13 +301,13 @@ def test_a_reply_that_runs_out_of_memory_reloads_a_smaller_plan_and_keeps_the_te
 
     gpu("1GiB")
     w = make_window()
-    assert w.host.model["kv_type"] == "f16"
+    assert w.host.model.kv_type == "f16"
     fail_first_reply(monkeypatch, HearthError("not enough memory for the compute buffer (CUDA0: failed to allocate)"))
     w.chat.input.setPlainText("Hello")
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
     assert w.chat.input_text() == "Hello"  # the failed send gave the text back
-    qtbot.waitUntil(lambda: w.host.ready and w.host.model["kv_type"] == "q8_0", timeout=60_000)
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model.kv_type == "q8_0", timeout=60_000)
     msgs = " ".join(w.info.messages())
     assert "The reply ran out of memory" in msgs and "reloaded with" in msgs and "KV cache f16 -> q8_0" in msgs
     assert w.settings.kv_type == "auto"
@@ -355,27 +360,27 @@ def test_settings_shows_the_disk_prompt_cache_and_clears_it(qtbot, make_window, 
 
 def test_a_start_after_stopping_with_the_model_on_a_gpu_runs_on_the_cpu_once_and_says_why(qtbot, make_window, gpu,
                                                                                         monkeypatch, data_dir):
-    from app.core import gpu_guard
     from engine import Engine
 
+    guard = GpuGuard(data_dir)
     hw = gpu("8GiB")
     assert plan_for(None, hw).n_gpu_layers > 0  # Auto would put the model on the GPU
     # What a run leaves when llama.cpp's CUDA backend aborts the process (a driver reset, a GPU gone).
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
-    gpu_guard.marker_path().write_text(json.dumps({
+    guard.path.write_text(json.dumps({
         "phase": "running", "model": "SmolLM2-135M-Instruct.Q4_1.gguf", "device": "CUDA0", "runtime": "cuda",
         "pid": int(dead.stdout), "started": 1.0}))
     real = Engine.load
     calls: list[dict] = []
     monkeypatch.setattr(Engine, "load", classmethod(lambda cls, *a, **kw: calls.append(kw) or real(*a, **kw)))
     w = make_window()
-    assert calls[0]["n_gpu_layers"] == 0 and w.host.model["n_gpu_layers"] == 0
+    assert calls[0]["n_gpu_layers"] == 0 and w.host.model.n_gpu_layers == 0
     bars = [b for b in w.info.bars() if "stopped unexpectedly" in b.text()]
     assert len(bars) == 1 and "was running on CUDA0" in bars[0].text() and "your chats are all here" in bars[0].text()
-    assert not gpu_guard.marker_path().exists()  # taken: the start after this one is a normal one
+    assert not guard.path.exists()  # taken: the start after this one is a normal one
     assert w.settings.gpu_layers is None and SettingsFile().load()[0].gpu_layers is None  # Auto stays Auto
-    assert SettingsFile().load()[0].load_key() == w.settings.load_key()
+    assert SettingsFile().load()[0].load_request() == w.settings.load_request()
     # A reply that runs out of memory now reloads a smaller plan, still on the CPU.
     fail_first_reply(monkeypatch, HearthError("not enough memory to compute a batch of 8 tokens "
                                               "(llama_decode returned -2)"))
@@ -387,36 +392,35 @@ def test_a_start_after_stopping_with_the_model_on_a_gpu_runs_on_the_cpu_once_and
     qtbot.waitUntil(lambda: len(calls) == 3 and w.host.ready, timeout=60_000)
     assert calls[2]["n_gpu_layers"] == plan_for(None, hw).n_gpu_layers
     # The CPU build put nothing on a device, so no marker is left for the next start.
-    assert not gpu_guard.marker_path().exists()
+    assert not guard.path.exists()
 
 
 def test_a_marker_is_taken_only_from_a_run_that_ended(data_dir):
-    from app.core import gpu_guard
-
+    gpu_guard = GpuGuard(data_dir)
     assert gpu_guard.take() is None
     gpu_guard.mark("loading", model="big.gguf")
-    assert gpu_guard.take() is None and gpu_guard.marker_path().exists()  # this process is running: not a crash
+    assert gpu_guard.take() is None and gpu_guard.path.exists()  # this process is running: not a crash
     # Another Hearth on the same data folder, still running: its marker is not ours to take or clear.
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         import psutil
 
-        entry = {**json.loads(gpu_guard.marker_path().read_text()), "pid": other.pid,
+        entry = {**json.loads(gpu_guard.path.read_text()), "pid": other.pid,
                  "started": psutil.Process(other.pid).create_time()}
-        gpu_guard.marker_path().write_text(json.dumps(entry))
+        gpu_guard.path.write_text(json.dumps(entry))
         assert gpu_guard.take() is None
         gpu_guard.clear()
-        assert gpu_guard.marker_path().exists()
+        assert gpu_guard.path.exists()
     finally:
         other.communicate(b"")
     taken = gpu_guard.take()  # its process has ended: now it is a run that stopped with the model loading
     assert taken["phase"] == "loading" and taken["model"] == "big.gguf" and gpu_guard.take() is None
-    assert "while big.gguf was loading on the GPU" in gpu_guard.crash_text(taken)
-    gpu_guard.marker_path().write_text("{not json")  # cut off by the stop itself
-    assert gpu_guard.take() == {"phase": "running"} and not gpu_guard.marker_path().exists()
+    assert "while big.gguf was loading on the GPU" in crash_text(taken)
+    gpu_guard.path.write_text("{not json")  # cut off by the stop itself
+    assert gpu_guard.take() == {"phase": "running"} and not gpu_guard.path.exists()
     gpu_guard.mark("running", device="Vulkan0")
     gpu_guard.clear()  # ours: cleared
-    assert not gpu_guard.marker_path().exists()
+    assert not gpu_guard.path.exists()
 
 
 def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_the_text(qtbot, make_window, gpu,
@@ -425,16 +429,16 @@ def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_
 
     hw = gpu("8GiB")
     w = make_window()
-    assert w.host.model["n_gpu_layers"] == plan_for(None, hw).n_gpu_layers > 0
+    assert w.host.model.n_gpu_layers == plan_for(None, hw).n_gpu_layers > 0
     # Where the layers went comes from llama.cpp's log; this CPU build has no device to fail, so the
     # window is told the model runs on one, and the engine fails as ggml-vulkan does on a lost device.
-    w.host.model.update(runtime="vulkan", device="Vulkan0")
+    w.host.model = replace(w.host.model, runtime="vulkan", device="Vulkan0")
     fail_first_reply(monkeypatch, decode_error(-3, 12))
     w.chat.input.setPlainText("Hello")
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
     assert w.chat.input_text() == "Hello"  # the failed send gave the text back
-    qtbot.waitUntil(lambda: w.host.ready and w.host.model["n_gpu_layers"] == 0, timeout=60_000)
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model.n_gpu_layers == 0, timeout=60_000)
     assert "Vulkan0 failed during the reply" in " ".join(w.info.messages())
     assert w.settings.gpu_layers is None  # Auto stays Auto
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)  # now the reply comes, from the CPU

@@ -163,9 +163,9 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch):
         # A model switch: 503 with the reason while it loads, then the new engine is served.
         old = w.host.shared.serving.scheduler
         gate = threading.Event()
-        real_load = worker.plan_load.load
-        monkeypatch.setattr(worker.plan_load, "load", lambda *a, **k: (gate.wait(60), real_load(*a, **k))[1])
-        w.load_model(w.settings.load_key())
+        real_load = worker.load_model
+        monkeypatch.setattr(worker, "load_model", lambda *a, **k: (gate.wait(60), real_load(*a, **k))[1])
+        w.load_model(w.settings.load_request())
         qtbot.waitUntil(lambda: w.server_host.server.model_id is None, timeout=30_000)
         r = httpx.post(f"{url}/chat/completions", headers={"Authorization": f"Bearer {key}"},
                        json={"model": mid, "messages": [{"role": "user", "content": "hi"}]})

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from app.core.memory import auto_context, estimate
+from engine.loading.estimate import auto_context, estimate
 from app.core.settings import Settings, SettingsError, SettingsFile
 from app.core.text_utils import code_blocks, finish_note, human_bytes, metrics_line
 

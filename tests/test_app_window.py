@@ -393,7 +393,7 @@ def test_cancelling_a_load_goes_back_to_the_last_model_that_worked(qtbot, make_w
     w.start()
     assert w.cancel_load_button.isVisible()
     w.cancel_load_button.click()
-    qtbot.waitUntil(lambda: w.host.ready and w.host.model["bundled"], timeout=60_000)
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model.bundled, timeout=60_000)
     msgs = " ".join(w.info.messages())
     assert "Loading other.gguf was cancelled" in msgs and "Went back to the bundled model" in msgs
     assert not w.cancel_load_button.isVisible()
@@ -411,24 +411,24 @@ def test_changing_the_model_twice_during_a_load_ends_on_the_last_choice(qtbot, m
     w.apply_settings(last)
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
     qtbot.wait(1500)  # anything a superseded load still had queued has run by now
-    assert w.host.ready and w.host.model["bundled"] and w.host.model["n_ctx"] == 1024
-    assert w.settings.load_key() == last.load_key()
+    assert w.host.ready and w.host.model.bundled and w.host.model.n_ctx == 1024
+    assert w.settings.load_request() == last.load_request()
     assert "context 1,024" in w.model_label.text()
     f = SettingsFile()
     saved, _ = f.load()
-    assert saved.load_key() == last.load_key()
-    assert f.rolled_back(Settings()).load_key() == last.load_key()  # recorded as the one that worked
+    assert saved.load_request() == last.load_request()
+    assert f.rolled_back(Settings()).load_request() == last.load_request()  # recorded as the one that worked
     assert not any("cancelled" in m or "Went back" in m for m in w.info.messages())
 
 
 def test_changing_the_context_in_settings_reloads_the_model(qtbot, make_window):
     w = make_window()
-    assert w.host.model["n_ctx"] != 1024
+    assert w.host.model.n_ctx != 1024
     new = Settings(**{**w.settings.to_dict(), "context": 1024})
     w.apply_settings(new)
     assert w.host.loading and w.model_label.text().startswith("Loading")
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
-    assert w.host.model["n_ctx"] == 1024 and "context 1,024" in w.model_label.text()
+    assert w.host.model.n_ctx == 1024 and "context 1,024" in w.model_label.text()
     f = SettingsFile()
     saved, _ = f.load()
     assert saved.context == 1024
@@ -438,10 +438,10 @@ def test_changing_the_context_in_settings_reloads_the_model(qtbot, make_window):
 def test_the_model_info_says_where_the_model_runs(qtbot, make_window):
     w = make_window()
     m = w.host.model
-    assert (m["backend"], m["runtime"], m["device"]) == ("llama_cpp", "cpu", "CPU")
-    assert m["quant"].startswith("Q4_1") and m["n_threads"] >= 1 and m["draft_model"] is None
+    assert (m.backend, m.runtime, m.device) == ("llama_cpp", "cpu", "CPU")
+    assert m.quant.startswith("Q4_1") and m.n_threads >= 1 and m.draft_model is None
     tip = w.model_label.toolTip()
-    assert "backend: llama_cpp" in tip and "runs on: cpu (CPU)" in tip and f"CPU threads: {m['n_threads']}" in tip
+    assert "backend: llama_cpp" in tip and "runs on: cpu (CPU)" in tip and f"CPU threads: {m.n_threads}" in tip
 
 
 def test_unexpected_errors_reach_the_window(qtbot, make_window, monkeypatch):

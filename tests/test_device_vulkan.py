@@ -146,25 +146,27 @@ def window_worker() -> dict:
     from PySide6.QtWidgets import QApplication
 
     qapp = QApplication.instance() or QApplication([])  # noqa: F841 (the window needs it alive)
-    from app.core import gpu_guard
-    from app.core.plan_load import plan_log_path
+    from engine.loading.gpu_guard import GpuGuard
+
+    from app.core.paths import plan_log_path
+    marker_path = GpuGuard(data).path
     from app.window.selftest import _start_window, send_and_wait, write_settings
 
     write_settings(max_tokens=4)
     win, _shown, _ready, _early = _start_window()
     try:
         m = win.host.model
-        marker = json.loads(gpu_guard.marker_path().read_text()) if gpu_guard.marker_path().exists() else None
+        marker = json.loads(marker_path.read_text()) if marker_path.exists() else None
         reply = send_and_wait(win, Q, timeout_s=900)
         log = [json.loads(line) for line in plan_log_path().read_text().splitlines()]
-        out = {"model": {k: m[k] for k in ("runtime", "device", "n_gpu_layers", "n_ctx", "kv_type", "memory",
-                                           "memory_total")},
-               "plan": {k: m["plan"][k] for k in ("n_gpu_layers", "n_ctx", "hardware", "rel_error", "fits")},
+        out = {"model": {k: getattr(m, k) for k in ("runtime", "device", "n_gpu_layers", "n_ctx", "kv_type", "memory",
+                                                    "memory_total")},
+               "plan": {k: m.plan[k] for k in ("n_gpu_layers", "n_ctx", "hardware", "rel_error", "fits")},
                "tooltip": win.model_label.toolTip(), "memory_label": win.memory_label.text(), "reply": reply,
                "log": log, "messages": win.info.messages(), "marker_while_running": marker}
     finally:
         win.close()
-    out["marker_after_close"] = gpu_guard.marker_path().exists()
+    out["marker_after_close"] = marker_path.exists()
     return out
 
 
@@ -182,7 +184,7 @@ def crash_worker(data: str) -> dict:
 
     write_settings(max_tokens=4)
     win, *_ = _start_window()
-    print(json.dumps({"device": win.host.model["device"]}), flush=True)
+    print(json.dumps({"device": win.host.model.device}), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
     return {}
 
@@ -194,22 +196,24 @@ def after_crash_worker(data: str) -> dict:
     from PySide6.QtWidgets import QApplication
 
     qapp = QApplication.instance() or QApplication([])  # noqa: F841
-    from app.core import gpu_guard
+    from engine.loading.gpu_guard import GpuGuard
+
     from app.window.selftest import _start_window, send_and_wait
 
+    marker_path = GpuGuard(data).path
     win, *_ = _start_window()
     try:
         m = win.host.model
-        out = {"first": {"device": m["device"], "n_gpu_layers": m["n_gpu_layers"]}, "messages": win.info.messages(),
-               "marker_after_cpu_load": gpu_guard.marker_path().exists(),
+        out = {"first": {"device": m.device, "n_gpu_layers": m.n_gpu_layers}, "messages": win.info.messages(),
+               "marker_after_cpu_load": marker_path.exists(),
                "reply": send_and_wait(win, Q, timeout_s=300)}
         bar = next(b for b in win.info.bars() if "stopped unexpectedly" in b.text())
         bar.action_button.click()  # "Use the GPU again"
         from app.window.selftest import wait_until
 
-        wait_until(lambda: not win.host.loading and win.host.ready and win.host.model["device"] != "CPU", 300)
-        out["again"] = {"device": win.host.model["device"], "n_gpu_layers": win.host.model["n_gpu_layers"]}
-        out["marker_on_gpu"] = gpu_guard.marker_path().exists()
+        wait_until(lambda: not win.host.loading and win.host.ready and win.host.model.device != "CPU", 300)
+        out["again"] = {"device": win.host.model.device, "n_gpu_layers": win.host.model.n_gpu_layers}
+        out["marker_on_gpu"] = marker_path.exists()
     finally:
         win.close()
     return out
@@ -269,6 +273,41 @@ def crashed(dev, tmp_path_factory) -> dict:
                           env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {"killed_on": loaded["device"], **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+@pytest.fixture(scope="module")
+def cli(dev, tmp_path_factory) -> dict:
+    """The command line with the device visible and every setting on Auto: ``engine plan``,
+    ``bench sizing --gpu-check`` and ``engine serve`` (one short reply through the openai client)."""
+    import openai
+
+    env = dict(os.environ, **DEVICE_ENV, HEARTH_DATA_DIR=str(tmp_path_factory.mktemp("cli-data")))
+    engine = [sys.executable, "-m", "engine"]
+    plan = subprocess.run(engine + ["plan", "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    sizing = subprocess.run(engine + ["bench", "sizing", "--gpu-check", "--ctx", str(CTX), "--threads", "2",
+                                      "--model", str(_bundled()), "--json"],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert sizing.returncode == 0, sizing.stderr[-3000:]
+    p = subprocess.Popen(engine + ["serve", "--port", "0", "--parallel", "1", "--ctx", str(CTX), "--threads", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = p.stdout.readline()
+        url = line.split(" at ")[1].split(" ")[0].rstrip(";")
+        c = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
+        reply = c.chat.completions.create(model="m", messages=[{"role": "user", "content": Q}], max_tokens=2,
+                                          temperature=0).choices[0].message.content
+    finally:
+        p.terminate()
+        _out, err = p.communicate(timeout=120)
+    return {"plan": json.loads(plan.stdout), "sizing": json.loads(sizing.stdout.strip().splitlines()[-1]),
+            "serve_stderr": err, "serve_reply": reply}
+
+
+def _bundled():
+    from engine.models.catalogue import bundled_model_path
+
+    return bundled_model_path()
 
 
 @pytest.fixture(scope="module")
@@ -411,3 +450,23 @@ def test_after_hearth_dies_with_the_model_on_the_device_the_next_start_runs_on_t
     assert reply["finish_reason"] in ("stop", "max_tokens") and not reply["error"] and reply["text"].strip()
     assert crashed["again"]["device"].startswith(name) and crashed["again"]["n_gpu_layers"] > 0
     assert crashed["marker_on_gpu"] is True
+
+
+def test_the_command_line_plans_and_serves_on_the_device_as_the_window_does(dev, cli):
+    """``engine plan`` sees the device ggml reports (NVML never sees a Vulkan-only GPU), and ``engine serve``
+    on Auto puts the layers there, as the window's load does."""
+    name, desc = dev["device"]["name"], dev["device"]["description"]
+    plan = cli["plan"]
+    assert [g["name"] for g in plan["hardware"]["gpus"]] == [desc]
+    assert plan["config"]["n_gpu_layers"] > 0 and plan["fits"]
+    assert f"runs on {dev['device']['runtime']} ({name})" in cli["serve_stderr"], cli["serve_stderr"][-2000:]
+    assert cli["serve_reply"] is not None
+
+
+def test_bench_sizing_gpu_check_compares_the_device_rows_within_ten_percent(dev, cli):
+    gpu = [c for c in cli["sizing"]["cases"] if c["mode"] == "gpu"]
+    assert gpu and "gpu_check" not in cli["sizing"], cli["sizing"]
+    for case in gpu:
+        errors = {k: v for k, v in case["rel_error"].items() if k.endswith("_gpu")}
+        assert set(errors) == {"weights_gpu", "kv_gpu", "compute_gpu"}, case
+        assert all(abs(v) <= 0.10 for v in errors.values()), case

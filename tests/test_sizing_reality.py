@@ -50,8 +50,8 @@ def test_plan_for_the_bundled_model_on_this_machine(bundled_path):
 
 
 def test_the_windows_quick_estimate_is_the_planners_own(bundled_path):
-    """app/core/memory.py asks the planner's memory model; it keeps no estimate of its own."""
-    from app.core.memory import estimate as quick
+    """engine/loading/estimate.py asks the planner's memory model; it keeps no estimate of its own."""
+    from engine.loading.estimate import estimate as quick
     from engine.models.gguf import model_info
 
     info = model_info(bundled_path)

@@ -6,14 +6,14 @@ flight, so the window can ask whether the model is ready, loading or busy.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import QObject, QThread, Signal
 
 from engine import HearthError
+from engine.loading.load import LoadedModel
+from engine.loading.request import LoadRequest
 
 from app.bridge.generation_worker import GenerationJob, GenerationWorker, SharedEngine
-from app.bridge.load_worker import LoadRequest, LoadWorker
+from app.bridge.load_worker import LoadJob, LoadWorker
 
 
 class EngineHost(QObject):
@@ -59,8 +59,8 @@ class EngineHost(QObject):
         self._generator.finished.connect(self._on_finished)
         self._generator.failed.connect(self._on_failed)
         self._thread.start()
-        self.model: dict | None = None       # describe() of the loaded model
-        self._load: LoadRequest | None = None
+        self.model: LoadedModel | None = None   # what is loaded, and where it runs
+        self._load: LoadJob | None = None
         self._job: GenerationJob | None = None
 
     # -- state --------------------------------------------------------------
@@ -89,11 +89,11 @@ class EngineHost(QObject):
 
     # -- loading ------------------------------------------------------------
 
-    def load(self, key: dict[str, Any]) -> None:
+    def load(self, req: LoadRequest) -> None:
         if self._load is not None:
             self._load.cancel.set()
         self.model = None
-        self._load = LoadRequest(dict(key))
+        self._load = LoadJob(req)
         self._request_load.emit(self._load)
 
     def cancel_load(self) -> None:
@@ -114,12 +114,12 @@ class EngineHost(QObject):
         if self._current(rid) and not self._load.cancel.is_set():
             self.download_progress.emit(done, total, name)
 
-    def _on_loaded(self, rid: int, info: dict) -> None:
+    def _on_loaded(self, rid: int, model: LoadedModel) -> None:
         if not self._current(rid):
             return
         self._load = None
-        self.model = info
-        self.loaded.emit(info)
+        self.model = model
+        self.loaded.emit(model)
 
     def _on_load_failed(self, rid: int, msg: str) -> None:
         if not self._current(rid):

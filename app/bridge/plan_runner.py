@@ -2,7 +2,7 @@
 
 ``engine.sizing.plan.plan_for`` reads the model file and searches the memory
 model (most of a second for a small GGUF), too slow for the GUI thread. It
-plans a load key the way the load itself will (app.core.plan_load), on the same
+plans a LoadRequest the way the load itself will (engine.loading.plan), on the same
 machine view, so the dialog shows the plan that is carried out.
 Each request gets a number; the dialog shows only the newest answer.
 """
@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import threading
 import traceback
-from typing import Any
-
 from PySide6.QtCore import QObject, Signal
 
+from engine.loading import plan as plan_load
+from engine.loading.request import LoadRequest
 from engine.sizing.hardware import Hardware
-
-from app.core import plan_load
 
 
 class PlanRunner(QObject):
@@ -29,18 +27,18 @@ class PlanRunner(QObject):
         self._hardware: dict[str, Hardware] = {}
         self._lock = threading.Lock()
 
-    def request(self, key: dict[str, Any]) -> int:
-        """Plan a settings load key (app.core.plan_load.plan_for_key, as the load will); returns the request number."""
+    def request(self, req: LoadRequest) -> int:
+        """Plan a load (engine.loading.plan.plan_request, as the load will); returns the request number."""
         self._n += 1
         n = self._n
-        threading.Thread(target=self._run, args=(n, dict(key)), daemon=True, name=f"hearth-plan-{n}").start()
+        threading.Thread(target=self._run, args=(n, req), daemon=True, name=f"hearth-plan-{n}").start()
         return n
 
-    def _run(self, n: int, key: dict[str, Any]) -> None:
+    def _run(self, n: int, req: LoadRequest) -> None:
         from engine import HearthError
 
         try:
-            fmt = plan_load.plan_format(key)
+            fmt = req.plan_format
             if fmt is None:
                 raise HearthError("the memory plan covers GGUF files on llama.cpp and transformers checkpoints; "
                                   "a GGUF file on transformers is dequantized, which it does not plan")
@@ -48,7 +46,7 @@ class PlanRunner(QObject):
                 if fmt not in self._hardware:
                     self._hardware[fmt] = plan_load.machine(fmt, torch_ok=False)
                 hw = self._hardware[fmt]
-            result = (self.ready, (n, plan_load.plan_for_key(key, hardware=hw)))
+            result = (self.ready, (n, plan_load.plan_request(req, hardware=hw)))
         except HearthError as e:
             result = (self.failed, (n, str(e)))
         except Exception as e:  # a planner bug must not take the dialog down; say so instead

@@ -77,7 +77,7 @@ class _HintRelay(QObject):
 def _work_out_hint(relay: _HintRelay, serial: int, model_path: str) -> None:
     from engine.errors import HearthError
 
-    from app.core import plan_load
+    from engine.loading import plan as plan_load
     from app.core.upgrade_hint import hint_for
 
     try:
@@ -104,9 +104,9 @@ class WelcomeMixin:
         self._hint_relay.ready.connect(self._hint_ready)
         self.host.loaded.connect(self._show_upgrade_hint)
 
-    def _show_upgrade_hint(self, info: dict) -> None:
+    def _show_upgrade_hint(self, model) -> None:
         self._hint_serial += 1
-        threading.Thread(target=_work_out_hint, args=(self._hint_relay, self._hint_serial, info["path"]),
+        threading.Thread(target=_work_out_hint, args=(self._hint_relay, self._hint_serial, model.path),
                          name="hearth-hint", daemon=True).start()
 
     def _hint_ready(self, serial: int, text: str | None) -> None:

@@ -9,31 +9,24 @@ import os
 import time
 from pathlib import Path
 
-APP_NAME = "Hearth"
-ENV_DATA_DIR = "HEARTH_DATA_DIR"
+ENV_DATA_DIR = "HEARTH_DATA_DIR"  # read by engine.paths (this module stays free of the engine's imports)
 LIBRARY_FILE = "library.json"   # the model library's index, in the data folder
 
 
-def _app_dir(platform_dir) -> Path:
-    """HEARTH_DATA_DIR when set (tests, portable installs), else the platform's folder."""
-    override = os.environ.get(ENV_DATA_DIR)
-    d = Path(override).expanduser() if override else Path(platform_dir(APP_NAME, appauthor=False))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
 def data_dir() -> Path:
-    """The folder for the conversation database (created if missing)."""
-    from platformdirs import user_data_dir
+    """The folder for the conversation database (created if missing); the engine's data folder."""
+    from engine.paths import data_dir as engine_data_dir
 
-    return _app_dir(user_data_dir)
+    return engine_data_dir()
 
 
 def config_dir() -> Path:
     """The folder for settings.json (created if missing)."""
     from platformdirs import user_config_dir
 
-    return _app_dir(user_config_dir)
+    from engine.paths import app_dir
+
+    return app_dir(user_config_dir)
 
 
 def move_aside(path: Path, reason: str = "corrupt") -> Path:
@@ -49,3 +42,17 @@ def move_aside(path: Path, reason: str = "corrupt") -> Path:
         n += 1
     os.replace(path, target)
     return target
+
+
+def prefix_store_dir() -> Path:
+    """The disk prefix store in the data folder: system-prompt KV snapshots that survive a restart."""
+    from engine.loading.plan import prefix_store_dir as in_folder
+
+    return in_folder(data_dir())
+
+
+def plan_log_path() -> Path:
+    """One JSON line per load in the data folder: the plan against what the backend allocated."""
+    from engine.loading.load import PLAN_LOG
+
+    return data_dir() / PLAN_LOG

@@ -18,30 +18,27 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from engine import HearthError, SamplingParams
+from engine.atomic import atomic_write
+from engine.loading.request import BACKENDS, BUNDLED, EXACTNESS, KV_TYPES, QUANTS, SOURCES, LoadRequest, \
+    effective_backend, infer_source, runs_gguf
 from engine.prompt import CONTEXT_POLICIES
 
-from app.core.model_choice import BACKENDS, KV_TYPES, QUANTS, SOURCES, effective_backend, infer_source, runs_gguf
 from app.core import server_settings
 from app.core.paths import config_dir, move_aside
 
 FILE_NAME = "settings.json"
 FORMAT_VERSION = 1
-BUNDLED = "bundled"
 THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
 DEFAULT_CONTEXT_POLICY = "drop_oldest"
 LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "gpu_layers", "kv_type",
              "exactness")
-# "exact": kernels whose logits do not depend on batching (cache and speculation change nothing);
-# "fast": llama.cpp's faster CPU kernels, under which cached/speculative output may differ slightly.
-EXACTNESS = ("exact", "fast")
 # The load settings a "Benchmark this model" row can set as a model's default.
 TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
 
@@ -191,16 +188,13 @@ class Settings:
     def preset_prompt(self, name: str) -> str | None:
         return next((p["prompt"] for p in self.presets if p["name"] == name), None)
 
-    def load_key(self) -> dict[str, Any]:
+    def load_request(self) -> LoadRequest:
         """The part of the settings that decides which model is loaded and how."""
-        return {k: getattr(self, k) for k in LOAD_KEYS}
+        return LoadRequest(**{k: getattr(self, k) for k in LOAD_KEYS})
 
-    def with_load_key(self, key: dict[str, Any]) -> "Settings":
-        """These settings with another model set-up. A key saved before a field existed
-        means that field's default (source: worked out from the model)."""
-        key = {**{"source": None, "backend": "auto", "quant": "auto", "gpu_layers": None, "kv_type": "auto",
-                  "exactness": "exact"}, **key}
-        return replace(self, **{k: key[k] for k in LOAD_KEYS if k in key})
+    def with_load(self, req: LoadRequest) -> "Settings":
+        """These settings with another model set-up (the retry notes of ``req`` are not settings)."""
+        return replace(self, **{k: getattr(req, k) for k in LOAD_KEYS})
 
     def apply_tuning(self, config: dict[str, Any]) -> "Settings":
         """These settings with ``config`` (a benchmark row's load settings) as this
@@ -307,36 +301,12 @@ def _valid_presets(raw: Any, problems: list[str]) -> Any:
     return out or [dict(p) for p in DEFAULT_PRESETS]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` so that ``path`` holds either the old or the new content, never a mix."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    # Make the rename itself durable (POSIX); Windows has no directory fds.
-    if hasattr(os, "O_DIRECTORY"):
-        dfd = os.open(path.parent, os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-
-
 class SettingsFile:
     """Reads and writes ``settings.json``; remembers the last model set-up that loaded."""
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else config_dir() / FILE_NAME
-        self.last_working: dict[str, Any] | None = None
+        self.last_working: LoadRequest | None = None
 
     def load(self) -> tuple[Settings, str | None]:
         """Return the settings and a message for the user (or None).
@@ -363,11 +333,14 @@ class SettingsFile:
             settings, problems = Settings.from_dict(raw), []
         except (ValueError, TypeError):  # SettingsError, or a path Python refuses (a NUL byte)
             settings, problems = Settings.salvage(raw)
-        lw = raw.get("last_working")
-        if lw is not None:
+        lw, raw_lw = None, raw.get("last_working")
+        if raw_lw is not None:
             try:
-                Settings().with_load_key(lw).validate()
-            except (ValueError, TypeError) as e:  # TypeError: not an object at all
+                if not isinstance(raw_lw, dict):
+                    raise SettingsError("not a model set-up")
+                lw = LoadRequest.from_dict(raw_lw)  # a set-up saved before a field existed: its default
+                Settings().with_load(lw).validate()
+            except (ValueError, TypeError) as e:
                 problems.append(f"last_working: {e} (a failed load now goes back to the bundled model)")
                 lw = None
         self.last_working = lw
@@ -383,15 +356,14 @@ class SettingsFile:
         data = settings.to_dict()
         data["version"] = FORMAT_VERSION
         if self.last_working is not None:
-            data["last_working"] = self.last_working
-        atomic_write_text(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+            data["last_working"] = self.last_working.as_dict()
+        atomic_write(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     def mark_working(self, settings: Settings) -> None:
         """Record that ``settings``' model set-up loaded successfully."""
-        self.last_working = settings.load_key()
+        self.last_working = settings.load_request()
         self.save(settings)
 
     def rolled_back(self, settings: Settings) -> Settings:
         """``settings`` with the model set-up that last worked (the bundled model if none did)."""
-        key = self.last_working or Settings().load_key()
-        return settings.with_load_key(key)
+        return settings.with_load(self.last_working or Settings().load_request())

@@ -174,7 +174,7 @@ class HubBrowser(QWidget):
     def _plan(self, rid: int, repo_id: str, f: HubFile, kind: str) -> None:
         from engine.models.hub_search import fit
 
-        from app.core import plan_load
+        from engine.loading import plan as plan_load
 
         hw = self.hardware
 

@@ -101,8 +101,9 @@ class ModelsDock(QDockWidget):
         w.model_label.setText("No model loaded")
         self.library_view.set_loaded(None)
 
-    def loaded(self, info: dict) -> None:
-        path = info.get("path") or ""
+    def loaded(self, model) -> None:
+        """The window loaded ``model`` (an engine.loading.load.LoadedModel): mark it used and selected."""
+        path = model.path
         if path:
             self.library_view.library.mark_used(path)
         self.library_view.set_loaded(path or None)

@@ -205,7 +205,7 @@ class LibraryView(QWidget):
         """On a background thread: the planner's verdict for each model (plain data back)."""
         from engine.sizing.plan import plan_for
 
-        from app.core import plan_load
+        from engine.loading import plan as plan_load
 
         machines: dict[str, object] = {}
         for m in models:

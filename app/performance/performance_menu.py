@@ -43,11 +43,11 @@ class PerformanceMixin:
         from app.performance.performance_panel import PerformancePanel  # QtCharts: only loaded when asked for
 
         msg = self.store.message(mid)
-        model = self.host.model or {}
-        weights = int((model.get("memory") or {}).get("weights") or 0)
+        model = self.host.model
+        weights = int(model.memory.get("weights") or 0) if model is not None else 0
         try:
             panel = PerformancePanel(msg.metrics or {}, weights, parent=self,
-                                     threads=model.get("n_threads") or 1)
+                                     threads=model.n_threads if model is not None else 1)
         except ValueError as e:
             self.info.show_message(str(e), "info")
             return
@@ -63,15 +63,15 @@ class PerformanceMixin:
         from app.performance.tune_dialog import TuneDialog
 
         model = self.host.model
-        if not model or not model.get("path"):
+        if model is None or not model.path:
             self.info.show_message("Benchmark this model: load a model first.", "info")
             return
-        if self.tune_dialog is not None and self.tune_dialog.model_path == model["path"]:
+        if self.tune_dialog is not None and self.tune_dialog.model_path == model.path:
             self.tune_dialog.show()
             self.tune_dialog.raise_()
             return
         if self.tune_dialog is not None:
             self.tune_dialog.close()
-        self.tune_dialog = TuneDialog(model["path"], model["label"], lambda: self.settings, self.apply_settings,
+        self.tune_dialog = TuneDialog(model.path, model.label, lambda: self.settings, self.apply_settings,
                                       self, threads=self.settings.n_threads)
         self.tune_dialog.show()

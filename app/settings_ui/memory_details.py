@@ -10,16 +10,15 @@ plan log, so drift over time can be seen.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from engine.kv.disk_store import DEFAULT_DISK_BUDGET, clear_store, store_usage
+from engine.loading.load import LoadedModel
 
-from app.core.plan_load import plan_log_path, prefix_store_dir
+from app.core.paths import plan_log_path, prefix_store_dir
 from app.core.text_utils import human_bytes
 
 PARTS = (("weights", "weights"), ("kv", "KV cache"), ("compute", "compute buffers"),
@@ -33,31 +32,31 @@ def _error(e: float | None) -> str:
     return "—" if e is None else f"{e:+.1%}"
 
 
-def details_rows(info: dict[str, Any], disk_bytes: int) -> list[tuple[str, str, str, str]]:
-    """(part, planned, allocated, plan error) rows for a describe() of the loaded model."""
-    plan = info.get("plan")
+def details_rows(info: LoadedModel, disk_bytes: int) -> list[tuple[str, str, str, str]]:
+    """(part, planned, allocated, plan error) rows for the loaded model."""
+    plan = info.plan
     rows: list[tuple[str, str, str, str]] = []
     if plan is None:
-        rows.append(("total (the status bar's figure)", "no plan", human_bytes(info["memory_total"]), "—"))
+        rows.append(("total (the status bar's figure)", "no plan", human_bytes(info.memory_total), "—"))
     else:
         pred, act, rel = plan["predicted"], plan["actual"], plan["rel_error"]
         for key, label in PARTS:
             if key in pred or key in act:
                 rows.append((label, human_bytes(pred.get(key, 0)) if key in pred else "—",
                              human_bytes(act.get(key, 0)) if key in act else "—", _error(rel.get(key))))
-    budget = plan["prefix_cache"] if plan is not None else info.get("prefix_budget", 0)
+    budget = plan["prefix_cache"] if plan is not None else info.prefix_budget
     rows.append(("prefix cache in RAM", f"up to {human_bytes(budget)}" if budget else "off",
                  "fills as prompts are cached", "—"))
     rows.append(("prefix cache on disk", f"up to {human_bytes(DEFAULT_DISK_BUDGET)}", human_bytes(disk_bytes), "—"))
-    if info.get("draft_model"):
+    if info.draft_model:
         planned = human_bytes(plan["draft_bytes"]) if plan is not None and plan.get("draft_bytes") else "—"
-        rows.append((f"draft model ({info['draft_model']})", planned, human_bytes(info.get("draft_memory", 0)), "—"))
+        rows.append((f"draft model ({info.draft_model})", planned, human_bytes(info.draft_memory), "—"))
     return rows
 
 
-def device_lines(info: dict[str, Any]) -> list[str]:
+def device_lines(info: LoadedModel) -> list[str]:
     """'CPU: 21.7 GiB free of 23.5 GiB' for each ggml device, read after the load."""
-    devs = info.get("devices") or {}
+    devs = info.devices
     names = [k.split(":", 1)[1] for k in devs if k.startswith("device_total:")]
     return [f"{n}: {human_bytes(devs.get('device_free:' + n, 0))} free of {human_bytes(devs['device_total:' + n])}"
             for n in names]
@@ -67,20 +66,20 @@ MEMORY_TIP = ("Weights + KV cache + compute buffers of the loaded model, as the 
               "parts the memory plan predicts. Click for plan vs allocated, part by part.")
 
 
-def memory_tooltip(info: dict[str, Any]) -> str:
+def memory_tooltip(info: LoadedModel) -> str:
     """What the status bar's memory figure counts, and how far the plan was from it."""
-    act = (info.get("plan") or {}).get("actual") or {}
-    lines = [f"Weights + KV cache + compute buffers, as allocated: {human_bytes(info['memory_total'])}"]
+    act = (info.plan or {}).get("actual") or {}
+    lines = [f"Weights + KV cache + compute buffers, as allocated: {human_bytes(info.memory_total)}"]
     if act:
         lines.append(f"(weights {human_bytes(act['weights'])}, KV cache {human_bytes(act['kv'])}, "
                      f"compute {human_bytes(act['compute'])})")
-    plan = info.get("plan")
+    plan = info.plan
     if plan is not None:
         total = plan["predicted"].get("total", plan["predicted"].get("weights", 0))
         err = plan["rel_error"].get("total", plan["rel_error"].get("weights"))
         lines.append(f"The memory plan predicted {human_bytes(total)} for the same parts "
                      f"({_error(err)} off).")
-    budget = plan["prefix_cache"] if plan is not None else info.get("prefix_budget", 0)
+    budget = plan["prefix_cache"] if plan is not None else info.prefix_budget
     lines.append(f"Not in this figure: the prefix cache (up to {human_bytes(budget)} in RAM as prompts are "
                  "cached), runtime overhead and the plan's safety margin.")
     lines.append("Click for plan vs allocated, part by part.")
@@ -111,15 +110,15 @@ class MemoryFigure(QLabel):
 class MemoryDetails(QDialog):
     """Plan vs allocated for the loaded model, the devices' memory, and the plan itself."""
 
-    def __init__(self, info: dict[str, Any], parent: QWidget | None = None) -> None:
+    def __init__(self, info: LoadedModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Memory details")
         self.setMinimumWidth(620)
         self._info = info
         lay = QVBoxLayout(self)
-        plan = info.get("plan")
-        head = QLabel(f"<b>{info['label']}</b> · {info['quant']} · context {info['n_ctx']:,} · "
-                      f"runs on {info['runtime']} ({info['device']})<br>" +
+        plan = info.plan
+        head = QLabel(f"<b>{info.label}</b> · {info.quant} · context {info.n_ctx:,} · "
+                      f"runs on {info.runtime} ({info.device})<br>" +
                       (f"Plan: {plan['summary']}<br>Machine: {plan['hardware']}" if plan else
                        "No memory plan covers this set-up (a GGUF file on transformers)."))
         head.setWordWrap(True)

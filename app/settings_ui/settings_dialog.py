@@ -113,7 +113,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
             return
         est = self._estimate
         too_big = (not self.plan.fits) if self.plan is not None else (est is not None and not est.fits)
-        if too_big and s.load_key() != self._orig.load_key():
+        if too_big and s.load_request() != self._orig.load_request():
             if self.plan is not None:
                 why = refusal(self.plan)
             else:

@@ -21,10 +21,11 @@ from engine import HearthError
 from engine.kv.disk_store import DEFAULT_DISK_BUDGET, store_usage
 from engine.models.catalogue import BUNDLED_NAME, parse_hub_id
 
-from app.core.memory import estimate
+from engine.loading.estimate import estimate
 from app.settings_ui.memory_details import clear_prefix_store
-from app.core.model_choice import HUB_PLACEHOLDER, KV_TYPES, QUANTS, ModelCheck, effective_backend, runs_gguf
-from app.core.plan_load import prefix_store_dir
+from engine.loading.request import HUB_PLACEHOLDER, KV_TYPES, QUANTS, LoadRequest, ModelCheck, \
+    effective_backend, runs_gguf
+from app.core.paths import prefix_store_dir
 from app.bridge.plan_runner import PlanRunner
 from app.core.exactness import exactness_note, measured_difference
 from app.core.plan_text import headline
@@ -47,7 +48,7 @@ class ModelTabMixin:
     def _init_model_state(self) -> None:
         """The plan state the tab and the dialog's accept() share; call before _model_tab()."""
         self._model_check = ModelCheck()
-        self._estimate = None     # app.core.memory's quick estimate, for a GGUF on llama.cpp
+        self._estimate = None     # engine.loading.estimate's quick estimate, for a GGUF on llama.cpp
         self.plan = None          # the newest engine.sizing.Plan, once computed
         self._plan_request = 0
         self._planner = PlanRunner(self)
@@ -266,12 +267,12 @@ class ModelTabMixin:
     def chosen_exactness(self) -> str:
         return self.exactness.currentData() if self.exactness.isEnabled() else "exact"
 
-    def chosen_key(self) -> dict:
-        """The load key the dialog's choices stand for (what the plan and the load both see)."""
-        return {"model": self.chosen_model(), "source": self.chosen_source(), "backend": self.chosen_backend(),
-                "quant": self.chosen_quant(), "context": None if self.ctx_auto.isChecked() else self.ctx.value(),
-                "draft": self.chosen_draft(), "gpu_layers": self.chosen_gpu_layers(),
-                "kv_type": self.chosen_kv_type(), "exactness": self.chosen_exactness()}
+    def chosen_request(self) -> LoadRequest:
+        """The load the dialog's choices stand for (what the plan and the load both see)."""
+        return LoadRequest(model=self.chosen_model(), source=self.chosen_source(), backend=self.chosen_backend(),
+                           quant=self.chosen_quant(), context=None if self.ctx_auto.isChecked() else self.ctx.value(),
+                           draft=self.chosen_draft(), gpu_layers=self.chosen_gpu_layers(),
+                           kv_type=self.chosen_kv_type(), exactness=self.chosen_exactness())
 
     def _sync_backend(self, source: str, model: str) -> str:
         """Make the backend choice follow the model's type; return the backend in use."""
@@ -359,7 +360,7 @@ class ModelTabMixin:
         self._plan_timer.start()
 
     def _request_plan(self) -> None:
-        self._plan_request = self._planner.request(self.chosen_key())
+        self._plan_request = self._planner.request(self.chosen_request())
 
     @staticmethod
     def _show_auto(box: QSpinBox, auto: bool, value: int) -> None:

@@ -20,7 +20,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
-from app.core import gpu_guard
+from engine.loading.gpu_guard import GpuGuard
+from engine.loading.request import LoadRequest
+
+from app.core.paths import data_dir
 from app.library import library_dock
 from app.ui import theme
 from app.window.keyboard import KeyboardMixin
@@ -58,6 +61,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         # torch.
         for name in PRELOAD:
             importlib.import_module(name)
+        importlib.import_module("engine.backends.llama").init()  # llama.cpp's start-up, with its log captured
         # A busy Python thread (the engine parsing a vocabulary, importing)
         # hands the GIL over only every switch interval, and the window thread
         # needs it for every event it handles; 5 ms (the default) let a burst
@@ -78,7 +82,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         self.monitor = LoopMonitor(self)
         self.current: int | None = None
         self.stream: dict | None = None  # {conv, mid, user_mid, user_text, parts, title}
-        self._load_key: dict | None = None
+        self._load_req: LoadRequest | None = None
         self._rolling_back = False
         self.last_stats: dict | None = None
         self._closed = False
@@ -190,14 +194,14 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
 
     def apply_settings(self, new: Settings) -> None:
         """Adopt validated settings: save, re-theme, and reload the model if its set-up changed."""
-        reload = new.load_key() != self.settings.load_key() or not (self.host.ready or self.host.loading)
+        reload = new.load_request() != self.settings.load_request() or not (self.host.ready or self.host.loading)
         self.settings = new
         self._save_settings()
         self.chat.system.set_presets(new.presets)
         self.apply_theme()
         self._apply_server()
         if reload:
-            self.load_model(new.load_key())
+            self.load_model(new.load_request())
 
     def _apply_server(self) -> None:
         """Start, stop or re-key the local server as the settings say; a failure is shown, never silent."""
@@ -311,6 +315,6 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         self._close_performance()  # a benchmark run stops first: its thread must not outlive the window
         self.server_host.shutdown()  # API clients are cut off first; then the engine thread ends
         self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
-        gpu_guard.clear()  # a clean close: the next start may use the GPU
+        GpuGuard(data_dir()).clear()  # a clean close: the next start may use the GPU
         self.store.close()
         super().closeEvent(e)

@@ -15,10 +15,15 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton
 
 from engine.sizing.reality import is_device_failure, is_out_of_memory
 
-from app.core import gpu_guard
-from app.settings_ui.memory_details import MemoryDetails, MemoryFigure, memory_tooltip
-from app.core.model_choice import model_title
+from dataclasses import replace
+
+from engine.loading.gpu_guard import GpuGuard, crash_text
+from engine.loading.load import LoadedModel
+from engine.loading.request import LoadRequest
+
+from app.core.paths import data_dir
 from app.core.text_utils import human_bytes
+from app.settings_ui.memory_details import MemoryDetails, MemoryFigure, memory_tooltip
 
 FAST_NOTE = ("Exactness: fast. With llama.cpp's faster kernels, replies served from the prompt cache or "
              "sped up by a draft may differ slightly from plain decoding.")
@@ -57,22 +62,22 @@ class ModelLoadingMixin:
 
         If the last run stopped while a model was on a GPU, this load runs on the CPU and
         says why; "Use the GPU again" loads the settings as they are."""
-        crashed = gpu_guard.take()
+        crashed = GpuGuard(data_dir()).take()
         if crashed is None:
-            self.load_model(self.settings.load_key())
+            self.load_model(self.settings.load_request())
             return
-        text = gpu_guard.crash_text(crashed)
+        text = crash_text(crashed)
         self.info.show_message(text, "error", action=("Use the GPU again", self.reload_on_gpu))
-        self.load_model({**self.settings.load_key(), "cpu_only": text})
+        self.load_model(replace(self.settings.load_request(), cpu_only=text))
 
     def reload_on_gpu(self) -> None:
         """Load the settings as they are (GPU layers included), after a CPU-only load."""
-        self.load_model(self.settings.load_key())
+        self.load_model(self.settings.load_request())
 
-    def load_model(self, key: dict) -> None:
+    def load_model(self, req: LoadRequest) -> None:
         if self.host.job is not None:
             self.host.stop()  # the load waits for the reply to end; make that quick
-        self._load_key = dict(key)
+        self._load_req = req
         # Every load but the first replaces a model (or a load's result), which the
         # engine thread closes as this load begins; _settle_memory frees it after.
         self._free_replaced = self._free_replaced or self._loads_requested > 0
@@ -83,17 +88,14 @@ class ModelLoadingMixin:
         # 50-200 ms (with torch imported, far more).
         gc.freeze()
         self.monitor.begin("loading")
-        self._on_load_started(self._describe_key(key))  # say so now, not when the thread gets to it
-        self.host.load(key)
+        self._on_load_started(req.title)  # say so now, not when the thread gets to it
+        self.host.load(req)
 
     def cancel_load(self) -> None:
         self.host.cancel_load()
         self.cancel_load_button.setEnabled(False)
         self.statusBar().showMessage("Cancelling the download…" if self._downloading else
                                      "Cancelling: the current load step has to finish first…")
-
-    def _describe_key(self, key: dict | None) -> str:
-        return model_title(key)
 
     def _on_load_started(self, what: str) -> None:
         if self._load_clock.isActive() and what == self._load_what:
@@ -161,27 +163,27 @@ class ModelLoadingMixin:
         self.cancel_load_button.hide()
         self.statusBar().clearMessage()
 
-    def _on_loaded(self, info: dict) -> None:
+    def _on_loaded(self, model: LoadedModel) -> None:
         self._end_loading()
-        fast = info.get("exactness") == "fast"
-        self.model_label.setText(f"{info['label']} · {info['quant']} · context {info['n_ctx']:,}"
+        fast = model.exactness == "fast"
+        self.model_label.setText(f"{model.label} · {model.quant} · context {model.n_ctx:,}"
                                  + (" · fast kernels" if fast else ""))
-        draft = info.get("draft", "none") + (f" ({info['draft_model']})" if info.get("draft_model") else "")
-        self.model_label.setToolTip(f"{info['path']}\nbackend: {info['backend']}\n"
-                                    f"runs on: {info['runtime']} ({info['device']})\n"
-                                    f"GPU layers: {info.get('n_gpu_layers', 0)}, KV cache: {info.get('kv_type')}\n"
+        draft = model.draft + (f" ({model.draft_model})" if model.draft_model else "")
+        self.model_label.setToolTip(f"{model.path}\nbackend: {model.backend}\n"
+                                    f"runs on: {model.runtime} ({model.device})\n"
+                                    f"GPU layers: {model.n_gpu_layers}, KV cache: {model.kv_type}\n"
                                     f"speculative decoding: {draft}\n"
-                                    f"CPU threads: {info.get('n_threads')}\n"
-                                    f"loaded in {info.get('load_ms', 0):.0f} ms"
+                                    f"CPU threads: {model.n_threads}\n"
+                                    f"loaded in {model.load_ms:.0f} ms"
                                     + (f"\n{FAST_NOTE}" if fast else ""))
-        self.memory_label.setText(f"Memory {human_bytes(info['memory_total'])}")
-        self.memory_label.setToolTip(memory_tooltip(info))
+        self.memory_label.setText(f"Memory {human_bytes(model.memory_total)}")
+        self.memory_label.setToolTip(memory_tooltip(model))
         if fast:
             self.info.show_message(FAST_NOTE, "info")
-        for text in info.get("plan_messages", ()):
+        for text in model.notes:
             self.info.show_message(text, "info", action=("Details…", self.show_memory_details))
-        self._oom_retried = "retry_after" in (self._load_key or {})
-        if self._plain_key() == self.settings.load_key():
+        self._oom_retried = self._load_req is not None and self._load_req.retry_after is not None
+        if self._plain_req() == self.settings.load_request():
             try:
                 self.settings_file.mark_working(self.settings)
             except OSError as e:
@@ -190,40 +192,38 @@ class ModelLoadingMixin:
 
     def _on_load_failed(self, msg: str) -> None:
         self._end_loading()
-        self._fail_load(f"Could not load {self._describe_key(self._load_key)}: {msg}")
+        self._fail_load(f"Could not load {self._load_title()}: {msg}")
 
     def _on_load_cancelled(self) -> None:
         downloading = self._downloading
         self._end_loading()
-        what = self._describe_key(self._load_key)
+        what = self._load_title()
         self._fail_load(f"Downloading {what} was cancelled; the part already fetched is kept, and the "
                         "next try resumes it." if downloading else f"Loading {what} was cancelled.")
 
     def _fail_load(self, text: str) -> None:
         self.model_label.setText("No model loaded")
         target = self.settings_file.rolled_back(self.settings)
-        if not self._rolling_back and target.load_key() != self._plain_key():
+        if not self._rolling_back and target.load_request() != self._plain_req():
             # Go back to what last worked, and make that the saved choice again.
             self._rolling_back = True
             self.settings = target
             self._save_settings()
-            self.info.show_message(f"{text} Went back to {self._describe_key(target.load_key())}, "
+            self.info.show_message(f"{text} Went back to {target.load_request().title}, "
                                    "the last model that worked.", "error")
-            self.load_model({**target.load_key(), **self._cpu_only()})  # still off a GPU that failed
+            cpu_only = self._load_req.cpu_only if self._load_req is not None else None  # still off a GPU that failed
+            self.load_model(replace(target.load_request(), cpu_only=cpu_only))
             return
         self._rolling_back = False
         self.info.show_message(f"{text} No model is loaded; choose one in Settings.", "error",
                                action=("Settings…", self.open_settings))
 
-    def _cpu_only(self) -> dict:
-        """The load in flight's "run on the CPU" note (after a GPU failed), for the loads that follow it."""
-        return {"cpu_only": self._load_key["cpu_only"]} if self._load_key and "cpu_only" in self._load_key else {}
+    def _load_title(self) -> str:
+        return self._load_req.title if self._load_req is not None else "the model"
 
-    def _plain_key(self) -> dict | None:
-        """The load key in flight without the retries' notes (out of memory, CPU only): the settings' own key."""
-        if self._load_key is None:
-            return None
-        return {k: v for k, v in self._load_key.items() if k not in ("retry_after", "cpu_only")}
+    def _plain_req(self) -> LoadRequest | None:
+        """The load in flight without the retries' notes (out of memory, CPU only): the settings' own."""
+        return self._load_req.plain() if self._load_req is not None else None
 
     def show_memory_details(self) -> None:
         """Plan vs allocated, per part, for the loaded model (a window beside the chat)."""
@@ -239,22 +239,21 @@ class ModelLoadingMixin:
         """A reply failed on the device (load again on the CPU) or ran out of memory (load the
         next smaller plan, once per load). The reply's own failure handling gives back the text
         (or keeps the partial reply)."""
-        if self._closed or self._load_key is None:
+        req, model = self._load_req, self.host.model
+        if self._closed or req is None:
             return
-        model = self.host.model or {}
-        if is_device_failure(msg) and model.get("runtime", "cpu") != "cpu" and "cpu_only" not in self._load_key:
+        if is_device_failure(msg) and model is not None and model.runtime != "cpu" and req.cpu_only is None:
             # The device failed under the reply (a reset, a GPU gone): go on on the CPU, once.
-            text = (f"{model.get('device') or 'The GPU'} failed during the reply ({msg}); the model now runs on "
+            text = (f"{model.device or 'The GPU'} failed during the reply ({msg}); the model now runs on "
                     "the CPU and your message is kept.")
-            key = {**self._plain_key(), "cpu_only": text}
             self.info.show_message(text, "error", action=("Use the GPU again", self.reload_on_gpu))
-            QTimer.singleShot(0, lambda: self.load_model(key))
+            QTimer.singleShot(0, lambda: self.load_model(replace(req.plain(), cpu_only=text)))
             return
         if self._oom_retried or not is_out_of_memory(Exception(msg)):
             return
         self._oom_retried = True
-        key = {**self._plain_key(), **self._cpu_only(), "retry_after": msg}
-        QTimer.singleShot(0, lambda: self.load_model(key))  # after the reply's failure is shown
+        # after the reply's failure is shown
+        QTimer.singleShot(0, lambda: self.load_model(replace(req, retry_after=msg)))
 
     def _save_settings(self) -> None:
         try:

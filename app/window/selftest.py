@@ -96,7 +96,7 @@ def run_self_test(max_tokens: int = 32, prompt: str = "What is the capital of Fr
         result = {"ok": not problems, "problems": problems, "reply": reply["text"],
                   "finish_reason": reply["finish_reason"], "metrics": reply["metrics"],
                   "event_loop_max_gap_ms": gaps, "gap_budget_ms": budget, "window_shown_ms": round(shown_ms, 1),
-                  "model_ready_ms": round(loaded_ms, 1), "model": win.host.model["label"],
+                  "model_ready_ms": round(loaded_ms, 1), "model": win.host.model.label,
                   "torch_imported": "torch" in sys.modules}
     except Exception as e:  # the one line must still come out, saying what went wrong
         result = {"ok": False, "problems": [f"{type(e).__name__}: {e}"]}

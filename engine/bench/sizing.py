@@ -6,7 +6,7 @@ clamped to the model's training context, and compares the planner's
 weights, KV and compute figures with what llama.cpp reports it allocated.
 ``max_rel_error`` is the worst relative error over every part of every
 case; the target is 0.10. ``--gpu-check`` repeats the cases fully offloaded
-when a GPU is present.
+when ggml reports a GPU device (the window's view of the machine, Vulkan-only GPUs included).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..sizing.hardware import Hardware, probe
+from ..sizing.hardware import Hardware
 from ..sizing.memory import Config, estimate
 from ..sizing.reality import compare
 from ..sizing.shape import spec_from_gguf
@@ -70,7 +70,9 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     modes: list[tuple[str, int, Hardware | None]] = [("cpu", 0, None)]
     gpu_note = None
     if a.gpu_check:
-        hw = probe()
+        from ..loading.plan import machine as ggml_machine
+
+        hw = ggml_machine("gguf")  # the devices llama.cpp's build registered with ggml, as the window plans for
         if hw.gpus:
             modes.append(("gpu", 999, hw))
         else:

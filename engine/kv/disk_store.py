@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..models.digest import atomic_write
+from ..atomic import atomic_write
 
 log = logging.getLogger("hearth.prefix_store")
 

@@ -1,13 +1,12 @@
 """A model file's identity by content: its SHA-256, memoised by path, size and
-mtime so a large file is hashed once per version; and the atomic write that
-the memo and the prefix store use."""
+mtime so a large file is hashed once per version."""
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from ..atomic import atomic_write
 
 _HASH_MEMO = "model-hashes.json"
 
@@ -34,18 +33,3 @@ def file_sha256(path: Path, memo_dir: Path | None = None) -> str:
         memo[memo_key] = digest
         atomic_write(memo_path, json.dumps(memo).encode())
     return digest
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

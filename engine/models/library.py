@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from ..atomic import atomic_write
 from ..errors import HearthError
 from .catalogue import bundled_model_path, model_dir
 
@@ -110,10 +111,8 @@ class Library:
             return LibraryState()
 
     def _save_state(self) -> None:
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
-        tmp.write_text(json.dumps({"folders": self.state.folders, "last_used": self.state.last_used}, indent=1))
-        os.replace(tmp, self.state_file)
+        atomic_write(self.state_file, json.dumps({"folders": self.state.folders, "last_used": self.state.last_used},
+                                                 indent=1))
 
     def add_folder(self, folder: str | os.PathLike[str]) -> None:
         """Also list the GGUF files in ``folder`` (kept where they are)."""

@@ -15,13 +15,24 @@ from .server import DEFAULT_PORT, LocalServer
 def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
           n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
           cors_origins: tuple[str, ...] = ()) -> int:
-    """Load ``model``, serve it on 127.0.0.1:``port`` until interrupted; the exit status."""
-    from ..engine import Engine
+    """Load ``model`` through the window's planned load (every setting on Auto but the context
+    and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status."""
+    from ..loading.load import load_model
+    from ..loading.request import LoadRequest
+    from ..paths import data_dir
     from .scheduler import Scheduler
 
     server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins)
     print("loading model...", file=sys.stderr, flush=True)
-    engine = Engine.load(model, n_ctx=n_ctx, n_threads=n_threads)
+    loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads),
+                        data_dir=data_dir())
+    m = loaded.model
+    assert m is not None  # load_model describes what it loaded
+    print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "
+          f"{m.n_gpu_layers} layers offloaded", file=sys.stderr, flush=True)
+    for note in m.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    engine = loaded.engine
     scheduler = Scheduler(engine, parallel=parallel, queue_limit=queue_limit)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())

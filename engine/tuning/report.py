@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..atomic import atomic_write
 from .rows import BASELINE, BASELINE_AGAIN
 
 MIN_NOISE = 0.05        # a 5% difference or less is never called worse, however quiet the run
@@ -79,14 +80,9 @@ def _rel(x: float, ref: float) -> float:
 
 def results_dir() -> Path:
     """Where runs are saved: ``tune/`` in the app's data folder (HEARTH_DATA_DIR when set)."""
-    override = os.environ.get("HEARTH_DATA_DIR")
-    if override:
-        root = Path(override).expanduser()
-    else:
-        from platformdirs import user_data_dir
+    from ..paths import data_dir
 
-        root = Path(user_data_dir("Hearth", appauthor=False))
-    return root / "tune"
+    return data_dir() / "tune"
 
 
 def _stem(model: str) -> str:
@@ -105,9 +101,7 @@ def save(result: dict[str, Any], out: str | os.PathLike[str] | None = None) -> P
             n += 1
     else:
         path = Path(out)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(result, indent=2) + "\n")
     return path
 
 

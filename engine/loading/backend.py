@@ -1,19 +1,16 @@
-"""Opening a backend for a model reference, and finding a draft model on disk.
+"""Opening a backend for a model reference.
 
 ``Engine.load`` is the public entry; this module holds the choice of backend
 and the optional-package message, so the engine itself stays about requests.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
-from .backends.base import Backend
-from .errors import HearthError
-from .models.catalogue import BACKENDS, ModelRef, default_backend
-from .spec.drafts import check_draft_compatible
-from .types import Vocab
+from ..backends.base import Backend
+from ..errors import HearthError
+from ..models.catalogue import BACKENDS, ModelRef, default_backend
 
 DEFAULT_CTX = 8192
 
@@ -37,9 +34,9 @@ def open_backend(ref: ModelRef, *, backend: str | None, n_ctx: int | None, n_thr
         if quant != "none":
             raise HearthError("int8/int4 are transformers-backend choices; a GGUF file carries its "
                               "own quantization (pick another GGUF file to change it)")
-        from .backends.llama.backend import LlamaCppBackend  # native library: load only when asked
-        from .models.digest import file_sha256
-        from .models.gguf import model_info
+        from ..backends.llama.backend import LlamaCppBackend  # native library: load only when asked
+        from ..models.digest import file_sha256
+        from ..models.gguf import model_info
 
         info = model_info(ref.path)
         if n_ctx is None:
@@ -55,7 +52,7 @@ def import_hf():
     """The transformers backend package, or a clear message when the optional
     packages are not installed (the app's default set-up is GGUF-only)."""
     try:
-        from .backends import hf
+        from ..backends import hf
     except ImportError as e:
         import sys
 
@@ -64,39 +61,3 @@ def import_hf():
                "run `python3 scripts/setup.py --hf` to add torch, transformers and bitsandbytes")
         raise HearthError(f"the transformers backend is not installed ({e.name or e}); {how}") from None
     return hf
-
-
-def find_draft_for(target: Vocab) -> Path | None:
-    """A compatible draft among the local model files: the smallest GGUF in the
-    model folder (benchmark pair included) whose vocabulary matches the
-    target's and whose weights are at most half the target's."""
-    from .models.catalogue import model_dir
-    from .models.gguf import model_info
-    from .sizing.shape import spec_from_gguf
-
-    if not target.path:
-        return None  # a transformers folder: no GGUF header to compare drafts against
-    best: tuple[int, Path] | None = None
-    folder = model_dir()
-    for p in sorted(folder.glob("*.gguf")) if folder.is_dir() else []:
-        if p.resolve() == Path(target.path).resolve():
-            continue
-        try:
-            if spec_from_gguf(p).weight_bytes * 2 > target.weight_bytes:
-                continue  # too big to draft: decided from the sizes, without reading its vocabulary
-            info = model_info(p)
-        except (HearthError, OSError):  # unreadable, or gone since the listing
-            continue
-        if check_draft_compatible(target, info.vocab()) is None and (best is None or info.weight_bytes < best[0]):
-            best = (info.weight_bytes, p)
-    return best[1] if best else None
-
-
-def draft_header_vocab(path: str | os.PathLike[str]) -> Vocab | None:
-    """A GGUF draft's vocabulary from its header (checked before loading it), or
-    None for a transformers folder (checked after loading)."""
-    from .models.catalogue import resolve
-    from .models.gguf import model_info
-
-    ref = resolve(path)
-    return model_info(ref.path).vocab() if ref.kind == "gguf" else None

@@ -1,6 +1,6 @@
-"""The settings dialog's quick memory estimate, from the planner's own memory model. Qt-free.
+"""A quick memory estimate for one GGUF, from the planner's own memory model.
 
-The full plan (engine.sizing.plan, made off the GUI thread by plan_runner.py)
+The full plan (engine.sizing.plan; the settings dialog makes it off the GUI thread)
 searches every knob and takes most of a second. This asks the same memory
 model (engine.sizing.memory) about one configuration only: the context the
 plan aims for under Auto, every block in RAM, no draft and no prefix cache. That
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.sizing.hardware import cpu_only
-from engine.sizing.memory import Config
-from engine.sizing.memory import estimate as planner_estimate
-from engine.sizing.search import CTX_COMFORT, CTX_MAX_AUTO
-from engine.sizing.shape import spec_from_gguf
+from ..sizing.hardware import cpu_only
+from ..sizing.memory import Config
+from ..sizing.memory import estimate as planner_estimate
+from ..sizing.search import CTX_COMFORT, CTX_MAX_AUTO
+from ..sizing.shape import spec_from_gguf
 
 
 def auto_context(n_ctx_train: int) -> int:

@@ -1,0 +1,247 @@
+"""The one planned load every caller uses: LoadRequest -> plan -> open -> LoadedModel.
+
+The window's engine thread, ``engine serve``/``chat``, ``bench tune`` and the
+other benchmarks load through :func:`load_model`. It resolves the request's
+model (downloading a Hub model first, with progress and cancel), plans it on
+the machine the backend sees (loading/plan.py), loads it, retries once with the
+next smaller plan when it runs out of memory (engine.sizing.reality.load_with_retry),
+keeps the GPU-crash marker while layers are on a device (loading/gpu_guard.py),
+checks the plan against what the backend allocated and appends that check to
+``memory-plans.jsonl`` in the data folder, so drift shows over time.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import Cancelled, HearthError
+from ..sizing.plan import Plan
+from ..sizing.reality import check_against_report, describe_change, load_with_retry, smaller_plan
+from .gpu_guard import GpuGuard
+from . import plan as planning  # planning.machine: tests put a simulated machine there
+from .plan import buffers_total, engine_kwargs, plan_request, shortfall_text
+from .request import LoadRequest
+
+PLAN_LOG = "memory-plans.jsonl"
+PLAN_LOG_MAX_BYTES = 1 << 20  # past this the oldest half of the records goes
+
+Progress = Callable[[int, int, str], None]   # bytes done, bytes total, file name (a Hub download)
+
+
+@dataclass(slots=True, frozen=True)
+class LoadedModel:
+    """What a loaded model is and where it runs: plain data, safe to send across threads.
+
+    ``memory_total`` counts weights + KV cache + compute buffers as allocated, the
+    same parts as the plan's predicted total (``plan``, which also carries the
+    per-part relative error). ``notes``: sentences for the user (what the plan
+    gave up, a plan that did not fit, a retry)."""
+    label: str
+    path: str
+    bundled: bool
+    backend: str
+    quant: str
+    n_ctx: int
+    n_threads: int
+    runtime: str
+    device: str
+    n_gpu_layers: int
+    kv_type: str
+    exactness: str
+    draft: str                       # the speculation mode: "none", "ngram", "model", "auto"
+    draft_model: str | None          # the draft model's file name, when one is loaded
+    draft_memory: int                # its buffers, in bytes
+    memory: dict[str, int]           # the backend's memory_report()
+    memory_total: int
+    prefix_budget: int
+    devices: dict[str, int] = field(default_factory=dict)   # device_free:<name>, device_total:<name>
+    plan: dict[str, Any] | None = None                      # plan_view(): the plan and its check
+    notes: tuple[str, ...] = ()
+    load_ms: float = 0.0
+
+
+@dataclass(slots=True)
+class LoadResult:
+    """A loaded engine, the plan it was loaded with, the plan-vs-reality check, and
+    sentences for the user (what was given up, a plan that did not fit)."""
+    engine: Any
+    plan: Plan | None = None
+    check: dict[str, Any] | None = None
+    messages: list[str] = field(default_factory=list)
+    retried: bool = False      # an out-of-memory error moved the load to a smaller plan
+    model: LoadedModel | None = None
+
+
+def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None = None,
+               progress: Progress | None = None, cancel: threading.Event | None = None,
+               loader: Callable[..., Any] | None = None) -> LoadResult:
+    """Resolve, plan, load (retrying once with a smaller plan on out-of-memory), check and record.
+
+    ``data_dir``: where the disk prefix store, the plan log and the GPU-crash marker
+    live (None: none of them, for a throwaway load). ``n_threads``: the threads when
+    the request says Auto. ``loader``: Engine.load (tests pass a wrapper).
+    Raises HearthError (DownloadCancelled for a cancelled download)."""
+    if loader is None:
+        from ..engine import Engine
+
+        loader = Engine.load
+    t0 = time.perf_counter()
+    ref = req.model_ref()
+    if ref.kind == "hub":
+        from ..models.hub import fetch_ref
+
+        ref = fetch_ref(ref, progress=progress, cancel=cancel)
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("the load was cancelled")
+    backend = req.backend or "auto"
+    if backend == "auto":
+        from ..models.catalogue import default_backend
+
+        backend = default_backend(ref)
+    result = load_planned(ref, req, backend, n_threads=req.n_threads or n_threads, loader=loader,
+                          data_dir=data_dir)
+    result.model = describe(result.engine, result, load_ms=(time.perf_counter() - t0) * 1e3)
+    if data_dir is not None:
+        note = record(result, Path(data_dir) / PLAN_LOG)
+        if note:
+            result.model = replace(result.model, notes=result.model.notes + (note,))
+    return result
+
+
+def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, loader: Callable[..., Any],
+                 data_dir: Path | None) -> LoadResult:
+    """Plan and load a resolved ``ref`` (a local ModelRef) as ``req`` asks on ``backend``."""
+    messages: list[str] = []
+    plan, retried = None, False
+    fmt, hardware = req.plan_format, None
+    guard = GpuGuard(data_dir) if data_dir is not None else None
+    if req.cpu_only:  # this once on the CPU (a GPU failed or stopped the last run); the caller says why
+        req = replace(req, gpu_layers=0)
+        hardware = replace(planning.machine(fmt), gpus=()) if fmt is not None else None
+    if fmt is not None:
+        try:
+            plan = plan_request(req, str(ref.path), hardware)
+        except HearthError as e:  # a model the planner cannot read still gets its load (and its message)
+            messages.append(f"No memory plan ({e}); the model loads with the settings as chosen.")
+    if plan is not None and req.retry_after:
+        smaller = smaller_plan(plan, HearthError(req.retry_after))
+        if smaller is not None and smaller.fits:
+            messages.append(f"The reply ran out of memory ({req.retry_after}); reloaded with "
+                            f"{describe_change(plan, smaller)}.")
+            plan, retried = smaller, True
+        else:
+            messages.append(f"The reply ran out of memory ({req.retry_after}) and {_no_smaller(plan)}.")
+    if plan is not None and not plan.fits:
+        messages.append(f"The memory plan says this does not fit ({shortfall_text(plan)}); it loads with "
+                        "your choices as they are.")
+
+    def one(p: Plan | None):
+        kw = engine_kwargs(p, req, backend, n_threads, data_dir)
+        if req.cpu_only and backend == "hf":
+            kw.update(device="cpu", max_memory=None)  # transformers places by device, not by layers
+        if guard is not None and kw.get("n_gpu_layers") and (plan is None or plan.hardware.gpus):
+            guard.mark("loading", model=ref.path.name)  # a device that stops the process mid-load
+        try:
+            engine = loader(ref, **kw)
+        except BaseException:
+            if guard is not None:
+                guard.clear()  # it failed as an error, not by stopping the process
+            raise
+        info = engine.backend.describe()
+        if guard is not None:
+            if info.runtime == "cpu":
+                guard.clear()
+            else:
+                guard.mark("running", model=ref.path.name, device=info.device, runtime=info.runtime)
+        return engine
+
+    if plan is None:
+        return LoadResult(one(None), messages=messages)
+    engine, plan, msg = load_with_retry(one, plan)
+    if msg:
+        messages.append(msg)
+    check = check_against_report(plan, engine.backend.memory_report())
+    return LoadResult(engine, plan, check, messages, retried or msg is not None)
+
+
+def _no_smaller(plan: Plan) -> str:
+    fixed = ", ".join(sorted(plan.choices.explicit()))
+    return (f"with the settings you fixed ({fixed}) there is no smaller plan" if fixed else
+            "there is no smaller plan that fits") + "; choose a smaller context or model, or close other programs"
+
+
+def _device_memory() -> dict[str, int]:
+    """Each ggml device's free and total bytes now (empty where ggml cannot say)."""
+    try:
+        from ..backends.llama.devices import memory_entries
+
+        return memory_entries()
+    except (ImportError, OSError, AttributeError):  # a build without ggml's device API
+        return {}
+
+
+def describe(engine, result: LoadResult | None = None, *, load_ms: float = 0.0) -> LoadedModel:
+    """What a loaded engine is and where it runs, with the plan it was loaded with."""
+    b = engine.backend
+    info = b.describe()
+    report = b.memory_report()
+    draft = engine.draft
+    return LoadedModel(
+        label=engine.model.label if engine.model else info.name,
+        path=str(engine.model.path) if engine.model else "",
+        bundled=bool(engine.model and engine.model.is_bundled),
+        backend=info.backend, quant=info.quant, n_ctx=info.n_ctx, n_threads=info.threads,
+        runtime=info.runtime, device=info.device, n_gpu_layers=info.n_gpu_layers, kv_type=info.kv_type,
+        exactness=info.exactness, draft=engine.spec_kind,
+        draft_model=Path(draft.backend.describe().path).name if draft is not None else None,
+        draft_memory=buffers_total(draft.backend.memory_report()) if draft is not None else 0,
+        memory=report, memory_total=buffers_total(report),
+        prefix_budget=int(engine.cache_stats()["budget_bytes"]), devices=_device_memory(),
+        plan=plan_view(result) if result is not None else None,
+        notes=tuple(result.messages) if result is not None else (), load_ms=load_ms)
+
+
+def plan_view(result: LoadResult) -> dict[str, Any] | None:
+    """The plan and its check as plain data (safe to send across threads)."""
+    from ..sizing.report import render_table
+
+    plan, check = result.plan, result.check
+    if plan is None or check is None:
+        return None
+    ram = plan.breakdown.ram
+    return {"summary": plan.summary(), "status": plan.status, "fits": plan.fits, "n_ctx": plan.n_ctx,
+            "n_gpu_layers": plan.n_gpu_layers, "kv_type": plan.kv_type, "prefix_cache": plan.prefix_cache,
+            "draft": plan.config.draft.label if plan.config.draft is not None else None,
+            "draft_bytes": sum(p.draft for p in plan.breakdown.pools),
+            "hardware": plan.hardware.describe(), "ram_total": ram.total, "ram_available": ram.available,
+            "predicted": check["predicted"], "actual": check["actual"], "rel_error": check["rel_error"],
+            "max_rel_error": check["max_rel_error"], "within_margin": check["within_margin"],
+            "table": render_table(plan)}
+
+
+def record(result: LoadResult, path: Path) -> str | None:
+    """Append this load's plan-vs-reality check to the plan log at ``path``; returns a
+    message for the user when it could not be written (the load itself stands)."""
+    plan, check, model = result.plan, result.check, result.model
+    if plan is None or check is None:
+        return None
+    entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "model": plan.spec.name, "quant": plan.spec.quant,
+             "backend": plan.config.backend, "runtime": model.runtime if model else None,
+             "device": model.device if model else None,
+             "hardware": plan.hardware.source, "n_ctx": plan.n_ctx, "n_gpu_layers": plan.n_gpu_layers,
+             "kv_type": plan.kv_type, "predicted": check["predicted"], "actual": check["actual"],
+             "rel_error": check["rel_error"], "max_rel_error": check["max_rel_error"],
+             "within_margin": check["within_margin"], "retried": result.retried}
+    try:
+        if path.exists() and path.stat().st_size > PLAN_LOG_MAX_BYTES:
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            path.write_text("".join(lines[len(lines) // 2:]), encoding="utf-8")
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, sort_keys=True) + "\n")
+    except OSError as e:
+        return f"Could not record the memory check in {path}: {e}"
+    return None

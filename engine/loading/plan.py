@@ -1,0 +1,126 @@
+"""The memory plan for a LoadRequest, on the machine as the backend will see it.
+
+Every setting left on Auto (context, GPU layers, KV cache type, quantization,
+the draft model, the prefix-cache budget, and on transformers the device and
+accelerate's max_memory) comes from engine.sizing's plan. A setting the user
+fixed goes to the planner as a choice and stays as chosen, even when the plan
+says it does not fit (the caller said so before the load). The window's load,
+its settings preview, ``engine serve``/``chat``/``plan`` and the benchmarks all
+plan through :func:`plan_request`, so the plan shown is the plan loaded.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..kv.disk_store import DEFAULT_DISK_BUDGET
+from ..sizing.hardware import GPU, Hardware, cpu_only, format_size, probe
+from ..sizing.plan import Choices, Plan, plan_for
+from ..sizing.reality import actual_buffers
+from .request import BUNDLED, HF_QUANTS, LoadRequest
+
+ALL_LAYERS = 1 << 20       # "all": the planner clamps it to every block plus the output head
+PREFIX_STORE = "prefix-cache"
+_VENDORS = {"cuda": "nvidia", "rocm": "amd", "metal": "apple"}  # ggml runtime -> the planner's GPU overheads
+
+
+def prefix_store_dir(data_dir: Path) -> Path:
+    """The disk prefix store in a data folder: system-prompt KV snapshots that survive a restart."""
+    return Path(data_dir) / PREFIX_STORE
+
+
+def machine(fmt: str | None, *, torch_ok: bool = True) -> Hardware:
+    """The machine a plan is made for, as the backend that will run it sees it.
+
+    llama.cpp offloads only to the devices its build registered with ggml (a
+    CPU build ignores a card NVML would report; a Vulkan device such as an
+    Intel Arc, an AMD card on Windows or Mesa's lavapipe is one NVML never
+    sees), so GGUF plans count ggml's GPU devices with their free memory now;
+    transformers plans count what NVML, sysfs and (``torch_ok``, or once
+    imported) torch see. The settings dialog passes ``torch_ok=False`` so that
+    previewing never imports torch. Tests replace this function with a
+    simulated machine."""
+    if fmt == "hf":
+        return probe(allow_torch=torch_ok)
+    base = cpu_only()
+    try:
+        from ..backends.llama import init
+        from ..backends.llama.devices import gpu_devices
+
+        init()
+        devs = gpu_devices()
+    except (ImportError, OSError, AttributeError) as e:  # a build without ggml's device API
+        return replace(base, notes=(f"llama.cpp's devices could not be listed ({type(e).__name__}: {e}); "
+                                    "the plan is for the CPU",))
+    gpus = tuple(GPU(i, d.description or d.name, _VENDORS.get(d.runtime, d.runtime), d.total, d.free,
+                     unified=d.runtime == "metal") for i, d in enumerate(devs))
+    notes = () if gpus else ("llama.cpp has no GPU device here (see the runtime in the model's tooltip): "
+                             "the model runs on the CPU from system RAM",)
+    return replace(base, gpus=gpus, notes=notes)
+
+
+def choices_for(req: LoadRequest, fmt: str) -> Choices:
+    """The request as the planner's choices: Auto is None, anything else is fixed."""
+    gl, kv, quant = req.gpu_layers, req.kv_type or "auto", req.quant or "auto"
+    return Choices(quant=None if fmt == "gguf" or quant == "auto" else quant, n_ctx=req.context,
+                   n_gpu_layers=ALL_LAYERS if gl == "all" else gl if isinstance(gl, int) else None,
+                   kv_type=None if kv == "auto" else kv,
+                   # transformers drafts come from the catalogue only; Hearth drafts with n-gram there
+                   draft="none" if fmt == "hf" or req.draft == "none" else
+                   None if req.draft in (None, "auto") else req.draft)
+
+
+def plan_request(req: LoadRequest, target: str | None = None, hardware: Hardware | None = None) -> Plan | None:
+    """The plan for a request, or None where no planner covers it.
+
+    ``target``: the local file or folder (a Hub model once downloaded); default
+    the request's model. ``hardware``: default :func:`machine`. Raises HearthError
+    when the model cannot be planned (unreadable, not downloaded yet)."""
+    fmt = req.plan_format
+    if fmt is None:
+        return None
+    if target is None:
+        model = req.model or BUNDLED
+        target = None if model == BUNDLED else model
+    return plan_for(target, hardware or machine(fmt), choices_for(req, fmt))
+
+
+def engine_kwargs(plan: Plan | None, req: LoadRequest, backend: str, n_threads: int | None,
+                  data_dir: Path | None) -> dict[str, Any]:
+    """Engine.load's arguments: the plan's values (they hold every fixed choice), or
+    without a plan the request as chosen. With a data folder the disk prefix store is on."""
+    kw: dict[str, Any] = {"n_threads": n_threads, "backend": backend, "exactness": req.exactness or "exact"}
+    if data_dir is not None:
+        kw.update(disk_cache=prefix_store_dir(data_dir), disk_cache_bytes=DEFAULT_DISK_BUDGET)
+    draft = req.draft or "auto"
+    if plan is None:
+        gl, kv, quant = req.gpu_layers, req.kv_type or "auto", req.quant or "auto"
+        kw.update(n_ctx=req.context, draft=draft, n_gpu_layers=-1 if gl == "all" else gl or 0,
+                  kv_type="f16" if kv == "auto" else kv,
+                  quant="none" if backend != "hf" or quant == "auto" else quant)
+        return kw
+    kw.update(plan.engine_kwargs())
+    kw.pop("draft", None)  # the planned draft file is the one the engine's "auto" finds, plus n-gram
+    if plan.spec.format == "hf":
+        kw["quant"] = kw["quant"] if kw["quant"] in HF_QUANTS else "none"  # pre-quantized: loads as stored
+    if draft != "none" and plan.config.draft is None and "draft" in plan.shortfalls:
+        draft = "ngram"  # the model draft was given up for memory; n-gram lookup needs none
+    kw["draft"] = draft
+    return kw
+
+
+def shortfall_text(plan: Plan) -> str:
+    """Why a plan does not fit, e.g. 'GPU memory is short by 212 MiB'."""
+    p = plan.breakdown.short()
+    if p is None:
+        return "it fits"
+    where = "system RAM" if p.name == "RAM" else f"{p.name} memory"
+    return f"{where} is short by {format_size(p.total - p.available)}"
+
+
+def buffers_total(report: dict[str, int]) -> int:
+    """Weights + KV cache + compute buffers as the backend allocated them: what the
+    status bar shows, and the same three parts the plan's 'predicted' total counts."""
+    a = actual_buffers(report)
+    return a["weights"] + a["kv"] + a["compute"]
