@@ -262,3 +262,20 @@ def test_the_hidden_library_reads_nothing_until_it_is_shown(qtbot, window, dirs,
     window.show_library()  # hidden, then shown: read again
     settle(qtbot, view)
     assert len(scans) == 3 and "qwen7.gguf" not in rows(view)
+
+
+def test_a_library_that_cannot_be_read_says_why(qtbot, window):
+    view = window.models_dock.library_view
+
+    def unreadable():
+        raise PermissionError("models folder: permission denied")
+
+    view.library.scan = unreadable
+    window.show_library()
+    settle(qtbot, view)
+    assert view.status.text() == "Could not read the models on disk: models folder: permission denied"
+    assert view.models == [] and view.table.rowCount() == 0
+    view.library.scan = lambda: 1 / 0  # a bug says so too, rather than leaving the page waiting
+    view.refresh()
+    settle(qtbot, view)
+    assert view.status.text() == "Could not read the models on disk: ZeroDivisionError: division by zero"
