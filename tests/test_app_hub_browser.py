@@ -142,3 +142,33 @@ def test_offline_says_so_and_the_library_still_works(qtbot, window, hub, tmp_pat
     qtbot.waitUntil(lambda: lv.scanning == 0, timeout=60_000)
     assert "local.gguf" in {m.path.name for m in lv.models}
     qtbot.waitUntil(lambda: lv.badge_of(tmp_path / "models" / "local.gguf") == lib.FIT_GPU, timeout=60_000)
+
+
+def test_a_download_that_breaks_says_why_and_the_next_one_starts(qtbot, monkeypatch):
+    # Progress and the failure both come back on the GUI thread (app/bridge/background.py).
+    import threading
+    from pathlib import Path
+
+    from engine.models import hub
+    from engine.models.hub_search import HubFile
+
+    from app.library.downloads import FAILED, DownloadQueue
+
+    tmp = Path("/nowhere")  # no file is written: the transfer is a stand-in
+
+    def broken(repo_id, *, filename, progress, cancel):
+        progress(10, 100, filename)
+        if filename == "bad.gguf":
+            raise ValueError("the server sent a short chunk")
+        return tmp / filename
+
+    monkeypatch.setattr(hub, "download", broken)
+    q = DownloadQueue()
+    seen = []
+    q.changed.connect(lambda i: seen.append((i, q.items[i].state, q.items[i].done, threading.get_ident())))
+    q.add("acme/x", HubFile("bad.gguf", ["bad.gguf"], 100, {}))
+    q.add("acme/x", HubFile("good.gguf", ["good.gguf"], 100, {}))
+    qtbot.waitUntil(lambda: q.items[1].state == DONE, timeout=10_000)
+    assert q.items[0].state == FAILED and q.items[0].error == "ValueError: the server sent a short chunk"
+    assert (0, RUNNING, 10, threading.main_thread().ident) in seen          # its progress arrived first
+    assert q.items[1].path == tmp / "good.gguf" and q.active is None

@@ -182,6 +182,7 @@ def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot,
     draft = tiny_draft(dirs / "models" / "tiny-draft.gguf", bundled_path)
     write_model_gguf(dirs / "models" / "qwen05.gguf", "qwen2.5-0.5b", "Q4_K_M")  # another vocabulary
     dlg = SettingsDialog(window.settings, window)
+    qtbot.waitUntil(lambda: not dlg.draft_list.pending, timeout=30_000)  # the list is read off the GUI thread
     items = [(dlg.draft.itemText(i), dlg.draft.itemData(i)) for i in range(dlg.draft.count())]
     assert [d for _, d in items] == ["auto", "none", str(draft)] and "tiny-draft" in items[2][0]
     dlg.draft.setCurrentIndex(2)
@@ -198,6 +199,93 @@ def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot,
     qtbot.waitUntil(lambda: any("tiny-draft.gguf" in m for m in window.info.messages()), timeout=60_000)
     with pytest.raises(SettingsError, match="draft model's .gguf file"):
         Settings(draft=str(dirs / "missing.gguf")).validate()
+
+
+def draft_items(box) -> list:
+    return [box.itemData(i) for i in range(box.count())]
+
+
+@pytest.fixture
+def held_drafts(monkeypatch):
+    """draft_choices held on an event per model, recording the thread each call ran on."""
+    import threading
+
+    from app.library import library_view
+
+    calls, release = [], {}
+
+    def held(model):
+        calls.append((model, threading.get_ident()))
+        release.setdefault(model, threading.Event()).wait(30)
+        return [(f"draft for {model}", f"/drafts/{model}.gguf"), ("shared", "/drafts/shared.gguf")]
+
+    monkeypatch.setattr(library_view, "draft_choices", held)
+    return calls, lambda model: release.setdefault(model, threading.Event()).set()
+
+
+def test_the_draft_list_arrives_from_the_background_and_keeps_the_choice(qtbot, held_drafts):
+    import threading
+
+    from PySide6.QtWidgets import QComboBox
+
+    from app.settings_ui.draft_list import DraftList
+
+    calls, release = held_drafts
+    box, changed = QComboBox(), []
+    drafts = DraftList(box, box, lambda: changed.append(drafts.chosen()))
+    drafts.fill("a", "/drafts/shared.gguf")
+    # At once, before any header is read: the choice is there, selected.
+    assert draft_items(box) == ["auto", "none", "/drafts/shared.gguf"] and drafts.chosen() == "/drafts/shared.gguf"
+    assert drafts.pending
+    qtbot.waitUntil(lambda: bool(calls), timeout=10_000)
+    assert calls[0][0] == "a" and calls[0][1] != threading.main_thread().ident
+    drafts.fill("b", drafts.chosen())   # another model: a's list, when it comes, is out of date
+    release("a")
+    qtbot.waitUntil(lambda: len(calls) == 2, timeout=10_000)
+    box.setCurrentIndex(box.findData("none"))  # the user picks meanwhile: that choice is kept
+    release("b")
+    qtbot.waitUntil(lambda: not drafts.pending, timeout=10_000)
+    assert draft_items(box) == ["auto", "none", "/drafts/b.gguf", "/drafts/shared.gguf"]
+    assert drafts.chosen() == "none" and changed == []
+    # A choice the new model's list lacks falls back to Auto, and the dialog hears of it.
+    box.setCurrentIndex(box.findData("/drafts/b.gguf"))
+    drafts.fill("c", drafts.chosen())
+    assert drafts.chosen() == "/drafts/b.gguf"
+    release("c")
+    qtbot.waitUntil(lambda: not drafts.pending, timeout=10_000)
+    assert drafts.chosen() == "auto" and changed == ["auto"]
+
+
+def test_a_draft_list_that_cannot_be_read_says_why(qtbot, monkeypatch):
+    from PySide6.QtWidgets import QComboBox
+
+    from app.library import library_view
+    from app.settings_ui.draft_list import DraftList
+
+    def broken(model):
+        raise PermissionError("models folder: permission denied")
+
+    monkeypatch.setattr(library_view, "draft_choices", broken)
+    box, changed = QComboBox(), []
+    drafts = DraftList(box, box, lambda: changed.append(drafts.chosen()))
+    drafts.fill("bundled", "none")
+    qtbot.waitUntil(lambda: not drafts.pending, timeout=10_000)
+    assert draft_items(box)[:2] == ["auto", "none"] and drafts.chosen() == "none" and changed == []
+    assert "Could not list the draft models on disk: PermissionError: models folder" in box.itemText(2)
+    assert not box.model().item(2).isEnabled()
+
+
+def test_settings_open_with_the_saved_draft_before_its_list_arrives(qtbot, window, held_drafts):
+    from app.settings_ui.settings_dialog import SettingsDialog
+
+    calls, release = held_drafts
+    window.settings.draft = "/drafts/shared.gguf"
+    dlg = SettingsDialog(window.settings, window)  # opens without waiting for the headers
+    assert dlg.chosen_request().draft == "/drafts/shared.gguf" and dlg.draft_list.pending
+    release("bundled")
+    qtbot.waitUntil(lambda: not dlg.draft_list.pending, timeout=30_000)
+    assert dlg.chosen_draft() == "/drafts/shared.gguf" and dlg.draft.currentText() == "shared"
+    dlg.reject()
 
 
 class _Opened(QObject):
@@ -262,3 +350,20 @@ def test_the_hidden_library_reads_nothing_until_it_is_shown(qtbot, window, dirs,
     window.show_library()  # hidden, then shown: read again
     settle(qtbot, view)
     assert len(scans) == 3 and "qwen7.gguf" not in rows(view)
+
+
+def test_a_library_that_cannot_be_read_says_why(qtbot, window):
+    view = window.models_dock.library_view
+
+    def unreadable():
+        raise PermissionError("models folder: permission denied")
+
+    view.library.scan = unreadable
+    window.show_library()
+    settle(qtbot, view)
+    assert view.status.text() == "Could not read the models on disk: models folder: permission denied"
+    assert view.models == [] and view.table.rowCount() == 0
+    view.library.scan = lambda: 1 / 0  # a bug says so too, rather than leaving the page waiting
+    view.refresh()
+    settle(qtbot, view)
+    assert view.status.text() == "Could not read the models on disk: ZeroDivisionError: division by zero"

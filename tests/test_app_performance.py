@@ -93,6 +93,23 @@ def test_performance_panel_renders_a_real_reply_offscreen(qtbot, engine, tmp_pat
     assert QColor(PART_COLORS["decode"]).rgb() in colors  # the decode segment is drawn
 
 
+def test_a_bandwidth_that_cannot_be_measured_says_so_on_the_roofline(qtbot, engine, monkeypatch):
+    from app.performance import performance_panel
+    from engine.sizing import bandwidth
+    from engine.types import Message, SamplingParams
+
+    def no_memory(threads, mib):
+        raise MemoryError("64 MiB")
+
+    monkeypatch.setattr(performance_panel, "_BANDWIDTH", [])  # not measured yet in this process
+    monkeypatch.setattr(bandwidth, "measure_read_bandwidth", no_memory)
+    evs = list(engine.stream([Message("user", "Hi")], SamplingParams(temperature=0, max_tokens=4)))
+    panel = performance_panel.PerformancePanel(evs[-1].stats.as_dict(), 1 << 20, threads=2)
+    qtbot.addWidget(panel)
+    qtbot.waitUntil(lambda: "could not be measured" in panel.charts["roofline"].title(), timeout=30_000)
+    assert panel.charts["roofline"].title().endswith("(MemoryError: 64 MiB)") and panel.bandwidth is None
+
+
 def test_tok_s_curve_and_roofline_on_hand_written_steps():
     from app.performance.performance_panel import roofline, tok_s_curve
 

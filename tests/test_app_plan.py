@@ -173,6 +173,40 @@ def test_a_plan_that_does_not_fit_says_why_and_keeps_the_choices():
 
 # -- the window -------------------------------------------------------------------------
 
+def test_the_planner_answers_only_the_newest_request_and_a_bug_is_a_message(qtbot, monkeypatch):
+    import threading
+
+    from PySide6.QtCore import QObject
+
+    from app.bridge.plan_runner import PlanRunner
+
+    release = threading.Event()
+
+    def plan(req, hardware):
+        if req.model == "old.gguf":
+            release.wait(30)
+            return "old plan"
+        if req.model == "bug.gguf":
+            raise KeyError("n_layer")
+        return "new plan"
+
+    monkeypatch.setattr(plan_load, "machine", lambda fmt, **_kw: simulated("1GiB", "8GiB", cores=2))
+    monkeypatch.setattr(plan_load, "plan_request", plan)
+    owner = QObject()
+    runner = PlanRunner(owner)
+    ready, failed = [], []
+    runner.ready.connect(lambda n, p: ready.append((n, p)))
+    runner.failed.connect(lambda n, m: failed.append((n, m)))
+    old = runner.request(LoadRequest(model="old.gguf", source="gguf"))
+    new = runner.request(LoadRequest(model="new.gguf", source="gguf"))
+    qtbot.waitUntil(lambda: ready == [(new, "new plan")], timeout=10_000)
+    release.set()
+    bug = runner.request(LoadRequest(model="bug.gguf", source="gguf"))
+    qtbot.waitUntil(lambda: bool(failed) and runner._bg.running() == 0, timeout=10_000)  # every answer is back
+    assert old < new < bug and ready == [(new, "new plan")]  # the old answer came after the new one: dropped
+    assert failed == [(bug, "the memory planner failed (KeyError: 'n_layer')")]
+
+
 def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbot, make_window, gpu, data_dir):
     from app.settings_ui.settings_dialog import SettingsDialog
 

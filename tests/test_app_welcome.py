@@ -83,3 +83,18 @@ def test_the_welcome_fits_a_narrow_chat_pane(qtbot, data_dir):
     assert panel.body.width() <= view
     assert panel.body.height() >= panel.body.heightForWidth(panel.body.width())  # every wrapped line shows
     w.close()
+
+
+def test_a_hint_that_cannot_be_worked_out_is_left_out_and_says_why(qtbot, data_dir, monkeypatch, capfd):
+    from app.core import upgrade_hint
+
+    def broken(model_path, hardware):
+        raise RuntimeError("ggml listed no devices")
+
+    monkeypatch.setattr(plan_load, "machine", lambda fmt, **_kw: simulated("8GiB", "16GiB", cores=2))
+    monkeypatch.setattr(upgrade_hint, "hint_for", broken)
+    w = open_window(qtbot)
+    qtbot.waitUntil(lambda: w.hint_answered == 1, timeout=30_000)  # the failure came back as an answer
+    assert not w.chat.empty.hint.isVisibleTo(w)
+    assert "hearth: no larger-model hint (RuntimeError: ggml listed no devices)" in capfd.readouterr().err
+    w.close()

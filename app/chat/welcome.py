@@ -3,10 +3,11 @@ this machine's GPU could run a larger model than the one loaded (app/core/upgrad
 from __future__ import annotations
 
 import sys
-import threading
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+
+from app.bridge.background import Background
 
 EXAMPLES = (
     "Explain what a hash table is, with a short Python example.",
@@ -68,28 +69,12 @@ class WelcomePanel(QFrame):
         self.hint.setVisible(bool(text))
 
 
-class _HintRelay(QObject):
-    """Carries the hint from its worker thread to the window (a queued signal)."""
-
-    ready = Signal(int, object)  # the load it belongs to, the text or None
-
-
-def _work_out_hint(relay: _HintRelay, serial: int, model_path: str) -> None:
-    from engine.errors import HearthError
-
+def _work_out_hint(model_path: str) -> str | None:
+    """On a worker thread: the hint's text, or None when there is nothing larger to suggest."""
     from engine.loading import plan as plan_load
     from app.core.upgrade_hint import hint_for
 
-    try:
-        text = hint_for(model_path, plan_load.machine("gguf"))
-    except (HearthError, OSError, ValueError) as e:
-        # Only the hint is missing; the chat works. Say why where bug reports look.
-        print(f"hearth: no larger-model hint ({type(e).__name__}: {e})", file=sys.stderr)
-        text = None
-    try:
-        relay.ready.emit(serial, text)
-    except RuntimeError:  # the window closed meanwhile
-        pass
+    return hint_for(model_path, plan_load.machine("gguf"))
 
 
 class WelcomeMixin:
@@ -98,18 +83,23 @@ class WelcomeMixin:
     devices takes seconds on some machines, so it runs on its own thread."""
 
     def _connect_welcome(self) -> None:
-        self._hint_serial = 0
-        self.hint_answered = 0  # the serial of the last load whose hint came back
-        self._hint_relay = _HintRelay(self)
-        self._hint_relay.ready.connect(self._hint_ready)
+        self._hint_loads = 0
+        self.hint_answered = 0  # the number of the last load whose hint came back
+        self._hint_bg = Background(self)
         self.host.loaded.connect(self._show_upgrade_hint)
 
     def _show_upgrade_hint(self, model) -> None:
-        self._hint_serial += 1
-        threading.Thread(target=_work_out_hint, args=(self._hint_relay, self._hint_serial, model.path),
-                         name="hearth-hint", daemon=True).start()
+        self._hint_loads += 1
+        n, path = self._hint_loads, model.path
+        self._hint_bg.run(lambda: _work_out_hint(path), on_done=lambda text: self._hint_ready(n, text),
+                          on_failed=lambda e: self._hint_failed(n, e),
+                          kind="hint", name="hearth-hint")  # a newer load's hint supersedes an older one's
 
-    def _hint_ready(self, serial: int, text: str | None) -> None:
-        if serial == self._hint_serial:  # an older load's answer is dropped
-            self.chat.empty.set_hint(text)
-            self.hint_answered = serial
+    def _hint_ready(self, n: int, text: str | None) -> None:
+        self.chat.empty.set_hint(text)
+        self.hint_answered = n
+
+    def _hint_failed(self, n: int, e: BaseException) -> None:
+        # Only the hint is missing; the chat works. Say why where bug reports look.
+        print(f"hearth: no larger-model hint ({type(e).__name__}: {e})", file=sys.stderr)
+        self._hint_ready(n, None)

@@ -17,9 +17,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QProgressBar, QPushButton, QTableWidget,
                                QTableWidgetItem, QWidget)
 
-from engine import HearthError
 from engine.models.hub_search import HubFile
 
+from app.bridge.background import Background, error_text
 from app.core.text_utils import human_bytes
 
 QUEUED, RUNNING, PAUSED, CANCELLED, DONE, FAILED = "queued", "downloading", "paused", "cancelled", "done", "failed"
@@ -51,15 +51,12 @@ class DownloadQueue(QObject):
 
     changed = Signal(int)             # index of the download whose state or progress changed
     finished = Signal(object)         # a Download that is done
-    _progress = Signal(int, object, object)
-    _ended = Signal(int, str, str, object)   # index, new state, error, path
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.items: list[Download] = []
         self.active: int | None = None
-        self._progress.connect(self._on_progress)
-        self._ended.connect(self._on_ended)
+        self._bg = Background(self)
 
     def add(self, repo_id: str, file: HubFile, kind: str = "gguf") -> int:
         """Queue a download; it starts when the ones before it are done. Returns its index."""
@@ -125,26 +122,20 @@ class DownloadQueue(QObject):
         d.cancel = threading.Event()
         self.active = i
         self.changed.emit(i)
-        threading.Thread(target=self._run, args=(i, d), name="hearth-download", daemon=True).start()
+        repo_id, name, cancel = d.repo_id, d.file.name or None, d.cancel  # the worker sees plain values only
+        self._bg.run(lambda report: _transfer(repo_id, name, cancel, report),
+                     on_done=lambda path: self._on_ended(i, DONE, "", path),
+                     on_failed=lambda e: self._ended_by(i, e),
+                     on_progress=lambda done, total: self._on_progress(i, done, total),
+                     cancel=cancel, name="hearth-download")
 
-    def _run(self, i: int, d: Download) -> None:
-        """On the worker thread: the transfer. Results go back through queued signals."""
-        from engine.models.hub import DownloadCancelled, download
+    def _ended_by(self, i: int, e: BaseException) -> None:
+        from engine.models.hub import DownloadCancelled
 
-        try:
-            path = download(d.repo_id, filename=d.file.name or None,
-                            progress=lambda done, total, _n: self._progress.emit(i, done, total), cancel=d.cancel)
-            end: tuple = (DONE, "", path)
-        except DownloadCancelled:
-            end = (CANCELLED if d.discard else PAUSED, "", None)
-        except HearthError as e:
-            end = (FAILED, str(e), None)
-        except Exception as e:  # a bug still reaches the user as a message
-            end = (FAILED, f"{type(e).__name__}: {e}", None)
-        try:
-            self._ended.emit(i, *end)
-        except RuntimeError:  # the window (and this queue) is gone; the partial file stays for next time
-            pass
+        if isinstance(e, DownloadCancelled):  # Pause or Cancel: which one is read here, on the GUI thread
+            self._on_ended(i, CANCELLED if self.items[i].discard else PAUSED, "", None)
+        else:
+            self._on_ended(i, FAILED, error_text(e), None)
 
     def _on_progress(self, i: int, done: int, total: int) -> None:
         d = self.items[i]
@@ -161,6 +152,13 @@ class DownloadQueue(QObject):
         if state == DONE:
             self.finished.emit(d)
         self._next()
+
+
+def _transfer(repo_id: str, name: str | None, cancel: threading.Event, report) -> Path:
+    """On the worker thread: the transfer (a window that closes meanwhile keeps the partial file)."""
+    from engine.models.hub import download
+
+    return download(repo_id, filename=name, progress=lambda done, total, _n: report(done, total), cancel=cancel)
 
 
 class DownloadsView(QTableWidget):

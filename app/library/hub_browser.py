@@ -11,39 +11,20 @@ headers), for this machine as the load would see it.
 """
 from __future__ import annotations
 
-import threading
 from typing import Callable
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
                                QListWidget, QListWidgetItem, QPushButton, QSplitter, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget)
 
-from engine import HearthError
 from engine.models.hub_search import HubFile, HubOffline
 
+from app.bridge.background import Background, error_text
 from app.library.downloads import DownloadQueue, DownloadsView
 from app.core.text_utils import human_bytes
 
 FILE_COLUMNS = ("File", "Size", "Fit", "Quantization", "sha256")
-
-
-class _Call(QObject):
-    """One background call: ``fn()`` on a thread, then ``done(result)`` or ``failed(exception)``
-    on the GUI thread."""
-
-    done = Signal(object)
-    failed = Signal(object)
-
-    def start(self, fn: Callable[[], object]) -> None:
-        def run() -> None:
-            try:
-                self.done.emit(fn())
-            except HearthError as e:
-                self.failed.emit(e)
-            except Exception as e:  # a bug still reaches the page as a message
-                self.failed.emit(HearthError(f"{type(e).__name__}: {e}"))
-        threading.Thread(target=run, name="hearth-hub", daemon=True).start()
 
 
 class HubBrowser(QWidget):
@@ -56,8 +37,7 @@ class HubBrowser(QWidget):
         self.files: list[HubFile] = []
         self.repo: str | None = None
         self.badges: dict[str, tuple[str, str, str]] = {}   # entry key -> (badge, summary, quant)
-        self.busy = 0                        # background calls in flight (tests wait on this)
-        self._calls: set[_Call] = set()
+        self._bg = Background(self)
         self._request = 0
         self._kind = "gguf"
 
@@ -103,25 +83,19 @@ class HubBrowser(QWidget):
         dl.addWidget(self.download_button)
         lay.addLayout(dl)
 
-    def _call(self, fn: Callable[[], object], done: Callable[[object], None]) -> None:
-        c = _Call()
-        self._calls.add(c)
-        self.busy += 1
+    @property
+    def busy(self) -> int:
+        """Background calls in flight (tests wait on this)."""
+        return self._bg.running()
 
-        def finish(handler, value) -> None:
-            self.busy -= 1
-            self._calls.discard(c)
-            handler(value)
+    def _call(self, fn: Callable[[], object], done: Callable[[object], None], kind: str | None = None) -> None:
+        self._bg.run(fn, on_done=done, on_failed=self._failed, kind=kind, name="hearth-hub")
 
-        c.done.connect(lambda r: finish(done, r))
-        c.failed.connect(lambda e: finish(self._failed, e))
-        c.start(fn)
-
-    def _failed(self, e: Exception) -> None:
+    def _failed(self, e: BaseException) -> None:
         if isinstance(e, HubOffline):
             self.status.setText(f"Offline: {e}")
         else:
-            self.status.setText(str(e))
+            self.status.setText(error_text(e))  # a bug still reaches the page as a message
 
     # -- search ---------------------------------------------------------------
 
@@ -130,7 +104,7 @@ class HubBrowser(QWidget):
 
         text, kind = self.query.text(), self.kind.currentData()
         self.status.setText("Searching…")
-        self._call(lambda: search(text, kind), self._show_results)
+        self._call(lambda: search(text, kind), self._show_results, kind="search")  # the newest search wins
 
     def _show_results(self, models) -> None:
         self.results.clear()

@@ -9,11 +9,10 @@ first and never offers the bundled model; Show in folder opens the file manager.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QUrl, Signal
+from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QListWidget,
                                QMessageBox, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
@@ -21,6 +20,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
 from engine import HearthError
 from engine.models.library import FIT_NO, Library, LibraryModel, badge_for_plan, compatible_drafts
 
+from app.bridge.background import Background, error_text
 from app.core.text_utils import human_bytes
 
 COLUMNS = ("Name", "Architecture", "Parameters", "Quantization", "Size", "Context", "Last used", "Fit", "Where")
@@ -55,14 +55,6 @@ def draft_choices(model: str) -> list[tuple[str, str]]:
     return [(f"{m.name} ({m.quant}, {human_bytes(m.size)})", str(m.path)) for m in found]
 
 
-class _Results(QObject):
-    """Carries results from background threads to the GUI thread (queued signals)."""
-
-    badge = Signal(int, str, str, str)   # scan generation, model key, badge, planner summary
-    imported = Signal(object, object)    # paths added, problems (one line each)
-    scanned = Signal(int, object, object, str)  # scan generation, models, drafts of the loaded one, error
-
-
 class LibraryView(QWidget):
     """The table of models on disk with Load, Unload, Delete and Show in folder."""
 
@@ -79,15 +71,10 @@ class LibraryView(QWidget):
         self.badges: dict[str, tuple[str, str]] = {}
         self.loaded_path: str | None = None
         self.confirm: QMessageBox | None = None
-        self._generation = 0
-        self._results = _Results(self)
-        self._results.badge.connect(self._badge_ready)
-        self._results.imported.connect(self._imported)
-        self._results.scanned.connect(self._scanned)
-        self.scanning = 0                 # scans in flight
+        self._bg = Background(self)       # scans (a newer one supersedes) and fit badges
+        self._imports = Background(self)  # imports: each one's answer counts, none supersedes another
         self._drafts: list[LibraryModel] = []
         self._select_after: str | None = None
-        self.importing = 0                # imports in flight
         self._stale = True                # the table has not been filled since the disk last changed
 
         lay = QVBoxLayout(self)
@@ -123,6 +110,16 @@ class LibraryView(QWidget):
         lay.addWidget(self.status)
         self._update_buttons()
 
+    @property
+    def scanning(self) -> int:
+        """Scans in flight (out-of-date ones included)."""
+        return self._bg.running("scan")
+
+    @property
+    def importing(self) -> int:
+        """Imports in flight."""
+        return self._imports.running()
+
     def showEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().showEvent(event)
         if self._stale:
@@ -153,30 +150,20 @@ class LibraryView(QWidget):
             self._select_after = str(select)
         if not self.isVisible():
             self._stale = True
-            self._generation += 1  # a scan already on its way is out of date: the one at show selects
+            self._bg.drop("scan")  # a scan already on its way is out of date: the one at show selects
             return
         self._stale = False
-        self.scanning += 1
-        self._generation += 1
-        threading.Thread(target=self._scan, args=(self._generation, self.loaded_path),
-                         name="hearth-library-scan", daemon=True).start()
+        library, loaded = self.library, self.loaded_path
+        self._bg.run(lambda: _scan(library, loaded), on_done=self._scanned, on_failed=self._scan_failed,
+                     kind="scan", name="hearth-library-scan")  # a newer scan supersedes one on its way
 
-    def _scan(self, generation: int, loaded: str | None) -> None:
-        """On a background thread: the models on disk and the loaded model's drafts."""
-        try:
-            models = self.library.scan()
-            drafts = compatible_drafts(loaded, models) if loaded and loaded.endswith(".gguf") else []
-            self._results.scanned.emit(generation, models, drafts, "")
-        except (HearthError, OSError) as e:
-            self._results.scanned.emit(generation, [], [], f"Could not read the models on disk: {e}")
+    def _scan_failed(self, e: BaseException) -> None:
+        why = str(e) if isinstance(e, OSError) else error_text(e)  # a file error names its file already
+        self.status.setText(f"Could not read the models on disk: {why}")
+        self._scanned(([], []))
 
-    def _scanned(self, generation: int, models: list[LibraryModel], drafts: list[LibraryModel], error: str) -> None:
-        self.scanning -= 1
-        if generation != self._generation:
-            return  # a newer scan is on its way
-        if error:
-            self.status.setText(error)
-        self.models, self._drafts = models, drafts
+    def _scanned(self, found: tuple[list[LibraryModel], list[LibraryModel]]) -> None:
+        self.models, self._drafts = found
         self.table.setRowCount(len(self.models))
         for r, m in enumerate(self.models):
             cells = (m.name, m.architecture, params_text(m.n_params), m.quant or "—",
@@ -198,29 +185,15 @@ class LibraryView(QWidget):
         self._update_buttons()
         todo = [m for m in self.models if not m.error]
         if todo:
-            threading.Thread(target=self._plan_all, args=(generation, todo, self.hardware),
-                             name="hearth-library-fit", daemon=True).start()
+            hardware = self.hardware
+            # No kind: an older scan's verdicts still count (see _badge_ready), so none supersedes another.
+            self._bg.run(lambda report: _plan_all(todo, hardware, report), on_done=lambda _none: None,
+                         on_failed=self._fit_failed, on_progress=self._badge_ready, name="hearth-library-fit")
 
-    def _plan_all(self, generation: int, models: list[LibraryModel], hardware) -> None:
-        """On a background thread: the planner's verdict for each model (plain data back)."""
-        from engine.sizing.plan import plan_for
+    def _fit_failed(self, e: BaseException) -> None:
+        self.status.setText(f"Could not work out which models fit: {error_text(e)}")
 
-        from engine.loading import plan as plan_load
-
-        machines: dict[str, object] = {}
-        for m in models:
-            fmt = "gguf" if m.kind == "gguf" else "hf"
-            try:
-                hw = hardware or machines.get(fmt) or machines.setdefault(fmt, plan_load.machine(fmt, torch_ok=False))
-                badge, summary = badge_for_plan(plan_for(str(m.path), hw))
-            except HearthError as e:
-                badge, summary = FIT_NO, str(e)
-            try:
-                self._results.badge.emit(generation, m.key, badge, summary)
-            except RuntimeError:  # the window closed while planning: nobody to tell
-                return
-
-    def _badge_ready(self, generation: int, key: str, badge: str, summary: str) -> None:
+    def _badge_ready(self, key: str, badge: str, summary: str) -> None:
         # An older scan's verdict is still this file's (the key is its path), and the newer scan's planning
         # may not have reached it yet: show it rather than leave "…" beside a known badge.
         self.badges[key] = (badge, summary)
@@ -331,24 +304,55 @@ class LibraryView(QWidget):
     def import_files(self, paths: list[str]) -> None:
         """Add dropped .gguf files to the models folder on a background thread (a copy to
         another disk can take minutes); ``imported`` says what was added or why not."""
-        self.importing += 1
         self.status.setText(f"Adding {', '.join(Path(p).name for p in paths)}…")
-        threading.Thread(target=self._import, args=(paths,), name="hearth-import", daemon=True).start()
+        library, paths = self.library, list(paths)
+        self._imports.run(lambda: _import(library, paths), on_done=self._imported,
+                          on_failed=lambda e: self._imported(([], [f"Could not add the files: {error_text(e)}"])),
+                          name="hearth-import")
 
-    def _import(self, paths: list[str]) -> None:
-        added, problems = [], []
-        for p in paths:
-            try:
-                added.append(str(self.library.import_gguf(p)))
-            except (HearthError, OSError) as e:
-                problems.append(f"{Path(p).name}: {e}")
-        self._results.imported.emit(added, problems)
-
-    def _imported(self, added: list[str], problems: list[str]) -> None:
-        self.importing -= 1
+    def _imported(self, result: tuple[list[str], list[str]]) -> None:
+        added, problems = result
         parts = ([f"Added {', '.join(Path(a).name for a in added)} to the library."] if added else []) + problems
         self.status.setText(" ".join(parts))
         self.refresh(select=added[-1] if added else None)
         if added:
             self.changed.emit()
         self.imported.emit(self.status.text(), bool(added))
+
+
+# -- on a background thread: plain data in, plain data out ----------------------
+
+
+def _scan(library: Library, loaded: str | None) -> tuple[list[LibraryModel], list[LibraryModel]]:
+    """The models on disk and the loaded model's drafts."""
+    models = library.scan()
+    return models, compatible_drafts(loaded, models) if loaded and loaded.endswith(".gguf") else []
+
+
+def _plan_all(models: list[LibraryModel], hardware, report) -> None:
+    """The planner's verdict for each model, reported one by one as (key, badge, summary)."""
+    from engine.sizing.plan import plan_for
+
+    from engine.loading import plan as plan_load
+
+    machines: dict[str, object] = {}
+    for m in models:
+        fmt = "gguf" if m.kind == "gguf" else "hf"
+        try:
+            hw = hardware or machines.get(fmt) or machines.setdefault(fmt, plan_load.machine(fmt, torch_ok=False))
+            badge, summary = badge_for_plan(plan_for(str(m.path), hw))
+        except HearthError as e:
+            badge, summary = FIT_NO, str(e)
+        if not report(m.key, badge, summary):
+            return  # the page was closed: nobody to tell
+
+
+def _import(library: Library, paths: list[str]) -> tuple[list[str], list[str]]:
+    """Copy each file into the models folder: (paths added, one line per file that was not)."""
+    added, problems = [], []
+    for p in paths:
+        try:
+            added.append(str(library.import_gguf(p)))
+        except (HearthError, OSError) as e:
+            problems.append(f"{Path(p).name}: {e}")
+    return added, problems

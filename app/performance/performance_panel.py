@@ -7,22 +7,23 @@ Four charts from the reply's stored Timeline (engine/timeline.py):
 - the roofline: bytes the decode read per second (the weights once per token, so
   model bytes x tok/s) against this machine's memory bandwidth, which says
   whether decoding is memory-bound.
-The bandwidth is measured once per process, on a Python thread that only
-emits a signal; the panel shows the rest at once.
+The bandwidth is measured once per process, off the GUI thread
+(app/bridge/background.py); the panel shows the rest at once.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 from PySide6.QtCharts import (QBarCategoryAxis, QBarSeries, QBarSet, QChart, QChartView, QHorizontalBarSeries,
                               QHorizontalStackedBarSeries, QLineSeries, QValueAxis)
-from PySide6.QtCore import QObject, QPointF, Qt, Signal
+from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QDialog, QGridLayout, QLabel, QVBoxLayout
 
 from engine.timeline import Timeline
+
+from app.bridge.background import Background, error_text
 
 PART_COLORS = {"template": "#7950f2", "tokenize": "#4c6ef5", "queue_wait": "#adb5bd", "prefill": "#f59f00",
                "decode": "#2f9e44", "sampling": "#e64980", "detokenize": "#15aabf"}
@@ -31,10 +32,6 @@ SMOOTH = 16            # steps in tok/s's moving average
 BANDWIDTH_MIB = 64     # buffer copied to measure bandwidth: far past the caches, quick to copy
 _BANDWIDTH: list[float] = []  # measured once per process
 MEMORY_BOUND = 0.6     # the share of bandwidth from which the step is waiting on memory
-
-
-class _Bandwidth(QObject):
-    measured = Signal(float)
 
 
 def timeline_of(metrics: dict | None) -> Timeline | None:
@@ -108,15 +105,15 @@ class PerformancePanel(QDialog):
             chart, view = build()
             self.charts[name] = chart
             grid.addWidget(view, i // 2, i % 2)
-        self._bw = _Bandwidth(self)
-        self._bw.measured.connect(self.set_bandwidth)
+        self._bg = Background(self)
         self.bandwidth: float | None = None
         if bandwidth is not None:
             self.set_bandwidth(bandwidth)
         elif _BANDWIDTH:
             self.set_bandwidth(_BANDWIDTH[0])
         else:
-            threading.Thread(target=self._measure, args=(threads,), name="hearth-bandwidth", daemon=True).start()
+            self._bg.run(lambda: _measure(threads), on_done=self.set_bandwidth, on_failed=self._not_measured,
+                         name="hearth-bandwidth")
 
     def _summary(self) -> str:
         t = self.timeline
@@ -212,15 +209,16 @@ class PerformancePanel(QDialog):
         gb.setRange(0, max(achieved, bandwidth) / 1e9 * 1.1 or 1.0)
         _axes(chart, series, gb, cats)
 
-    def _measure(self, threads: int) -> None:
-        from engine.sizing.bandwidth import measure_read_bandwidth
+    def _not_measured(self, e: BaseException) -> None:
+        self.charts["roofline"].setTitle(f"Roofline: this machine's memory bandwidth could not be measured "
+                                         f"({error_text(e)})")
 
-        try:
-            bw = measure_read_bandwidth(max(1, threads), mib=BANDWIDTH_MIB)
-        except MemoryError:
-            return  # no roofline: the title keeps saying it is not measured
-        _BANDWIDTH[:] = [bw]
-        try:
-            self._bw.measured.emit(bw)
-        except RuntimeError:  # the panel was closed while measuring; the figure is kept for the next one
-            pass
+
+def _measure(threads: int) -> float:
+    """On a worker thread: this machine's read bandwidth, kept for the next panel (even when the
+    one that asked was closed while measuring)."""
+    from engine.sizing.bandwidth import measure_read_bandwidth
+
+    bw = measure_read_bandwidth(max(1, threads), mib=BANDWIDTH_MIB)
+    _BANDWIDTH[:] = [bw]
+    return bw

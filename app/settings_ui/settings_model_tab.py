@@ -27,9 +27,10 @@ from engine.loading.request import HUB_PLACEHOLDER, KV_TYPES, QUANTS, LoadReques
     effective_backend, runs_gguf
 from app.core.paths import prefix_store_dir
 from app.bridge.plan_runner import PlanRunner
+from app.settings_ui.draft_list import DraftList
 from app.core.exactness import exactness_note, measured_difference
 from app.core.plan_text import headline
-from app.core.settings import BUNDLED, DRAFTS, EXACTNESS, MAX_CONTEXT, Settings
+from app.core.settings import BUNDLED, EXACTNESS, MAX_CONTEXT, Settings
 from app.core.text_utils import human_bytes
 
 HUB_TIP = ("A model on the Hugging Face Hub. It is downloaded into the Hugging Face cache when it loads, "
@@ -129,6 +130,7 @@ class ModelTabMixin:
         quant_row.addWidget(self.quant_label, 1)
         form.addRow("Quantization", quant_row)
         self.draft = QComboBox()
+        self.draft_list = DraftList(self.draft, self, self.refresh_model)
         self.fill_drafts(s.model, s.draft)
         self.draft.setToolTip("Speculative decoding. Auto drafts with a compatible smaller local GGUF "
                               "when there is one, and with n-gram lookup; it switches itself off where "
@@ -306,17 +308,13 @@ class ModelTabMixin:
 
     def chosen_draft(self) -> str:
         """"auto", "none" or the path of the draft GGUF picked by name."""
-        return self.draft.currentData() or "auto"
+        return self.draft_list.chosen()
 
     def fill_drafts(self, model: str, current: str) -> None:
-        """Auto, None, and by name the draft models on disk that suit ``model``."""
-        from app.library.library_view import draft_choices
-
+        """Auto, None, and by name the draft models on disk that suit ``model``, listed off the GUI
+        thread (app/settings_ui/draft_list.py); ``current`` stays chosen until they arrive."""
         self._drafts_for = model
-        self.draft.clear()
-        for label, data in [(d.title(), d) for d in DRAFTS] + draft_choices(model):
-            self.draft.addItem(label, data)
-        self.draft.setCurrentIndex(max(self.draft.findData(current), 0))  # one that does not suit: Auto
+        self.draft_list.fill(model, current)
 
     def refresh_model(self) -> None:
         """Update backend, quantization and the memory estimate for the current choices."""
