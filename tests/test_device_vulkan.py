@@ -295,7 +295,8 @@ def cli(dev, tmp_path_factory) -> dict:
         line = p.stdout.readline()
         url = line.split(" at ")[1].split(" ")[0].rstrip(";")
         c = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=600)
-        reply = c.chat.completions.create(model="m", messages=[{"role": "user", "content": Q}], max_tokens=2,
+        served = line.split("Hearth serving ")[1].split(" at ")[0]
+        reply = c.chat.completions.create(model=served, messages=[{"role": "user", "content": Q}], max_tokens=2,
                                           temperature=0).choices[0].message.content
     finally:
         p.terminate()
