@@ -22,7 +22,7 @@ from .kv.disk_store import DEFAULT_DISK_BUDGET, PrefixStore
 from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache
 from .kv.reuse import FINAL_PIECE, KVReuse, ProgressFn, prefill
 from .loading.backend import DEFAULT_CTX, open_backend
-from .loading.drafts import draft_header_vocab, find_draft_for
+from .spec.find_draft import draft_header_vocab, find_draft_for
 from .metrics import GenerationStats
 from .models.catalogue import ModelRef, resolve
 from .prompt import PromptBuilder

@@ -4,7 +4,7 @@ request.py   LoadRequest: what the user chose (Auto included), and the model's s
 plan.py      the memory plan for a request, on the machine as the backend sees it
 load.py      load_model(): resolve, plan, open, retry once on out-of-memory, check -> LoadedModel
 gpu_guard.py the marker that says layers are on a device (a GPU that stops the process)
-backend.py   opening a backend for a resolved model; drafts.py: finding a draft model on disk
+backend.py   opening a backend for a resolved model (a draft on disk: engine/spec/find_draft.py)
 checks.py    whether a transformers folder may be loaded (no pickles, no remote code), without torch
 estimate.py  a quick one-configuration memory estimate, for a dialog's first number
 

@@ -201,7 +201,7 @@ def _pick_draft(res: Resolved, target: ModelSpec, ch: Choices) -> tuple[ModelSpe
         return (d, res.known.draft, "") if d else (None, None, "no draft variant in this format")
     if target.format == "gguf" and os.path.isfile(target.source):
         try:
-            from ..loading.drafts import find_draft_for
+            from ..spec.find_draft import find_draft_for
             from ..models.gguf import model_info
 
             found = find_draft_for(model_info(target.source).vocab())

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 from ..errors import HearthError
-from ..spec.drafts import check_draft_compatible
+from .drafts import check_draft_compatible
 from ..types import Vocab
 
 
