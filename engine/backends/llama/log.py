@@ -1,7 +1,7 @@
 """llama.cpp's log, captured, and the errors read from it.
 
 llama.cpp logs through one process-wide callback, set here once. Both llama.cpp
-contexts (the backend's, ``llama_cpp.py``, and the batch one, ``llama_batch.py``)
+contexts (the backend's, ``backend.py``, and the batch one, ``batch.py``)
 read it: a failed load or decode says *why* from the lines it logged, and
 memory_report() reads the buffer sizes llama.cpp prints when it allocates them.
 """
