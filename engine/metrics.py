@@ -1,4 +1,5 @@
-"""Per-reply metrics, filled in with ``time.perf_counter()`` by the stream loop."""
+"""Per-reply metrics, filled in with ``time.perf_counter()`` by the stream loop,
+and the table of how a reply can end."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -6,6 +7,38 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .timeline import Timeline
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """What one way of ending a reply means to its readers."""
+    complete: bool  # the model ended it where it meant to; any other ending leaves the reply cut short
+    openai: str     # the OpenAI API's ``finish_reason`` for it
+
+
+# The one table of how a reply can end (``StreamEvent.finish_reason``): the window,
+# the store and every API protocol read it here. "cancelled" (Stop in the window,
+# a client that left, a server shutting down) is never complete, and the API says
+# "cancelled" rather than pass a cut-short reply off as a natural "stop".
+FINISH_REASONS: dict[str, Finish] = {
+    "eos": Finish(complete=True, openai="stop"),
+    "stop_string": Finish(complete=True, openai="stop"),
+    "max_tokens": Finish(complete=False, openai="length"),
+    "context_full": Finish(complete=False, openai="length"),
+    "cancelled": Finish(complete=False, openai="cancelled"),
+}
+
+
+def is_complete(reason: str | None) -> bool:
+    """Whether a reply that ended for ``reason`` is whole (unknown reasons are not)."""
+    finish = FINISH_REASONS.get(reason or "")
+    return finish is not None and finish.complete
+
+
+def openai_finish_reason(reason: str | None) -> str:
+    """The OpenAI API's ``finish_reason`` for the engine's ``reason`` ("stop" for one it does not know)."""
+    finish = FINISH_REASONS.get(reason or "")
+    return finish.openai if finish is not None else "stop"
 
 
 @dataclass(slots=True)

@@ -20,9 +20,9 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import HearthError, Message, SamplingParams
+from engine.metrics import is_complete
 
 from app.core.store import Store
-from app.core.text_utils import COMPLETE_REASONS
 
 FLUSH_SECONDS = 0.5   # commit partial text at least this often...
 FLUSH_DELTAS = 32     # ...or after this many deltas, whichever comes first
@@ -105,7 +105,7 @@ class GenerationWorker(QObject):
                         self.progress.emit(mid, {"tokens": n, "tok_s": rate,
                                                  "ttft_ms": (t_first - t0) * 1e3})
                 else:
-                    complete = ev.finish_reason in COMPLETE_REASONS
+                    complete = is_complete(ev.finish_reason)
                     metrics = ev.stats.as_dict() if ev.stats is not None else None
                     store.finish_reply(mid, ev.text, complete=complete,
                                        finish_reason=ev.finish_reason, metrics=metrics)

@@ -24,10 +24,10 @@ from ..errors import HearthError, PromptTooLongError
 from ..generate import FINISH_CHAR_TOKENS, stream_tokens
 from ..grammar import ConstrainedSampler, TokenConstraint
 from ..kv.prefix_cache import common_prefix_len
-from ..metrics import GenerationStats
+from ..metrics import GenerationStats, openai_finish_reason
 from ..sampling import make_sampler
 from ..types import SamplingParams
-from .requests import FINISH, Ticket
+from .requests import Ticket
 
 MIN_SHARE = 16  # a prefix shorter than this is recomputed rather than waited for
 
@@ -237,7 +237,8 @@ class BatchRunner:
             self.batch.seq_rm(s.seq, 0)
             s.kv = []
         if reason is not None and s.ticket is not None:  # known now, even before the reader sees it
-            s.ticket.times.finish_reason = "error" if isinstance(reason, BaseException) else FINISH[reason]
+            s.ticket.times.finish_reason = ("error" if isinstance(reason, BaseException)
+                                            else openai_finish_reason(reason))
         if s.constraint is not None:
             s.constraint.close()
             s.constraint = None

@@ -25,11 +25,11 @@ from typing import Generator, Iterator
 from ..engine import Engine
 from ..errors import HearthError
 from ..grammar import TokenConstraint
-from ..metrics import GenerationStats
+from ..metrics import GenerationStats, openai_finish_reason
 from ..prompt import PromptBuilder
 from ..types import StreamEvent
 from .batch import BatchRunner
-from .requests import CONTEXT_POLICIES, FINISH, Priority, QueueFull, ServeRequest, Ticket
+from .requests import CONTEXT_POLICIES, Priority, QueueFull, ServeRequest, Ticket
 
 RETRY_FLOOR_S = 1.0   # the shortest Retry-After the scheduler suggests
 _RECENT = 16          # requests whose service time the retry estimate averages
@@ -254,7 +254,7 @@ class Scheduler:
                     times.prompt_tokens = st.prompt_tokens
                     times.cached_tokens = st.cached_tokens
                     times.completion_tokens = st.generated_tokens
-                    ticket.finish(FINISH.get(ev.finish_reason or "", "stop"))
+                    ticket.finish(openai_finish_reason(ev.finish_reason))
                 yield
         except HearthError as e:
             ticket.finish(None, error=e)
