@@ -13,6 +13,8 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
 
+from engine.metrics import has_timeline
+
 from app.chat import markdown_render
 from app.ui import safe_links
 from app.core.text_utils import code_blocks, finish_note, metrics_line, segment_bounds
@@ -301,7 +303,7 @@ class MessageWidget(QFrame):
         self.details.setText(line)
         self.btn_details.setToolTip(line)
         self.btn_details.setEnabled(metrics is not None)
-        self.btn_perf.setEnabled(bool(metrics and metrics.get("timeline")))
+        self.btn_perf.setEnabled(has_timeline(metrics))
         self._render()
 
     def set_branch(self, place: int, count: int) -> None:

@@ -143,9 +143,11 @@ class BatchRunner:
         t = ticket.times
         t.queue_wait_s = dst.t_admit - ticket.submitted
         t.prompt_tokens, t.cached_tokens = len(prompt), len(dst.kv)
-        stats = GenerationStats(backend=self.backend.name, n_ctx=self.slot_ctx)
+        # The reply's clock starts at admission; the wait before it is the queue's.
+        stats = GenerationStats(backend=self.backend.name, n_ctx=self.slot_ctx,
+                                queue_wait_ms=t.queue_wait_s * 1e3)
         events = stream_tokens(self.backend, dst.feed.steps(), prompt_len=len(prompt), cached=len(dst.kv),
-                               params=params, stats=stats, t_start=ticket.submitted, cancel=ticket.cancel_flag)
+                               params=params, stats=stats, t_start=dst.t_admit, cancel=ticket.cancel_flag)
         feed = dst.feed
         ticket.post_stream(events, lambda: feed.end_reason)
 

@@ -240,16 +240,20 @@ class Scheduler:
         if ticket.started is None:
             ticket.started = time.perf_counter()
         times.queue_wait_s = ticket.started - ticket.submitted
+        waited = False
         try:
             for ev in self._events(ticket):
-                if ev.kind == "final" and ev.stats is not None and ev.stats.timeline is not None:
-                    # The engine's clock started when this request left the queue.
-                    ev.stats.timeline.record_queue_wait(times.queue_wait_s * 1e3)
+                if not waited and ev.stats is not None:
+                    # The engine's clock started when this request left the queue; from the
+                    # first event on, the record's live TTFT and its final figures include the wait.
+                    ev.stats.record_queue_wait(times.queue_wait_s * 1e3)
+                    waited = True
                 ticket.post(ev)
                 if ev.kind == "final":
                     st = ev.stats
                     assert st is not None  # every final event carries its stats
-                    times.prefill_s = max(0.0, st.prefill_ms / 1e3 - times.queue_wait_s)
+                    # Started -> first token: the prompt's preparation, then reading it.
+                    times.prefill_s = (st.template_ms + st.tokenize_ms + st.prefill_ms) / 1e3
                     times.decode_s = st.decode_ms / 1e3
                     times.prompt_tokens = st.prompt_tokens
                     times.cached_tokens = st.cached_tokens
