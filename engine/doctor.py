@@ -2,19 +2,18 @@
 and the one change most worth trying.
 
 It runs a short fixed prompt set (each prompt a new chat, so the prefix cache
-is what may serve the shared system prompt), collects each reply's Timeline
-and reads them in the order an inference engineer would: preprocessing, queue
-wait, prefill, decode steps against the memory roofline, KV pressure,
-sampling. ``diagnose`` is a pure function of the timelines and the machine's
-figures, so tests feed it cases built by hand.
+is what may serve the shared system prompt), collects each reply's stats (their
+timeline recorded) and reads them in the order an inference engineer would:
+preprocessing, queue wait, prefill, decode steps against the memory roofline,
+KV pressure, sampling. ``diagnose`` is a pure function of the replies' stats and
+the machine's figures, so tests feed it cases built by hand.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from .metrics import percentile
-from .timeline import Timeline
+from .metrics import PARTS, GenerationStats, percentile
 from .types import Message, SamplingParams
 
 # A stage is flagged when it takes at least this share of the replies' time.
@@ -36,7 +35,7 @@ DOCTOR_PROMPTS = ("Explain in two sentences why the sky is blue.",
 
 @dataclass(slots=True, frozen=True)
 class Machine:
-    """The figures the diagnosis needs besides the timelines."""
+    """The figures the diagnosis needs besides the replies' stats."""
 
     model_bytes: int             # weight bytes read per decoded token
     bandwidth_bytes_s: float     # measured memory bandwidth of the device the weights are on
@@ -68,9 +67,9 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
-def diagnose(timelines: Sequence[Timeline], machine: Machine) -> Diagnosis:
-    """Read ``timelines`` stage by stage; the suggestion is the flagged stage
-    with the most at stake. Raises ValueError without any timeline."""
+def diagnose(timelines: Sequence[GenerationStats], machine: Machine) -> Diagnosis:
+    """Read the replies' timed stats stage by stage; the suggestion is the flagged
+    stage with the most at stake. Raises ValueError without any reply."""
     if not timelines:
         raise ValueError("no replies to diagnose")
     total = sum(t.e2e_ms for t in timelines) or 1e-9
@@ -115,10 +114,10 @@ def diagnose(timelines: Sequence[Timeline], machine: Machine) -> Diagnosis:
                             "prompt, or offload layers to a GPU")
     findings.append(f)
 
-    decode = share("decode_ms")
+    decode = share(PARTS["decode"])
     # The typical step (the median, so a few stalls do not count), less its
     # sampling and detokenizing: the forward pass that reads the weights.
-    forward_share = sum(t.decode_ms for t in timelines) / (sum(steps) or 1e-9)
+    forward_share = sum(t.forward_ms for t in timelines) / (sum(steps) or 1e-9)
     forward_s = percentile(steps, 50) * forward_share / 1e3
     achieved = machine.model_bytes / forward_s if forward_s > 0 else 0.0
     roof = achieved / machine.bandwidth_bytes_s if machine.bandwidth_bytes_s > 0 else 0.0
@@ -173,25 +172,25 @@ def diagnose(timelines: Sequence[Timeline], machine: Machine) -> Diagnosis:
                       f"bandwidth and prefill {_pct(prefill)}; keep this configuration")
     figures = {"replies": n, "e2e_ms": round(total / n, 1), "roofline_fraction": round(roof, 4),
                "achieved_gb_s": round(achieved / 1e9, 3), "bandwidth_gb_s": round(machine.bandwidth_bytes_s / 1e9, 3),
-               "shares": {k: round(share(k + "_ms"), 4) for k in timelines[0].parts()}}
+               "shares": {k: round(share(f), 4) for k, f in PARTS.items()}}
     return Diagnosis(findings, suggestion, figures)
 
 
 def run_prompts(engine, *, system: str = DOCTOR_SYSTEM, prompts: Sequence[str] = DOCTOR_PROMPTS,
-                max_tokens: int = 48) -> list[Timeline]:
+                max_tokens: int = 48) -> list[GenerationStats]:
     """Each prompt as a new chat (the live KV forgotten, the prefix cache kept),
-    greedy and of fixed length; returns their timelines."""
+    greedy and of fixed length; returns their final stats, timeline included."""
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    out: list[Timeline] = []
+    out: list[GenerationStats] = []
     for text in prompts:
         engine.reset()
         final = None
         for ev in engine.stream([Message("system", system), Message("user", text)], params):
             if ev.kind == "final":
                 final = ev
-        if final is None or final.stats is None or final.stats.timeline is None:
+        if final is None or final.stats is None or not final.stats.timed:
             raise RuntimeError("the reply ended without a timeline")
-        out.append(final.stats.timeline)
+        out.append(final.stats)
     return out
 
 

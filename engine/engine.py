@@ -51,7 +51,7 @@ class Engine:
         self.spec_kind = "none"
         self.spec_ctl: SpecController | None = None
         self._draft_costs: tuple[float, float, float] | None = None  # measure_round_costs()
-        # Each reply's final stats carry a Timeline (engine/timeline.py); off only
+        # Each reply's final stats carry its timeline (engine/timeline.py); off only
         # to measure what recording costs.
         self.record_timeline = True
 
@@ -216,7 +216,8 @@ class Engine:
             shared = self.prompts.shared_system_tokens(built.messages)
             checkpoints = self.kv.checkpoint(shared, built.tokens) if shared else []
             rec.prompt_built(self.prompts.template_s - spent[0], self.prompts.tokenize_s - spent[1])
-            yield from self._run(built.tokens, params, cancel, t_start, checkpoints, progress, built.dropped, rec)
+            yield from self._run(built.tokens, params, cancel, t_start, checkpoints, progress, built.dropped, rec,
+                                 t_prefill=time.perf_counter())
         finally:
             self._busy.release()
 
@@ -233,14 +234,16 @@ class Engine:
             tokens = self.backend.tokenize(text, add_bos=self.backend.add_bos, special=True)
             if not tokens:
                 raise HearthError("the prompt is empty")
-            rec.prompt_built(0.0, time.perf_counter() - t_start)
-            yield from self._run(tokens, params, cancel, t_start, rec=rec)
+            t_prefill = time.perf_counter()
+            rec.prompt_built(0.0, t_prefill - t_start)
+            yield from self._run(tokens, params, cancel, t_start, rec=rec, t_prefill=t_prefill)
         finally:
             self._busy.release()
 
     def _run(self, prompt: list[int], params: SamplingParams, cancel: threading.Event | None,
              t_start: float, checkpoints: Sequence[int] = (), progress: ProgressFn | None = None,
-             dropped: int = 0, rec: Recorder = NO_TIMELINE) -> Generator[StreamEvent, None, None]:
+             dropped: int = 0, rec: Recorder = NO_TIMELINE,
+             t_prefill: float | None = None) -> Generator[StreamEvent, None, None]:
         b = self.backend
         if len(prompt) >= b.n_ctx:
             raise PromptTooLongError(
@@ -277,7 +280,8 @@ class Engine:
                         drafts["model"] = self.draft
                     steps = speculative_step(b, drafts, self.spec_ctl, prompt[b.kv_len:], sampler, history, spec)
             yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
-                                     stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec, timeline=rec)
+                                     stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec, timeline=rec,
+                                     t_prefill=t_prefill)
         finally:
             # Whatever happened (stop, cancel, error, abandoned generator), record
             # what the KV really holds so the next request can reuse it safely.

@@ -48,12 +48,16 @@ def no_steps() -> Generator[tuple[int, bool], None, None]:
 def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, None], *, prompt_len: int, cached: int,
                   params: SamplingParams, stats: GenerationStats, t_start: float,
                   cancel: threading.Event | None = None, spec_stats=None,
-                  timeline: Recorder = NO_TIMELINE) -> Iterator[StreamEvent]:
+                  timeline: Recorder = NO_TIMELINE, t_prefill: float | None = None) -> Iterator[StreamEvent]:
     """Turn a token generator into text events, applying every stop rule.
 
     Works for any step generator with the ``generate_step`` yield shape, so
     speculative decoding can plug in unchanged. ``timeline``'s hooks are the
     plain ones when it records nothing: the loop is the same either way.
+    ``t_prefill``: when the prompt's tokens were ready (``t_start`` if not given);
+    ``stats.prefill_ms`` runs from it. Every event carries ``stats``: on a delta
+    it is the record so far, its live figures kept current (``stats.live()``),
+    so no caller counts tokens or times the stream itself.
     """
     detok = IncrementalDetokenizer(backend.token_bytes, params.stop)
     push, mark = timeline.timed(detok.push), timeline.mark
@@ -62,6 +66,7 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
     stats.prompt_tokens = prompt_len
     stats.cached_tokens = cached
     stats.prefill_tokens = prompt_len - cached
+    t_prefill = t_start if t_prefill is None else t_prefill
     generated: list[int] = []
     t_first_text = t_first_tok = t_last_tok = None
     reason = "max_tokens"
@@ -72,10 +77,12 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
             mark(now)
             if t_first_tok is None:
                 t_first_tok = now
-                stats.prefill_ms = (now - t_start) * 1e3
+                stats.prefill_ms = (now - t_prefill) * 1e3
                 timeline.first_token()
             t_last_tok = now
             generated.append(tok)
+            stats.generated_tokens = len(generated)
+            stats.decode_ms = (now - t_first_tok) * 1e3
             if tok in eos:
                 reason = "eos"
                 break
@@ -83,7 +90,8 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
             if text:
                 if t_first_text is None:
                     t_first_text = time.perf_counter()
-                yield StreamEvent("delta", text)
+                    stats.ttft_ms = (t_first_text - t_start) * 1e3 + stats.queue_wait_ms
+                yield StreamEvent("delta", text, stats=stats)
             if detok.stopped:
                 reason = "stop_string"
                 break
@@ -110,13 +118,16 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
     if tail:
         if t_first_text is None:
             t_first_text = time.perf_counter()
-        yield StreamEvent("delta", tail)
+            stats.ttft_ms = (t_first_text - t_start) * 1e3 + stats.queue_wait_ms
+        yield StreamEvent("delta", tail, stats=stats)
     stats.generated_tokens = len(generated)
     stats.finish_reason = reason
     if spec_stats is not None:
         stats.spec = spec_stats.as_dict()
     t_end = time.perf_counter()
+    if t_first_tok is None:  # no token at all: reading the prompt was the whole request
+        stats.prefill_ms = (t_end - t_prefill) * 1e3
     stats.finish(t_start=t_start, t_first_text=t_first_text, t_first_token=t_first_tok,
                  t_last_token=t_last_tok, t_end=t_end)
-    stats.timeline = timeline.finish(stats, kv_used=backend.kv_len, t_end=t_end)
+    timeline.finish(stats, kv_used=backend.kv_len)
     yield StreamEvent("final", detok.text, finish_reason=reason, stats=stats, token_ids=generated)

@@ -86,15 +86,17 @@ FinishReason = Literal["eos", "stop_string", "max_tokens", "cancelled", "context
 class StreamEvent:
     """One thing the engine tells its caller.
 
-    ``kind == "delta"``: ``text`` is new text to append.
+    ``kind == "delta"``: ``text`` is new text to append; ``stats``, when set, is
+    the reply's record so far (``stats.live()``: tokens, tok/s, TTFT).
     ``kind == "final"``: ``finish_reason`` and ``stats`` are set; ``text`` is
-    the whole reply (the concatenation of every delta).
+    the whole reply (the concatenation of every delta). ``finish_reason`` is one
+    of engine.metrics.FINISH_REASONS.
     """
 
     kind: Literal["delta", "final"]
     text: str = ""
     finish_reason: str | None = None
-    stats: GenerationStats | None = None  # on the final event
+    stats: GenerationStats | None = None  # the final figures on the final event; so far on a delta
     token_ids: list[int] = field(default_factory=list)
 
 

@@ -69,7 +69,7 @@ def test_performance_panel_renders_a_real_reply_offscreen(qtbot, engine, tmp_pat
     qtbot.addWidget(panel)
     panel.show()
     qtbot.waitUntil(lambda: panel.bandwidth is not None, timeout=60_000)  # measured on its own thread
-    tl = panel.timeline
+    tl = panel.stats
     assert tl.generated_tokens == 48 and len(tl.step_ms) == 47
     (stack,) = panel.charts["parts"].series()
     assert isinstance(stack, QHorizontalStackedBarSeries)
@@ -118,12 +118,34 @@ def test_tok_s_curve_and_roofline_on_hand_written_steps():
     assert roofline(1_000_000, 50.0, 1e8) == (5e7, 0.5)
 
 
+def test_a_reply_stored_by_an_older_version_still_renders(qtbot):
+    from app.chat.message_widget import MessageWidget
+    from app.core.text_utils import metrics_line
+    from app.performance.performance_panel import PerformancePanel
+    from app.ui.theme import BUBBLES
+    from test_timeline import OLD_METRICS
+
+    line = metrics_line(OLD_METRICS)
+    assert "4 tokens · 115.8 tok/s · TTFT 82 ms · prompt 136 (cached 16)" in line and "ended: max_tokens" in line
+    widget = MessageWidget(1, "assistant", "", colors=BUBBLES["light"])
+    qtbot.addWidget(widget)
+    widget.set_result("Red, orange", complete=False, finish_reason="max_tokens", metrics=OLD_METRICS)
+    assert widget.btn_perf.isEnabled() and widget.details.text() == line
+    panel = PerformancePanel(OLD_METRICS, 100_000_000, bandwidth=10e9)
+    qtbot.addWidget(panel)
+    (stack,) = panel.charts["parts"].series()
+    assert [b.at(0) for b in stack.barSets()] == pytest.approx([0.41, 1.2, 1.0, 80.5, 25.0, 0.2, 0.1])
+    assert "slowest step #2 12.2 ms" in panel.summary.text() and "1491 tok/s (16 cached)" in panel.summary.text()
+    (roof,) = panel.charts["roofline"].series()
+    assert roof.barSets()[0].at(0) == pytest.approx(100e6 * 115.83 / 1e9)
+
+
 # -- from the window --------------------------------------------------------------------------
 
 def test_a_replys_performance_button_opens_its_panel(qtbot, window):
     w = window
     reply = send_and_wait(w, "Name a fruit.")
-    assert reply["metrics"]["timeline"]["generated_tokens"] > 0  # the engine recorded it, the store kept it
+    assert reply["metrics"]["timed"] and reply["metrics"]["generated_tokens"] > 0  # recorded, and the store kept it
     from app.chat.message_widget import MessageWidget
 
     (widget,) = [m for m in w.chat.findChildren(MessageWidget) if m.mid == reply["id"]]
@@ -131,12 +153,12 @@ def test_a_replys_performance_button_opens_its_panel(qtbot, window):
     widget.btn_perf.click()
     panel = w.performance_panel
     assert panel is not None and panel.isVisible()
-    assert panel.timeline.generated_tokens == reply["metrics"]["timeline"]["generated_tokens"]
+    assert panel.stats.generated_tokens == reply["metrics"]["generated_tokens"]
     assert panel.model_bytes == w.host.model.memory["weights"]
     assert len(_colors(panel.grab().toImage())) > 20
     panel.close()
     w.act_performance.trigger()  # the menu opens the newest reply's panel
-    assert w.performance_panel is not panel and w.performance_panel.timeline.generated_tokens > 0
+    assert w.performance_panel is not panel and w.performance_panel.stats.generated_tokens > 0
     w.act_benchmark.trigger()  # and "Benchmark this model…" for the loaded model
     dlg = w.tune_dialog
     assert dlg.isVisible() and dlg.model_path == w.host.model.path

@@ -459,6 +459,24 @@ def test_unexpected_errors_reach_the_window(qtbot, make_window, monkeypatch):
     assert "Something went wrong: ValueError: boom" in msgs
 
 
+def test_a_streaming_reply_shows_the_streams_own_deltas(qtbot):
+    from app.chat.message_widget import MessageWidget
+
+    w = MessageWidget(1, "assistant", "", colors=BUBBLES["light"])
+    qtbot.addWidget(w)
+    deltas: list[str] = []  # the window's stream record keeps this list; the widget keeps no copy
+    w.follow(deltas)
+    w.set_streaming(True)
+    for piece in ("Hello", ", ", "world"):
+        deltas.append(piece)
+        w.grew()
+    assert w.text == "Hello, world"
+    qtbot.waitUntil(lambda: w.rendered_text() == "Hello, world", timeout=5_000)
+    w.set_result("Hello, world!", complete=True, finish_reason="eos")
+    deltas.append(" and more")  # the stream is over: the widget no longer follows it
+    assert w.text == "Hello, world!"
+
+
 def test_a_long_reply_streams_in_segments_without_rerendering_finished_ones(qtbot):
     from app.chat.message_widget import MessageWidget
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from engine.doctor import Machine, diagnose, render, run_prompts
-from engine.timeline import Timeline
+from engine.metrics import GenerationStats
 
 MB = 1_000_000
 # A 100 MB model on a 10 GB/s machine: reading the weights once costs 10 ms.
@@ -15,16 +15,18 @@ MACHINE = Machine(model_bytes=100 * MB, bandwidth_bytes_s=10e9, cache_enabled=Tr
 
 
 def reply(*, template=0.5, tokenize=1.0, queue=0.0, prefill=20.0, steps=(12.0,) * 20, sampling=0.02,
-          detok=0.01, prompt=100, computed=100, kv_used=150, n_ctx=4096, hits=0, inserts=0, evictions=0) -> Timeline:
+          detok=0.01, prompt=100, computed=100, kv_used=150, n_ctx=4096, hits=0, inserts=0,
+          evictions=0) -> GenerationStats:
     """A reply whose forward passes take ``steps`` less sampling and detokenizing."""
     step_ms = list(steps)
     n = len(step_ms) + 1
     decode = sum(step_ms) - (sampling + detok) * len(step_ms)
-    tl = Timeline(template_ms=template, tokenize_ms=tokenize, prefill_ms=prefill, prefill_tokens=computed,
-                  cached_tokens=prompt - computed, prompt_tokens=prompt, generated_tokens=n, step_ms=step_ms,
-                  decode_ms=decode, sampling_ms=sampling * n, sampling_ms_per_token=sampling,
-                  detokenize_ms=detok * n, kv_used=kv_used, n_ctx=n_ctx, cache_hits=hits, cache_inserts=inserts,
-                  cache_evictions=evictions)
+    tl = GenerationStats(timed=True, template_ms=template, tokenize_ms=tokenize, prefill_ms=prefill,
+                         prefill_tokens=computed, cached_tokens=prompt - computed, prompt_tokens=prompt,
+                         generated_tokens=n, step_ms=step_ms, forward_ms=decode, sampling_ms=sampling * n,
+                         detokenize_ms=detok * n, kv_used=kv_used, n_ctx=n_ctx, cache_hits=hits,
+                         cache_inserts=inserts, cache_evictions=evictions)
+    assert tl.sampling_ms_per_token == pytest.approx(sampling)
     tl.e2e_ms = sum(tl.parts().values())
     if queue:
         tl.record_queue_wait(queue)

@@ -1,5 +1,6 @@
-"""The per-reply timeline: pure checks of the dataclass and the recorder, then
-real replies on the bundled model through the engine (and the window's store)."""
+"""The per-reply timeline, part of the reply's one metrics record: pure checks of
+the record and the recorder, then real replies on the bundled model through the
+engine (and the window's store)."""
 from __future__ import annotations
 
 import json
@@ -8,31 +9,73 @@ from time import perf_counter
 import numpy as np
 import pytest
 
-from engine.metrics import GenerationStats, percentile
-from engine.timeline import NO_TIMELINE, PARTS, Recorder, Timeline, TimedSampler
+from engine.metrics import PARTS, GenerationStats, has_timeline, percentile
+from engine.timeline import NO_TIMELINE, Recorder, TimedSampler
 from engine.types import SamplingParams
 
 
-def _sample_timeline() -> Timeline:
-    return Timeline(template_ms=0.41, tokenize_ms=1.2, prefill_ms=80.5, prefill_tokens=120, prefill_tok_s=1490.7,
-                    cached_tokens=16, prompt_tokens=136, ttft_ms=83.0, generated_tokens=4,
-                    step_ms=[6.1234567, 7.5, 12.25], tpot_p50_ms=7.5, tpot_p90_ms=11.3, tpot_p99_ms=12.155,
-                    slowest_step=2, slowest_step_ms=12.25, decode_ms=25.0, sampling_ms=0.2,
-                    sampling_ms_per_token=0.05, detokenize_ms=0.1, spec_acceptance=[0.75, 0.5],
-                    kv_used=140, n_ctx=2048, cache_hits=1, cache_inserts=2, cache_evictions=0, e2e_ms=108.0)
+def _sample_timeline() -> GenerationStats:
+    return GenerationStats(timed=True, template_ms=0.41, tokenize_ms=1.2, prefill_ms=80.5, prefill_tokens=120,
+                           cached_tokens=16, prompt_tokens=136, ttft_ms=83.0, generated_tokens=4,
+                           step_ms=[6.1234567, 7.5, 12.25], forward_ms=25.0, sampling_ms=0.2, detokenize_ms=0.1,
+                           spec={"acceptance_per_position": [0.75, 0.5]}, kv_used=140, n_ctx=2048, cache_hits=1,
+                           cache_inserts=2, cache_evictions=0, e2e_ms=108.0)
 
 
 def test_round_trip_through_json_keeps_every_field():
     tl = _sample_timeline()
-    back = Timeline.from_dict(json.loads(json.dumps(tl.to_dict())))
+    back = GenerationStats.from_dict(json.loads(json.dumps(tl.as_dict())))
     assert back.step_ms == [6.123, 7.5, 12.25]  # rounded to the microsecond
     back.step_ms = tl.step_ms
     assert back == tl
 
 
 def test_from_dict_ignores_unknown_keys_and_defaults_missing_ones():
-    back = Timeline.from_dict({"prefill_ms": 5.0, "from_a_newer_version": 1})
-    assert back.prefill_ms == 5.0 and back.step_ms == [] and back.e2e_ms == 0.0
+    back = GenerationStats.from_dict({"prefill_ms": 5.0, "from_a_newer_version": 1})
+    assert back.prefill_ms == 5.0 and back.step_ms == [] and back.e2e_ms == 0.0 and not back.timed
+
+
+def test_figures_derived_from_the_steps_are_not_stored_twice():
+    tl = _sample_timeline()
+    assert tl.prefill_tok_s == pytest.approx(1490.7, abs=0.1) and tl.sampling_ms_per_token == pytest.approx(0.05)
+    assert (tl.tpot_p50_ms, tl.tpot_p90_ms) == (7.5, pytest.approx(11.3)) and tl.tpot_p99_ms == pytest.approx(12.155)
+    assert (tl.slowest_step, tl.slowest_step_ms) == (2, 12.25) and tl.spec_acceptance == [0.75, 0.5]
+    stored = tl.as_dict()
+    for derived in ("prefill_tok_s", "sampling_ms_per_token", "tpot_p50_ms", "slowest_step", "spec_acceptance",
+                    "timeline"):
+        assert derived not in stored
+    assert GenerationStats().slowest_step == -1 and GenerationStats().tpot_p99_ms == 0.0
+
+
+# What Hearth stored with a reply before the timeline joined the stats: the stats'
+# figures, and the timeline nested with its own copies of nine of them.
+OLD_METRICS = {
+    "prompt_tokens": 136, "cached_tokens": 16, "prefill_tokens": 120, "prefill_ms": 83.9, "ttft_ms": 82.0,
+    "generated_tokens": 4, "decode_ms": 25.9, "tpot_ms": 8.633, "decode_tok_s": 115.83, "e2e_ms": 107.0,
+    "finish_reason": "max_tokens", "backend": "llama_cpp", "n_ctx": 2048, "dropped_messages": 0, "spec": None,
+    "timeline": {"template_ms": 0.41, "tokenize_ms": 1.2, "queue_wait_ms": 1.0, "prefill_ms": 80.5,
+                 "prefill_tokens": 120, "prefill_tok_s": 1490.683, "cached_tokens": 16, "prompt_tokens": 136,
+                 "ttft_ms": 83.0, "generated_tokens": 4, "step_ms": [6.123, 7.5, 12.25], "tpot_p50_ms": 7.5,
+                 "tpot_p90_ms": 11.3, "tpot_p99_ms": 12.155, "slowest_step": 2, "slowest_step_ms": 12.25,
+                 "decode_ms": 25.0, "sampling_ms": 0.2, "sampling_ms_per_token": 0.05, "detokenize_ms": 0.1,
+                 "spec_acceptance": [], "kv_used": 140, "n_ctx": 2048, "cache_hits": 1, "cache_inserts": 2,
+                 "cache_evictions": 0, "e2e_ms": 108.0},
+}
+
+
+def test_metrics_stored_by_older_versions_still_read_back():
+    assert has_timeline(OLD_METRICS) and not has_timeline({k: v for k, v in OLD_METRICS.items() if k != "timeline"})
+    st = GenerationStats.from_dict(json.loads(json.dumps(OLD_METRICS)))
+    assert st.timed and st.step_ms == [6.123, 7.5, 12.25] and st.slowest_step == 2
+    # The timeline's decode_ms was the forward passes; the stats' is the decode span.
+    assert (st.forward_ms, st.decode_ms, st.decode_tok_s) == (25.0, 25.9, 115.83)
+    # The timeline's prefill, TTFT and end-to-end (with its queue wait) are the record's meanings now.
+    assert (st.prefill_ms, st.ttft_ms, st.e2e_ms, st.queue_wait_ms) == (80.5, 83.0, 108.0, 1.0)
+    assert st.parts() == {"template": 0.41, "tokenize": 1.2, "queue_wait": 1.0, "prefill": 80.5, "decode": 25.0,
+                          "sampling": 0.2, "detokenize": 0.1}
+    # Without a timeline (recording off, or older still): the stats' own figures.
+    plain = GenerationStats.from_dict({k: v for k, v in OLD_METRICS.items() if k != "timeline"})
+    assert not plain.timed and (plain.prefill_ms, plain.ttft_ms, plain.e2e_ms) == (83.9, 82.0, 107.0)
 
 
 def test_parts_are_in_request_order_and_other_is_the_rest():
@@ -78,8 +121,9 @@ def test_recorder_derives_steps_percentiles_and_cache_diffs():
     counters.update(hits=4, inserts=7, evictions=2)
     stats = GenerationStats(prompt_tokens=10, cached_tokens=4, prefill_tokens=6, generated_tokens=6, n_ctx=64,
                             ttft_ms=1.0)
-    tl = rec.finish(stats, kv_used=15, t_end=perf_counter())
-    assert tl is not None
+    assert rec.finish(stats, kv_used=15) is None  # it fills in the reply's own stats
+    tl = stats
+    assert tl.timed
     assert len(tl.step_ms) == 5 and all(s >= 0 for s in tl.step_ms)
     assert tl.tpot_p50_ms == percentile(tl.step_ms, 50) and tl.tpot_p99_ms == percentile(tl.step_ms, 99)
     assert tl.slowest_step_ms == max(tl.step_ms) == tl.step_ms[tl.slowest_step]
@@ -101,7 +145,9 @@ def test_no_timeline_hands_back_the_plain_pieces():
     for _ in range(3):
         NO_TIMELINE.mark(1.0)
     assert NO_TIMELINE.arrivals == []
-    assert NO_TIMELINE.finish(GenerationStats(), kv_used=0, t_end=0.0) is None
+    stats = GenerationStats()
+    NO_TIMELINE.finish(stats, kv_used=0)
+    assert stats == GenerationStats() and not stats.timed
 
 
 def test_prefix_cache_counts_new_inserts_only():
@@ -116,11 +162,16 @@ def test_prefix_cache_counts_new_inserts_only():
 
 
 def test_stats_as_dict_carries_the_timeline_as_json():
-    stats = GenerationStats(prompt_tokens=3, timeline=_sample_timeline())
-    d = json.loads(json.dumps(stats.as_dict()))
-    assert d["timeline"] == _sample_timeline().to_dict()
-    assert Timeline.from_dict(d["timeline"]).slowest_step == 2
-    assert GenerationStats().as_dict()["timeline"] is None
+    d = json.loads(json.dumps(_sample_timeline().as_dict()))
+    assert d["timed"] and d["step_ms"] == [6.123, 7.5, 12.25] and d["forward_ms"] == 25.0
+    assert GenerationStats.from_dict(d).slowest_step == 2
+    assert GenerationStats().as_dict()["timed"] is False and not has_timeline(GenerationStats().as_dict())
+
+
+def test_live_figures_come_from_the_record_as_the_loop_keeps_it():
+    st = GenerationStats(generated_tokens=5, decode_ms=40.0, ttft_ms=12.0)
+    assert st.live() == {"tokens": 5, "tok_s": 100.0, "ttft_ms": 12.0}
+    assert GenerationStats(generated_tokens=1, ttft_ms=3.0).live() == {"tokens": 1, "tok_s": 0.0, "ttft_ms": 3.0}
 
 
 # -- real replies on the bundled model -------------------------------------------------------
@@ -141,15 +192,15 @@ def _reply(engine, messages, **params):
 def test_a_real_reply_accounts_for_its_time(engine):
     engine.reset()
     final, wall_ms = _reply(engine, [{"role": "system", "content": "You are terse."}] + QUESTION)
-    st, tl = final.stats, final.stats.timeline
-    assert tl is not None and tl.generated_tokens == st.generated_tokens == 32
+    st = tl = final.stats
+    assert tl.timed and tl.generated_tokens == st.generated_tokens == 32
     assert all(v >= 0 for v in tl.parts().values()) and tl.template_ms > 0 and tl.tokenize_ms > 0
     # The named parts add up to the time the caller measured around the whole reply.
     assert sum(tl.parts().values()) == pytest.approx(wall_ms, rel=0.05)
     assert tl.e2e_ms == pytest.approx(st.e2e_ms) and tl.e2e_ms <= wall_ms
     # One step per token after the first; together they are the decode span.
     assert len(tl.step_ms) == 31 and sum(tl.step_ms) == pytest.approx(st.decode_ms, rel=1e-6)
-    assert tl.decode_ms + tl.sampling_ms + tl.detokenize_ms >= sum(tl.step_ms) * 0.999
+    assert tl.forward_ms + tl.sampling_ms + tl.detokenize_ms >= sum(tl.step_ms) * 0.999
     for q, got in ((50, tl.tpot_p50_ms), (90, tl.tpot_p90_ms), (99, tl.tpot_p99_ms)):
         assert got == pytest.approx(percentile(tl.step_ms, q))
     assert tl.tpot_p50_ms <= tl.tpot_p90_ms <= tl.tpot_p99_ms <= tl.slowest_step_ms == max(tl.step_ms)
@@ -158,6 +209,20 @@ def test_a_real_reply_accounts_for_its_time(engine):
     assert tl.prefill_tok_s == pytest.approx(tl.prefill_tokens / (tl.prefill_ms / 1e3))
     assert tl.kv_used == st.prompt_tokens + 31 and tl.n_ctx == 2048  # the last token is never fed back
     assert tl.ttft_ms == st.ttft_ms and tl.spec_acceptance == []
+
+
+def test_every_delta_carries_the_engines_live_figures(engine):
+    engine.reset()
+    seen = []
+    for ev in engine.stream(QUESTION, SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)):
+        if ev.kind == "delta":
+            seen.append(ev.stats.live())  # what the window's status bar shows while the reply streams
+        final = ev
+    tokens = [s["tokens"] for s in seen]
+    assert seen and tokens == sorted(tokens) and 0 < tokens[-1] <= final.stats.generated_tokens == 16
+    assert all(s["ttft_ms"] == pytest.approx(final.stats.ttft_ms) for s in seen)
+    assert final.stats.decode_tok_s > 0
+    assert final.stats.live()["tok_s"] == pytest.approx(final.stats.decode_tok_s, rel=1e-6)
 
 
 def test_a_second_turn_is_served_from_the_cache(engine):
@@ -170,15 +235,15 @@ def test_a_second_turn_is_served_from_the_cache(engine):
     turn2 = QUESTION + [{"role": "assistant", "content": a1.text}, {"role": "user", "content": "And two more?"}]
     a2, _ = _reply(engine, turn2, **greedy)
     # The same conversation: the live KV serves the first turn.
-    assert a2.stats.timeline.cached_tokens >= a1.stats.prompt_tokens
-    assert a2.stats.timeline.prefill_tokens < a2.stats.prompt_tokens - a1.stats.prompt_tokens + 32
+    assert a2.stats.cached_tokens >= a1.stats.prompt_tokens
+    assert a2.stats.prefill_tokens < a2.stats.prompt_tokens - a1.stats.prompt_tokens + 32
     # Another chat in between: its request snapshots this one's KV into the prefix cache...
     other, _ = _reply(engine, [{"role": "user", "content": "Say something about owls."}], **greedy)
-    assert other.stats.timeline.cache_inserts == 1 and other.stats.timeline.cache_hits == 0
+    assert other.stats.cache_inserts == 1 and other.stats.cache_hits == 0
     # ... and coming back to the first chat is a prefix-cache hit.
     turn3 = turn2 + [{"role": "assistant", "content": a2.text}, {"role": "user", "content": "Thanks."}]
     back, _ = _reply(engine, turn3, **greedy)
-    tl = back.stats.timeline
+    tl = back.stats
     assert tl.cache_hits == 1 and tl.cached_tokens >= a2.stats.prompt_tokens
     assert tl.cached_tokens == back.stats.cached_tokens
 
@@ -192,7 +257,7 @@ def test_speculative_replies_report_acceptance_per_position(engine):
                                           "one two three four, one two three four."}], temperature=0.0, max_tokens=40)
     finally:
         engine.set_speculation("none")
-    st, tl = final.stats, final.stats.timeline
+    st = tl = final.stats
     assert st.spec["drafted"] > 0 and len(tl.spec_acceptance) == 3
     assert tl.spec_acceptance == st.spec["acceptance_per_position"]
     assert len(tl.step_ms) == st.generated_tokens - 1
@@ -208,7 +273,7 @@ def test_recording_off_keeps_no_timeline_and_the_same_tokens(engine):
         off, _ = _reply(engine, QUESTION, temperature=0.0, max_tokens=12)
     finally:
         engine.record_timeline = True
-    assert off.stats.timeline is None and off.stats.as_dict()["timeline"] is None
+    assert not off.stats.timed and off.stats.as_dict()["timed"] is False and off.stats.step_ms == []
     assert on.token_ids == off.token_ids
 
 
@@ -224,8 +289,8 @@ def test_the_timeline_survives_the_store(engine, tmp_path):
                        metrics=final.stats.as_dict())
     store.close()
     again = Store(tmp_path / "h.sqlite3").message(mid)
-    back = Timeline.from_dict(again.metrics["timeline"])
-    assert back == Timeline.from_dict(final.stats.timeline.to_dict())
+    back = GenerationStats.from_dict(again.metrics)
+    assert back == GenerationStats.from_dict(final.stats.as_dict()) and back.timed
     assert len(back.step_ms) == 7 and back.cached_tokens == final.stats.cached_tokens
 
 
@@ -248,8 +313,8 @@ def test_the_window_keeps_each_replys_timeline(qtbot, tmp_path, monkeypatch):
     finally:
         w.close()
     stored = Store(path).message(reply["id"])  # reopened, as after a restart
-    tl = Timeline.from_dict(stored.metrics["timeline"])
-    assert tl.generated_tokens == stored.metrics["generated_tokens"] > 0
+    tl = GenerationStats.from_dict(stored.metrics)
+    assert tl.timed and tl.generated_tokens == stored.metrics["generated_tokens"] > 0
     assert len(tl.step_ms) == tl.generated_tokens - 1 and tl.prompt_tokens == stored.metrics["prompt_tokens"]
     assert tl.e2e_ms == pytest.approx(stored.metrics["e2e_ms"], abs=0.01) and tl.prefill_ms > 0
 
@@ -271,10 +336,19 @@ def test_a_scheduled_reply_counts_its_queue_wait(engine):
                                             priority=Priority.WINDOW))
         blocker.cancel()
         list(it)
-        final = list(waiting.events())[-1]
+        live = []
+        for ev in waiting.events():
+            if ev.kind == "delta" and ev.stats is not None:
+                live.append(ev.stats.live()["ttft_ms"])
+            final = ev
+        t_end = perf_counter()
     finally:
         sched.close()
-    tl = final.stats.timeline
+    tl = final.stats
     assert tl.queue_wait_ms == pytest.approx(waiting.times.queue_wait_s * 1e3) and tl.queue_wait_ms > 0
-    assert tl.e2e_ms == pytest.approx(final.stats.e2e_ms + tl.queue_wait_ms)
-    assert tl.ttft_ms == pytest.approx(final.stats.ttft_ms + tl.queue_wait_ms)
+    # One TTFT and one end-to-end, the wait in both (the status bar's figure too), counted once.
+    assert tl.ttft_ms > tl.queue_wait_ms and tl.e2e_ms > tl.queue_wait_ms
+    assert tl.e2e_ms <= (t_end - waiting.submitted) * 1e3
+    assert tl.e2e_ms == pytest.approx(sum(tl.parts().values()) + tl.other_ms)
+    # The live TTFT the window shows while the reply streams includes it as well.
+    assert live and all(t == pytest.approx(tl.ttft_ms) for t in live)

@@ -20,9 +20,9 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import HearthError, Message, SamplingParams
+from engine.metrics import is_complete
 
 from app.core.store import Store
-from app.core.text_utils import COMPLETE_REASONS
 
 FLUSH_SECONDS = 0.5   # commit partial text at least this often...
 FLUSH_DELTAS = 32     # ...or after this many deltas, whichever comes first
@@ -49,7 +49,7 @@ class SharedEngine:
 
 class GenerationWorker(QObject):
     delta = Signal(int, str)         # message id, new text
-    # message id, live numbers: {tokens, tok_s, ttft_ms} while the reply streams, and
+    # message id, live numbers: GenerationStats.live() ({tokens, tok_s, ttft_ms}) while the reply streams, and
     # {prompt_done, prompt_total} (prompt tokens read so far) while a long prompt is read first
     progress = Signal(int, object)
     finished = Signal(int, object)     # message id, {text, finish_reason, complete, metrics}
@@ -76,9 +76,7 @@ class GenerationWorker(QObject):
             engine = self._shared.engine
             if engine is None:
                 raise HearthError("no model is loaded")
-            t0 = time.perf_counter()
-            t_first = None
-            last_flush = last_progress = t0
+            last_flush = last_progress = time.perf_counter()
             unflushed = 0
             def reading(done: int, total: int) -> None:  # called on this thread, between prefill chunks
                 self.progress.emit(mid, {"prompt_done": done, "prompt_total": total})
@@ -90,22 +88,17 @@ class GenerationWorker(QObject):
             for ev in events:
                 if ev.kind == "delta":
                     now = time.perf_counter()
-                    if t_first is None:
-                        t_first = now
-                    parts.append(ev.text)
+                    parts.append(ev.text)  # the text this worker saves: joined only to save it
                     unflushed += 1
                     self.delta.emit(mid, ev.text)
                     if unflushed >= FLUSH_DELTAS or now - last_flush >= FLUSH_SECONDS:
                         store.update_reply(mid, "".join(parts))
                         unflushed, last_flush = 0, now
-                    if now - last_progress >= PROGRESS_SECONDS:
+                    if ev.stats is not None and now - last_progress >= PROGRESS_SECONDS:
                         last_progress = now
-                        n = len(parts)  # one delta is about one token; the final metrics are exact
-                        rate = (n - 1) / (now - t_first) if n > 1 and now > t_first else 0.0
-                        self.progress.emit(mid, {"tokens": n, "tok_s": rate,
-                                                 "ttft_ms": (t_first - t0) * 1e3})
+                        self.progress.emit(mid, ev.stats.live())  # the engine's figures, not recounted here
                 else:
-                    complete = ev.finish_reason in COMPLETE_REASONS
+                    complete = is_complete(ev.finish_reason)
                     metrics = ev.stats.as_dict() if ev.stats is not None else None
                     store.finish_reply(mid, ev.text, complete=complete,
                                        finish_reason=ev.finish_reason, metrics=metrics)

@@ -1,8 +1,10 @@
 """One message in the chat: its text (Markdown for replies), actions and metrics.
 
-Streaming text is appended to a buffer and re-rendered at most every
-RENDER_MS, because re-parsing Markdown on every token would stall the event
-loop on long replies. A reply's links and images stay inert (app.ui.safe_links).
+A streaming reply shows the stream's own list of deltas (``follow``; the window
+keeps it, so the text survives this widget when the user switches chats) and is
+re-rendered at most every RENDER_MS, joined only then, because re-parsing
+Markdown on every token would stall the event loop on long replies. A reply's
+links and images stay inert (app.ui.safe_links).
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from PySide6.QtCore import QPoint, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextBrowser,
                                QToolButton, QVBoxLayout, QWidget)
+
+from engine.metrics import has_timeline
 
 from app.chat import markdown_render
 from app.ui import safe_links
@@ -116,7 +120,9 @@ class MessageWidget(QFrame):
         super().__init__(parent)
         self.mid = mid
         self.role = role
-        self.text = content
+        self._text = content
+        self._live: list[str] | None = None  # the stream's deltas, while following one
+        self._live_n = 0                     # how many of them ``_text`` holds
         self.metrics: dict | None = None
         self.streaming = False
         self.reading = False  # the engine is still reading the prompt; no reply text yet
@@ -264,11 +270,28 @@ class MessageWidget(QFrame):
         self.segments[-1].set_markdown(live if live or not self.streaming else "…")
         self.btn_code.setVisible(bool(code_blocks(text)) and not self.streaming)
 
-    def append(self, text: str) -> None:
+    @property
+    def text(self) -> str:
+        """The message's text; while following a stream, its deltas so far (joined when read)."""
+        if self._live is not None and self._live_n != len(self._live):
+            self._text, self._live_n = "".join(self._live), len(self._live)
+        return self._text
+
+    @text.setter
+    def text(self, value: str) -> None:
+        self._live = None
+        self._text = value
+
+    def follow(self, deltas: list[str]) -> None:
+        """Show the reply streaming into ``deltas`` (the window appends to it; no copy here)."""
+        self._live, self._live_n = deltas, -1
+        self.grew()
+
+    def grew(self) -> None:
+        """The followed stream has new text: render it soon."""
         if self.reading:
             self.reading = False
             self.note.setText("Writing…")
-        self.text += text
         if not self._render_timer.isActive():
             self._render_timer.start()
 
@@ -301,7 +324,7 @@ class MessageWidget(QFrame):
         self.details.setText(line)
         self.btn_details.setToolTip(line)
         self.btn_details.setEnabled(metrics is not None)
-        self.btn_perf.setEnabled(bool(metrics and metrics.get("timeline")))
+        self.btn_perf.setEnabled(has_timeline(metrics))
         self._render()
 
     def set_branch(self, place: int, count: int) -> None:

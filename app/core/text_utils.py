@@ -5,15 +5,15 @@ import re
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
-# What each way a reply can end means to the user. Replies that ended any way
-# other than naturally (eos / stop string) are "incomplete" and keep this note.
+# What each way a reply can end means to the user. Which endings are complete is
+# engine.metrics.FINISH_REASONS' to say; the others are "incomplete" and keep this note
+# ("error" is the window's own: the reply raised).
 FINISH_NOTES = {
     "cancelled": "Stopped — this reply is incomplete.",
     "max_tokens": "Reached the reply length limit (Max tokens in Settings) — incomplete.",
     "context_full": "The context window is full — start a new conversation or raise the context length.",
     "error": "Failed — this reply is incomplete.",
 }
-COMPLETE_REASONS = ("eos", "stop_string")
 
 
 def code_blocks(markdown: str) -> list[str]:
@@ -71,6 +71,7 @@ def finish_note(complete: bool, finish_reason: str | None, error: str | None) ->
     """The line shown under a reply that did not end naturally ('' when it did)."""
     if complete:
         return ""
+
     if finish_reason is None:
         return "Interrupted — Hearth closed while this reply was being written; it is incomplete."
     if finish_reason == "error" and error:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from PySide6.QtGui import QAction
 
+from engine.metrics import has_timeline
+
 
 class PerformanceMixin:
     def _build_performance_menu(self) -> None:
@@ -32,7 +34,7 @@ class PerformanceMixin:
     def show_last_performance(self) -> None:
         """The panel for the newest reply on screen that has a timeline."""
         replies = [m for m in self.store.messages(self.current) if m.role == "assistant"
-                   and (m.metrics or {}).get("timeline")] if self.current is not None else []
+                   and has_timeline(m.metrics)] if self.current is not None else []
         if not replies:
             self.info.show_message("No reply here has a timeline yet: send a message first.", "info")
             return

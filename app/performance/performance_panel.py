@@ -1,6 +1,6 @@
 """The Performance panel of one reply: where its time went, as pictures (QtCharts).
 
-Four charts from the reply's stored Timeline (engine/timeline.py):
+Four charts from the reply's stored metrics, its timeline included (engine/metrics.py):
 - a stacked bar of the parts (template, tokenize, queue, prefill, decode, sampling, detokenize);
 - tok/s over the reply (a moving average of the per-token steps);
 - a histogram of the per-token step times;
@@ -21,7 +21,7 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QDialog, QGridLayout, QLabel, QVBoxLayout
 
-from engine.timeline import Timeline
+from engine.metrics import GenerationStats, has_timeline
 
 from app.bridge.background import Background, error_text
 
@@ -34,10 +34,10 @@ _BANDWIDTH: list[float] = []  # measured once per process
 MEMORY_BOUND = 0.6     # the share of bandwidth from which the step is waiting on memory
 
 
-def timeline_of(metrics: dict | None) -> Timeline | None:
-    """The reply's Timeline from its stored metrics, or None when it has none."""
-    d = (metrics or {}).get("timeline")
-    return Timeline.from_dict(d) if isinstance(d, dict) else None
+def timeline_of(metrics: dict | None) -> GenerationStats | None:
+    """The reply's stats from its stored metrics (either stored form), or None when
+    they say nothing of where the time went."""
+    return GenerationStats.from_dict(metrics) if metrics and has_timeline(metrics) else None
 
 
 def tok_s_curve(step_ms: list[float], window: int = SMOOTH) -> np.ndarray:
@@ -87,10 +87,10 @@ class PerformancePanel(QDialog):
     def __init__(self, metrics: dict, model_bytes: int, bandwidth: float | None = None, parent=None,
                  *, threads: int = 1) -> None:
         super().__init__(parent)
-        tl = timeline_of(metrics)
-        if tl is None:
+        stats = timeline_of(metrics)
+        if stats is None:
             raise ValueError("this reply has no timeline (it was written before Hearth recorded them)")
-        self.timeline, self.metrics, self.model_bytes = tl, metrics, model_bytes
+        self.stats, self.model_bytes = stats, model_bytes
         self.setWindowTitle("Performance of this reply")
         self.resize(1000, 720)
         lay = QVBoxLayout(self)
@@ -116,7 +116,7 @@ class PerformancePanel(QDialog):
                          name="hearth-bandwidth")
 
     def _summary(self) -> str:
-        t = self.timeline
+        t = self.stats
         return (f"{t.generated_tokens} tokens in {t.e2e_ms:.0f} ms · TTFT {t.ttft_ms:.0f} ms · prefill "
                 f"{t.prefill_tokens} tokens at {t.prefill_tok_s:.0f} tok/s ({t.cached_tokens} cached) · TPOT "
                 f"P50 {t.tpot_p50_ms:.1f} / P90 {t.tpot_p90_ms:.1f} / P99 {t.tpot_p99_ms:.1f} ms, slowest step "
@@ -124,9 +124,9 @@ class PerformancePanel(QDialog):
                 f"hits {t.cache_hits}, inserts {t.cache_inserts}, evictions {t.cache_evictions}")
 
     def _parts(self) -> tuple[QChart, QChartView]:
-        chart, view = _chart(f"Where the time went ({self.timeline.e2e_ms:.0f} ms end to end)")
+        chart, view = _chart(f"Where the time went ({self.stats.e2e_ms:.0f} ms end to end)")
         series = QHorizontalStackedBarSeries()
-        for name, ms in self.timeline.parts().items():
+        for name, ms in self.stats.parts().items():
             bars = QBarSet(f"{name.replace('_', ' ')} {ms:.0f} ms")
             bars.setColor(QColor(PART_COLORS[name]))
             bars.append(ms)
@@ -137,7 +137,7 @@ class PerformancePanel(QDialog):
         cats.append(["reply"])
         ms = QValueAxis()
         ms.setTitleText("ms")
-        ms.setRange(0, max(1.0, self.timeline.e2e_ms))
+        ms.setRange(0, max(1.0, self.stats.e2e_ms))
         ms.setLabelFormat("%.0f")
         ms.setTickCount(4)
         _axes(chart, series, ms, cats)
@@ -145,7 +145,7 @@ class PerformancePanel(QDialog):
 
     def _speed(self) -> tuple[QChart, QChartView]:
         chart, view = _chart(f"tok/s over the reply (mean of the last {SMOOTH} steps)")
-        curve = tok_s_curve(self.timeline.step_ms)
+        curve = tok_s_curve(self.stats.step_ms)
         line = QLineSeries()
         line.setName("tok/s")
         line.replace([QPointF(float(i + 1), float(v)) for i, v in enumerate(curve)])
@@ -160,7 +160,7 @@ class PerformancePanel(QDialog):
 
     def _histogram(self) -> tuple[QChart, QChartView]:
         chart, view = _chart("Per-token step times")
-        steps = np.asarray(self.timeline.step_ms, dtype=np.float64)
+        steps = np.asarray(self.stats.step_ms, dtype=np.float64)
         counts, edges = np.histogram(steps, bins=HIST_BINS) if steps.size else (np.zeros(1), np.zeros(2))
         bars = QBarSet("tokens")
         bars.append([float(c) for c in counts])
@@ -185,7 +185,7 @@ class PerformancePanel(QDialog):
     def set_bandwidth(self, bandwidth: float) -> None:
         """Draw the roofline against ``bandwidth`` bytes/s."""
         self.bandwidth = bandwidth
-        tok_s = float(self.metrics.get("decode_tok_s") or 0.0)
+        tok_s = self.stats.decode_tok_s
         achieved, share = roofline(self.model_bytes, tok_s, bandwidth)
         chart = self.charts["roofline"]
         chart.removeAllSeries()

@@ -247,7 +247,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
             # The store lags the stream by up to half a second; show the live text.
             w = self.chat.widget(s["mid"])
             if w is not None:
-                w.text = "".join(s["parts"])
+                w.follow(s["parts"])
                 w.set_streaming(True)
         self._show_branches()
         self._update_busy()

@@ -154,6 +154,7 @@ class RepliesMixin:
         job = GenerationJob(cid, mid, history, self.settings.sampling_params(), self.store.path,
                             context_policy=self.settings.context_policy)
         w = self.chat.add_message(mid, "assistant", "")
+        w.follow(self.stream["parts"])
         w.set_streaming(True)
         self._show_branches()  # a regenerate or an edit made a new version: "◀ 2/2 ▶"
         self.stats_label.setText("Waiting for the first token…")
@@ -177,11 +178,11 @@ class RepliesMixin:
         s = self.stream
         if s is None or s["mid"] != mid:
             return
-        s["parts"].append(text)
+        s["parts"].append(text)  # the window's one copy: the reply's widget follows this list
         if s["conv"] == self.current:
             w = self.chat.widget(mid)
             if w is not None:
-                w.append(text)
+                w.grew()
 
     def _on_progress(self, mid: int, p: dict) -> None:
         s = self.stream

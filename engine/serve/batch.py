@@ -24,10 +24,10 @@ from ..errors import HearthError, PromptTooLongError
 from ..generate import FINISH_CHAR_TOKENS, stream_tokens
 from ..grammar import ConstrainedSampler, TokenConstraint
 from ..kv.prefix_cache import common_prefix_len
-from ..metrics import GenerationStats
+from ..metrics import GenerationStats, openai_finish_reason
 from ..sampling import make_sampler
 from ..types import SamplingParams
-from .requests import FINISH, Ticket
+from .requests import Ticket
 
 MIN_SHARE = 16  # a prefix shorter than this is recomputed rather than waited for
 
@@ -143,9 +143,11 @@ class BatchRunner:
         t = ticket.times
         t.queue_wait_s = dst.t_admit - ticket.submitted
         t.prompt_tokens, t.cached_tokens = len(prompt), len(dst.kv)
-        stats = GenerationStats(backend=self.backend.name, n_ctx=self.slot_ctx)
+        # The reply's clock starts at admission; the wait before it is the queue's.
+        stats = GenerationStats(backend=self.backend.name, n_ctx=self.slot_ctx,
+                                queue_wait_ms=t.queue_wait_s * 1e3)
         events = stream_tokens(self.backend, dst.feed.steps(), prompt_len=len(prompt), cached=len(dst.kv),
-                               params=params, stats=stats, t_start=ticket.submitted, cancel=ticket.cancel_flag)
+                               params=params, stats=stats, t_start=dst.t_admit, cancel=ticket.cancel_flag)
         feed = dst.feed
         ticket.post_stream(events, lambda: feed.end_reason)
 
@@ -237,7 +239,8 @@ class BatchRunner:
             self.batch.seq_rm(s.seq, 0)
             s.kv = []
         if reason is not None and s.ticket is not None:  # known now, even before the reader sees it
-            s.ticket.times.finish_reason = "error" if isinstance(reason, BaseException) else FINISH[reason]
+            s.ticket.times.finish_reason = ("error" if isinstance(reason, BaseException)
+                                            else openai_finish_reason(reason))
         if s.constraint is not None:
             s.constraint.close()
             s.constraint = None

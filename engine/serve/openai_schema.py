@@ -15,14 +15,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..metrics import openai_finish_reason
 from ..types import Message
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
               "tool": "tool"}
 MAX_STOP = 4
-# OpenAI's finish reasons for the engine's.
-FINISH = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
-          "cancelled": "stop"}
 
 
 class ApiError(Exception):
@@ -229,7 +227,8 @@ def usage(prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> dic
 
 
 def finish_reason(engine_reason: str | None) -> str:
-    return FINISH.get(engine_reason or "", "stop")
+    """The reply's ``finish_reason`` on the wire (engine.metrics.FINISH_REASONS)."""
+    return openai_finish_reason(engine_reason)
 
 
 class Shaper:

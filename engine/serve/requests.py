@@ -16,12 +16,10 @@ from collections.abc import Generator
 from typing import Callable, Iterator
 
 from ..errors import HearthError
+from ..metrics import openai_finish_reason
 from ..types import Message, SamplingParams, StreamEvent
 
 CONTEXT_POLICIES = {"error": "stop", "stop": "stop", "drop_oldest": "drop_oldest"}
-# The engine's finish reasons in the OpenAI vocabulary.
-FINISH = {"eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
-          "cancelled": "cancelled"}
 
 
 class Priority(IntEnum):
@@ -65,7 +63,7 @@ class RequestTimes:
     prompt_tokens: int = 0
     cached_tokens: int = 0       # prompt tokens served from the KV (prefix cache, shared system prompt)
     completion_tokens: int = 0
-    finish_reason: str | None = None  # "stop" | "length" | "cancelled" | "error"
+    finish_reason: str | None = None  # metrics.openai_finish_reason's ("stop" | "length" | "cancelled"), or "error"
 
 
 class QueueFull(HearthError):
@@ -146,7 +144,7 @@ class Ticket:
                     self.times.completion_tokens = len(ev.token_ids)
                     finished = True
                     yield ev
-                    self.finish(FINISH.get(ev.finish_reason or "", "stop"))
+                    self.finish(openai_finish_reason(ev.finish_reason))
                     return
                 yield ev
         except HearthError as e:

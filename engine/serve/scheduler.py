@@ -25,11 +25,11 @@ from typing import Generator, Iterator
 from ..engine import Engine
 from ..errors import HearthError
 from ..grammar import TokenConstraint
-from ..metrics import GenerationStats
+from ..metrics import GenerationStats, openai_finish_reason
 from ..prompt import PromptBuilder
 from ..types import StreamEvent
 from .batch import BatchRunner
-from .requests import CONTEXT_POLICIES, FINISH, Priority, QueueFull, ServeRequest, Ticket
+from .requests import CONTEXT_POLICIES, Priority, QueueFull, ServeRequest, Ticket
 
 RETRY_FLOOR_S = 1.0   # the shortest Retry-After the scheduler suggests
 _RECENT = 16          # requests whose service time the retry estimate averages
@@ -240,21 +240,25 @@ class Scheduler:
         if ticket.started is None:
             ticket.started = time.perf_counter()
         times.queue_wait_s = ticket.started - ticket.submitted
+        waited = False
         try:
             for ev in self._events(ticket):
-                if ev.kind == "final" and ev.stats is not None and ev.stats.timeline is not None:
-                    # The engine's clock started when this request left the queue.
-                    ev.stats.timeline.record_queue_wait(times.queue_wait_s * 1e3)
+                if not waited and ev.stats is not None:
+                    # The engine's clock started when this request left the queue; from the
+                    # first event on, the record's live TTFT and its final figures include the wait.
+                    ev.stats.record_queue_wait(times.queue_wait_s * 1e3)
+                    waited = True
                 ticket.post(ev)
                 if ev.kind == "final":
                     st = ev.stats
                     assert st is not None  # every final event carries its stats
-                    times.prefill_s = max(0.0, st.prefill_ms / 1e3 - times.queue_wait_s)
+                    # Started -> first token: the prompt's preparation, then reading it.
+                    times.prefill_s = (st.template_ms + st.tokenize_ms + st.prefill_ms) / 1e3
                     times.decode_s = st.decode_ms / 1e3
                     times.prompt_tokens = st.prompt_tokens
                     times.cached_tokens = st.cached_tokens
                     times.completion_tokens = st.generated_tokens
-                    ticket.finish(FINISH.get(ev.finish_reason or "", "stop"))
+                    ticket.finish(openai_finish_reason(ev.finish_reason))
                 yield
         except HearthError as e:
             ticket.finish(None, error=e)
