@@ -21,7 +21,6 @@ from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from engine.loading.gpu_guard import GpuGuard
-from engine.loading.request import LoadRequest
 
 from app.core.paths import data_dir
 from app.library import library_dock
@@ -34,7 +33,7 @@ from app.chat.chat_view import ChatView
 from app.chat.conversation_list import ConversationList
 from app.ui.info_bar import InfoArea
 from app.ui.loop_monitor import LoopMonitor
-from app.window.model_loading import ModelLoadingMixin
+from app.window.model_loading import LoadingController
 from app.window.navigation import NavigationMixin
 from app.performance.performance_menu import PerformanceMixin
 from app.window.replies import RepliesMixin
@@ -49,7 +48,28 @@ PRELOAD = ("engine.engine", "engine.backends.llama.backend", "engine.models.hub"
 SWITCH_INTERVAL_S = 0.001
 
 
-class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
+class Via:
+    """A window attribute that now belongs to one of its controllers, kept under its old name
+    because the window's callers (the library dock, the drivers, tests) use it. Read-only:
+    the controller owns it."""
+
+    def __init__(self, controller: str) -> None:
+        self.controller = controller
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return getattr(getattr(obj, self.controller), self.name)
+
+    def __set__(self, obj, value) -> None:
+        raise AttributeError(f"{self.name} belongs to the window's {self.controller}; set it there")
+
+
+class MainWindow(RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
                  PerformanceMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
@@ -82,8 +102,6 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         self.monitor = LoopMonitor(self)
         self.current: int | None = None
         self.stream: dict | None = None  # {conv, mid, user_mid, user_text, parts, title}
-        self._load_req: LoadRequest | None = None
-        self._rolling_back = False
         self.last_stats: dict | None = None
         self._closed = False
 
@@ -101,6 +119,18 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         if self.current is None:
             self.new_conversation()
         self._apply_server()
+
+    # The window's public surface that its controllers own (see Via).
+    load_model = Via("loading")
+    start = Via("loading")
+    reload_on_gpu = Via("loading")
+    cancel_load = Via("loading")
+    show_memory_details = Via("loading")
+    memory_details = Via("loading")
+    model_label = Via("loading")
+    memory_label = Via("loading")
+    load_bar = Via("loading")
+    cancel_load_button = Via("loading")
 
     # -- construction -------------------------------------------------------
 
@@ -124,7 +154,10 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         sb = self.statusBar()
         self.stats_label = QLabel()
         self.stats_label.setToolTip("Live while a reply streams; then the last reply's numbers")
-        self._build_model_status(sb)
+        self.loading = LoadingController(
+            host=self.host, monitor=self.monitor, info=self.info, status_bar=sb, parent=self,
+            settings_file=self.settings_file, settings=lambda: self.settings, adopt_settings=self._adopt_settings,
+            open_settings=self.open_settings, closed=lambda: self._closed)
         sb.addPermanentWidget(self.stats_label)
         sb.addPermanentWidget(self._build_context_meter())
         sb.addPermanentWidget(self.model_label)
@@ -154,12 +187,13 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         return act
 
     def _connect(self) -> None:
-        h = self.host
-        h.load_started.connect(self._on_load_started)
-        h.download_progress.connect(self._on_download_progress)
-        h.loaded.connect(self._on_loaded)
-        h.load_failed.connect(self._on_load_failed)
-        h.load_cancelled.connect(self._on_load_cancelled)
+        h, lc = self.host, self.loading
+        h.failed.connect(lc.on_reply_failed)  # before the reply's own handler, as the retry follows it
+        h.load_started.connect(lc.on_load_started)
+        h.download_progress.connect(lc.on_download_progress)
+        h.loaded.connect(lc.on_loaded)
+        h.load_failed.connect(lc.on_load_failed)
+        h.load_cancelled.connect(lc.on_load_cancelled)
         h.delta.connect(self._on_delta)
         h.progress.connect(self._on_progress)
         h.finished.connect(self._on_finished)
@@ -196,12 +230,23 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         """Adopt validated settings: save, re-theme, and reload the model if its set-up changed."""
         reload = new.load_request() != self.settings.load_request() or not (self.host.ready or self.host.loading)
         self.settings = new
-        self._save_settings()
+        self.save_settings()
         self.chat.system.set_presets(new.presets)
         self.apply_theme()
         self._apply_server()
         if reload:
             self.load_model(new.load_request())
+
+    def save_settings(self) -> None:
+        """Write the settings the window holds; a failure is shown, never silent."""
+        try:
+            self.settings_file.save(self.settings)
+        except (OSError, ValueError) as e:
+            self.info.show_message(f"Could not save the settings: {e}", "error")
+
+    def _adopt_settings(self, new: Settings) -> None:
+        self.settings = new
+        self.save_settings()
 
     def _apply_server(self) -> None:
         """Start, stop or re-key the local server as the settings say; a failure is shown, never silent."""

@@ -39,7 +39,7 @@ class ViewMenuMixin:
         if choice not in THEMES:
             raise ValueError(f"unknown theme {choice!r}")
         self.settings = dataclasses.replace(self.settings, theme=choice)
-        self._save_settings()
+        self.save_settings()
         self.apply_theme()
         theme.repolish(self)  # the list and the status bar too, not only the chat
         self.theme_actions[choice].setChecked(True)
