@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
@@ -34,7 +35,7 @@ from app.chat.conversation_list import ConversationList
 from app.ui.info_bar import InfoArea
 from app.ui.loop_monitor import LoopMonitor
 from app.window.model_loading import LoadingController
-from app.window.navigation import NavigationMixin
+from app.window.navigation import NavigationController
 from app.performance.performance_menu import PerformanceMixin
 from app.window.replies import RepliesMixin
 from app.core.settings import Settings, SettingsFile
@@ -69,7 +70,7 @@ class Via:
         raise AttributeError(f"{self.name} belongs to the window's {self.controller}; set it there")
 
 
-class MainWindow(RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
+class MainWindow(RepliesMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
                  PerformanceMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
@@ -131,6 +132,13 @@ class MainWindow(RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, We
     memory_label = Via("loading")
     load_bar = Via("loading")
     cancel_load_button = Via("loading")
+    export_conversation = Via("navigation")
+    import_conversation = Via("navigation")
+    open_hit = Via("navigation")
+    step_branch = Via("navigation")
+    toggle_pin = Via("navigation")
+    focus_search = Via("navigation")
+    copy_last_reply = Via("navigation")
 
     # -- construction -------------------------------------------------------
 
@@ -163,14 +171,20 @@ class MainWindow(RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, We
         sb.addPermanentWidget(self.model_label)
         sb.addPermanentWidget(self.memory_label)
         sb.addPermanentWidget(self.server_host.label)
+        self.navigation = NavigationController(
+            store=self.store, chat=self.chat, conversations=self.conversations, info=self.info, status_bar=sb,
+            parent=self, current=lambda: self.current, streaming_in=self._streaming_in,
+            open_conversation=self.open_conversation, show_current=self._show_current,
+            refresh_list=lambda select: self._refresh_list(select=select))
 
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
         self.act_new = self._action(file_menu, "&New chat", keys("new"), self.new_conversation)
         self.act_settings = self._action(file_menu, "&Settings…", keys("settings"), self.open_settings)
-        self._action(file_menu, "&Import conversation…", QKeySequence(), self._ask_import)
-        self._action(file_menu, "Export as &Markdown…", QKeySequence(), lambda: self._ask_export("markdown"))
-        self._action(file_menu, "Export as &JSON…", QKeySequence(), lambda: self._ask_export("json"))
+        nav = self.navigation
+        self._action(file_menu, "&Import conversation…", QKeySequence(), nav.ask_import)
+        self._action(file_menu, "Export as &Markdown…", QKeySequence(), lambda: nav.ask_export("markdown"))
+        self._action(file_menu, "Export as &JSON…", QKeySequence(), lambda: nav.ask_export("json"))
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", keys("quit"), self.close)
         chat_menu = menu.addMenu("&Chat")
@@ -203,8 +217,11 @@ class MainWindow(RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, We
         c.new_requested.connect(self.new_conversation)
         c.renamed.connect(self.rename_conversation)
         c.delete_requested.connect(self.delete_conversation)
-        c.search_changed.connect(self._search_changed)
-        self._connect_navigation()
+        nav = self.navigation
+        c.search_changed.connect(nav.search_changed)
+        c.hit_chosen.connect(nav.open_hit)
+        c.pin_requested.connect(nav.toggle_pin)
+        self.chat.branch_requested.connect(nav.step_branch)
         self._connect_welcome()
         v = self.chat
         v.send_requested.connect(self.send)
@@ -274,13 +291,25 @@ class MainWindow(RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, We
         self.chat.flush_draft()  # drafts save on a timer; an edit in progress saved its draft already
 
     def select_conversation(self, cid: int) -> None:
-        if cid == self.current:
-            return
+        if cid != self.current:
+            self.open_conversation(cid)
+
+    def open_conversation(self, cid: int, before: Callable[[], None] | None = None) -> None:
+        """Leave the conversation on screen (what was typed is saved), run ``before`` (e.g. pick
+        a branch), then show ``cid`` and select it in the list."""
         self._leave_current()
+        if before is not None:
+            before()
         self.current = cid
         self._show_current()
         if self.conversations.current_id() != cid:
             self._refresh_list(select=cid)
+
+    def _streaming_in(self) -> int | None:
+        return self.stream["conv"] if self.stream is not None else None
+
+    def _show_branches(self) -> None:
+        self.navigation.show_branches()  # RepliesMixin calls this after a new version
 
     def _show_current(self) -> None:
         conv = self.store.conversation(self.current)
