@@ -26,9 +26,10 @@ from engine.loading.gpu_guard import GpuGuard
 from app.core.paths import data_dir
 from app.library import library_dock
 from app.ui import theme
-from app.window.keyboard import KeyboardMixin
+from app.window.keyboard import KeyboardController
 from app.ui.shortcuts import keys
-from app.window.view_menu import ViewMenuMixin
+from app.window.view_menu import ViewMenu
+from app.window.via import Via
 from app.chat.welcome import WelcomeMixin
 from app.chat.chat_view import ChatView
 from app.chat.conversation_list import ConversationList
@@ -49,28 +50,7 @@ PRELOAD = ("engine.engine", "engine.backends.llama.backend", "engine.models.hub"
 SWITCH_INTERVAL_S = 0.001
 
 
-class Via:
-    """A window attribute that now belongs to one of its controllers, kept under its old name
-    because the window's callers (the library dock, the drivers, tests) use it. Read-only:
-    the controller owns it."""
-
-    def __init__(self, controller: str) -> None:
-        self.controller = controller
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
-        return getattr(getattr(obj, self.controller), self.name)
-
-    def __set__(self, obj, value) -> None:
-        raise AttributeError(f"{self.name} belongs to the window's {self.controller}; set it there")
-
-
-class MainWindow(RepliesMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
+class MainWindow(RepliesMixin, WelcomeMixin,
                  PerformanceMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
@@ -109,10 +89,18 @@ class MainWindow(RepliesMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
         self._build_ui()
         self._connect()
         self.models_dock = library_dock.attach(self)  # the model library and the Hub browser
-        self._install_shortcuts()  # keys from app/ui/shortcuts.py's table, then the menus that show them
-        self._build_view_menu()
+        # keys from app/ui/shortcuts.py's table, then the menus that show them
+        self.keyboard = KeyboardController(
+            window=self, chat=self.chat, conversations=self.conversations, status_bar=self.statusBar(),
+            current=lambda: self.current, select_conversation=self.select_conversation,
+            delete_conversation=self.delete_conversation, streaming=lambda: self.stream is not None,
+            stop=self.stop, focus_search=self.navigation.focus_search,
+            copy_last_reply=self.navigation.copy_last_reply)
+        self.view_menu = ViewMenu(
+            window=self, zoom_actions=[self.keyboard.key_actions[k] for k in ("zoom_in", "zoom_out", "zoom_reset")],
+            settings=lambda: self.settings, adopt_settings=self._adopt_settings, apply_theme=self.apply_theme)
         self._build_performance_menu()
-        self._build_help_menu()
+        self.keyboard.build_help_menu()
         for notice in (settings_notice, self.store.notice):
             if notice:
                 self.info.show_message(notice, "error")
@@ -124,8 +112,6 @@ class MainWindow(RepliesMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
     # The window's public surface that its controllers own (see Via).
     load_model = Via("loading")
     start = Via("loading")
-    reload_on_gpu = Via("loading")
-    cancel_load = Via("loading")
     show_memory_details = Via("loading")
     memory_details = Via("loading")
     model_label = Via("loading")
@@ -134,11 +120,12 @@ class MainWindow(RepliesMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
     cancel_load_button = Via("loading")
     export_conversation = Via("navigation")
     import_conversation = Via("navigation")
-    open_hit = Via("navigation")
-    step_branch = Via("navigation")
-    toggle_pin = Via("navigation")
-    focus_search = Via("navigation")
-    copy_last_reply = Via("navigation")
+    key_actions = Via("keyboard")
+    zoom = Via("keyboard")
+    show_shortcuts = Via("keyboard")
+    shortcuts_sheet = Via("keyboard")
+    theme_actions = Via("view_menu")
+    set_theme = Via("view_menu")
 
     # -- construction -------------------------------------------------------
 
