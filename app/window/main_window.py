@@ -30,7 +30,7 @@ from app.window.keyboard import KeyboardController
 from app.ui.shortcuts import keys
 from app.window.view_menu import ViewMenu
 from app.window.via import Via
-from app.chat.welcome import WelcomeMixin
+from app.window.welcome_hint import UpgradeHint
 from app.chat.chat_view import ChatView
 from app.chat.conversation_list import ConversationList
 from app.ui.info_bar import InfoArea
@@ -50,7 +50,7 @@ PRELOAD = ("engine.engine", "engine.backends.llama.backend", "engine.models.hub"
 SWITCH_INTERVAL_S = 0.001
 
 
-class MainWindow(RepliesMixin, WelcomeMixin,
+class MainWindow(RepliesMixin,
                  PerformanceMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
@@ -87,6 +87,7 @@ class MainWindow(RepliesMixin, WelcomeMixin,
         self._closed = False
 
         self._build_ui()
+        self.welcome_hint = UpgradeHint(panel=self.chat.empty, owner=self)
         self._connect()
         self.models_dock = library_dock.attach(self)  # the model library and the Hub browser
         # keys from app/ui/shortcuts.py's table, then the menus that show them
@@ -126,6 +127,7 @@ class MainWindow(RepliesMixin, WelcomeMixin,
     shortcuts_sheet = Via("keyboard")
     theme_actions = Via("view_menu")
     set_theme = Via("view_menu")
+    hint_answered = Via("welcome_hint", "answered")
 
     # -- construction -------------------------------------------------------
 
@@ -209,7 +211,7 @@ class MainWindow(RepliesMixin, WelcomeMixin,
         c.hit_chosen.connect(nav.open_hit)
         c.pin_requested.connect(nav.toggle_pin)
         self.chat.branch_requested.connect(nav.step_branch)
-        self._connect_welcome()
+        h.loaded.connect(self.welcome_hint.model_loaded)
         v = self.chat
         v.send_requested.connect(self.send)
         v.edit_resend_requested.connect(self.edit_and_resend)
