@@ -29,6 +29,7 @@ from app.ui import theme
 from app.window.keyboard import KeyboardController
 from app.ui.shortcuts import keys
 from app.window.view_menu import ViewMenu
+from app.window.performance_menu import PerformanceMenu
 from app.window.via import Via
 from app.window.welcome_hint import UpgradeHint
 from app.chat.chat_view import ChatView
@@ -37,7 +38,6 @@ from app.ui.info_bar import InfoArea
 from app.ui.loop_monitor import LoopMonitor
 from app.window.model_loading import LoadingController
 from app.window.navigation import NavigationController
-from app.performance.performance_menu import PerformanceMixin
 from app.window.replies import RepliesMixin
 from app.core.settings import Settings, SettingsFile
 from app.core.store import Store
@@ -50,8 +50,7 @@ PRELOAD = ("engine.engine", "engine.backends.llama.backend", "engine.models.hub"
 SWITCH_INTERVAL_S = 0.001
 
 
-class MainWindow(RepliesMixin,
-                 PerformanceMixin, QMainWindow):
+class MainWindow(RepliesMixin, QMainWindow):
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
         # Loading the native library holds the GIL for tens of milliseconds, and
@@ -100,7 +99,9 @@ class MainWindow(RepliesMixin,
         self.view_menu = ViewMenu(
             window=self, zoom_actions=[self.keyboard.key_actions[k] for k in ("zoom_in", "zoom_out", "zoom_reset")],
             settings=lambda: self.settings, adopt_settings=self._adopt_settings, apply_theme=self.apply_theme)
-        self._build_performance_menu()
+        self.performance = PerformanceMenu(
+            window=self, store=self.store, host=self.host, info=self.info, current=lambda: self.current,
+            settings=lambda: self.settings, apply_settings=self.apply_settings)
         self.keyboard.build_help_menu()
         for notice in (settings_notice, self.store.notice):
             if notice:
@@ -128,6 +129,11 @@ class MainWindow(RepliesMixin,
     theme_actions = Via("view_menu")
     set_theme = Via("view_menu")
     hint_answered = Via("welcome_hint", "answered")
+    performance_panel = Via("performance")
+    tune_dialog = Via("performance")
+    act_performance = Via("performance")
+    act_benchmark = Via("performance")
+    show_performance = Via("performance")
 
     # -- construction -------------------------------------------------------
 
@@ -217,7 +223,8 @@ class MainWindow(RepliesMixin,
         v.edit_resend_requested.connect(self.edit_and_resend)
         v.stop_requested.connect(self.stop)
         v.regenerate_requested.connect(self.regenerate)
-        v.performance_requested.connect(self.show_performance)
+        # the Performance menu is built later (after the dock and View), hence the late lookup
+        v.performance_requested.connect(lambda mid: self.performance.show_performance(mid))
         v.system_prompt_changed.connect(self._save_system_prompt)
         v.draft_changed.connect(self._save_draft)
         v.notify.connect(lambda msg: self.statusBar().showMessage(msg, 3000))
@@ -375,7 +382,7 @@ class MainWindow(RepliesMixin,
         self._leave_current()
         self._closed = True
         self.hide()
-        self._close_performance()  # a benchmark run stops first: its thread must not outlive the window
+        self.performance.close()  # a benchmark run stops first: its thread must not outlive the window
         self.server_host.shutdown()  # API clients are cut off first; then the engine thread ends
         self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
         GpuGuard(data_dir()).clear()  # a clean close: the next start may use the GPU
