@@ -1,7 +1,13 @@
-"""The main window: wires the conversation list, the chat view, the store and the engine.
+"""The main window: builds the widgets, makes the controllers, connects the signals.
 
-Loading the model lives in model_loading.py and sending/streaming in
-replies.py (mixins of this class). Rules the three files keep together:
+The window's parts are controllers it holds, each given what it needs in its
+constructor: ``loading`` (model_loading.py: load, status bar, rollback, retries),
+``navigation`` (search hits, versions, pins, export/import), ``keyboard`` (keys,
+zoom, Help), ``view_menu`` (theme), ``welcome_hint`` and ``performance`` (the
+Performance menu). Sending and streaming are still the RepliesMixin (replies.py).
+The window itself keeps the settings, the conversation on screen and the
+conversation list; names its callers use for a controller's parts stay as Via
+attributes (via.py). Rules the parts keep together:
 - The window appears before any model is loaded; loading runs on the engine thread.
 - Nothing the user typed is lost: drafts are saved per conversation, a send
   that fails before any reply text puts the message back in the input box,
@@ -51,6 +57,9 @@ SWITCH_INTERVAL_S = 0.001
 
 
 class MainWindow(RepliesMixin, QMainWindow):
+    """Hearth's window: the conversation list, the chat and the status bar, wired to the store,
+    the engine thread and the controllers that own each part (see the module's docstring)."""
+
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
         # Loading the native library holds the GIL for tens of milliseconds, and
@@ -133,7 +142,6 @@ class MainWindow(RepliesMixin, QMainWindow):
     tune_dialog = Via("performance")
     act_performance = Via("performance")
     act_benchmark = Via("performance")
-    show_performance = Via("performance")
 
     # -- construction -------------------------------------------------------
 
@@ -170,7 +178,7 @@ class MainWindow(RepliesMixin, QMainWindow):
             store=self.store, chat=self.chat, conversations=self.conversations, info=self.info, status_bar=sb,
             parent=self, current=lambda: self.current, streaming_in=self._streaming_in,
             open_conversation=self.open_conversation, show_current=self._show_current,
-            refresh_list=lambda select: self._refresh_list(select=select))
+            refresh_list=self._refresh_list)
 
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
