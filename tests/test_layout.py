@@ -174,3 +174,26 @@ def test_shipped_code_imports_no_benchmark():
             continue            # the benchmarks themselves, and the command line that runs them
         bad = {i for i in imports_of(name) if i.startswith("engine.bench")}
         assert bad == set(), f"{name} imports {sorted(bad)}"
+
+
+def test_the_main_window_composes_controllers_instead_of_mixing_them_in():
+    # Controllers hold the window's parts (issue #21); only the reply stream is still a mixin.
+    from PySide6.QtWidgets import QMainWindow
+
+    from app.window.main_window import MainWindow
+    from app.window.replies import RepliesMixin
+
+    assert MainWindow.__bases__ == (RepliesMixin, QMainWindow)
+    mixed_in = {c.__module__ for c in MainWindow.__mro__}
+    assert not {m for m in mixed_in if m.startswith(("app.chat", "app.performance"))}
+
+
+def test_feature_packages_define_no_window_mixin():
+    # The wiring that knows the window lives in app/window/; app/chat and app/performance hold widgets.
+    found = []
+    for name, path in MODULES.items():
+        if name.startswith(("app.chat", "app.performance")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ClassDef) and (node.name.endswith("Mixin") or node.name == "MainWindow"):
+                    found.append(f"{name}.{node.name}")
+    assert found == []

@@ -1,13 +1,10 @@
 """What an empty chat shows: a short welcome, three example prompts, and a hint when
-this machine's GPU could run a larger model than the one loaded (app/core/upgrade_hint.py)."""
+this machine's GPU could run a larger model than the one loaded (app/core/upgrade_hint.py;
+app/window/welcome_hint.py works it out after each load)."""
 from __future__ import annotations
-
-import sys
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
-
-from app.bridge.background import Background
 
 EXAMPLES = (
     "Explain what a hash table is, with a short Python example.",
@@ -67,39 +64,3 @@ class WelcomePanel(QFrame):
         """Show (or hide, with None) the larger-model hint."""
         self.hint.setText(text or "")
         self.hint.setVisible(bool(text))
-
-
-def _work_out_hint(model_path: str) -> str | None:
-    """On a worker thread: the hint's text, or None when there is nothing larger to suggest."""
-    from engine.loading import plan as plan_load
-    from app.core.upgrade_hint import hint_for
-
-    return hint_for(model_path, plan_load.machine("gguf"))
-
-
-class WelcomeMixin:
-    """MainWindow's part: after each model load, ask the planner whether this machine's
-    GPU could run a larger model, and say so on the welcome page. Listing ggml's
-    devices takes seconds on some machines, so it runs on its own thread."""
-
-    def _connect_welcome(self) -> None:
-        self._hint_loads = 0
-        self.hint_answered = 0  # the number of the last load whose hint came back
-        self._hint_bg = Background(self)
-        self.host.loaded.connect(self._show_upgrade_hint)
-
-    def _show_upgrade_hint(self, model) -> None:
-        self._hint_loads += 1
-        n, path = self._hint_loads, model.path
-        self._hint_bg.run(lambda: _work_out_hint(path), on_done=lambda text: self._hint_ready(n, text),
-                          on_failed=lambda e: self._hint_failed(n, e),
-                          kind="hint", name="hearth-hint")  # a newer load's hint supersedes an older one's
-
-    def _hint_ready(self, n: int, text: str | None) -> None:
-        self.chat.empty.set_hint(text)
-        self.hint_answered = n
-
-    def _hint_failed(self, n: int, e: BaseException) -> None:
-        # Only the hint is missing; the chat works. Say why where bug reports look.
-        print(f"hearth: no larger-model hint ({type(e).__name__}: {e})", file=sys.stderr)
-        self._hint_ready(n, None)

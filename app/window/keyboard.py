@@ -1,39 +1,60 @@
-"""The window's keyboard shortcuts that are not menu items, and Help → Shortcuts.
+"""The window's keyboard shortcuts that are not menu items, text size, and Help → Shortcuts.
 
-A mixin of MainWindow. The keys come from app/ui/shortcuts.py (one table for the
-bindings and the sheet); the menu items' keys are read from the same table.
+``KeyboardController`` is one of MainWindow's controllers. The keys come from
+app/ui/shortcuts.py (one table for the bindings and the sheet); the menu items' keys
+are read from the same table. What a key does elsewhere (search, copy, delete a
+conversation) is passed in as callbacks.
 """
 from __future__ import annotations
 
-from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QApplication
+from collections.abc import Callable
 
+from PySide6.QtGui import QAction, QFont
+from PySide6.QtWidgets import QApplication, QMainWindow, QStatusBar
+
+from app.chat.chat_view import ChatView
+from app.chat.conversation_list import ConversationList
 from app.ui import shortcuts
 from app.ui.shortcuts import bind
 
 ZOOM_MIN, ZOOM_MAX = -4, 12  # points around the application's font size
 
 
-class KeyboardMixin:
-    def _install_shortcuts(self) -> None:
-        self._zoom = 0
-        self.key_actions = {
-            "search": bind(self, "search", self.focus_search),
-            "next_chat": bind(self, "next_chat", lambda: self.step_chat(1)),
-            "prev_chat": bind(self, "prev_chat", lambda: self.step_chat(-1)),
-            "escape": bind(self, "escape", self.escape, on=self.chat),
-            "copy_last": bind(self, "copy_last", self.copy_last_reply),
-            "zoom_in": bind(self, "zoom_in", lambda: self.zoom(1)),
-            "zoom_out": bind(self, "zoom_out", lambda: self.zoom(-1)),
-            "zoom_reset": bind(self, "zoom_reset", lambda: self.zoom(-self._zoom)),
-            "delete": bind(self, "delete", self._delete_selected, on=self.conversations.list),
-        }
-        self.chat.edit_last_requested.connect(self.edit_last)
+class KeyboardController:
+    """Binds the table's window keys on ``window`` and does what they ask.
 
-    def _build_help_menu(self) -> None:
+    ``current`` / ``select_conversation`` / ``delete_conversation`` are the window's
+    conversation handling; ``streaming`` says whether a reply is being written, ``stop``
+    stops it."""
+
+    def __init__(self, *, window: QMainWindow, chat: ChatView, conversations: ConversationList,
+                 status_bar: QStatusBar, current: Callable[[], int | None],
+                 select_conversation: Callable[[int], None], delete_conversation: Callable[[int], None],
+                 streaming: Callable[[], bool], stop: Callable[[], None], focus_search: Callable[[], None],
+                 copy_last_reply: Callable[[], None]) -> None:
+        self.window, self.chat, self.conversations, self.status_bar = window, chat, conversations, status_bar
+        self._current, self._select, self._delete = current, select_conversation, delete_conversation
+        self._streaming, self._stop = streaming, stop
+        self.zoom_level = 0  # points added to the application's font size in the chat
+        self.shortcuts_sheet: shortcuts.ShortcutsSheet | None = None
+        self.key_actions: dict[str, QAction] = {
+            "search": bind(window, "search", focus_search),
+            "next_chat": bind(window, "next_chat", lambda: self.step_chat(1)),
+            "prev_chat": bind(window, "prev_chat", lambda: self.step_chat(-1)),
+            "escape": bind(window, "escape", self.escape, on=chat),
+            "copy_last": bind(window, "copy_last", copy_last_reply),
+            "zoom_in": bind(window, "zoom_in", lambda: self.zoom(1)),
+            "zoom_out": bind(window, "zoom_out", lambda: self.zoom(-1)),
+            "zoom_reset": bind(window, "zoom_reset", lambda: self.zoom(-self.zoom_level)),
+            "delete": bind(window, "delete", self._delete_selected, on=conversations.list),
+        }
+        chat.edit_last_requested.connect(self.edit_last)
+        self.act_shortcuts: QAction | None = None
+
+    def build_help_menu(self) -> None:
         """Help → Keyboard shortcuts (F1): the sheet built from the same table."""
-        help_menu = self.menuBar().addMenu("&Help")
-        self.act_shortcuts = bind(self, "shortcuts", self.show_shortcuts)
+        help_menu = self.window.menuBar().addMenu("&Help")
+        self.act_shortcuts = bind(self.window, "shortcuts", self.show_shortcuts)
         self.act_shortcuts.setText("&Keyboard shortcuts")
         help_menu.addAction(self.act_shortcuts)
 
@@ -41,13 +62,13 @@ class KeyboardMixin:
         """Esc in the chat: cancel an edit in progress, else stop the reply being written."""
         if self.chat.editing is not None:
             self.chat.cancel_edit()
-        elif self.stream is not None:
-            self.stop()
+        elif self._streaming():
+            self._stop()
 
     def edit_last(self) -> None:
         """Up in the empty input box: edit the last message the user wrote."""
         mine = [w for w in self.chat.message_widgets() if w.role == "user"]
-        if mine and self.stream is None:
+        if mine and not self._streaming():
             self.chat.start_edit(mine[-1].mid)
 
     def step_chat(self, step: int) -> None:
@@ -55,25 +76,27 @@ class KeyboardMixin:
         ids = self.conversations.ids()
         if not ids:
             return
-        here = ids.index(self.current) if self.current in ids else -1
-        self.select_conversation(ids[(here + step) % len(ids)])
+        current = self._current()
+        here = ids.index(current) if current in ids else -1
+        self._select(ids[(here + step) % len(ids)])
 
     def zoom(self, step: int) -> None:
         """Make the chat's text bigger or smaller by ``step`` points (within limits)."""
-        self._zoom = max(ZOOM_MIN, min(ZOOM_MAX, self._zoom + step))
+        self.zoom_level = max(ZOOM_MIN, min(ZOOM_MAX, self.zoom_level + step))
         base = QApplication.font().pointSizeF()
         font = QFont(self.chat.font())
-        font.setPointSizeF(base + self._zoom)
+        font.setPointSizeF(base + self.zoom_level)
         self.chat.setFont(font)
-        self.statusBar().showMessage(f"Text size {font.pointSizeF():g} pt", 2000)
+        self.status_bar.showMessage(f"Text size {font.pointSizeF():g} pt", 2000)
 
     def _delete_selected(self) -> None:
         cid = self.conversations.current_id()
         if cid is not None:
-            self.delete_conversation(cid)
+            self._delete(cid)
 
     def show_shortcuts(self) -> shortcuts.ShortcutsSheet:
-        sheet = shortcuts.ShortcutsSheet(self)
+        """Show the shortcuts sheet (not modal) and return it."""
+        sheet = shortcuts.ShortcutsSheet(self.window)
         sheet.setModal(False)
         sheet.show()
         self.shortcuts_sheet = sheet

@@ -1,7 +1,13 @@
-"""The main window: wires the conversation list, the chat view, the store and the engine.
+"""The main window: builds the widgets, makes the controllers, connects the signals.
 
-Loading the model lives in model_loading.py and sending/streaming in
-replies.py (mixins of this class). Rules the three files keep together:
+The window's parts are controllers it holds, each given what it needs in its
+constructor: ``loading`` (model_loading.py: load, status bar, rollback, retries),
+``navigation`` (search hits, versions, pins, export/import), ``keyboard`` (keys,
+zoom, Help), ``view_menu`` (theme), ``welcome_hint`` and ``performance`` (the
+Performance menu). Sending and streaming are still the RepliesMixin (replies.py).
+The window itself keeps the settings, the conversation on screen and the
+conversation list; names its callers use for a controller's parts stay as Via
+attributes (via.py). Rules the parts keep together:
 - The window appears before any model is loaded; loading runs on the engine thread.
 - Nothing the user typed is lost: drafts are saved per conversation, a send
   that fails before any reply text puts the message back in the input box,
@@ -15,28 +21,29 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from engine.loading.gpu_guard import GpuGuard
-from engine.loading.request import LoadRequest
 
 from app.core.paths import data_dir
 from app.library import library_dock
 from app.ui import theme
-from app.window.keyboard import KeyboardMixin
+from app.window.keyboard import KeyboardController
 from app.ui.shortcuts import keys
-from app.window.view_menu import ViewMenuMixin
-from app.chat.welcome import WelcomeMixin
+from app.window.view_menu import ViewMenu
+from app.window.performance_menu import PerformanceMenu
+from app.window.via import Via
+from app.window.welcome_hint import UpgradeHint
 from app.chat.chat_view import ChatView
 from app.chat.conversation_list import ConversationList
 from app.ui.info_bar import InfoArea
 from app.ui.loop_monitor import LoopMonitor
-from app.window.model_loading import ModelLoadingMixin
-from app.window.navigation import NavigationMixin
-from app.performance.performance_menu import PerformanceMixin
+from app.window.model_loading import LoadingController
+from app.window.navigation import NavigationController
 from app.window.replies import RepliesMixin
 from app.core.settings import Settings, SettingsFile
 from app.core.store import Store
@@ -49,8 +56,10 @@ PRELOAD = ("engine.engine", "engine.backends.llama.backend", "engine.models.hub"
 SWITCH_INTERVAL_S = 0.001
 
 
-class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin, ViewMenuMixin, WelcomeMixin,
-                 PerformanceMixin, QMainWindow):
+class MainWindow(RepliesMixin, QMainWindow):
+    """Hearth's window: the conversation list, the chat and the status bar, wired to the store,
+    the engine thread and the controllers that own each part (see the module's docstring)."""
+
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
         # Import what loading the default model needs before the window exists.
         # Loading the native library holds the GIL for tens of milliseconds, and
@@ -82,18 +91,27 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         self.monitor = LoopMonitor(self)
         self.current: int | None = None
         self.stream: dict | None = None  # {conv, mid, user_mid, user_text, parts, title}
-        self._load_req: LoadRequest | None = None
-        self._rolling_back = False
         self.last_stats: dict | None = None
         self._closed = False
 
         self._build_ui()
+        self.welcome_hint = UpgradeHint(panel=self.chat.empty, owner=self)
         self._connect()
         self.models_dock = library_dock.attach(self)  # the model library and the Hub browser
-        self._install_shortcuts()  # keys from app/ui/shortcuts.py's table, then the menus that show them
-        self._build_view_menu()
-        self._build_performance_menu()
-        self._build_help_menu()
+        # keys from app/ui/shortcuts.py's table, then the menus that show them
+        self.keyboard = KeyboardController(
+            window=self, chat=self.chat, conversations=self.conversations, status_bar=self.statusBar(),
+            current=lambda: self.current, select_conversation=self.select_conversation,
+            delete_conversation=self.delete_conversation, streaming=lambda: self.stream is not None,
+            stop=self.stop, focus_search=self.navigation.focus_search,
+            copy_last_reply=self.navigation.copy_last_reply)
+        self.view_menu = ViewMenu(
+            window=self, zoom_actions=[self.keyboard.key_actions[k] for k in ("zoom_in", "zoom_out", "zoom_reset")],
+            settings=lambda: self.settings, adopt_settings=self._adopt_settings, apply_theme=self.apply_theme)
+        self.performance = PerformanceMenu(
+            window=self, store=self.store, host=self.host, info=self.info, current=lambda: self.current,
+            settings=lambda: self.settings, apply_settings=self.apply_settings)
+        self.keyboard.build_help_menu()
         for notice in (settings_notice, self.store.notice):
             if notice:
                 self.info.show_message(notice, "error")
@@ -101,6 +119,29 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         if self.current is None:
             self.new_conversation()
         self._apply_server()
+
+    # The window's public surface that its controllers own (see Via).
+    load_model = Via("loading")
+    start = Via("loading")
+    show_memory_details = Via("loading")
+    memory_details = Via("loading")
+    model_label = Via("loading")
+    memory_label = Via("loading")
+    load_bar = Via("loading")
+    cancel_load_button = Via("loading")
+    export_conversation = Via("navigation")
+    import_conversation = Via("navigation")
+    key_actions = Via("keyboard")
+    zoom = Via("keyboard")
+    show_shortcuts = Via("keyboard")
+    shortcuts_sheet = Via("keyboard")
+    theme_actions = Via("view_menu")
+    set_theme = Via("view_menu")
+    hint_answered = Via("welcome_hint", "answered")
+    performance_panel = Via("performance")
+    tune_dialog = Via("performance")
+    act_performance = Via("performance")
+    act_benchmark = Via("performance")
 
     # -- construction -------------------------------------------------------
 
@@ -124,20 +165,29 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         sb = self.statusBar()
         self.stats_label = QLabel()
         self.stats_label.setToolTip("Live while a reply streams; then the last reply's numbers")
-        self._build_model_status(sb)
+        self.loading = LoadingController(
+            host=self.host, monitor=self.monitor, info=self.info, status_bar=sb, parent=self,
+            settings_file=self.settings_file, settings=lambda: self.settings, adopt_settings=self._adopt_settings,
+            open_settings=self.open_settings, closed=lambda: self._closed)
         sb.addPermanentWidget(self.stats_label)
         sb.addPermanentWidget(self._build_context_meter())
         sb.addPermanentWidget(self.model_label)
         sb.addPermanentWidget(self.memory_label)
         sb.addPermanentWidget(self.server_host.label)
+        self.navigation = NavigationController(
+            store=self.store, chat=self.chat, conversations=self.conversations, info=self.info, status_bar=sb,
+            parent=self, current=lambda: self.current, streaming_in=self._streaming_in,
+            open_conversation=self.open_conversation, show_current=self._show_current,
+            refresh_list=self._refresh_list)
 
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
         self.act_new = self._action(file_menu, "&New chat", keys("new"), self.new_conversation)
         self.act_settings = self._action(file_menu, "&Settings…", keys("settings"), self.open_settings)
-        self._action(file_menu, "&Import conversation…", QKeySequence(), self._ask_import)
-        self._action(file_menu, "Export as &Markdown…", QKeySequence(), lambda: self._ask_export("markdown"))
-        self._action(file_menu, "Export as &JSON…", QKeySequence(), lambda: self._ask_export("json"))
+        nav = self.navigation
+        self._action(file_menu, "&Import conversation…", QKeySequence(), nav.ask_import)
+        self._action(file_menu, "Export as &Markdown…", QKeySequence(), lambda: nav.ask_export("markdown"))
+        self._action(file_menu, "Export as &JSON…", QKeySequence(), lambda: nav.ask_export("json"))
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", keys("quit"), self.close)
         chat_menu = menu.addMenu("&Chat")
@@ -154,12 +204,13 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         return act
 
     def _connect(self) -> None:
-        h = self.host
-        h.load_started.connect(self._on_load_started)
-        h.download_progress.connect(self._on_download_progress)
-        h.loaded.connect(self._on_loaded)
-        h.load_failed.connect(self._on_load_failed)
-        h.load_cancelled.connect(self._on_load_cancelled)
+        h, lc = self.host, self.loading
+        h.failed.connect(lc.on_reply_failed)  # before the reply's own handler, as the retry follows it
+        h.load_started.connect(lc.on_load_started)
+        h.download_progress.connect(lc.on_download_progress)
+        h.loaded.connect(lc.on_loaded)
+        h.load_failed.connect(lc.on_load_failed)
+        h.load_cancelled.connect(lc.on_load_cancelled)
         h.delta.connect(self._on_delta)
         h.progress.connect(self._on_progress)
         h.finished.connect(self._on_finished)
@@ -169,15 +220,19 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         c.new_requested.connect(self.new_conversation)
         c.renamed.connect(self.rename_conversation)
         c.delete_requested.connect(self.delete_conversation)
-        c.search_changed.connect(self._search_changed)
-        self._connect_navigation()
-        self._connect_welcome()
+        nav = self.navigation
+        c.search_changed.connect(nav.search_changed)
+        c.hit_chosen.connect(nav.open_hit)
+        c.pin_requested.connect(nav.toggle_pin)
+        self.chat.branch_requested.connect(nav.step_branch)
+        h.loaded.connect(self.welcome_hint.model_loaded)
         v = self.chat
         v.send_requested.connect(self.send)
         v.edit_resend_requested.connect(self.edit_and_resend)
         v.stop_requested.connect(self.stop)
         v.regenerate_requested.connect(self.regenerate)
-        v.performance_requested.connect(self.show_performance)
+        # the Performance menu is built later (after the dock and View), hence the late lookup
+        v.performance_requested.connect(lambda mid: self.performance.show_performance(mid))
         v.system_prompt_changed.connect(self._save_system_prompt)
         v.draft_changed.connect(self._save_draft)
         v.notify.connect(lambda msg: self.statusBar().showMessage(msg, 3000))
@@ -196,12 +251,23 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         """Adopt validated settings: save, re-theme, and reload the model if its set-up changed."""
         reload = new.load_request() != self.settings.load_request() or not (self.host.ready or self.host.loading)
         self.settings = new
-        self._save_settings()
+        self.save_settings()
         self.chat.system.set_presets(new.presets)
         self.apply_theme()
         self._apply_server()
         if reload:
             self.load_model(new.load_request())
+
+    def save_settings(self) -> None:
+        """Write the settings the window holds; a failure is shown, never silent."""
+        try:
+            self.settings_file.save(self.settings)
+        except (OSError, ValueError) as e:
+            self.info.show_message(f"Could not save the settings: {e}", "error")
+
+    def _adopt_settings(self, new: Settings) -> None:
+        self.settings = new
+        self.save_settings()
 
     def _apply_server(self) -> None:
         """Start, stop or re-key the local server as the settings say; a failure is shown, never silent."""
@@ -229,13 +295,25 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         self.chat.flush_draft()  # drafts save on a timer; an edit in progress saved its draft already
 
     def select_conversation(self, cid: int) -> None:
-        if cid == self.current:
-            return
+        if cid != self.current:
+            self.open_conversation(cid)
+
+    def open_conversation(self, cid: int, before: Callable[[], None] | None = None) -> None:
+        """Leave the conversation on screen (what was typed is saved), run ``before`` (e.g. pick
+        a branch), then show ``cid`` and select it in the list."""
         self._leave_current()
+        if before is not None:
+            before()
         self.current = cid
         self._show_current()
         if self.conversations.current_id() != cid:
             self._refresh_list(select=cid)
+
+    def _streaming_in(self) -> int | None:
+        return self.stream["conv"] if self.stream is not None else None
+
+    def _show_branches(self) -> None:
+        self.navigation.show_branches()  # RepliesMixin calls this after a new version
 
     def _show_current(self) -> None:
         conv = self.store.conversation(self.current)
@@ -312,7 +390,7 @@ class MainWindow(ModelLoadingMixin, RepliesMixin, NavigationMixin, KeyboardMixin
         self._leave_current()
         self._closed = True
         self.hide()
-        self._close_performance()  # a benchmark run stops first: its thread must not outlive the window
+        self.performance.close()  # a benchmark run stops first: its thread must not outlive the window
         self.server_host.shutdown()  # API clients are cut off first; then the engine thread ends
         self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
         GpuGuard(data_dir()).clear()  # a clean close: the next start may use the GPU

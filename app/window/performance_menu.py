@@ -1,29 +1,52 @@
 """The window's Performance menu: a reply's Performance panel and "Benchmark this model".
 
-A mixin of MainWindow (it uses its host, store, settings and info bar). A
-reply's own "Performance" button opens the panel for that reply; the menu
-opens it for the newest reply of the conversation on screen.
+``PerformanceMenu`` is one of MainWindow's controllers; the panel and the benchmark
+dialog themselves are app/performance/'s widgets. A reply's own "Performance" button
+opens the panel for that reply; the menu opens it for the newest reply of the
+conversation on screen.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMainWindow
+
+from app.bridge.engine_host import EngineHost
+from app.core.settings import Settings
+from app.core.store import Store
+from app.ui.info_bar import InfoArea
+
+if TYPE_CHECKING:  # both import QtCharts: only loaded when asked for
+    from app.performance.performance_panel import PerformancePanel
+    from app.performance.tune_dialog import TuneDialog
 
 from engine.metrics import has_timeline
 
 
-class PerformanceMixin:
-    def _build_performance_menu(self) -> None:
-        menu = self.menuBar().addMenu("&Performance")
-        self.act_performance = QAction("Performance of the last reply…", self)
+class PerformanceMenu:
+    """Adds the Performance menu to ``window`` and keeps the panel and the benchmark dialog it opened.
+
+    ``current`` says which conversation is on screen; ``settings`` / ``apply_settings`` are the
+    window's, for the benchmark dialog to read and to apply a winning row."""
+
+    def __init__(self, *, window: QMainWindow, store: Store, host: EngineHost, info: InfoArea,
+                 current: Callable[[], int | None], settings: Callable[[], Settings],
+                 apply_settings: Callable[[Settings], None]) -> None:
+        self.window, self.store, self.host, self.info = window, store, host, info
+        self._current, self._settings, self._apply_settings = current, settings, apply_settings
+        self.performance_panel: PerformancePanel | None = None
+        self.tune_dialog: TuneDialog | None = None
+        menu = window.menuBar().addMenu("&Performance")
+        self.act_performance = QAction("Performance of the last reply…", window)
         self.act_performance.triggered.connect(self.show_last_performance)
-        self.act_benchmark = QAction("&Benchmark this model…", self)
+        self.act_benchmark = QAction("&Benchmark this model…", window)
         self.act_benchmark.triggered.connect(self.open_benchmark)
         menu.addAction(self.act_performance)
         menu.addAction(self.act_benchmark)
-        self.performance_panel = None
-        self.tune_dialog = None
 
-    def _close_performance(self) -> None:
+    def close(self) -> None:
         """Close the panel and the benchmark dialog (a run in progress stops and its thread ends)."""
         for w in (self.performance_panel, self.tune_dialog):
             if w is not None:
@@ -33,8 +56,9 @@ class PerformanceMixin:
 
     def show_last_performance(self) -> None:
         """The panel for the newest reply on screen that has a timeline."""
-        replies = [m for m in self.store.messages(self.current) if m.role == "assistant"
-                   and has_timeline(m.metrics)] if self.current is not None else []
+        current = self._current()
+        replies = [m for m in self.store.messages(current) if m.role == "assistant"
+                   and has_timeline(m.metrics)] if current is not None else []
         if not replies:
             self.info.show_message("No reply here has a timeline yet: send a message first.", "info")
             return
@@ -48,7 +72,7 @@ class PerformanceMixin:
         model = self.host.model
         weights = int(model.memory.get("weights") or 0) if model is not None else 0
         try:
-            panel = PerformancePanel(msg.metrics or {}, weights, parent=self,
+            panel = PerformancePanel(msg.metrics or {}, weights, parent=self.window,
                                      threads=model.n_threads if model is not None else 1)
         except ValueError as e:
             self.info.show_message(str(e), "info")
@@ -74,6 +98,6 @@ class PerformanceMixin:
             return
         if self.tune_dialog is not None:
             self.tune_dialog.close()
-        self.tune_dialog = TuneDialog(model.path, model.label, lambda: self.settings, self.apply_settings,
-                                      self, threads=self.settings.n_threads)
+        self.tune_dialog = TuneDialog(model.path, model.label, self._settings, self._apply_settings,
+                                      self.window, threads=self._settings().n_threads)
         self.tune_dialog.show()

@@ -1,0 +1,51 @@
+"""The welcome page's larger-model hint, worked out after each model load.
+
+``UpgradeHint`` is one of MainWindow's controllers: it asks the planner whether this
+machine's GPU could run a larger model than the one loaded, and shows the answer on
+the welcome page (app/chat/welcome.py's WelcomePanel). Listing ggml's devices takes
+seconds on some machines, so it runs through app/bridge/background.py.
+"""
+from __future__ import annotations
+
+import sys
+
+from PySide6.QtCore import QObject
+
+from engine.loading.load import LoadedModel
+
+from app.bridge.background import Background
+from app.chat.welcome import WelcomePanel
+
+
+def work_out_hint(model_path: str) -> str | None:
+    """On a worker thread: the hint's text, or None when there is nothing larger to suggest."""
+    from engine.loading import plan as plan_load
+    from app.core.upgrade_hint import hint_for
+
+    return hint_for(model_path, plan_load.machine("gguf"))
+
+
+class UpgradeHint:
+    """Puts the hint for each loaded model on ``panel``; the answers' calls belong to ``owner``."""
+
+    def __init__(self, *, panel: WelcomePanel, owner: QObject) -> None:
+        self.panel = panel
+        self.loads = 0  # models loaded so far: numbers each question
+        self.answered = 0  # the number of the last load whose hint came back
+        self._bg = Background(owner)
+
+    def model_loaded(self, model: LoadedModel) -> None:
+        """Ask about ``model`` (the host's loaded); a newer load's question supersedes an older one's."""
+        self.loads += 1
+        n, path = self.loads, model.path
+        self._bg.run(lambda: work_out_hint(path), on_done=lambda text: self._ready(n, text),
+                     on_failed=lambda e: self._failed(n, e), kind="hint", name="hearth-hint")
+
+    def _ready(self, n: int, text: str | None) -> None:
+        self.panel.set_hint(text)
+        self.answered = n
+
+    def _failed(self, n: int, e: BaseException) -> None:
+        # Only the hint is missing; the chat works. Say why where bug reports look.
+        print(f"hearth: no larger-model hint ({type(e).__name__}: {e})", file=sys.stderr)
+        self._ready(n, None)
