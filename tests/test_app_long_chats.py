@@ -162,7 +162,7 @@ def test_a_long_prompt_shows_reading_progress_and_stop_works_while_it_is_read(qt
 
     w.host.progress.connect(on_progress)
     type_and_enter(w, "Which rule is about subject number 7?")
-    mid = w.stream["mid"]
+    mid = w.stream.mid
     wait_reply(qtbot, w, timeout=180_000)
     stopped_after = time.perf_counter() - seen["t"]
     assert seen["p"]["prompt_total"] > 1400 and 0 < seen["p"]["prompt_done"] < seen["p"]["prompt_total"]
@@ -178,12 +178,12 @@ def test_a_long_prompt_shows_reading_progress_and_stop_works_while_it_is_read(qt
 
     w.host.progress.disconnect(on_progress)
     type_and_enter(w, SHORT)  # the next send works, on the KV the stopped prefill left
-    second = w.stream["mid"]
+    second = w.stream.mid
     wait_reply(qtbot, w, timeout=180_000)  # ~1,500 prompt tokens on one busy CPU core
     reply = w.store.message(second)
     assert reply.finish_reason in ("eos", "max_tokens") and reply.content
     assert reply.metrics["prompt_tokens"] > 1400
-    *history, last = w._history(cid, w.store.conversation(cid).system_prompt)
+    *history, last = w.replies.history(cid, w.store.conversation(cid).system_prompt)
     assert [m.role for m in history] == ["system", "user", "user"] and last.content == reply.content
     fresh = Engine.load(bundled_path, n_ctx=w.host.model.n_ctx, n_threads=w.host.model.n_threads)
     try:

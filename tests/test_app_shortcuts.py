@@ -104,7 +104,7 @@ def test_reply_keys_copy_up_to_edit_and_esc_to_stop(qtbot, window):
     w.chat.input.setPlainText("Write a long story about a dragon.")
     press(w, Qt.Key.Key_Return, target=w.chat.input)
     assert w.stream is not None
-    qtbot.waitUntil(lambda: len("".join(w.stream["parts"])) > 20 if w.stream else True, timeout=60_000)
+    qtbot.waitUntil(lambda: len("".join(w.stream.parts)) > 20 if w.stream else True, timeout=60_000)
     press(w, Qt.Key.Key_Escape, target=w.chat.input)  # Esc stops the reply
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
     reply = w.store.messages(w.current)[-1]

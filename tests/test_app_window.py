@@ -99,7 +99,7 @@ def test_text_streams_into_the_view_and_metrics_are_kept(qtbot, make_window):
 
     w.host.delta.connect(on_delta)
     type_and_enter(w, LONG)
-    mid = w.stream["mid"]
+    mid = w.stream.mid
     assert wait_until(lambda: w.stream is None, 60)  # the real event loop, as the app runs it
     assert len(lengths) > 10 and lengths == sorted(lengths)
     assert rendered_mid_stream, "nothing was rendered while the reply streamed"
@@ -123,7 +123,7 @@ def test_text_streams_into_the_view_and_metrics_are_kept(qtbot, make_window):
 def test_stop_ends_the_reply_quickly_and_keeps_partial_text(qtbot, make_window):
     w = make_window(max_tokens=2000)
     type_and_enter(w, LONG)
-    mid = w.stream["mid"]
+    mid = w.stream.mid
     deltas: list[str] = []
     w.host.delta.connect(lambda m, t: deltas.append(t))
     qtbot.waitUntil(lambda: len(deltas) >= 15, timeout=60_000)
@@ -175,7 +175,7 @@ def test_switching_conversations_during_a_stream_neither_mixes_nor_loses_text(qt
     w = make_window(max_tokens=160)
     a = w.current
     type_and_enter(w, LONG)
-    mid = w.stream["mid"]
+    mid = w.stream.mid
     deltas: list[str] = []
     results: list[dict] = []
     w.host.delta.connect(lambda m, t: deltas.append(t))
@@ -338,9 +338,10 @@ def test_draft_acceptance_shows_only_when_drafts_were_tried(qtbot, make_window):
     w = make_window(start=False)
     base = {"decode_tok_s": 50.0, "ttft_ms": 20.0, "cached_tokens": 0, "prompt_tokens": 9}
     result = {"text": "hi", "finish_reason": "eos", "complete": True}
-    w._on_finished(1, {**result, "metrics": {**base, "spec": {"drafted": 0, "accepted": 0, "acceptance_rate": 0.0}}})
+    finished = w.replies.on_finished
+    finished(1, {**result, "metrics": {**base, "spec": {"drafted": 0, "accepted": 0, "acceptance_rate": 0.0}}})
     assert "acceptance" not in w.stats_label.text() and "50.0 tok/s" in w.stats_label.text()
-    w._on_finished(1, {**result, "metrics": {**base, "spec": {"drafted": 8, "accepted": 6, "acceptance_rate": 0.75}}})
+    finished(1, {**result, "metrics": {**base, "spec": {"drafted": 8, "accepted": 6, "acceptance_rate": 0.75}}})
     assert "draft acceptance 75%" in w.stats_label.text()
 
 

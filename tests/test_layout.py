@@ -177,15 +177,16 @@ def test_shipped_code_imports_no_benchmark():
 
 
 def test_the_main_window_composes_controllers_instead_of_mixing_them_in():
-    # Controllers hold the window's parts (issue #21); only the reply stream is still a mixin.
+    # Controllers hold the window's parts (issue #21): no mixin is left, and none is defined in app/window.
     from PySide6.QtWidgets import QMainWindow
 
     from app.window.main_window import MainWindow
-    from app.window.replies import RepliesMixin
 
-    assert MainWindow.__bases__ == (RepliesMixin, QMainWindow)
-    mixed_in = {c.__module__ for c in MainWindow.__mro__}
-    assert not {m for m in mixed_in if m.startswith(("app.chat", "app.performance"))}
+    assert MainWindow.__bases__ == (QMainWindow,)
+    mixins = [f"{name}.{node.name}" for name, path in MODULES.items() if name.startswith("app.window")
+              for node in ast.walk(ast.parse(path.read_text(), str(path)))
+              if isinstance(node, ast.ClassDef) and node.name.endswith("Mixin")]
+    assert mixins == []
 
 
 def test_feature_packages_define_no_window_mixin():

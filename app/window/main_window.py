@@ -4,7 +4,7 @@ The window's parts are controllers it holds, each given what it needs in its
 constructor: ``loading`` (model_loading.py: load, status bar, rollback, retries),
 ``navigation`` (search hits, versions, pins, export/import), ``keyboard`` (keys,
 zoom, Help), ``view_menu`` (theme), ``welcome_hint`` and ``performance`` (the
-Performance menu). Sending and streaming are still the RepliesMixin (replies.py).
+Performance menu) and ``replies`` (sending, and showing replies as they stream).
 The window itself keeps the settings, the conversation on screen and the
 conversation list; names its callers use for a controller's parts stay as Via
 attributes (via.py). Rules the parts keep together:
@@ -44,7 +44,7 @@ from app.ui.info_bar import InfoArea
 from app.ui.loop_monitor import LoopMonitor
 from app.window.model_loading import LoadingController
 from app.window.navigation import NavigationController
-from app.window.replies import RepliesMixin
+from app.window.replies import RepliesController
 from app.core.settings import Settings, SettingsFile
 from app.core.store import Store
 from app.bridge.engine_host import EngineHost
@@ -56,7 +56,7 @@ PRELOAD = ("engine.engine", "engine.backends.llama.backend", "engine.models.hub"
 SWITCH_INTERVAL_S = 0.001
 
 
-class MainWindow(RepliesMixin, QMainWindow):
+class MainWindow(QMainWindow):
     """Hearth's window: the conversation list, the chat and the status bar, wired to the store,
     the engine thread and the controllers that own each part (see the module's docstring)."""
 
@@ -90,8 +90,6 @@ class MainWindow(RepliesMixin, QMainWindow):
         self.server_host = ServerHost(self.host, self)  # the local API server, off unless Settings say so
         self.monitor = LoopMonitor(self)
         self.current: int | None = None
-        self.stream: dict | None = None  # {conv, mid, user_mid, user_text, parts, title}
-        self.last_stats: dict | None = None
         self._closed = False
 
         self._build_ui()
@@ -102,7 +100,7 @@ class MainWindow(RepliesMixin, QMainWindow):
         self.keyboard = KeyboardController(
             window=self, chat=self.chat, conversations=self.conversations, status_bar=self.statusBar(),
             current=lambda: self.current, select_conversation=self.select_conversation,
-            delete_conversation=self.delete_conversation, streaming=lambda: self.stream is not None,
+            delete_conversation=self.delete_conversation, streaming=lambda: self.replies.stream is not None,
             stop=self.stop, focus_search=self.navigation.focus_search,
             copy_last_reply=self.navigation.copy_last_reply)
         self.view_menu = ViewMenu(
@@ -142,6 +140,13 @@ class MainWindow(RepliesMixin, QMainWindow):
     tune_dialog = Via("performance")
     act_performance = Via("performance")
     act_benchmark = Via("performance")
+    stream = Via("replies")
+    last_stats = Via("replies")
+    context_label = Via("replies")
+    send = Via("replies")
+    stop = Via("replies")
+    regenerate = Via("replies")
+    edit_and_resend = Via("replies")
 
     # -- construction -------------------------------------------------------
 
@@ -169,14 +174,19 @@ class MainWindow(RepliesMixin, QMainWindow):
             host=self.host, monitor=self.monitor, info=self.info, status_bar=sb, parent=self,
             settings_file=self.settings_file, settings=lambda: self.settings, adopt_settings=self._adopt_settings,
             open_settings=self.open_settings, closed=lambda: self._closed)
+        self.replies = RepliesController(
+            store=self.store, host=self.host, chat=self.chat, info=self.info, monitor=self.monitor,
+            stats_label=self.stats_label, settings=lambda: self.settings, current=lambda: self.current,
+            open_settings=self.open_settings, refresh_list=self._refresh_list,
+            show_branches=lambda: self.navigation.show_branches(), closed=lambda: self._closed)
         sb.addPermanentWidget(self.stats_label)
-        sb.addPermanentWidget(self._build_context_meter())
+        sb.addPermanentWidget(self.replies.context_label)
         sb.addPermanentWidget(self.model_label)
         sb.addPermanentWidget(self.memory_label)
         sb.addPermanentWidget(self.server_host.label)
         self.navigation = NavigationController(
             store=self.store, chat=self.chat, conversations=self.conversations, info=self.info, status_bar=sb,
-            parent=self, current=lambda: self.current, streaming_in=self._streaming_in,
+            parent=self, current=lambda: self.current, streaming_in=self.replies.streaming_in,
             open_conversation=self.open_conversation, show_current=self._show_current,
             refresh_list=self._refresh_list)
 
@@ -193,7 +203,7 @@ class MainWindow(RepliesMixin, QMainWindow):
         chat_menu = menu.addMenu("&Chat")
         self.act_stop = self._action(chat_menu, "&Stop reply", keys("stop"), self.stop)
         self.act_regen = self._action(chat_menu, "&Regenerate last reply", keys("regenerate"),
-                                      self._regenerate_last)
+                                      self.replies.regenerate_last)
         self._action(chat_menu, "Re&name conversation", keys("rename"), self.conversations.begin_rename)
 
     def _action(self, menu, text: str, shortcut, slot) -> QAction:
@@ -211,10 +221,7 @@ class MainWindow(RepliesMixin, QMainWindow):
         h.loaded.connect(lc.on_loaded)
         h.load_failed.connect(lc.on_load_failed)
         h.load_cancelled.connect(lc.on_load_cancelled)
-        h.delta.connect(self._on_delta)
-        h.progress.connect(self._on_progress)
-        h.finished.connect(self._on_finished)
-        h.failed.connect(self._on_failed)
+        self.replies.connect()
         c = self.conversations
         c.selected.connect(self.select_conversation)
         c.new_requested.connect(self.new_conversation)
@@ -309,26 +316,14 @@ class MainWindow(RepliesMixin, QMainWindow):
         if self.conversations.current_id() != cid:
             self._refresh_list(select=cid)
 
-    def _streaming_in(self) -> int | None:
-        return self.stream["conv"] if self.stream is not None else None
-
-    def _show_branches(self) -> None:
-        self.navigation.show_branches()  # RepliesMixin calls this after a new version
-
     def _show_current(self) -> None:
         conv = self.store.conversation(self.current)
         msgs = self.store.messages(self.current)
         self.chat.show_conversation(conv.title, conv.system_prompt, conv.draft, msgs)
-        self._show_context(self.current, msgs)
-        s = self.stream
-        if s is not None and s["conv"] == self.current:
-            # The store lags the stream by up to half a second; show the live text.
-            w = self.chat.widget(s["mid"])
-            if w is not None:
-                w.follow(s["parts"])
-                w.set_streaming(True)
-        self._show_branches()
-        self._update_busy()
+        self.replies.show_context(self.current, msgs)
+        self.replies.show_live()
+        self.navigation.show_branches()
+        self.replies.update_busy()
 
     def new_conversation(self) -> None:
         self._leave_current()
@@ -350,7 +345,7 @@ class MainWindow(RepliesMixin, QMainWindow):
             self.chat.title.setText(self.store.conversation(cid).title)
 
     def delete_conversation(self, cid: int) -> None:
-        if self.stream is not None and self.stream["conv"] == cid:
+        if self.replies.streaming_in() == cid:
             self.host.stop()  # the reply so far is saved; undo brings it back
         if cid == self.current:
             self._leave_current()

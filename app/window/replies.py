@@ -1,7 +1,8 @@
 """Sending messages and showing the replies as they stream.
 
-A mixin of MainWindow (it uses its store, host, chat view and info bar). A
-stream belongs to its conversation: deltas are shown only while that
+The window's RepliesController (it is given the store, the engine host, the
+chat view, the info bar and the status bar's labels). A stream belongs to its
+conversation: deltas are shown only while that
 conversation is on screen, and the worker saves them to that conversation
 whatever is on screen. A send that fails before any reply text comes back
 puts the message back in the input box.
@@ -14,12 +15,20 @@ shows a marker there. Nothing else is stored for it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 from PySide6.QtWidgets import QLabel
 
 from engine import Message
 
-from app.core.store import StoredMessage
+from app.bridge.engine_host import EngineHost
 from app.bridge.generation_worker import GenerationJob
+from app.chat.chat_view import ChatView
+from app.core.settings import Settings
+from app.core.store import Store, StoredMessage
+from app.ui.info_bar import InfoArea
+from app.ui.loop_monitor import LoopMonitor
 
 READING_SHOWN_BELOW = 99  # percent: a prompt read in one go (cached, or short) shows no progress
 
@@ -69,13 +78,45 @@ def context_use(metrics: dict | None) -> tuple[str, str]:
     return f"Context {prompt + reply:,} / {n_ctx:,}", tip
 
 
-class RepliesMixin:
-    def _build_context_meter(self) -> QLabel:
-        """The status bar's context meter (the caller places it)."""
-        self.context_label = QLabel()
-        return self.context_label
+@dataclass(slots=True)
+class ReplyStream:
+    """The reply being written: where it goes, what it answers, and its text so far."""
+    conv: int                  # the conversation it is saved to, whatever is on screen
+    mid: int                   # the reply's message id
+    user_mid: int | None       # the message it answers (None for a regenerate)
+    user_text: str | None      # what the user sent, given back if nothing comes
+    title: str                 # the conversation's title, for "a reply is being written in ..."
+    parts: list[str] = field(default_factory=list)  # the window's one copy: the reply's widget follows it
 
-    def _show_context(self, cid: int, msgs: list[StoredMessage] | None = None) -> None:
+
+class RepliesController:
+    """Sending messages and showing the replies as they stream (see the module's docstring)."""
+
+    def __init__(self, *, store: Store, host: EngineHost, chat: ChatView, info: InfoArea, monitor: LoopMonitor,
+                 stats_label: QLabel, settings: Callable[[], Settings], current: Callable[[], int | None],
+                 open_settings: Callable[[], None], refresh_list: Callable[[int | None], None],
+                 show_branches: Callable[[], None], closed: Callable[[], bool]) -> None:
+        self.store, self.host, self.chat, self.info, self.monitor = store, host, chat, info, monitor
+        self.stats_label = stats_label
+        self._settings, self._current, self._open_settings = settings, current, open_settings
+        self._refresh_list, self._show_branches, self._closed = refresh_list, show_branches, closed
+        self.stream: ReplyStream | None = None
+        self.last_stats: dict | None = None
+        self.context_label = QLabel()  # the status bar's context meter (the window places it)
+
+    def connect(self) -> None:
+        """Follow the engine thread's reply events."""
+        h = self.host
+        h.delta.connect(self.on_delta)
+        h.progress.connect(self.on_progress)
+        h.finished.connect(self.on_finished)
+        h.failed.connect(self.on_failed)
+
+    def streaming_in(self) -> int | None:
+        """The conversation a reply is being written in, if any."""
+        return self.stream.conv if self.stream is not None else None
+
+    def show_context(self, cid: int, msgs: list[StoredMessage] | None = None) -> None:
         """Show how full the context was at the conversation's last reply, and mark
         where that reply's view of the conversation began if turns were left out."""
         msgs = self.store.messages(cid) if msgs is None else msgs
@@ -87,10 +128,20 @@ class RepliesMixin:
         n_ctx = last.metrics.get("n_ctx", 0) if last is not None else 0
         self.chat.set_context_marker(*(cut or (None, 0)), n_ctx=n_ctx)
 
-    def _can_send(self) -> bool:
+    def show_live(self) -> None:
+        """The conversation on screen was just drawn from the store: if the reply is being written
+        there, show its live text (the store lags the stream by up to half a second)."""
+        s = self.stream
+        if s is not None and s.conv == self._current():
+            w = self.chat.widget(s.mid)
+            if w is not None:
+                w.follow(s.parts)
+                w.set_streaming(True)
+
+    def can_send(self) -> bool:
         """Say clearly why a message cannot go now; the text stays in the input box."""
         if self.host.job is not None:
-            where = self.stream["title"] if self.stream else "another conversation"
+            where = self.stream.title if self.stream else "another conversation"
             self.info.show_message(f"A reply is still being written in “{where}”. Stop it or wait for it, "
                                    "then send again — your text is still in the box.", "error",
                                    timeout_ms=8000)
@@ -103,90 +154,94 @@ class RepliesMixin:
         if not self.host.ready:
             self.info.show_message("No model is loaded, so nothing can reply. Choose a model in Settings; "
                                    "your message is still in the box.", "error",
-                                   action=("Settings…", self.open_settings))
+                                   action=("Settings…", self._open_settings))
             return False
         return True
 
     def send(self, text: str) -> None:
-        if self.current is None or not text.strip() or not self._can_send():
+        cid = self._current()
+        if cid is None or not text.strip() or not self.can_send():
             return
         self.chat.system.flush()
-        self._start_reply(self.current, text)
+        self.start_reply(cid, text)
         self.chat.set_input_text("")
 
     def edit_and_resend(self, mid: int, text: str) -> None:
-        if self.current is None or not self._can_send():
+        cid = self._current()
+        if cid is None or not self.can_send():
             return
         self.chat.remove_from(mid)
         self.chat.finish_edit()
-        self._start_reply(self.current, text, replace_from=mid)
+        self.start_reply(cid, text, replace_from=mid)
 
     def regenerate(self, mid: int) -> None:
-        if self.current is None or not self._can_send():
+        cid = self._current()
+        if cid is None or not self.can_send():
             return
-        msgs = self.store.messages(self.current)
+        msgs = self.store.messages(cid)
         if not msgs or msgs[-1].id != mid or msgs[-1].role != "assistant":
             return
         self.chat.remove_from(mid)
-        self._start_reply(self.current, None, replace_from=mid)
+        self.start_reply(cid, None, replace_from=mid)
 
-    def _regenerate_last(self) -> None:
-        msgs = self.store.messages(self.current) if self.current is not None else []
+    def regenerate_last(self) -> None:
+        cid = self._current()
+        msgs = self.store.messages(cid) if cid is not None else []
         if msgs and msgs[-1].role == "assistant":
             self.regenerate(msgs[-1].id)
 
-    def _history(self, cid: int, system_prompt: str) -> list[Message]:
+    def history(self, cid: int, system_prompt: str) -> list[Message]:
+        """What the model is given for a reply in ``cid``."""
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
         # Cut-short replies stay in the history: the user saw them, so the model should too.
         out += [Message(m.role, m.content) for m in self.store.messages(cid) if m.content]
         return out
 
-    def _start_reply(self, cid: int, user_text: str | None, replace_from: int | None = None) -> None:
+    def start_reply(self, cid: int, user_text: str | None, replace_from: int | None = None) -> None:
         """Save the turn (one transaction), show it, and hand the job to the engine thread."""
         user_mid, mid = self.store.start_turn(cid, user_text, replace_from=replace_from)
         if user_mid is not None:
             self.chat.add_message(user_mid, "user", user_text)
         conv = self.store.conversation(cid)
-        history = self._history(cid, conv.system_prompt)
-        title = conv.title
-        self.stream = {"conv": cid, "mid": mid, "user_mid": user_mid, "user_text": user_text,
-                       "parts": [], "title": title}
-        job = GenerationJob(cid, mid, history, self.settings.sampling_params(), self.store.path,
-                            context_policy=self.settings.context_policy)
+        history = self.history(cid, conv.system_prompt)
+        self.stream = ReplyStream(cid, mid, user_mid, user_text, conv.title)
+        settings = self._settings()
+        job = GenerationJob(cid, mid, history, settings.sampling_params(), self.store.path,
+                            context_policy=settings.context_policy)
         w = self.chat.add_message(mid, "assistant", "")
-        w.follow(self.stream["parts"])
+        w.follow(self.stream.parts)
         w.set_streaming(True)
         self._show_branches()  # a regenerate or an edit made a new version: "◀ 2/2 ▶"
         self.stats_label.setText("Waiting for the first token…")
         self.monitor.begin("streaming")
         self.host.generate(job)
-        self._update_busy()
-        self._refresh_list(select=self.current)  # the first message may have named the conversation
-        self.chat.title.setText(title)
+        self.update_busy()
+        self._refresh_list(self._current())  # the first message may have named the conversation
+        self.chat.title.setText(conv.title)
 
     def stop(self) -> None:
         self.host.stop()
 
-    def _update_busy(self) -> None:
+    def update_busy(self) -> None:
         s = self.stream
-        where = s["title"] if s is not None and s["conv"] != self.current else ""
+        where = s.title if s is not None and s.conv != self._current() else ""
         self.chat.set_busy(s is not None, where)
 
     # -- stream events ------------------------------------------------------
 
-    def _on_delta(self, mid: int, text: str) -> None:
+    def on_delta(self, mid: int, text: str) -> None:
         s = self.stream
-        if s is None or s["mid"] != mid:
+        if s is None or s.mid != mid:
             return
-        s["parts"].append(text)  # the window's one copy: the reply's widget follows this list
-        if s["conv"] == self.current:
+        s.parts.append(text)  # the window's one copy: the reply's widget follows this list
+        if s.conv == self._current():
             w = self.chat.widget(mid)
             if w is not None:
                 w.grew()
 
-    def _on_progress(self, mid: int, p: dict) -> None:
+    def on_progress(self, mid: int, p: dict) -> None:
         s = self.stream
-        if s is None or s["mid"] != mid:
+        if s is None or s.mid != mid:
             return
         if "prompt_total" in p:
             done, total = p["prompt_done"], p["prompt_total"]
@@ -194,20 +249,20 @@ class RepliesMixin:
             if percent >= READING_SHOWN_BELOW:
                 return
             self.stats_label.setText(f"Reading the prompt… {percent}% ({done:,} of {total:,} tokens)")
-            w = self.chat.widget(mid) if s["conv"] == self.current else None
+            w = self.chat.widget(mid) if s.conv == self._current() else None
             if w is not None:
                 w.set_reading(percent)
             return
         self.stats_label.setText(f"{p['tok_s']:.1f} tok/s · TTFT {p['ttft_ms']:.0f} ms · "
                                  f"{p['tokens']} tokens")
 
-    def _end_stream(self) -> dict | None:
+    def _end_stream(self) -> ReplyStream | None:
         s, self.stream = self.stream, None
         self.monitor.end("streaming")
-        self._update_busy()
+        self.update_busy()
         return s
 
-    def _on_finished(self, mid: int, result: dict) -> None:
+    def on_finished(self, mid: int, result: dict) -> None:
         s = self._end_stream()
         m = result.get("metrics") or {}
         self.last_stats = m
@@ -217,34 +272,34 @@ class RepliesMixin:
                   if spec.get("drafted") else "")
         self.stats_label.setText(f"{m.get('decode_tok_s', 0.0):.1f} tok/s · TTFT {m.get('ttft_ms', 0.0):.0f} ms"
                                  f"{cached}{accept}")
-        if s is not None and s["conv"] == self.current:
+        if s is not None and s.conv == self._current():
             w = self.chat.widget(mid)
             if w is not None:
                 w.set_result(result["text"], complete=result["complete"],
                              finish_reason=result["finish_reason"], metrics=result.get("metrics"))
             self.chat.refresh_actions()
-            self._show_context(s["conv"])
+            self.show_context(s.conv)
 
-    def _on_failed(self, mid: int, msg: str, partial: str) -> None:
+    def on_failed(self, mid: int, msg: str, partial: str) -> None:
         s = self._end_stream()
         self.stats_label.setText("")
-        if s is None or self._closed:
+        if s is None or self._closed():
             return
-        if not partial and s["user_mid"] is not None:
+        if not partial and s.user_mid is not None:
             # Nothing came back: undo the send and give the text back to the user.
-            self.store.hide_from(s["conv"], s["user_mid"])
-            here = s["conv"] == self.current
-            typed = self.chat.input_text() if here else self.store.conversation(s["conv"]).draft
+            self.store.hide_from(s.conv, s.user_mid)
+            here = s.conv == self._current()
+            typed = self.chat.input_text() if here else self.store.conversation(s.conv).draft
             # Anything typed since is kept too, after the returned message.
-            text = s["user_text"] if not typed.strip() else f"{s['user_text']}\n\n{typed}"
-            self.store.set_draft(s["conv"], text)
+            text = s.user_text if not typed.strip() else f"{s.user_text}\n\n{typed}"
+            self.store.set_draft(s.conv, text)
             if here:
-                self.chat.remove_from(s["user_mid"])
+                self.chat.remove_from(s.user_mid)
                 self.chat.set_input_text(text)
             self.info.show_message(f"The message was not sent: {msg}. Your text is back in the input box.",
                                    "error")
         else:
-            if s["conv"] == self.current:
+            if s.conv == self._current():
                 w = self.chat.widget(mid)
                 if w is not None:
                     w.set_result(partial, complete=False, finish_reason="error", error=msg)

@@ -46,7 +46,7 @@ def send_and_wait(win, text: str, timeout_s: float = 120.0) -> dict:
     QTest.keyClick(win.chat.input, Qt.Key.Key_Return)
     if win.stream is None:
         raise RuntimeError("the message was not sent: " + " | ".join(win.info.messages()))
-    mid = win.stream["mid"]
+    mid = win.stream.mid
     if not wait_until(lambda: win.stream is None, timeout_s):
         raise RuntimeError(f"no reply within {timeout_s:.0f} s")
     m = win.store.message(mid)
