@@ -154,13 +154,20 @@ def test_torch_path_reports_rocm_as_amd(monkeypatch):
     assert (gpu.vendor, gpu.total, gpu.free) == ("amd", 16 * GiB, 10 * GiB)
 
 
-def test_the_plan_path_never_imports_torch_or_llama_cpp(bundled_path):
+def test_the_plan_path_never_imports_torch_and_asks_ggml_only_for_the_real_machine(bundled_path):
+    # A simulated machine needs neither library. The real one is planned as the window plans it
+    # (issue #21): a GGUF's GPUs are the devices llama.cpp's build registered with ggml, so that
+    # asks llama_cpp; torch and transformers are never imported for a GGUF plan.
     code = ("import sys, io, contextlib\n"
             "from engine.cli import main\n"
+            "seen = lambda: sorted(m for m in ('torch', 'transformers', 'llama_cpp') if m in sys.modules)\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    main(['plan', '--model', {str(bundled_path)!r}, '--gpu', '8GiB', '--ram', '16GiB', '--json'])\n"
+            "    main(['plan', '--model', 'qwen2.5-7b-instruct', '--gpu', '8GiB'])\n"
+            "print(seen())\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    main(['plan', '--model', {str(bundled_path)!r}, '--json'])\n"
-            "    main(['plan', '--model', 'qwen2.5-7b-instruct', '--gpu', '8GiB'])\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'llama_cpp') if m in sys.modules))\n")
+            "print(seen())\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert out.stdout.strip().splitlines()[-2:] == ["[]", "['llama_cpp']"]
