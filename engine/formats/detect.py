@@ -175,9 +175,12 @@ def detect(template: str | None, tokens: Sequence[str] = (), *,
             return layout.with_(tag_ids=_tag_ids(layout, tokens))
     try:
         compiled = ChatTemplate(source, bos_token=bos_token, eos_token=eos_token)
-        control = _refine_control(compiled, _control(source, template_variables(source)))
+        variables = template_variables(source)
     except TemplateError:
-        return layout.with_(tag_ids=_tag_ids(layout, tokens))
+        compiled = None
+    if compiled is None or _render(compiled, None, None) is None:
+        return layout.with_(tag_ids=_tag_ids(layout, tokens))   # nothing to learn by rendering
+    control = _refine_control(compiled, _control(source, variables))
     changes: dict[str, Any] = {"think": control, "tag_ids": _tag_ids(layout, tokens)}
     prompt = _render(compiled, control, _on_value(control))
     if prompt is not None:
