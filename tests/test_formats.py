@@ -164,6 +164,11 @@ def test_harmony_stopped_inside_analysis_or_inside_a_header():
     events, s = run(OSS, HARMONY[:10])     # ends after "<|start|>assistant<|channel|>"
     assert (s.reasoning, s.text, s.reasoning_unfinished) == ("User greets.", "", False)
     assert events[-1] == ("markup", "<|start|>assistant<|channel|>")
+    events, s = run(OSS, [*HARMONY[:9], "<|chan"])     # and inside one of the header's tokens
+    assert (s.reasoning, s.text) == ("User greets.", "") and events[-1] == ("markup", "<|start|>assistant<|chan")
+    # a header written as text pieces, cut after its first characters, is a header too
+    events, s = run(OSS, [*HARMONY[:7], "<|", "st"])
+    assert (s.reasoning, s.text) == ("User greets.", "") and merged(events)[-1] == ("markup", "<|end|><|st")
 
 
 def test_malformed_harmony_is_shown_as_answer_text():

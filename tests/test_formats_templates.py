@@ -279,3 +279,81 @@ def record_vocab_streams(models_dir: str) -> dict:  # pragma: no cover - how the
         "qwen35": {"n_vocab": lc.llama_vocab_n_tokens(qwen), "special": special(qwen), "streams": {
             "think": stream(qwen, "<think>\nLet me see.\n</think>\n\nHello!")}},
     }
+
+
+CHAT = [
+    {"role": "system", "content": "Sei kurz. 🙂"},
+    {"role": "user", "content": "Was ist 2+2?"},
+    # both names, as transformers' _alias_reasoning_fields fills them in
+    {"role": "assistant", "content": "4.", "reasoning_content": "2+2=4 — 简单", "thinking": "2+2=4 — 简单"},
+    {"role": "user", "content": "Und 3+3?"},
+]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_thinking_templates_render_as_transformers_does(name):
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    layout = detect(source(name))
+    values = [None] if layout.think is None or layout.think.kind == "flag" else list(layout.think.choices)
+    for value in values:
+        kwargs = {} if value is None else layout.think.kwargs(value)
+        expected, _ = render_jinja_template(conversations=[CHAT], chat_template=source(name),
+                                            add_generation_prompt=True, **kwargs)
+        assert ChatTemplate(source(name)).render(CHAT, **kwargs) == expected[0]
+
+
+def _generate(engine, prompt: str, grammar: str, max_tokens: int = 80):
+    """Greedy tokens from the bundled model under ``grammar``, with their pieces as the detokenizer gives them."""
+    from engine.types import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, grammar=grammar)
+    final = [e for e in engine.complete(prompt, params) if e.kind == "final"][0]
+    detok = IncrementalDetokenizer(engine.backend.token_bytes)
+    pieces = [detok.push(t) for t in final.token_ids]
+    if pieces:
+        pieces[-1] += detok.flush()
+    assert "".join(pieces) == final.text
+    return final, pieces
+
+
+@pytest.mark.parametrize("name", ["Qwen-Qwen3-0.6B", "Qwen3.5-4B", "openai-gpt-oss-120b"])
+def test_a_real_stream_in_each_layout_from_the_bundled_model(engine, name):
+    """The family's template renders the prompt; a grammar fixes the reply's shape on the bundled model;
+    the tokens, the detokenizer and the parser are real."""
+    layout = detect(source(name))
+    prompt = ChatTemplate(source(name)).render([{"role": "user", "content": "Say hi."}],
+                                               **layout.think.kwargs(_on(layout)))
+    opened = opens_in_prompt(layout, prompt)
+    assert opened == layout.prompt_opens
+    if layout.channels:
+        start, close = '"<|channel|>analysis<|message|>"', f'"{layout.force_close}"'
+    else:
+        start = '""' if opened else json.dumps(layout.open + "\n")
+        close = json.dumps("\n" + layout.close + "\n\n")
+    grammar = f'root ::= {start} [a-z]{{2,8}} " " [a-z]{{2,8}} {close} [A-Z] [a-z]{{2,10}} "."\n'
+    final, pieces = _generate(engine, prompt, grammar)
+    events, s = _stream(layout, final.token_ids, pieces, in_reasoning=opened)
+    assert "".join(e.text for e in events) == final.text
+    assert s.reasoning.count(" ") == 1 and s.reasoning.replace(" ", "").isalpha()
+    assert s.text[0].isupper() and s.text.endswith(".") and not s.reasoning_unfinished
+    assert s.reasoning_tokens + s.answer_tokens == len(final.token_ids)
+    # stopped after any token (max_tokens, Stop): greedy decoding makes that run this prefix
+    opening = "<|channel|>analysis<|message|>" if layout.channels else ("" if opened else layout.open)
+    ending = "<|end|>" if layout.channels else "\n" + layout.close   # a cut close tag stays the model's text
+    seen_unfinished = False
+    for n in range(1, len(final.token_ids)):
+        events, cut = _stream(layout, final.token_ids[:n], pieces[:n], in_reasoning=opened)
+        assert "".join(e.text for e in events) == "".join(pieces[:n])
+        if cut.reasoning_unfinished:
+            seen_unfinished |= bool(cut.reasoning)
+            assert cut.text == "" and (s.reasoning + ending).startswith(cut.reasoning)
+        elif not cut.had_reasoning:                   # still inside the open tag
+            assert opening.startswith(cut.text) and cut.reasoning == ""
+        else:
+            assert cut.reasoning == s.reasoning and s.text.startswith(cut.text)
+    assert seen_unfinished
+
+
+def _on(layout):
+    return "medium" if layout.think.kind == "effort" else layout.think.choices[0]

@@ -37,7 +37,8 @@ _HARMONY_STARTS = ("<|start|>", "<|channel|>")
 _HARMONY_MESSAGE = "<|message|>"
 _MAX_HEADER = 512  # a header longer than this is not a header; its text is shown
 _CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
-_PARTIAL_HEADER = re.compile(r"(<\|start\|>[A-Za-z_]*)?(<\|channel\|>[A-Za-z_]*)?")
+_PARTIAL_HEADER = re.compile(r"(<\|start\|>[A-Za-z_]*)?(<\|channel\|>[^<]*)?(<\|constrain\|>[^<]*)?")
+_HEADER_TOKENS = ("<|start|>", "<|channel|>", "<|constrain|>", "<|message|>")
 _LEADING_SPACE = " \t\r\n"
 
 
@@ -111,6 +112,7 @@ class ReasoningParser:
         self._n_reasoning = 0
         self._n_answer = 0
         self._t: dict[str, float] = {}
+        self._last: str | None = None     # the kind of the last event
         self._summary: ReplySummary | None = None
         if layout is None:
             self._region = _ANSWER
@@ -167,8 +169,10 @@ class ReasoningParser:
             body = buf.rstrip(self._trim)
             self._emit(out, REASONING, body)
             self._emit(out, MARKUP, buf[len(body):])
-        elif self._region == _HEADER and _PARTIAL_HEADER.fullmatch(buf):
-            self._emit(out, MARKUP, buf)
+        elif self._region == _HEADER and _cut_header(buf) or (
+                self._region == _OUTSIDE and self._last in (None, MARKUP)
+                and any(t.startswith(buf) for t in _HARMONY_STARTS)):
+            self._emit(out, MARKUP, buf)   # a header cut short, where the format put the next one
         elif self._region == _BODY:
             self._emit(out, self._kind, buf)
         else:
@@ -194,6 +198,7 @@ class ReasoningParser:
             return
         if kind != MARKUP and kind not in self._t:
             self._t[kind] = self._clock()
+        self._last = kind
         if kind == REASONING:
             self._reasoning.append(text)
         elif kind == TEXT:
@@ -333,6 +338,11 @@ class ReasoningParser:
         self._emit(out, self._kind, buf[:len(buf) - hold])
         self._buf = buf[len(buf) - hold:]
         return False
+
+
+def _cut_header(buf: str) -> bool:
+    """Whether ``buf`` is a Harmony header stopped short (maybe inside one of its tokens)."""
+    return _PARTIAL_HEADER.fullmatch(buf[:len(buf) - _held(buf, _HEADER_TOKENS)]) is not None
 
 
 def _header_break(head: str) -> int | None:
