@@ -6,6 +6,16 @@
 - ``parser``: ``ReasoningParser`` turns a token stream into reasoning, text and
   markup events and a ``ReplySummary``; ``force_close`` and ``opens_in_prompt``.
 
+How a caller uses it, once per model and once per reply::
+
+    layout = detect(backend.chat_template, backend.vocab().tokens)      # None: no reasoning
+    prompt = template.render(messages, **layout.think.kwargs(choice))   # where layout.think offers one
+    parser = ReasoningParser(layout, in_reasoning=opens_in_prompt(layout, prompt))
+    for token_id, piece in stream:           # piece: the token's text, special tokens spelled out
+        for event in parser.feed(token_id, piece): ...
+        # a thinking budget: once spent while parser.in_reasoning, feed force_close(layout)
+    parser.finish(); parser.summary          # reasoning, text, unfinished, token counts, time marks
+
 Qt-free and engine-free: the engine, the window, the API and the store consume
 the events; none of them parses reply text.
 """

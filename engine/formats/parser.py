@@ -98,6 +98,7 @@ class ReasoningParser:
     def __init__(self, layout: Layout | None, *, in_reasoning: bool = False,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.layout = layout
+        self._tag_of = {tid: text for text, tid in layout.tag_ids.items()} if layout is not None else {}
         self._clock = clock
         self._buf = ""
         self._kind = TEXT                 # a Harmony message body's kind
@@ -140,10 +141,16 @@ class ReasoningParser:
         return self._summary
 
     def feed(self, token_id: int, piece: str) -> list[Event]:
-        """One token: its id (counted) and its text, special tokens spelled out."""
+        """One token: its id and its text, special tokens spelled out.
+
+        The tags are matched as text. A tag that is one token of the vocabulary
+        (``Layout.tag_ids``) but comes with an empty piece, from a detokenizer
+        that renders control tokens as nothing, is spelled from its id.
+        """
         if self._ended:
             raise RuntimeError("feed() after finish()")
-        del token_id  # counted, not inspected: the layout's tags are matched as text
+        if not piece:
+            piece = self._tag_of.get(token_id, "")
         self._touched = self.in_reasoning
         out: list[Event] = []
         self._buf += piece
