@@ -4,6 +4,7 @@ the library's Name column is readable at the dock's default width, and the Model
 works right after the window is shown."""
 from __future__ import annotations
 
+import html
 from dataclasses import replace
 
 import pytest
@@ -71,4 +72,27 @@ def test_the_context_meter_shows_the_size_of_a_model_loaded_after_the_last_reply
     assert m2["n_ctx"] == 2048
     assert w.context_label.text() == f"Context {m2['prompt_tokens'] + m2['generated_tokens']:,} / 2,048"
     assert "written with" not in w.context_label.toolTip()
+    w.close()
+
+
+def test_the_welcome_names_the_model_loaded_not_the_bundled_one(qtbot, dirs, bundled_path):
+    w = open_window(qtbot, start=False)
+    body = w.chat.empty.body
+    assert "SmolLM2-135M-Instruct" not in body.text()  # nothing has loaded yet: it names no model
+    assert "The status bar shows the model once it has loaded" in body.text()
+    w.start()
+    wait_loaded(qtbot, w)
+    assert "The bundled model, <b>SmolLM2-135M-Instruct</b>" in body.text()
+    other = dirs / "models" / "Tiny <Test> & Co.Q4_1.gguf"  # another file (the same weights), an odd name
+    other.symlink_to(bundled_path)
+    w.apply_settings(replace(w.settings, model=str(other), source="gguf"))
+    wait_loaded(qtbot, w)
+    assert w.host.model.label == other.name and not w.host.model.bundled
+    text = body.text()
+    assert "SmolLM2-135M-Instruct" not in text and "bundled" not in text
+    assert f"The model loaded now is <b>{html.escape(other.name)}</b>" in text  # shown as text, never markup
+    assert "Settings → Model" in text and w.chat.empty.isVisibleTo(w)
+    w.apply_settings(replace(w.settings, model="bundled", source="bundled"))
+    wait_loaded(qtbot, w)
+    assert "The bundled model, <b>SmolLM2-135M-Instruct</b>" in body.text()
     w.close()
