@@ -12,7 +12,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from app.core.settings import Settings, SettingsFile
+from app.library.library_view import COLUMNS
 from app.window.main_window import MainWindow
+from model_files import write_model_gguf
 
 
 @pytest.fixture
@@ -95,4 +97,24 @@ def test_the_welcome_names_the_model_loaded_not_the_bundled_one(qtbot, dirs, bun
     w.apply_settings(replace(w.settings, model="bundled", source="bundled"))
     wait_loaded(qtbot, w)
     assert "The bundled model, <b>SmolLM2-135M-Instruct</b>" in body.text()
+    w.close()
+
+
+def test_the_library_name_column_is_readable_at_the_docks_default_width(qtbot, dirs, bundled_path):
+    write_model_gguf(dirs / "models" / "Qwen2.5-7B-Instruct-Q4_K_M.gguf", "qwen2.5-7b", "Q4_K_M")
+    w = open_window(qtbot)  # the bundled model loads: it is marked used, so "Last used" holds a date
+    w.act_library.trigger()
+    view = w.models_dock.library_view
+    qtbot.waitUntil(lambda: view.scanning == 0 and len(view.models) == 2, timeout=60_000)
+    qtbot.waitUntil(lambda: all(view.badge_of(m.path) != "…" for m in view.models), timeout=60_000)
+    t = view.table
+    when = t.item(next(r for r, m in enumerate(view.models) if m.path == bundled_path), COLUMNS.index("Last used"))
+    assert when.text() != "never"
+    qtbot.wait(50)  # the header sizes its sections to their contents after the event loop runs
+    widths = [t.columnWidth(c) for c in range(t.columnCount())]
+    assert widths[0] >= max(widths[1:])
+    names = [t.item(r, 0).text() for r in range(t.rowCount())]
+    assert max(len(n) for n in names) >= 20  # a typical model's name, e.g. the bundled one's
+    assert widths[0] >= t.sizeHintForColumn(0)  # every name shows in full, none elided
+    assert widths[0] >= t.fontMetrics().horizontalAdvance("x" * 20)
     w.close()
