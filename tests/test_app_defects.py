@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
 from PySide6.QtTest import QTest
 
 from app.core.settings import Settings, SettingsFile
@@ -117,4 +118,36 @@ def test_the_library_name_column_is_readable_at_the_docks_default_width(qtbot, d
     assert max(len(n) for n in names) >= 20  # a typical model's name, e.g. the bundled one's
     assert widths[0] >= t.sizeHintForColumn(0)  # every name shows in full, none elided
     assert widths[0] >= t.fontMetrics().horizontalAdvance("x" * 20)
+    w.close()
+
+
+def test_the_models_dock_key_works_right_after_the_window_is_shown(qtbot, dirs):
+    SettingsFile().save(Settings())  # not open_window: nothing may run the event loop before the key
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    # No click and no event loop yet: the window system has not made the window active.
+    assert not w.isActiveWindow() and not w.models_dock.isVisible()
+    QTest.keySequence(w, QKeySequence("Ctrl+Shift+M"))
+    assert w.models_dock.isVisible()
+    assert w.chat.input_text() == ""  # the key did not type into the box
+    qtbot.waitUntil(w.isActiveWindow)  # and the window asked to be activated when shown
+    assert w.focusWidget() is w.chat.input
+    before = len(w.store.list_conversations())
+    QTest.keyClick(w.chat.input, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)  # once active: Qt's own way
+    assert len(w.store.list_conversations()) == before + 1  # exactly once, not twice
+    w.close()
+
+
+def test_a_window_key_pressed_in_the_input_box_before_activation_works_too(qtbot, dirs):
+    SettingsFile().save(Settings())
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    assert not w.isActiveWindow()
+    before = len(w.store.list_conversations())
+    QTest.keyClick(w.chat.input, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert len(w.store.list_conversations()) == before + 1
+    QTest.keyClick(w.chat.input, Qt.Key.Key_A)  # a plain key still types
+    assert w.chat.input_text() == "a"
     w.close()
