@@ -1,4 +1,4 @@
-"""``python -m app``: start Hearth's window (or ``--self-test`` / ``--screenshot PATH``)."""
+"""``python -m app``: start Hearth's window (or ``--self-test`` / ``--screenshot PATH`` / a benchmark)."""
 from __future__ import annotations
 
 import argparse
@@ -31,7 +31,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bench-open", action="store_true",
                    help="offscreen: time opening a 1,000-message chat and a 10k-token reply against a "
                         "10-message one, print the times and ratios, exit")
+    p.add_argument("--bench-stream", action="store_true",
+                   help="offscreen: stream the same greedy reply through the real window and through "
+                        "Engine.stream on the same loaded model, print one JSON object (tok/s both ways, "
+                        "their ratio, the GUI thread's CPU share, the worst event-loop gap), exit")
+    p.add_argument("--model", metavar="PATH", default="bundled", help="the model for --bench-stream "
+                                                                     "(default: the bundled one)")
+    p.add_argument("--tokens", type=_positive, default=256, help="reply length for --bench-stream")
+    p.add_argument("--threads", type=_positive, default=None,
+                   help="CPU threads for --bench-stream (default: the app's Auto rule)")
+    p.add_argument("--rounds", type=_positive, default=3,
+                   help="--bench-stream alternates window and engine this many times and reports medians")
     return p
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 def install_error_hook(win) -> None:
@@ -79,12 +100,17 @@ def _close_on_signals(win) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    model = args.model if args.model == "bundled" else os.path.abspath(os.path.expanduser(args.model))
+    if model != "bundled" and not os.path.exists(model):
+        print(f"error: --model {args.model}: no such file or folder", file=sys.stderr)
+        return 2
     scratch = None
-    if args.self_test or args.bench_open:
+    benchmark = args.bench_open or args.bench_stream  # they write their own settings: never into a real folder
+    if args.self_test or benchmark:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    if args.data_dir and not args.bench_open:
+    if args.data_dir and not benchmark:
         os.environ[ENV_DATA_DIR] = args.data_dir
-    elif args.self_test or args.screenshot or args.bench_open:
+    elif args.self_test or args.screenshot or benchmark:
         # Never write test conversations into the user's real history.
         scratch = tempfile.TemporaryDirectory(prefix="hearth-selftest-")
         os.environ[ENV_DATA_DIR] = scratch.name
@@ -110,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.bench_open:
             from app.window.bench_open import main as bench_open
             return bench_open()
+        if args.bench_stream:
+            from app.window.bench_stream import main as bench_stream
+            return bench_stream(model, tokens=args.tokens, threads=args.threads, rounds=args.rounds)
         if args.screenshot:
             from app.window.selftest import take_screenshot
             return take_screenshot(args.screenshot, theme=args.theme, show=args.show, search=args.search)

@@ -38,3 +38,28 @@ def test_beginning_again_cancels_a_pending_end(qtbot):
     m.end("streaming", linger_ms=0)
     qtbot.wait(20)
     assert not m._timer.isActive()
+
+
+def test_reset_forgets_a_phase_so_the_next_reply_is_measured_alone(qtbot):
+    m = LoopMonitor()
+    m.begin("streaming")
+    qtbot.wait(30)
+    time.sleep(0.15)
+    qtbot.wait(30)
+    m.end("streaming", linger_ms=0)
+    qtbot.wait(20)
+    assert m.worst_ms["streaming"] > 120
+    m.reset("streaming")
+    assert "streaming" not in m.worst_ms and "streaming" not in m.ticks
+    m.begin("streaming")  # a new reply starts from nothing, not from the last one's stall
+    assert m.worst_ms["streaming"] == 0.0 and m.ticks["streaming"] == 0
+    qtbot.wait(40)
+    assert m.ticks["streaming"] > 0
+    m.end("streaming", linger_ms=0)
+    m.begin("loading")
+    qtbot.wait(30)
+    m.reset("loading")  # while the phase runs: it goes on, counted from zero
+    assert m.worst_ms["loading"] == 0.0 and m.ticks["loading"] == 0
+    qtbot.wait(40)
+    assert m.ticks["loading"] > 0
+    m.end("loading", linger_ms=0)

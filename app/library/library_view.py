@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QUrl, Signal
+from PySide6.QtCore import QEvent, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QListWidget,
                                QMessageBox, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
@@ -25,6 +25,7 @@ from app.core.text_utils import human_bytes
 
 COLUMNS = ("Name", "Architecture", "Parameters", "Quantization", "Size", "Context", "Last used", "Fit", "Where")
 FIT_COL = COLUMNS.index("Fit")
+NAME_SHARE = 0.6  # a very long name takes at most this much of the table's width (the rest elides)
 
 
 def params_text(n: int) -> str:
@@ -85,7 +86,9 @@ class LibraryView(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)  # badges arrive later: they fit too
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        # The name is what people read first: it gets its full width (see _fit_name), not the leftovers.
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        self.table.viewport().installEventFilter(self)
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.itemDoubleClicked.connect(lambda _i: self.load_selected())
         lay.addWidget(self.table, 1)
@@ -124,6 +127,22 @@ class LibraryView(QWidget):
         super().showEvent(event)
         if self._stale:
             self.refresh()
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt override)
+        if obj is self.table.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_name()
+        return False
+
+    def _fit_name(self) -> None:
+        """Size the Name column: every name in full (up to NAME_SHARE of the table's width), and
+        whatever room the other columns, sized to their contents, leave besides. A stretched
+        Name got only those leftovers: three letters at the dock's default width."""
+        t = self.table
+        head = t.horizontalHeader()
+        others = sum(max(t.sizeHintForColumn(c), head.sectionSizeHint(c)) for c in range(1, t.columnCount()))
+        full = max(t.sizeHintForColumn(0), head.sectionSizeHint(0))
+        room = t.viewport().width()
+        head.resizeSection(0, max(room - others, min(full, int(room * NAME_SHARE))))
 
     def hideEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().hideEvent(event)
@@ -172,12 +191,13 @@ class LibraryView(QWidget):
                      m.origin + (f" ({m.repo_id})" if m.repo_id else ""))
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(m.error or str(m.path))
+                item.setToolTip(m.error or (f"{m.name}\n{m.path}" if c == 0 else str(m.path)))
                 self.table.setItem(r, c, item)
             if str(m.path) == self.loaded_path:
                 f = self.table.item(r, 0).font()
                 f.setBold(True)
                 self.table.item(r, 0).setFont(f)
+        self._fit_name()
         self._show_drafts()
         if self._select_after is not None:
             self.select_path(self._select_after)
@@ -202,6 +222,7 @@ class LibraryView(QWidget):
                 item = self.table.item(r, FIT_COL)
                 item.setText(badge)
                 item.setToolTip(summary)
+        self._fit_name()  # the Fit column grew or shrank with its badge
 
     def badge_of(self, path: str | os.PathLike[str]) -> str:
         """The fit badge shown for a model ('…' while it is being planned)."""

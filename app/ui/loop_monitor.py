@@ -57,6 +57,13 @@ class LoopMonitor(QObject):
 
         QTimer.singleShot(linger_ms, self, close)
 
+    def reset(self, phase: str) -> None:
+        """Forget what was measured for ``phase`` (a benchmark measures each reply on its own)."""
+        self.worst_ms.pop(phase, None)
+        self.ticks.pop(phase, None)
+        if phase in self._active:
+            self.worst_ms[phase], self.ticks[phase] = 0.0, 0
+
     def worst(self) -> float:
         return max(self.worst_ms.values(), default=0.0)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtGui import QAction, QFont
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QAction, QFont, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QApplication, QMainWindow, QStatusBar
 
 from app.chat.chat_view import ChatView
@@ -18,6 +19,49 @@ from app.ui import shortcuts
 from app.ui.shortcuts import bind
 
 ZOOM_MIN, ZOOM_MAX = -4, 12  # points around the application's font size
+WINDOW_WIDE = (Qt.ShortcutContext.WindowShortcut, Qt.ShortcutContext.ApplicationShortcut)
+
+
+class EarlyKeys(QObject):
+    """The window's keys work from the moment it is shown, not only once it was clicked.
+
+    Qt runs a window's shortcuts only while the window system calls it the active
+    window. That comes later than show(): through the event loop, and on desktops
+    that do not activate new windows (X11 without a window manager, focus-stealing
+    prevention) only after a click; until then a window-wide key reached the window
+    and did nothing. So the window asks to be activated when it is first shown (with
+    the input box focused), and a key that reaches it while it is not active yet
+    does what its shortcut says (and activates it)."""
+
+    def __init__(self, window: QMainWindow, focus: Callable[[], None]) -> None:
+        super().__init__(window)
+        self.window, self._focus, self._shown = window, focus, False
+        window.installEventFilter(self)
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 (Qt override)
+        if obj is not self.window:
+            return False
+        kind = event.type()
+        if kind == QEvent.Type.Show and not self._shown:
+            self._shown = True
+            self.window.activateWindow()
+            self._focus()
+        elif kind == QEvent.Type.KeyPress and not self.window.isActiveWindow():
+            act = self.action_for(event)
+            if act is not None:
+                self.window.activateWindow()
+                act.trigger()
+                return True
+        return False
+
+    def action_for(self, event: QKeyEvent) -> QAction | None:
+        """The enabled window-wide action whose shortcut is this key, if any."""
+        pressed = QKeySequence(event.keyCombination())
+        for act in self.window.findChildren(QAction):
+            if act.isEnabled() and act.shortcutContext() in WINDOW_WIDE and any(
+                    pressed.matches(k) == QKeySequence.SequenceMatch.ExactMatch for k in act.shortcuts()):
+                return act
+        return None
 
 
 class KeyboardController:
@@ -50,6 +94,7 @@ class KeyboardController:
         }
         chat.edit_last_requested.connect(self.edit_last)
         self.act_shortcuts: QAction | None = None
+        self.early_keys = EarlyKeys(window, lambda: chat.input.setFocus())
 
     def build_help_menu(self) -> None:
         """Help → Keyboard shortcuts (F1): the sheet built from the same table."""

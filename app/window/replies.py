@@ -59,15 +59,26 @@ def context_cut(messages: list[StoredMessage]) -> tuple[int, int] | None:
     return None
 
 
-def context_use(metrics: dict | None) -> tuple[str, str]:
-    """The context meter's text and tooltip for a reply's metrics ('' when they do not say)."""
+def context_use(metrics: dict | None, loaded_ctx: int = 0) -> tuple[str, str]:
+    """The context meter's text and tooltip for a reply's metrics ('' when they do not say).
+
+    ``loaded_ctx``: the context of the model loaded now (0: none is). The meter measures
+    against it, so that loading another model shows its size at once; the tooltip says when
+    the last reply was written with another context."""
     m = metrics or {}
-    n_ctx = m.get("n_ctx") or 0
-    if not n_ctx:
+    written_ctx = m.get("n_ctx") or 0
+    if not written_ctx:
         return "", ""
+    n_ctx = loaded_ctx or written_ctx
     prompt, reply = m.get("prompt_tokens", 0), m.get("generated_tokens", 0)
-    tip = (f"The last reply in this conversation used {prompt + reply:,} of the model's {n_ctx:,}-token "
-           f"context: the conversation as the model saw it ({prompt:,} tokens) and the reply ({reply:,}).")
+    if n_ctx == written_ctx:
+        tip = (f"The last reply in this conversation used {prompt + reply:,} of the model's {n_ctx:,}-token "
+               f"context: the conversation as the model saw it ({prompt:,} tokens) and the reply ({reply:,}).")
+    else:
+        tip = (f"The last reply in this conversation used {prompt + reply:,} tokens of the {written_ctx:,}-token "
+               f"context it was written with: the conversation as the model saw it ({prompt:,} tokens) and the "
+               f"reply ({reply:,}). The model loaded now has a {n_ctx:,}-token context; the next reply is "
+               "counted with it.")
     dropped = m.get("dropped_messages") or 0
     if dropped:
         tip += (f"\nThe conversation had outgrown the context, so its {dropped:,} oldest messages were left "
@@ -111,6 +122,7 @@ class RepliesController:
         h.progress.connect(self.on_progress)
         h.finished.connect(self.on_finished)
         h.failed.connect(self.on_failed)
+        h.loaded.connect(self.on_model_loaded)
 
     def streaming_in(self) -> int | None:
         """The conversation a reply is being written in, if any."""
@@ -121,12 +133,19 @@ class RepliesController:
         where that reply's view of the conversation began if turns were left out."""
         msgs = self.store.messages(cid) if msgs is None else msgs
         last = next((m for m in reversed(msgs) if m.role == "assistant" and m.metrics), None)
-        text, tip = context_use(last.metrics if last is not None else None)
+        loaded = self.host.model.n_ctx if self.host.model is not None else 0
+        text, tip = context_use(last.metrics if last is not None else None, loaded)
         self.context_label.setText(text)
         self.context_label.setToolTip(tip)
         cut = context_cut(msgs)
         n_ctx = last.metrics.get("n_ctx", 0) if last is not None else 0
         self.chat.set_context_marker(*(cut or (None, 0)), n_ctx=n_ctx)
+
+    def on_model_loaded(self, _model) -> None:
+        """Another model loaded: the meter measures against its context now, not the last reply's."""
+        cid = self._current()
+        if cid is not None and not self._closed():
+            self.show_context(cid)
 
     def show_live(self) -> None:
         """The conversation on screen was just drawn from the store: if the reply is being written

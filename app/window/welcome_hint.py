@@ -1,9 +1,10 @@
-"""The welcome page's larger-model hint, worked out after each model load.
+"""The welcome page's model and its larger-model hint, worked out after each model load.
 
-``UpgradeHint`` is one of MainWindow's controllers: it asks the planner whether this
-machine's GPU could run a larger model than the one loaded, and shows the answer on
-the welcome page (app/chat/welcome.py's WelcomePanel). Listing ggml's devices takes
-seconds on some machines, so it runs through app/bridge/background.py.
+``UpgradeHint`` is one of MainWindow's controllers: it names the model loaded on the
+welcome page (app/chat/welcome.py's WelcomePanel), asks the planner whether this
+machine's GPU could run a larger model than that one, and shows the answer there.
+Listing ggml's devices takes seconds on some machines, so it runs through
+app/bridge/background.py.
 """
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ class UpgradeHint:
         self._bg = Background(owner)
 
     def model_loaded(self, model: LoadedModel) -> None:
-        """Ask about ``model`` (the host's loaded); a newer load's question supersedes an older one's."""
+        """Name ``model`` (the host's loaded) on the page and ask about it; a newer load's question
+        supersedes an older one's."""
+        self.panel.set_model(model.label, model.bundled)
         self.loads += 1
         n, path = self.loads, model.path
         self._bg.run(lambda: work_out_hint(path), on_done=lambda text: self._ready(n, text),
