@@ -1,0 +1,134 @@
+"""engine/backends/llama/threadpool.py: our ctypes bindings of llama.cpp's CPU thread pool,
+attached to the real bundled model, and the ``threads_poll`` load option end to end."""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import pytest
+
+from engine import HearthError
+from engine.backends.llama import threadpool as tp
+from engine.backends.llama.backend import LlamaCppBackend
+from engine.engine import Engine
+from engine.types import Message, SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+CHAT = [Message("user", "Tell me about lighthouses.")]
+
+
+def _tokens(engine) -> list[int]:
+    return [ev for ev in engine.stream(CHAT, GREEDY) if ev.kind == "final"][0].token_ids
+
+
+def test_struct_layout_is_ggmls():
+    """ThreadpoolParams as ggml.h declares it, checked against ggml's own init at first use."""
+    P = tp.ThreadpoolParams
+    assert tp.GGML_MAX_N_THREADS == 512 and ctypes.sizeof(P) == 528
+    assert [(n, getattr(P, n).offset) for n, _ in P._fields_] == [
+        ("cpumask", 0), ("n_threads", 512), ("prio", 516), ("poll", 520), ("strict_cpu", 524), ("paused", 525)]
+    a = tp.api()  # runs check_layout on the real ggml_threadpool_params_init
+    mine = P()
+    a.params_init(ctypes.byref(mine), 3)
+    theirs = a.params_default(3)  # returned by value: only called once the layout is known
+    assert (theirs.n_threads, theirs.poll, theirs.prio, theirs.paused) == (3, tp.POLL_DEFAULT, 0, False)
+    assert a.params_match(ctypes.byref(mine), ctypes.byref(theirs))
+    mine.poll = 0
+    assert not a.params_match(ctypes.byref(mine), ctypes.byref(theirs))
+
+
+def test_layout_check_catches_another_struct():
+    """A ggml with GGML_MAX_N_THREADS 1024 (its fields 512 bytes later) fails the check."""
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)
+    def bigger(p, n):
+        ctypes.memset(p, 0, 1024)
+        ctypes.c_int.from_address(p + 1024).value = n
+        ctypes.c_uint32.from_address(p + 1032).value = 50
+
+    with pytest.raises(HearthError, match="does not match"):
+        tp.check_layout(bigger)
+
+
+def test_symbols_are_the_ones_llama_cpp_runs():
+    """new/free come from the libggml-cpu llama.cpp loaded (the CPU backend's own proc address)."""
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                    ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+    libc = ctypes.CDLL(None)
+    libc.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+    info = DlInfo()
+    assert libc.dladdr(tp.api().new_at, ctypes.byref(info))
+    where = Path(info.fname.decode())
+    assert info.sname == b"ggml_threadpool_new" and where.name.startswith("libggml-cpu")
+    import llama_cpp
+
+    assert where.resolve().parent == (Path(llama_cpp.__file__).parent / "lib").resolve()
+    mapped = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+              if "libggml-cpu" in line}
+    assert mapped == {str(where.resolve())}  # the one copy llama.cpp mapped, not a second beside it
+    assert tp.openmp() == ("OPENMP" in tp.cpu_features())
+
+
+def test_pool_poll_zero_gives_the_same_greedy_tokens(engine, bundled_path):
+    """The same model with every graph on our pool (poll 0) decodes token for token the same."""
+    reference = _tokens(engine)  # the conftest engine: 2 threads, llama.cpp's own
+    pooled = Engine.load(bundled_path, n_ctx=2048, n_threads=2, threads_poll=0, cache_budget=0)
+    pool = pooled.backend._pool
+    try:
+        assert pool is not None and pool.attached == 1 and not pool.freed
+        assert (pool.n_threads, pool.poll) == (2, 0) and pooled.backend.threads_poll == 0
+        assert _tokens(pooled) == reference
+        pool.pause()
+        pool.resume()  # a paused pool's workers wake for the next graph
+        pooled.reset()
+        assert _tokens(pooled) == reference
+    finally:
+        pooled.close()
+    assert pool.freed and pool.attached == 0
+    pooled.close()  # twice is harmless
+
+
+def test_pool_is_never_freed_under_a_context(bundled_path):
+    b = LlamaCppBackend(bundled_path, n_ctx=256, n_threads=2)
+    try:
+        with pytest.raises(HearthError, match="the pool has 1"):
+            with tp.ThreadPool(1, 0) as small:  # an OpenMP build would index past its workers
+                small.attach(b._ctx)
+        assert small.freed
+        pool = tp.ThreadPool(2, 10)
+        pool.attach(b._ctx)
+        with pytest.raises(HearthError, match="detach it first"):
+            pool.free()
+        assert not pool.freed
+        b.forward(b.tokenize("Hello", add_bos=True))
+        pool.detach(b._ctx)
+    finally:
+        b.close()  # the context goes first: ggml's CPU backend held the pool until now
+    pool.free()
+    assert pool.freed
+    with pytest.raises(HearthError, match="freed"):
+        pool.pause()
+
+
+def test_a_draft_runs_on_a_pool_of_its_own(bundled_path):
+    target = LlamaCppBackend(bundled_path, n_ctx=256, n_threads=1, threads_poll=5)
+    draft = target.open_draft(bundled_path, n_threads=1)
+    try:
+        assert draft.threads_poll == 5 and draft._pool is not None and draft._pool is not target._pool
+        assert draft._pool.attached == 1
+    finally:
+        pools = draft._pool, target._pool
+        draft.close()
+        target.close()
+    assert all(p is not None and p.freed for p in pools)
+
+
+@pytest.mark.parametrize("poll", [-1, 101, 1.5, "0", True])
+def test_bad_poll_values_get_a_clear_error(bundled_path, poll):
+    with pytest.raises(HearthError, match=r"threads_poll: must be a whole number from 0 .* to 100"):
+        tp.ThreadPool(2, poll)
+    with pytest.raises(HearthError, match="threads_poll"):
+        LlamaCppBackend(bundled_path, n_ctx=256, threads_poll=poll)
+    with pytest.raises(HearthError, match="threads"):
+        tp.ThreadPool(0, 0)
