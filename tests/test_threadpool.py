@@ -3,6 +3,7 @@ attached to the real bundled model, and the ``threads_poll`` load option end to 
 from __future__ import annotations
 
 import ctypes
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,11 @@ from engine import HearthError
 from engine.backends.llama import threadpool as tp
 from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
+from engine.loading.load import load_model
+from engine.loading.plan import engine_kwargs
+from engine.loading.request import LoadRequest
 from engine.types import Message, SamplingParams
+from app.core.settings import Settings, SettingsFile
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 CHAT = [Message("user", "Tell me about lighthouses.")]
@@ -132,3 +137,50 @@ def test_bad_poll_values_get_a_clear_error(bundled_path, poll):
         LlamaCppBackend(bundled_path, n_ctx=256, threads_poll=poll)
     with pytest.raises(HearthError, match="threads"):
         tp.ThreadPool(0, 0)
+
+
+def test_thread_options_and_the_windows_rule():
+    from app.bridge.load_worker import APP_THREADS, app_threads
+
+    assert tp.thread_option("cores-1", cores=4) == (3, None)
+    assert tp.thread_option("cores-1", cores=1) == (1, None)
+    assert tp.thread_option("all", cores=4) == (4, None)
+    assert tp.thread_option("all-poll0", cores=4) == (4, 0)
+    assert set(tp.THREAD_OPTIONS) == {"cores-1", "all", "all-poll0"}
+    with pytest.raises(HearthError, match="unknown thread option"):
+        tp.thread_option("most")
+    assert APP_THREADS in tp.THREAD_OPTIONS and app_threads() == tp.thread_option(APP_THREADS)
+
+
+def test_load_request_carries_the_poll_level(bundled_path):
+    req = LoadRequest(threads_poll=0, n_threads=1)
+    assert LoadRequest.from_dict(json.loads(json.dumps(req.as_dict()))) == req
+    old = {k: v for k, v in req.as_dict().items() if k != "threads_poll"}  # a file from before the field
+    assert LoadRequest.from_dict(old).threads_poll is None
+    assert engine_kwargs(None, req, "llama_cpp", 1, None, 0)["threads_poll"] == 0
+    # the request's own level wins over the caller's Auto; without one, the caller's applies
+    loaded = load_model(req, data_dir=None, threads_poll=7)
+    try:
+        assert loaded.engine.backend.threads_poll == 0 and loaded.model.threads_poll == 0
+    finally:
+        loaded.engine.close()
+    loaded = load_model(LoadRequest(n_threads=1), data_dir=None, threads_poll=7)
+    try:
+        assert loaded.engine.backend.threads_poll == 7 and loaded.engine.backend._pool.poll == 7
+    finally:
+        loaded.engine.close()
+
+
+def test_settings_round_trip_and_a_bad_value(tmp_path):
+    f = SettingsFile(tmp_path / "settings.json")
+    s = Settings(threads_poll=0, n_threads=2)
+    f.save(s)
+    again, notice = SettingsFile(tmp_path / "settings.json").load()
+    assert notice is None and again == s and again.load_request().threads_poll == 0
+    assert Settings().with_load(again.load_request()).threads_poll == 0
+    for bad in (150, -1, "low", True):
+        path = tmp_path / f"bad-{bad}.json"
+        path.write_text(json.dumps({**s.to_dict(), "threads_poll": bad}))
+        loaded, notice = SettingsFile(path).load()
+        assert loaded.threads_poll is None and loaded.n_threads == 2  # the others are kept
+        assert notice is not None and "threads_poll: must be Auto or a whole number from 0" in notice
