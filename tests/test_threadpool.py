@@ -184,3 +184,18 @@ def test_settings_round_trip_and_a_bad_value(tmp_path):
         loaded, notice = SettingsFile(path).load()
         assert loaded.threads_poll is None and loaded.n_threads == 2  # the others are kept
         assert notice is not None and "threads_poll: must be Auto or a whole number from 0" in notice
+
+
+def test_the_threads_benchmark_summary():
+    from engine.bench import NAMES, threads
+    from engine.cli import build_parser
+
+    assert "threads" in NAMES
+    a = build_parser().parse_args(["bench", "threads", "--tokens", "8", "--rounds", "3"])
+    assert (a.which, a.tokens, a.rounds) == ("threads", 8, 3)
+    out = threads.summarise({"cores-1": [10.0, 30.0, 20.0], "all": [15.0, 40.0, 45.0], "all-poll0": []},
+                            {"cores-1": [1.0, 3.0, 2.0], "all": [9.0, 5.0, 7.0]})
+    assert out["cores-1"]["median_tok_s"] == 20.0 and out["cores-1"]["ratio_vs_cores-1"] == 1.0
+    assert out["all"]["ratio_vs_cores-1"] == 2.0 and out["all"]["render_late_p95_ms"] == 7.0
+    assert "all-poll0" not in out  # an option with no rounds is left out, not given a made-up figure
+    assert threads.p95([float(i) for i in range(1, 101)]) == 96.0 and threads.p95([]) == 0.0
