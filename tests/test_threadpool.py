@@ -194,8 +194,13 @@ def test_the_threads_benchmark_summary():
     a = build_parser().parse_args(["bench", "threads", "--tokens", "8", "--rounds", "3"])
     assert (a.which, a.tokens, a.rounds) == ("threads", 8, 3)
     out = threads.summarise({"cores-1": [10.0, 30.0, 20.0], "all": [15.0, 40.0, 45.0], "all-poll0": []},
-                            {"cores-1": [1.0, 3.0, 2.0], "all": [9.0, 5.0, 7.0]})
+                            {"cores-1": [1.0, 3.0, 2.0], "all": [9.0, 5.0, 7.0]},
+                            {"cores-1": [1.0, 0.5, 0.9], "all": [0.25, 0.5]})
     assert out["cores-1"]["median_tok_s"] == 20.0 and out["cores-1"]["ratio_vs_cores-1"] == 1.0
     assert out["all"]["ratio_vs_cores-1"] == 2.0 and out["all"]["render_late_p95_ms"] == 7.0
+    assert (out["cores-1"]["render_frame_ratio"], out["all"]["render_frame_ratio"]) == (0.9, 0.375)
     assert "all-poll0" not in out  # an option with no rounds is left out, not given a made-up figure
     assert threads.p95([float(i) for i in range(1, 101)]) == 96.0 and threads.p95([]) == 0.0
+    load = threads.RenderLoad(period_s=0.02)
+    load.late_s, load.elapsed_s = [0.0] * 25, 1.0  # 25 of the 50 frames due in a second
+    assert load.frame_ratio == 0.5
