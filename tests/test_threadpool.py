@@ -204,3 +204,16 @@ def test_the_threads_benchmark_summary():
     load = threads.RenderLoad(period_s=0.02)
     load.late_s, load.elapsed_s = [0.0] * 25, 1.0  # 25 of the 50 frames due in a second
     assert load.frame_ratio == 0.5
+
+
+def test_the_settings_dialog_keeps_the_poll_level(qtbot, tmp_path, monkeypatch):
+    """The dialog offers no control for it (yet): editing other settings keeps the file's value."""
+    from app.settings_ui.settings_dialog import SettingsDialog
+
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    dlg = SettingsDialog(Settings(threads_poll=0, n_threads=2, context_policy="stop"))
+    qtbot.addWidget(dlg)
+    form = dlg.sampling_form
+    form.policy.setCurrentIndex(form.policy.findData("drop_oldest"))
+    built = dlg.build()
+    assert (built.threads_poll, built.n_threads, built.context_policy) == (0, 2, "drop_oldest")
