@@ -63,7 +63,8 @@ class Engine:
              draft: str | os.PathLike[str] | None = None, draft_k: int | None = None,
              backend: str | None = None, quant: str = "none", device: str = "auto",
              max_memory: dict | None = None, allow_pickle: bool = False, allow_remote_code: bool = False,
-             repack: bool = False, exactness: str = "exact", progress: Callable[[int, int, str], None] | None = None,
+             repack: bool = False, exactness: str = "exact", threads_poll: int | None = None,
+             progress: Callable[[int, int, str], None] | None = None,
              cancel: threading.Event | None = None) -> "Engine":
         """Load a model (the bundled GGUF by default): a GGUF file, a transformers
         folder or a Hugging Face Hub id (downloaded first, with ``progress`` and ``cancel``).
@@ -78,6 +79,8 @@ class Engine:
         logits depend on batch shape (see LlamaCppBackend); off keeps output exact.
         ``exactness``: "exact" (default) or "fast" (repack and flash attention on; cached
         and speculative output may then differ slightly from plain decoding).
+        ``threads_poll``: llama.cpp only: run its threads on a pool of Hearth's own at this
+        poll level (0-100; engine/backends/llama/threadpool.py); None: llama.cpp's default.
         """
         ref = resolve(model)
         if ref.kind == "hub":
@@ -89,7 +92,7 @@ class Engine:
                                      n_gpu_layers=n_gpu_layers, kv_type=kv_type, quant=quant, device=device,
                                      max_memory=max_memory, allow_pickle=allow_pickle,
                                      allow_remote_code=allow_remote_code, repack=repack,
-                                     exactness=exactness)
+                                     exactness=exactness, threads_poll=threads_poll)
         store = None
         if disk_cache is not None and cache_budget > 0:
             root = Path(disk_cache)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import HearthError
+from engine.backends.llama.threadpool import ThreadChoice, thread_option
 from engine.loading.gpu_guard import GpuGuard
 from engine.loading.load import load_model
 from engine.loading.request import LoadRequest
@@ -39,18 +40,21 @@ class LoadJob:
     id: int = field(default_factory=lambda: next(_JOB_IDS))
 
 
-def app_threads() -> int:
-    """CPU threads for generation when the settings say Auto: the physical cores less one.
+# The window's thread rule when the settings say Auto: one of engine.backends.llama.threadpool's
+# THREAD_OPTIONS, which `python -m engine bench threads` measures side by side with a render load.
+#
+# "cores-1": llama.cpp's worker threads spin-wait at every barrier, so when they use
+# every core, anything else that wants a core (the GUI thread, the OS, a compiler in
+# the background) stalls a whole barrier: on a busy 2-core machine we measured
+# 1-21 tok/s with 2 threads and a steady 60-70 tok/s with 1. Leaving a core free
+# keeps the window responsive too.
+APP_THREADS = "cores-1"
 
-    llama.cpp's worker threads spin-wait at every barrier, so when they use
-    every core, anything else that wants a core (the GUI thread, the OS, a
-    compiler in the background) stalls a whole barrier: on a busy 2-core
-    machine we measured 1-21 tok/s with 2 threads and a steady 60-70 tok/s
-    with 1. Leaving a core free keeps the window responsive too.
-    """
-    from engine.backends.llama.backend import default_threads
 
-    return max(1, default_threads() - 1)
+def app_threads() -> ThreadChoice:
+    """CPU threads for generation (and the thread pool's poll level, None for none) when the
+    settings say Auto: :data:`APP_THREADS`'s rule on this machine's physical cores."""
+    return thread_option(APP_THREADS)
 
 
 class LoadWorker(QObject):
@@ -73,7 +77,9 @@ class LoadWorker(QObject):
         self._close_engine()
         try:
             # Auto settings come from the memory plan; an out-of-memory load retries with a smaller one.
-            result = load_model(req, data_dir=data_dir(), n_threads=app_threads(), cancel=job.cancel,
+            threads = app_threads()
+            result = load_model(req, data_dir=data_dir(), n_threads=threads.n_threads,
+                                threads_poll=threads.poll, cancel=job.cancel,
                                 progress=lambda done, total, name: self.download_progress.emit(
                                     rid, done, total, name))
         except HearthError as e:

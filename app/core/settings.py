@@ -37,8 +37,8 @@ THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
 DEFAULT_CONTEXT_POLICY = "drop_oldest"
-LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "gpu_layers", "kv_type",
-             "exactness")
+LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "threads_poll", "gpu_layers",
+             "kv_type", "exactness")
 # The load settings a "Benchmark this model" row can set as a model's default.
 TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
 
@@ -79,6 +79,7 @@ class Settings:
     context: int | None = None      # None = Auto (the engine picks)
     draft: str = "auto"             # "auto" | "none" | the path of a draft GGUF (the library's compatible ones)
     n_threads: int | None = None    # None = the engine's default
+    threads_poll: int | None = None  # llama.cpp's thread-pool poll level 0-100; None = llama.cpp's default threads
     gpu_layers: int | str | None = None  # None = Auto (the memory plan), "all", or blocks on the GPU
     kv_type: str = "auto"           # "auto" (the memory plan) | "f16" | "q8_0" | "q4_0"
     exactness: str = "exact"        # "exact" | "fast" (see EXACTNESS)
@@ -137,6 +138,9 @@ class Settings:
                                 f"got {self.draft!r}")
         if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
             raise SettingsError(f"n_threads: must be a positive whole number, got {self.n_threads!r}")
+        tp = self.threads_poll
+        if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or not 0 <= tp <= 100):
+            raise SettingsError(f"threads_poll: must be Auto or a whole number from 0 (no polling) to 100, got {tp!r}")
         gl = self.gpu_layers
         if gl is not None and gl != "all" and (not isinstance(gl, int) or isinstance(gl, bool) or gl < 0):
             raise SettingsError(f"gpu_layers: must be Auto, all or a whole number from 0, got {gl!r}")

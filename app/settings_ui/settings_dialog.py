@@ -85,6 +85,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
                      quant=self.chosen_quant(),
                      context=None if self.ctx_auto.isChecked() else self.ctx.value(),
                      draft=self.chosen_draft(), n_threads=self._orig.n_threads,
+                     threads_poll=self._orig.threads_poll,
                      gpu_layers=self.chosen_gpu_layers(), kv_type=self.chosen_kv_type(),
                      exactness=self.chosen_exactness(), tuning=self._orig.tuning,
                      sampling=sampling, presets=self.presets_editor.presets(),

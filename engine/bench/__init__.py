@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
-NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak", "tune", "server", "serve")
+NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak", "tune", "server", "serve",
+         "threads")
 
 
 def run(which: str, a: argparse.Namespace) -> dict:

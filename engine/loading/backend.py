@@ -18,9 +18,11 @@ DEFAULT_CTX = 8192
 def open_backend(ref: ModelRef, *, backend: str | None, n_ctx: int | None, n_threads: int | None,
                  n_gpu_layers: int, kv_type: str, quant: str, device: str, max_memory: dict | None,
                  allow_pickle: bool, allow_remote_code: bool,
-                 repack: bool, exactness: str = "exact") -> tuple[Backend, Callable[[Path], str]]:
+                 repack: bool, exactness: str = "exact",
+                 threads_poll: int | None = None) -> tuple[Backend, Callable[[Path], str]]:
     """The backend for a local ``ref`` (a Hub id is fetched before this), and a
-    function giving the model's SHA-256 (memoised under a folder) for the disk cache key."""
+    function giving the model's SHA-256 (memoised under a folder) for the disk cache key.
+    ``repack`` and ``threads_poll`` are llama.cpp settings (transformers has neither)."""
     kind = backend or default_backend(ref)
     if kind == "hf":
         hf = import_hf()  # torch + transformers: only when this backend is chosen
@@ -43,7 +45,7 @@ def open_backend(ref: ModelRef, *, backend: str | None, n_ctx: int | None, n_thr
             n_ctx = min(info.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
         lb = LlamaCppBackend(ref.path, n_ctx=n_ctx, n_threads=n_threads,
                              n_gpu_layers=n_gpu_layers, kv_type=kv_type, repack=repack, info=info,
-                             exactness=exactness)
+                             exactness=exactness, threads_poll=threads_poll)
         return lb, lambda root: file_sha256(ref.path, memo_dir=root)
     raise HearthError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")
 

@@ -62,6 +62,7 @@ class LoadedModel:
     plan: dict[str, Any] | None = None                      # plan_view(): the plan and its check
     notes: tuple[str, ...] = ()
     load_ms: float = 0.0
+    threads_poll: int | None = None  # the poll level of Hearth's own llama.cpp thread pool; None: none
 
 
 @dataclass(slots=True)
@@ -77,13 +78,14 @@ class LoadResult:
 
 
 def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None = None,
-               progress: Progress | None = None, cancel: threading.Event | None = None,
-               loader: Callable[..., Any] | None = None) -> LoadResult:
+               threads_poll: int | None = None, progress: Progress | None = None,
+               cancel: threading.Event | None = None, loader: Callable[..., Any] | None = None) -> LoadResult:
     """Resolve, plan, load (retrying once with a smaller plan on out-of-memory), check and record.
 
     ``data_dir``: where the disk prefix store, the plan log and the GPU-crash marker
     live (None: none of them, for a throwaway load). ``n_threads``: the threads when
-    the request says Auto. ``loader``: Engine.load (tests pass a wrapper).
+    the request says Auto; ``threads_poll``: the thread pool's poll level when the request
+    gives none (None: llama.cpp's own threads). ``loader``: Engine.load (tests pass a wrapper).
     Raises HearthError (DownloadCancelled for a cancelled download)."""
     if loader is None:
         from ..engine import Engine
@@ -102,8 +104,9 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
         from ..models.catalogue import default_backend
 
         backend = default_backend(ref)
-    result = load_planned(ref, req, backend, n_threads=req.n_threads or n_threads, loader=loader,
-                          data_dir=data_dir)
+    poll = req.threads_poll if req.threads_poll is not None else threads_poll
+    result = load_planned(ref, req, backend, n_threads=req.n_threads or n_threads, threads_poll=poll,
+                          loader=loader, data_dir=data_dir)
     result.model = describe(result.engine, result, load_ms=(time.perf_counter() - t0) * 1e3)
     if data_dir is not None:
         note = record(result, Path(data_dir) / PLAN_LOG)
@@ -113,7 +116,7 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
 
 
 def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, loader: Callable[..., Any],
-                 data_dir: Path | None) -> LoadResult:
+                 data_dir: Path | None, threads_poll: int | None = None) -> LoadResult:
     """Plan and load a resolved ``ref`` (a local ModelRef) as ``req`` asks on ``backend``."""
     messages: list[str] = []
     plan, retried = None, False
@@ -140,7 +143,7 @@ def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, 
                         "your choices as they are.")
 
     def one(p: Plan | None):
-        kw = engine_kwargs(p, req, backend, n_threads, data_dir)
+        kw = engine_kwargs(p, req, backend, n_threads, data_dir, threads_poll)
         if req.cpu_only and backend == "hf":
             kw.update(device="cpu", max_memory=None)  # transformers places by device, not by layers
         if guard is not None and kw.get("n_gpu_layers") and (plan is None or plan.hardware.gpus):
@@ -202,7 +205,8 @@ def describe(engine, result: LoadResult | None = None, *, load_ms: float = 0.0) 
         memory=report, memory_total=buffers_total(report),
         prefix_budget=int(engine.cache_stats()["budget_bytes"]), devices=_device_memory(),
         plan=plan_view(result) if result is not None else None,
-        notes=tuple(result.messages) if result is not None else (), load_ms=load_ms)
+        notes=tuple(result.messages) if result is not None else (), load_ms=load_ms,
+        threads_poll=getattr(b, "threads_poll", None))
 
 
 def plan_view(result: LoadResult) -> dict[str, Any] | None:

@@ -87,10 +87,12 @@ def plan_request(req: LoadRequest, target: str | None = None, hardware: Hardware
 
 
 def engine_kwargs(plan: Plan | None, req: LoadRequest, backend: str, n_threads: int | None,
-                  data_dir: Path | None) -> dict[str, Any]:
+                  data_dir: Path | None, threads_poll: int | None = None) -> dict[str, Any]:
     """Engine.load's arguments: the plan's values (they hold every fixed choice), or
-    without a plan the request as chosen. With a data folder the disk prefix store is on."""
-    kw: dict[str, Any] = {"n_threads": n_threads, "backend": backend, "exactness": req.exactness or "exact"}
+    without a plan the request as chosen. With a data folder the disk prefix store is on.
+    ``n_threads``/``threads_poll``: the threads, as the request or the caller's Auto decided."""
+    kw: dict[str, Any] = {"n_threads": n_threads, "threads_poll": threads_poll, "backend": backend,
+                          "exactness": req.exactness or "exact"}
     if data_dir is not None:
         kw.update(disk_cache=prefix_store_dir(data_dir), disk_cache_bytes=DEFAULT_DISK_BUDGET)
     draft = req.draft or "auto"

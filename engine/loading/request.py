@@ -77,6 +77,7 @@ class LoadRequest:
     context: int | None = None      # None: Auto
     draft: str = "auto"             # "auto", "none", "ngram" or a draft GGUF path
     n_threads: int | None = None    # None: Auto
+    threads_poll: int | None = None  # llama.cpp's poll level 0-100 on a pool of Hearth's own; None: llama.cpp's default
     gpu_layers: int | str | None = None  # None: Auto; "all"; or a number
     kv_type: str = "auto"           # one of KV_TYPES
     exactness: str = "exact"        # one of EXACTNESS

@@ -25,6 +25,7 @@ from . import devices, init
 from .batch import LlamaBatch
 from .grammar import LlamaGrammar
 from .log import _log_mark, _log_since, decode_error, out_of_memory_text
+from .threadpool import ThreadPool, check_poll, default_threads
 
 log = logging.getLogger("hearth.llama_cpp")
 
@@ -56,22 +57,14 @@ def parse_buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def default_threads() -> int:
-    try:
-        import psutil
-        n = psutil.cpu_count(logical=False)
-    except Exception:  # psutil missing or unsupported platform
-        n = None
-    return max(1, n or os.cpu_count() or 1)
-
-
 class LlamaCppBackend:
     name = "llama_cpp"
 
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
                  flash_attn: bool | None = None, repack: bool = False,
-                 info: ModelInfo | None = None, exactness: str = "exact") -> None:
+                 info: ModelInfo | None = None, exactness: str = "exact", threads_poll: int | None = None) -> None:
+        self._pool: ThreadPool | None = None
         # Parse the header ourselves first: a missing/truncated/corrupt file gets
         # a clear message here instead of a NULL pointer from C.
         self.info = info or model_info(path)
@@ -80,6 +73,9 @@ class LlamaCppBackend:
             raise HearthError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
         if exactness not in EXACTNESS:
             raise HearthError(f"unknown exactness profile {exactness!r}; choose exact or fast")
+        # threads_poll: None leaves the threads to ggml (a throw-away pool per graph, polling at
+        # its default); 0-100 runs every graph on a pool of our own at that poll level (threadpool.py).
+        self.threads_poll = None if threads_poll is None else check_poll(threads_poll)
         if exactness == "fast":
             repack = True
             flash_attn = True if flash_attn is None else flash_attn
@@ -130,6 +126,13 @@ class LlamaCppBackend:
         if not self._ctx:
             self.close()
             self._raise_load_failure(_log_since(mark), what=f"create a {n_ctx}-token context")
+        if self.threads_poll is not None:
+            try:
+                self._pool = ThreadPool(n_threads, self.threads_poll)
+                self._pool.attach(self._ctx)
+            except BaseException:
+                self.close()
+                raise
         self._load_log = _log_since(mark)
 
         self.n_ctx = lc.llama_n_ctx(self._ctx)
@@ -312,7 +315,7 @@ class LlamaCppBackend:
         # every step, and splitting both across the bus would cost more than it saves).
         on_gpu = self.n_gpu_layers < 0 or self.n_gpu_layers > self.info.n_layers
         return LlamaCppBackend(path, n_ctx=self.n_ctx, n_threads=n_threads, n_gpu_layers=-1 if on_gpu else 0,
-                               exactness=self.exactness)
+                               exactness=self.exactness, threads_poll=self.threads_poll)
 
     def open_batch(self, n_seq: int, n_ctx: int) -> LlamaBatch:
         # The model must outlive the batch context: close the batch first.
@@ -332,8 +335,13 @@ class LlamaCppBackend:
             lc.llama_batch_free(self._batch)
             self._batch = None
         if self._ctx:
+            if self._pool is not None:
+                self._pool.detach(self._ctx)
             lc.llama_free(self._ctx)
             self._ctx = None
+        if self._pool is not None:  # after the context: ggml's CPU backend held the pool until llama_free
+            self._pool.free()
+            self._pool = None
         if self._model:
             lc.llama_model_free(self._model)
             self._model = None
