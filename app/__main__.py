@@ -40,9 +40,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=_positive, default=256, help="reply length for --bench-stream")
     p.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for --bench-stream (default: the app's Auto rule)")
+    p.add_argument("--threads-poll", type=_poll, default=None, metavar="0-100",
+                   help="--bench-stream: run llama.cpp on Hearth's own thread pool at this poll level")
     p.add_argument("--rounds", type=_positive, default=3,
                    help="--bench-stream alternates window and engine this many times and reports medians")
     return p
+
+
+def _poll(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 100, got {text!r}") from None
+    if not 0 <= n <= 100:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 100, got {n}")
+    return n
 
 
 def _positive(text: str) -> int:
@@ -138,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             return bench_open()
         if args.bench_stream:
             from app.window.bench_stream import main as bench_stream
-            return bench_stream(model, tokens=args.tokens, threads=args.threads, rounds=args.rounds)
+            return bench_stream(model, tokens=args.tokens, threads=args.threads, rounds=args.rounds,
+                                poll=args.threads_poll)
         if args.screenshot:
             from app.window.selftest import take_screenshot
             return take_screenshot(args.screenshot, theme=args.theme, show=args.show, search=args.search)

@@ -50,11 +50,24 @@ def test_both_sides_write_the_same_16_tokens_and_the_figures_come_out(tmp_path):
 @pytest.mark.parametrize("argv, why", [
     (["--tokens", "0"], "--tokens: must be at least 1, got 0"),
     (["--rounds", "two"], "--rounds: must be a whole number, got 'two'"),
+    (["--threads-poll", "101"], "--threads-poll: expected a whole number from 0 to 100, got 101"),
 ])
 def test_a_bad_number_is_refused_with_the_reason(capsys, argv, why):
     with pytest.raises(SystemExit) as e:
         main(["--bench-stream", *argv])
     assert e.value.code == 2 and why in capsys.readouterr().err
+
+
+def test_the_window_can_run_on_hearths_own_thread_pool(tmp_path):
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HOME": str(tmp_path)}
+    env.pop("HEARTH_DATA_DIR", None)
+    p = subprocess.run([sys.executable, "-m", "app", "--bench-stream", "--tokens", "8", "--rounds", "1",
+                        "--threads", "1", "--threads-poll", "0"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    # The loaded model says what it runs on: one thread, on the pool at poll 0; the same text both ways.
+    assert r["ok"] is True and r["threads"] == 1 and r["threads_poll"] == 0 and r["same_text"] is True
 
 
 def test_a_missing_model_file_is_refused_before_anything_loads(capsys, tmp_path):

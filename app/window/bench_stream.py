@@ -48,8 +48,8 @@ class _BenchSettings(Settings):
         return dataclasses.replace(Settings.sampling_params(self), ignore_eos=True)
 
 
-def _settings(model: str, tokens: int, threads: int) -> Settings:
-    s = Settings(model=model, draft="none", n_threads=threads)
+def _settings(model: str, tokens: int, threads: int, poll: int | None) -> Settings:
+    s = Settings(model=model, draft="none", n_threads=threads, threads_poll=poll)
     s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": tokens})
     return s
 
@@ -105,14 +105,15 @@ def _side(replies: list[dict]) -> dict:
 
 
 def run(model: str = "bundled", tokens: int = 256, threads: int | None = None, rounds: int = 3,
-        prompt: str = PROMPT, timeout_s: float = 600.0) -> dict:
+        poll: int | None = None, prompt: str = PROMPT, timeout_s: float = 600.0) -> dict:
     """Warm up, then alternate window and engine replies ``rounds`` times; the figures as a dict.
     Needs a QApplication and a scratch data folder (HEARTH_DATA_DIR)."""
     from app.bridge.load_worker import app_threads
 
-    if threads is None:
-        threads = app_threads()
-    SettingsFile().save(_settings(model, tokens, threads))
+    if threads is None:  # the app's Auto rule, its pool's poll level included unless one is asked for
+        threads, auto_poll = app_threads()
+        poll = auto_poll if poll is None else poll
+    SettingsFile().save(_settings(model, tokens, threads, poll))
     win = None
     try:
         win, *_ = _start_window()
@@ -147,7 +148,8 @@ def run(model: str = "bundled", tokens: int = 256, threads: int | None = None, r
             "ratio": round(w_tok / e_tok, 3) if e_tok else 0.0,
             "gui_cpu_fraction": round(statistics.median(r["gui_cpu_fraction"] for r in window), 3),
             "worst_gap_ms": round(statistics.median(r["worst_gap_ms"] for r in window), 1),
-            "model": loaded.label, "tokens": tokens, "threads": loaded.n_threads, "rounds": rounds,
+            "model": loaded.label, "tokens": tokens, "threads": loaded.n_threads,
+            "threads_poll": loaded.threads_poll, "rounds": rounds,
             "n_ctx": loaded.n_ctx, "draft": loaded.draft, "prompt": prompt,
             "window": {**_side(window), "gui_cpu_fraction": [round(r["gui_cpu_fraction"], 3) for r in window],
                        "worst_gap_ms": [round(r["worst_gap_ms"], 1) for r in window]},
@@ -160,10 +162,11 @@ def run(model: str = "bundled", tokens: int = 256, threads: int | None = None, r
             win.close()
 
 
-def main(model: str = "bundled", tokens: int = 256, threads: int | None = None, rounds: int = 3) -> int:
+def main(model: str = "bundled", tokens: int = 256, threads: int | None = None, rounds: int = 3,
+         poll: int | None = None) -> int:
     """Print one JSON object; 0 when both sides wrote exactly ``tokens`` tokens of the same text."""
     try:
-        result = run(model, tokens, threads, rounds)
+        result = run(model, tokens, threads, rounds, poll)
     except Exception as e:  # the one object must still come out, saying what went wrong
         result = {"ok": False, "problems": [f"{type(e).__name__}: {e}"]}
     print(json.dumps(result), flush=True)
