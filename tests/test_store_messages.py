@@ -194,3 +194,25 @@ def test_a_streamed_reply_keeps_its_reasoning_partial_and_final(tmp_path):
     assert json.loads(table(tmp_path / "h.sqlite3", f"SELECT tool_calls FROM messages WHERE id = {again}")[0][0]) \
         == [{"id": "c9", "name": "lookup", "arguments": '{"q": "Rayleigh"}'}]
     s.close()
+
+
+def test_the_window_gives_the_template_each_turns_reasoning_and_tool_calls(qtbot, tmp_path, monkeypatch):
+    from app.window.main_window import MainWindow
+
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path / "data"))
+    w = MainWindow()
+    s = w.store
+    cid = s.create_conversation().id
+    call = ToolCall("call_1", "get_weather", '{"city": "Bern"}')
+    s.add_message(cid, "user", "Wetter?")
+    s.add_message(cid, "assistant", "", reasoning="Werkzeug!", tool_calls=(call,))
+    s.add_message(cid, "tool", "21 °C", tool_call_id="call_1")
+    _, mid = s.start_turn(cid, None)
+    s.finish_reply(mid, "21 °C.", complete=True, finish_reason="eos", reasoning="Kurz.")
+    s.start_turn(cid, "Und morgen?")  # its reply has no text yet: left out, as before
+    assert w.replies.history(cid, "Sé breve.") == [
+        Message("system", "Sé breve."), Message("user", "Wetter?"),
+        Message("assistant", "", reasoning="Werkzeug!", tool_calls=(call,)),
+        Message("tool", "21 °C", tool_call_id="call_1"), Message("assistant", "21 °C.", reasoning="Kurz."),
+        Message("user", "Und morgen?")]
+    w.close()
