@@ -5,7 +5,7 @@ Public API::
     from engine import Engine, Message, SamplingParams
     eng = Engine.load()                      # the bundled model
     for ev in eng.stream([Message("user", "Hi")], SamplingParams(temperature=0)):
-        ...                                  # ev.kind == "delta" | "final"
+        ...                                  # ev.kind == "delta" (answer text) | "reasoning" | "tool_call" | "final"
 """
 from .engine import Engine
 from .errors import HearthError, ModelFileError, ModelLoadError, PromptTooLongError, UnsupportedModelError

@@ -36,7 +36,7 @@ import jinja2.utils
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from .errors import TemplateError
-from .types import Message
+from .messages import Message, alias_reasoning_fields
 
 MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 """Largest prompt we accept, in characters. Far beyond any context window."""
@@ -246,7 +246,8 @@ def _plain(value: Any) -> Any:
 
 def _message_dict(message: Message | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(message, Message):
-        return message.as_dict()
+        # Content parts, reasoning_content, tool calls: see engine/messages.py.
+        return _plain(message.as_dict())
     if isinstance(message, Mapping):
         # Like transformers' apply_chat_template: a None field is dropped, since
         # many templates test "is defined" and would otherwise print "None".
@@ -286,7 +287,9 @@ class ChatTemplate:
             "tools": None,
             "documents": None,
             **_plain(extra),
-            "messages": [_message_dict(m) for m in messages],
+            # Like transformers, reasoning under any of its names reaches the template under the
+            # names templates read (reasoning_content, thinking); the template decides what to keep.
+            "messages": alias_reasoning_fields([_message_dict(m) for m in messages]),
             "add_generation_prompt": bool(add_generation_prompt),
         }
         parts: list[str] = []

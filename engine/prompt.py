@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .backends.base import Backend
 from .chat_template import ChatTemplate
 from .errors import HearthError, PromptTooLongError
 from .kv.prefix_cache import common_prefix_len
-from .types import Message
+from .messages import Message, merge
 
 CONTEXT_POLICIES = ("drop_oldest", "stop")
 REFILL = 0.75  # after a cut, the kept turns fill at most this share of the room, leaving headroom
@@ -30,18 +30,19 @@ class Prompt:
     dropped: int = 0         # messages left out from the start of the conversation
 
 
-def as_messages(messages: Sequence[Message | Mapping[str, str]]) -> list[Message]:
+def as_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[Message]:
     """Plain ``Message`` objects, with consecutive turns of the same role merged.
 
     Two user turns side by side happen when a reply was stopped before any
     text (it is not kept); strict templates (Mistral, Gemma) refuse that
-    shape outright, so the conversation would be stuck for good.
+    shape outright, so the conversation would be stuck for good. The merge
+    keeps every part, the reasoning and the tool calls of both.
     """
     out: list[Message] = []
     for m in messages:
-        msg = m if isinstance(m, Message) else Message(m.get("role", ""), m.get("content", ""))
+        msg = m if isinstance(m, Message) else Message.from_dict(m)
         if out and out[-1].role == msg.role and msg.role in ("user", "assistant"):
-            out[-1] = Message(msg.role, f"{out[-1].content}\n\n{msg.content}")
+            out[-1] = merge(out[-1], msg)
         else:
             out.append(msg)
     return out
@@ -59,10 +60,10 @@ class PromptBuilder:
         self.template_s = 0.0
         self.tokenize_s = 0.0
 
-    def render(self, messages: Sequence[Message | Mapping[str, str]]) -> str:
+    def render(self, messages: Sequence[Message | Mapping[str, Any]]) -> str:
         return self.template.render(as_messages(messages), add_generation_prompt=True)
 
-    def tokens(self, messages: Sequence[Message | Mapping[str, str]]) -> list[int]:
+    def tokens(self, messages: Sequence[Message | Mapping[str, Any]]) -> list[int]:
         t0 = perf_counter()
         text = self.render(messages)
         t1 = perf_counter()
@@ -74,7 +75,7 @@ class PromptBuilder:
         self.tokenize_s += perf_counter() - t1
         return ids
 
-    def build(self, messages: Sequence[Message | Mapping[str, str]], *, reserve: int,
+    def build(self, messages: Sequence[Message | Mapping[str, Any]], *, reserve: int,
               policy: str = "drop_oldest") -> Prompt:
         """The prompt for ``messages``, leaving ``reserve`` tokens of room for the reply.
 

@@ -10,25 +10,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .errors import HearthError
+from .messages import (ROLES, DocumentPart, ImagePart, Message, Part, TextPart, ToolCall,  # noqa: F401
+                       ToolCallDelta)
 from .metrics import GenerationStats
 
+# A message and its parts live in engine/messages.py; they are re-exported here, where callers
+# have always found Message.
 Role = Literal["system", "user", "assistant", "tool"]
-_ROLES = ("system", "user", "assistant", "tool")
-
-
-@dataclass(slots=True, frozen=True)
-class Message:
-    role: str
-    content: str
-
-    def __post_init__(self) -> None:
-        if self.role not in _ROLES:
-            raise HearthError(f"unknown message role {self.role!r}; expected one of {', '.join(_ROLES)}")
-        if not isinstance(self.content, str):
-            raise HearthError("message content must be text")
-
-    def as_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
 
 
 @dataclass(slots=True, frozen=True)
@@ -82,22 +70,39 @@ class SamplingParams:
 FinishReason = Literal["eos", "stop_string", "max_tokens", "cancelled", "context_full"]
 
 
+EventKind = Literal["delta", "reasoning", "tool_call", "final"]
+EVENT_KINDS: tuple[EventKind, ...] = ("delta", "reasoning", "tool_call", "final")
+TEXT: EventKind = "delta"
+"""The kind of an answer-text event. It kept its first name, "delta", so every consumer
+written before reasoning existed still reads the answer and ignores the rest."""
+
+
 @dataclass(slots=True)
 class StreamEvent:
-    """One thing the engine tells its caller.
+    """One thing the engine tells its caller. A reply is a stream of typed events:
 
-    ``kind == "delta"``: ``text`` is new text to append; ``stats``, when set, is
-    the reply's record so far (``stats.live()``: tokens, tok/s, TTFT).
-    ``kind == "final"``: ``finish_reason`` and ``stats`` are set; ``text`` is
-    the whole reply (the concatenation of every delta). ``finish_reason`` is one
-    of engine.metrics.FINISH_REASONS.
+    ``kind == "delta"`` (``TEXT``): ``text`` is new answer text to append; ``stats``, when
+    set, is the reply's record so far (``stats.live()``: tokens, tok/s, TTFT).
+    ``kind == "reasoning"``: ``text`` is new reasoning text (the thinking block's inside,
+    never its tags); ``stats`` as for a delta.
+    ``kind == "tool_call"``: ``tool_call`` is a ToolCallDelta (which call, its id and name
+    when first seen, the next fragment of its arguments).
+    ``kind == "final"``: ``finish_reason`` and ``stats`` are set; ``text`` is the whole
+    answer (every delta joined), ``reasoning`` the whole reasoning (None: the reply had
+    none), ``reasoning_open`` whether the reply stopped inside its reasoning block (max
+    tokens, Stop), and ``tool_calls`` every call, complete. ``finish_reason`` is one of
+    engine.metrics.FINISH_REASONS.
     """
 
-    kind: Literal["delta", "final"]
+    kind: EventKind
     text: str = ""
     finish_reason: str | None = None
     stats: GenerationStats | None = None  # the final figures on the final event; so far on a delta
     token_ids: list[int] = field(default_factory=list)
+    reasoning: str | None = None
+    reasoning_open: bool = False
+    tool_call: ToolCallDelta | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from app.core.export import ImportFailed, import_json, to_json, to_markdown
 from app.core.store import Store
+from engine.messages import ImagePart, TextPart, ToolCall
 
 
 def branched(store: Store) -> int:
@@ -116,3 +118,107 @@ def test_the_window_exports_imports_and_pins(qtbot, tmp_path, monkeypatch):
     again = MainWindow()  # the pin survives a restart
     assert again.conversations.ids()[0] == cid
     again.close()
+
+
+# -- version 2: reasoning, tool calls and parts; version 1 files still import ----------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "messages"
+
+
+def thinking(store: Store) -> int:
+    c = store.create_conversation(title="Wetter ☀")
+    img = ImagePart("d" * 64, "image/png")
+    store.add_message(c.id, "user", parts=(TextPart("Wie ist das Wetter hier? "), img))
+    call = ToolCall("call_1", "get_weather", '{"city": "Zürich"}')
+    store.add_message(c.id, "assistant", "", reasoning="Ein Werkzeug hilft.", tool_calls=(call,))
+    store.add_message(c.id, "tool", '{"temp_c": 21}', tool_call_id="call_1")
+    _, mid = store.start_turn(c.id, None)
+    store.finish_reply(mid, "21 °C.", complete=True, finish_reason="eos", reasoning="Das Werkzeug sagt 21.\n\n"
+                       "Kurz antworten.", reasoning_tokens=9)
+    _, cut = store.start_turn(c.id, None, replace_from=mid)
+    store.finish_reply(cut, "", complete=False, finish_reason="max_tokens", reasoning="Hmm, noch", reasoning_open=True)
+    store.show_branch(c.id, mid)
+    return c.id
+
+
+def test_version_2_keeps_reasoning_tool_calls_and_parts_apart_and_round_trips(tmp_path):
+    s = Store(tmp_path / "a.sqlite3")
+    cid = thinking(s)
+    first = to_json(s, cid)
+    data = json.loads(first)
+    assert data["version"] == 2
+    user, call, tool, answer, cut = data["messages"]
+    assert user["parts"] == [{"type": "text", "text": "Wie ist das Wetter hier? "},
+                             {"type": "image", "sha256": "d" * 64, "mime": "image/png"}]
+    assert user["content"] == "Wie ist das Wetter hier? " and answer["parts"] == []
+    assert call["tool_calls"] == [{"id": "call_1", "name": "get_weather", "arguments": '{"city": "Zürich"}'}]
+    assert (call["content"], call["reasoning"]) == ("", "Ein Werkzeug hilft.")
+    assert (tool["role"], tool["tool_call_id"]) == ("tool", "call_1")
+    assert (answer["content"], answer["reasoning_tokens"], answer["reasoning_open"]) == ("21 °C.", 9, False)
+    assert (cut["reasoning"], cut["reasoning_open"]) == ("Hmm, noch", True)
+    other = Store(tmp_path / "b.sqlite3")
+    new = import_json(other, first)
+    assert to_json(other, new) == first
+    assert [m.as_message() for m in other.messages(new)] == [m.as_message() for m in s.messages(cid)]
+    s.close()
+    other.close()
+
+
+def test_markdown_shows_reasoning_and_tool_calls_apart(tmp_path):
+    s = Store(tmp_path / "a.sqlite3")
+    cid = thinking(s)
+    md = to_markdown(s, cid)
+    assert md == ("# Wetter ☀\n\n## You\n\nWie ist das Wetter hier? \n\n"
+                  "## Hearth\n\n> **Reasoning**\n>\n> Ein Werkzeug hilft.\n\n"
+                  "**Tool call** `get_weather`\n\n```json\n{\"city\": \"Zürich\"}\n```\n\n"
+                  "## Tool\n\n{\"temp_c\": 21}\n\n"
+                  "## Hearth\n\n> **Reasoning**\n>\n> Das Werkzeug sagt 21.\n>\n> Kurz antworten.\n\n21 °C.\n")
+    s.show_branch(cid, s.siblings(s.messages(cid)[-1].id)[1])
+    assert to_markdown(s, cid).endswith("## Hearth\n\n> **Reasoning** (unfinished)\n>\n> Hmm, noch\n\n"
+                                        "*(incomplete)*\n")
+    s.close()
+
+
+def test_a_version_1_file_from_the_released_exporter_still_imports(tmp_path):
+    """tests/fixtures/messages/export_v1.json was written by the version 1 exporter."""
+    text = (FIXTURES / "export_v1.json").read_text(encoding="utf-8")
+    assert json.loads(text)["version"] == 1
+    s = Store(tmp_path / "a.sqlite3")
+    cid = import_json(s, text)
+    conv = s.conversation(cid)
+    assert (conv.title, conv.system_prompt) == ("Grüße, 日本語 and <think>", "Be terse. ✓")
+    shown = s.messages(cid)
+    assert [(m.role, m.content, m.reasoning) for m in shown] == [
+        ("user", "Wie geht's? 👋", None), ("assistant", "Gut, danke!", "The user greets in German."),
+        ("user", "Und 日本語?", None), ("assistant", "Genki", None)]
+    assert shown[-1].finish_reason == "max_tokens" and not shown[-1].complete
+    everything = s.all_messages(cid)
+    assert [m.content for m, _p in everything] == ["Wie geht's? 👋", "Gut, danke!", "Und 日本語?", "元気です。",
+                                                   "Genki"]
+    assert [p for _m, p in everything][3:] == [shown[2].id, shown[2].id]  # the two branches of the last reply
+    assert everything[3][0].metrics == {"tokens": 3, "timed": False}
+    again = json.loads(to_json(s, cid))  # it exports as version 2
+    assert again["version"] == 2 and again["messages"][1]["reasoning"] == "The user greets in German."
+    s.close()
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"reasoning": 5}, "“reasoning” has the wrong type"),
+    ({"role": "user", "reasoning": "x"}, "only an assistant message has reasoning"),
+    ({"tool_calls": [{"id": "c", "name": "f", "arguments": {"a": 1}}]}, "arguments as JSON text"),
+    ({"tool_calls": [{"id": "c", "name": "", "arguments": "{}"}]}, "needs the name"),
+    ({"tool_call_id": "c"}, "only a tool message answers"),
+    ({"parts": [{"type": "image", "sha256": "nope", "mime": "image/png"}]}, "SHA-256"),
+    ({"parts": [{"type": "text", "text": "other"}]}, "not the text of its parts"),
+    ({"parts": [{"type": "audio"}]}, "unknown content part"),
+    ({"reasoning_tokens": -1}, "cannot be negative"),
+])
+def test_a_bad_version_2_message_is_refused_with_a_reason(tmp_path, change, says):
+    s = Store(tmp_path / "a.sqlite3")
+    cid = thinking(s)
+    data = json.loads(to_json(s, cid))
+    data["messages"][3].update(change)
+    with pytest.raises(ImportFailed, match=says):
+        import_json(s, json.dumps(data))
+    assert [c.id for c in s.list_conversations()] == [cid]
+    s.close()

@@ -2,19 +2,27 @@
 
 JSON keeps everything: every branch (messages refer to their parent by their
 place in the list, not by database ids, so export → import → export gives the
-same file), which branch is on screen, the metrics and timestamps. Markdown is
-for reading: the branch on screen only. An import is checked in full before
-anything is written, and then written in one transaction.
+same file), which branch is on screen, the metrics and timestamps. Version 2
+gives each message its reasoning, tool calls and parts (attachments by hash)
+as fields of their own. Markdown is for reading: the branch on screen only.
+An import is checked in full before anything is written, and then written in
+one transaction. A version 1 file still imports; its replies that open with a
+complete reasoning block are split the way the store's migration splits them.
 """
 from __future__ import annotations
 
 import json
 
 from app.core.store import ROLES, Store
+from app.core.store_rows import StoredMessage
+from app.core.store_schema import split_think
+from engine.errors import HearthError
+from engine.messages import Message
 
 FORMAT = "hearth-conversation"
-VERSION = 1
-ROLE_HEADINGS = {"system": "System", "user": "You", "assistant": "Hearth"}
+VERSION = 2
+READS = (1, 2)
+ROLE_HEADINGS = {"system": "System", "user": "You", "assistant": "Hearth", "tool": "Tool"}
 
 
 class ImportFailed(ValueError):
@@ -27,12 +35,21 @@ def to_dict(store: Store, cid: int) -> dict:
     rows = store.all_messages(cid)
     index = {m.id: i for i, (m, _p) in enumerate(rows)}
     path = store.messages(cid)
-    messages = [{"parent": index.get(parent) if parent is not None else None, "role": m.role,
-                 "content": m.content, "complete": m.complete, "finish_reason": m.finish_reason,
-                 "error": m.error, "metrics": m.metrics, "created": m.created} for m, parent in rows]
+    messages = [_message(m, index.get(parent) if parent is not None else None) for m, parent in rows]
     return {"format": FORMAT, "version": VERSION, "title": conv.title, "system_prompt": conv.system_prompt,
             "pinned": conv.pinned, "created": conv.created, "updated": conv.updated,
             "current": index[path[-1].id] if path else None, "messages": messages}
+
+
+def _message(m: StoredMessage, parent: int | None) -> dict:
+    msg = m.as_message()
+    return {"parent": parent, "role": m.role, "content": m.content, "reasoning": m.reasoning,
+            "reasoning_open": m.reasoning_open, "reasoning_tokens": m.reasoning_tokens,
+            "tool_calls": [{"id": t.id, "name": t.name, "arguments": t.arguments} for t in m.tool_calls],
+            "tool_call_id": m.tool_call_id,
+            "parts": [] if msg.only_text else msg.as_dict()["content"],
+            "complete": m.complete, "finish_reason": m.finish_reason,
+            "error": m.error, "metrics": m.metrics, "created": m.created}
 
 
 def to_json(store: Store, cid: int) -> str:
@@ -46,7 +63,14 @@ def to_markdown(store: Store, cid: int) -> str:
     if conv.system_prompt.strip():
         out += ["## System", "", conv.system_prompt, ""]
     for m in store.messages(cid):
-        out += [f"## {ROLE_HEADINGS[m.role]}", "", m.content, ""]
+        out += [f"## {ROLE_HEADINGS[m.role]}", ""]
+        if m.reasoning:
+            out += ["> **Reasoning**" + (" (unfinished)" if m.reasoning_open else ""), ">"]
+            out += [f"> {line}".rstrip() for line in m.reasoning.splitlines()] + [""]
+        if m.content or not (m.tool_calls or m.reasoning):
+            out += [m.content, ""]
+        for t in m.tool_calls:
+            out += [f"**Tool call** `{t.name}`", "", "```json", t.arguments, "```", ""]
         if m.role == "assistant" and not m.complete:
             out += ["*(incomplete)*", ""]
     return "\n".join(out).rstrip("\n") + "\n"
@@ -73,8 +97,10 @@ def parse(text: str) -> tuple[dict, list[dict], int | None]:
         raise ImportFailed(f"not a JSON file ({e})") from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ImportFailed("not a Hearth conversation export (no \"format\": \"hearth-conversation\")")
-    if data.get("version") != VERSION:
-        raise ImportFailed(f"written by another Hearth version ({data.get('version')!r}; this one reads {VERSION})")
+    version = data.get("version")
+    if version not in READS or isinstance(version, bool):
+        raise ImportFailed(f"written by another Hearth version ({version!r}; this one reads "
+                           f"{' and '.join(map(str, READS))})")
     num = (int, float)
     conv = {"title": _field(data, "title", (str,), "the file"),
             "system_prompt": _field(data, "system_prompt", (str,), "the file"),
@@ -95,18 +121,51 @@ def parse(text: str) -> tuple[dict, list[dict], int | None]:
         role = _field(m, "role", (str,), where)
         if role not in ROLES:
             raise ImportFailed(f"{where}: unknown role {role!r}")
-        messages.append({"parent": parent, "role": role, "content": _field(m, "content", (str,), where),
-                         "complete": _field(m, "complete", (bool,), where),
-                         "finish_reason": _field(m, "finish_reason", (str,), where, optional=True),
-                         "error": _field(m, "error", (str,), where, optional=True),
-                         "metrics": _field(m, "metrics", (dict,), where, optional=True),
-                         "created": _field(m, "created", num, where)})
+        entry = {"parent": parent, "role": role, "content": _field(m, "content", (str,), where),
+                 "complete": _field(m, "complete", (bool,), where),
+                 "finish_reason": _field(m, "finish_reason", (str,), where, optional=True),
+                 "error": _field(m, "error", (str,), where, optional=True),
+                 "metrics": _field(m, "metrics", (dict,), where, optional=True),
+                 "created": _field(m, "created", num, where)}
+        if version == 1:
+            split = split_think(entry["content"]) if role == "assistant" else None
+            if split is not None:
+                entry["reasoning"], entry["content"] = split
+        else:
+            entry.update(_v2_fields(m, role, entry["content"], where))
+        messages.append(entry)
     current = _field(data, "current", (int,), "the file", optional=True)
     if current is not None and not 0 <= current < len(messages):
         raise ImportFailed(f"“current” points at no message ({current})")
     if current is None and messages:
         raise ImportFailed("“current” is missing: which branch is on screen?")
     return conv, messages, current
+
+
+def _v2_fields(m: dict, role: str, content: str, where: str) -> dict:
+    """A version 2 message's reasoning, tool calls and parts, checked as the engine's Message."""
+    tokens = _field(m, "reasoning_tokens", (int,), where, optional=True)
+    if tokens is not None and tokens < 0:
+        raise ImportFailed(f"{where}: “reasoning_tokens” cannot be negative")
+    fields = {"reasoning": _field(m, "reasoning", (str,), where, optional=True),
+              "reasoning_open": bool(_field(m, "reasoning_open", (bool,), where, optional=True)),
+              "reasoning_tokens": tokens,
+              "tool_call_id": _field(m, "tool_call_id", (str,), where, optional=True)}
+    calls = _field(m, "tool_calls", (list,), where, optional=True) or []
+    parts = _field(m, "parts", (list,), where, optional=True) or []
+    try:
+        for c in calls:
+            if not isinstance(c, dict) or not isinstance(c.get("arguments"), str):
+                raise HearthError("each tool call needs an id, a name and its arguments as JSON text")
+        msg = Message.from_dict({"role": role, "content": parts or content,
+                                 "reasoning_content": fields["reasoning"], "tool_call_id": fields["tool_call_id"],
+                                 "tool_calls": [{"id": c.get("id"), "function": {"name": c.get("name"),
+                                                 "arguments": c["arguments"]}} for c in calls]})
+    except HearthError as e:
+        raise ImportFailed(f"{where}: {e}") from e
+    if parts and msg.content != content:
+        raise ImportFailed(f"{where}: its “content” is not the text of its parts")
+    return {**fields, "tool_calls": msg.tool_calls, "parts": () if msg.only_text else msg.parts}
 
 
 def import_json(store: Store, text: str) -> int:

@@ -23,20 +23,21 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from app.core import branches
 from app.core import chat_search
 from app.core.paths import data_dir, move_aside
-from app.core.store_schema import MIGRATIONS, SCHEMA_VERSION, statements
+from app.core.store_rows import StoredMessage, messages_from, text_of, tool_calls_json, write_parts
+from app.core.store_schema import SCHEMA_VERSION, run_step
+from engine.messages import Part, ToolCall
 
 __all__ = ["SCHEMA_VERSION", "Conversation", "Store", "StoreError", "StoredMessage", "title_from"]
 
 DB_NAME = "hearth.sqlite3"
 DEFAULT_TITLE = "New chat"
 TITLE_MAX = 60
-ROLES = ("system", "user", "assistant")
-
+ROLES = ("system", "user", "assistant", "tool")
 
 
 class StoreError(Exception):
@@ -52,24 +53,6 @@ class Conversation:
     created: float
     updated: float
     pinned: bool = False
-
-
-@dataclass(slots=True, frozen=True)
-class StoredMessage:
-    id: int
-    conversation_id: int
-    role: str
-    content: str
-    complete: bool
-    finish_reason: str | None
-    error: str | None
-    metrics: dict | None
-    created: float
-
-    @property
-    def interrupted(self) -> bool:
-        """The app stopped (crash, kill) while this reply was being written."""
-        return not self.complete and self.finish_reason is None
 
 
 def default_path() -> Path:
@@ -140,8 +123,7 @@ class Store:
                 raise StoreError(f"{self.path} was written by a newer Hearth (schema {version}, "
                                  f"this one knows {SCHEMA_VERSION}); update Hearth to open it")
             for step in range(version, SCHEMA_VERSION):
-                for stmt in statements(MIGRATIONS[step]):
-                    conn.execute(stmt)
+                run_step(conn, step)
                 conn.execute("UPDATE schema_version SET version = ?", (step + 1,))
             conn.execute("COMMIT")
         except BaseException:
@@ -252,28 +234,29 @@ class Store:
 
     # -- messages -----------------------------------------------------------
 
-    @staticmethod
-    def _msg(row: sqlite3.Row) -> StoredMessage:
-        metrics = json.loads(row["metrics"]) if row["metrics"] else None
-        return StoredMessage(row["id"], row["conversation_id"], row["role"], row["content"],
-                             bool(row["complete"]), row["finish_reason"], row["error"], metrics,
-                             row["created"])
-
     def messages(self, cid: int) -> list[StoredMessage]:
         """The branch on screen, oldest first (see app/core/branches.py)."""
-        return [self._msg(r) for r in branches.path_rows(self._conn, cid)]
+        return messages_from(self._conn, branches.path_rows(self._conn, cid))
 
     def message(self, mid: int) -> StoredMessage:
         row = self._conn.execute("SELECT * FROM messages WHERE id = ?", (mid,)).fetchone()
         if row is None:
             raise KeyError(mid)
-        return self._msg(row)
+        return messages_from(self._conn, [row])[0]
 
-    def add_message(self, cid: int, role: str, content: str, *, complete: bool = True) -> int:
+    def add_message(self, cid: int, role: str, content: str = "", *, complete: bool = True,
+                    parts: Sequence[Part] = (), reasoning: str | None = None,
+                    tool_calls: Sequence[ToolCall] = (), tool_call_id: str | None = None) -> int:
         """Append a message after the branch on screen; the first user message also names
-        an untitled conversation."""
+        an untitled conversation. ``parts`` (text, images, documents in order) replace
+        ``content``, whose text they then hold."""
         with self._tx() as c:
-            return self._insert(c, cid, role, content, complete, branches.leaf(c, cid))
+            mid = self._insert(c, cid, role, text_of(parts) if parts else content, complete, branches.leaf(c, cid))
+            write_parts(c, mid, parts)
+            if reasoning is not None or tool_calls or tool_call_id is not None:
+                c.execute("UPDATE messages SET reasoning = ?, tool_calls = ?, tool_call_id = ? WHERE id = ?",
+                          (reasoning, tool_calls_json(tool_calls), tool_call_id, mid))
+            return mid
 
     @staticmethod
     def _insert(c: sqlite3.Connection, cid: int, role: str, content: str, complete: bool,
@@ -312,18 +295,25 @@ class Store:
         """An empty, incomplete assistant message that a stream will fill in."""
         return self.add_message(cid, "assistant", "", complete=False)
 
-    def update_reply(self, mid: int, content: str) -> None:
-        """Commit the text streamed so far (still incomplete)."""
+    def update_reply(self, mid: int, content: str, reasoning: str | None = None) -> None:
+        """Commit the answer and the reasoning streamed so far (still incomplete); pass both
+        every time (None: no reasoning yet)."""
         with self._tx() as c:
-            c.execute("UPDATE messages SET content = ? WHERE id = ?", (content, mid))
+            c.execute("UPDATE messages SET content = ?, reasoning = ? WHERE id = ?", (content, reasoning, mid))
 
     def finish_reply(self, mid: int, content: str, *, complete: bool, finish_reason: str,
-                     metrics: dict | None = None, error: str | None = None) -> None:
+                     metrics: dict | None = None, error: str | None = None, reasoning: str | None = None,
+                     reasoning_open: bool = False, reasoning_tokens: int | None = None,
+                     tool_calls: Sequence[ToolCall] = ()) -> None:
+        """The reply as it ended: its answer, its reasoning (``reasoning_open``: cut off inside
+        it), its tool calls, how it ended and its figures."""
         with self._tx() as c:
             c.execute("UPDATE messages SET content = ?, complete = ?, finish_reason = ?, metrics = ?, "
-                      "error = ? WHERE id = ?",
+                      "error = ?, reasoning = ?, reasoning_open = ?, reasoning_tokens = ?, tool_calls = ? "
+                      "WHERE id = ?",
                       (content, int(complete), finish_reason,
-                       json.dumps(metrics) if metrics is not None else None, error, mid))
+                       json.dumps(metrics) if metrics is not None else None, error, reasoning,
+                       int(reasoning_open), reasoning_tokens, tool_calls_json(tool_calls), mid))
 
     def hide_from(self, cid: int, mid: int) -> None:
         """Hide message ``mid`` and everything that follows it (a send that failed);
@@ -353,20 +343,23 @@ class Store:
         with self._tx() as c:
             c.execute("UPDATE conversations SET pinned = ? WHERE id = ?", (int(pinned), cid))
 
-    def search_messages(self, text: str) -> list[chat_search.SearchHit]:
-        """Messages in live conversations whose text matches every word of ``text``."""
-        return chat_search.search(self._conn, text)
+    def search_messages(self, text: str, *, reasoning: bool = False) -> list[chat_search.SearchHit]:
+        """Messages in live conversations whose text matches every word of ``text``;
+        ``reasoning=True`` also searches what replies thought."""
+        return chat_search.search(self._conn, text, reasoning=reasoning)
 
     def all_messages(self, cid: int) -> list[tuple[StoredMessage, int | None]]:
         """Every live message of every branch with its parent id, oldest first."""
         rows = self._conn.execute("SELECT * FROM messages WHERE conversation_id = ? AND deleted = 0 "
                                   "ORDER BY id", (cid,))
-        return [(self._msg(r), r["parent_id"]) for r in rows]
+        rows = rows.fetchall()
+        return list(zip(messages_from(self._conn, rows), [r["parent_id"] for r in rows]))
 
     def add_tree(self, conv: dict, messages: list[dict], current: int | None) -> int:
         """Create a whole conversation in one transaction (an import); returns its id.
 
-        ``messages`` are in order, each ``parent`` an index of an earlier one (or None);
+        ``messages`` are in order, each ``parent`` an index of an earlier one (or None), each
+        optionally with reasoning, reasoning_open, reasoning_tokens, tool_calls, tool_call_id, parts;
         ``current`` is the index of the message that ends the branch on screen.
         """
         with self._tx() as c:
@@ -379,9 +372,13 @@ class Store:
                 parent = None if m["parent"] is None else ids[m["parent"]]
                 ids.append(c.execute(
                     "INSERT INTO messages (conversation_id, role, content, complete, finish_reason, error, "
-                    "metrics, created, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "metrics, created, parent_id, reasoning, reasoning_open, reasoning_tokens, tool_calls, "
+                    "tool_call_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (cid, m["role"], m["content"], int(m["complete"]), m["finish_reason"], m["error"],
                      json.dumps(m["metrics"]) if m["metrics"] is not None else None, m["created"],
-                     parent)).lastrowid)
+                     parent, m.get("reasoning"), int(m.get("reasoning_open", False)),
+                     m.get("reasoning_tokens"), tool_calls_json(m.get("tool_calls", ())),
+                     m.get("tool_call_id"))).lastrowid)
+                write_parts(c, ids[-1], m.get("parts", ()))
             branches.set_leaf(c, cid, None if current is None else ids[current])
         return cid

@@ -213,7 +213,8 @@ class RepliesController:
         """What the model is given for a reply in ``cid``."""
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
         # Cut-short replies stay in the history: the user saw them, so the model should too.
-        out += [Message(m.role, m.content) for m in self.store.messages(cid) if m.content]
+        # Each with its reasoning and tool calls: the template decides what of them to keep.
+        out += [m.as_message() for m in self.store.messages(cid) if m.content or m.tool_calls]
         return out
 
     def start_reply(self, cid: int, user_text: str | None, replace_from: int | None = None) -> None:
