@@ -22,7 +22,8 @@ from engine.messages import (REASONING_FIELDS, DocumentPart, ImagePart, Message,
 from engine.prompt import as_messages
 from engine.types import EVENT_KINDS, TEXT, StreamEvent
 
-FIXTURES = Path(__file__).parent / "fixtures" / "messages"
+FIXTURES = Path(__file__).parent / "fixtures" / "templates"
+TEMPLATES = {"qwen3": "Qwen-Qwen3-0.6B", "gpt_oss": "openai-gpt-oss-120b", "seed_oss": "ByteDance-Seed-OSS"}
 SHA_A = "a" * 64
 SHA_B = "0123456789abcdef" * 4
 
@@ -30,7 +31,7 @@ SHA_B = "0123456789abcdef" * 4
 def fixture(name: str) -> str:
     # The chat templates of Qwen/Qwen3-0.6B, openai/gpt-oss-120b and ByteDance-Seed/Seed-OSS,
     # as llama.cpp's models/templates keeps them.
-    return (FIXTURES / f"{name}.jinja").read_text(encoding="utf-8")
+    return (FIXTURES / f"{TEMPLATES[name]}.jinja").read_text(encoding="utf-8")
 
 
 def reference(source: str, messages: list[dict], **kwargs) -> str:
