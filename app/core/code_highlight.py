@@ -8,6 +8,7 @@ often wrong). Nothing here interprets the code; colours are only formats.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -68,4 +69,16 @@ def spans(code: str, language: str, scheme: str) -> list[Span]:
             else:
                 out.append(Span(pos, pos + len(value), color, s["bold"], s["italic"]))
         pos += len(value)
+    return out
+
+
+def clip(runs: list[Span], start: int, end: int, ends: list[int] | None = None) -> list[Span]:
+    """The runs over ``code[start:end]`` of a ``spans(code, ...)`` list, as offsets into that slice
+    (``ends``: each run's end, to find the first one fast)."""
+    ends = [s.end for s in runs] if ends is None else ends
+    out: list[Span] = []
+    for s in runs[bisect_right(ends, start):]:
+        if s.start >= end:
+            break
+        out.append(Span(max(s.start, start) - start, min(s.end, end) - start, s.color, s.bold, s.italic))
     return out
