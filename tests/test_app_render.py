@@ -178,41 +178,68 @@ def test_the_pieces_after_streaming_are_the_pieces_of_a_full_render(qtbot):
         assert upper.open_end == lower.continued  # a cut block: no margin between its two views
 
 
+def _colours(view):
+    out = []
+    for group in code_groups(view.document()):
+        for block in group:
+            it = block.begin()
+            while not it.atEnd():
+                f = it.fragment()
+                out += [(_value(f.charFormat().foreground()), f.charFormat().fontWeight())] * f.length()
+                it += 1
+    return out
+
+
+def _colour_at(view, needle):
+    plain = view.document().toPlainText()
+    cursor = QTextCursor(view.document())
+    cursor.setPosition(plain.index(needle) + 1)
+    return _value(cursor.charFormat().foreground())
+
+
+def _one_view(qtbot, markdown: str):
+    view = message_widget.AutoHeightBrowser()
+    qtbot.addWidget(view)
+    view.colors = BUBBLES["light"]
+    view.set_markdown(markdown)
+    return view
+
+
+CUT_CODE = DOCSTRING + _code("python", 100)
+NEEDLE = "line 59, with"  # deep in the docstring, in a piece after the first
+
+
 def test_a_block_cut_in_pieces_is_coloured_as_one_block(qtbot):
     """Each character of a long block shown in pieces has the colours the block has in one view."""
-    code = DOCSTRING + _code("python", 100)
-    text = "Intro.\n\n```python\n" + code + "```\n\nAfter.\n"
+    text = "Intro.\n\n```python\n" + CUT_CODE + "```\n\nAfter.\n"
     w = _stream(qtbot, uneven(text, seed=2), text, seed=9)
     pieces = [s for s in w.segments if code_groups(s.document())]
     assert len(pieces) > 2 and pieces[1].continued
+    whole = _one_view(qtbot, "```python\n" + CUT_CODE + "```\n")
+    assert sum((_colours(p) for p in pieces), []) == _colours(whole)
+    # The docstring keeps the string colour in the pieces after the first, where lexed alone it reads as code.
+    later = next(p for p in pieces[1:] if NEEDLE in p.document().toPlainText())
+    assert _colour_at(later, NEEDLE) == _colour_at(whole, NEEDLE) != _colour_at(whole, "return a + b")
 
-    def colours(view):
-        out = []
-        for group in code_groups(view.document()):
-            for block in group:
-                it = block.begin()
-                while not it.atEnd():
-                    f = it.fragment()
-                    out += [(_value(f.charFormat().foreground()), f.charFormat().fontWeight())] * f.length()
-                    it += 1
-        return out
 
-    def colour_at(view, needle):
-        plain = view.document().toPlainText()
-        cursor = QTextCursor(view.document())
-        cursor.setPosition(plain.index(needle) + 1)
-        return _value(cursor.charFormat().foreground())
-
-    whole_view = message_widget.AutoHeightBrowser()
-    qtbot.addWidget(whole_view)
-    whole_view.colors = BUBBLES["light"]
-    whole_view.set_markdown("```python\n" + code + "```\n")
-    assert sum((colours(p) for p in pieces), []) == colours(whole_view)
-    # The docstring's lines keep the string colour in the pieces after the first, where lexed alone
-    # they would read as code.
-    needle = "line 59, with"
-    later = next(p for p in pieces[1:] if needle in p.document().toPlainText())
-    assert colour_at(later, needle) == colour_at(whole_view, needle) != colour_at(whole_view, "return a + b")
+def test_a_block_closed_while_streaming_is_recoloured_between_events(qtbot):
+    text = "Intro.\n\n```python\n" + CUT_CODE + "```\n\nAfter"
+    w = MessageWidget(1, "assistant", "", colors=BUBBLES["light"])
+    qtbot.addWidget(w)
+    live: list[str] = []
+    w.follow(live)
+    w.set_streaming(True)
+    for i in range(0, len(text), 97):
+        live.append(text[i:i + 97])
+        w._render()
+    pieces = [s for s in w.segments if code_groups(s.document())]
+    later = next(p for p in pieces[1:] if NEEDLE in p.document().toPlainText())
+    whole = _one_view(qtbot, "```python\n" + CUT_CODE + "```\n")
+    assert w.pieces._jobs  # the closed block is being lexed whole, between events ...
+    assert _colour_at(later, NEEDLE) != _colour_at(whole, NEEDLE)  # ... its pieces coloured alone till then
+    qtbot.waitUntil(lambda: not w.pieces._jobs, timeout=20_000)
+    assert w.streaming and sum((_colours(p) for p in pieces), []) == _colours(whole)
+    assert _colour_at(later, NEEDLE) == _colour_at(whole, NEEDLE)
 
 
 def test_copy_gives_the_whole_cut_block(qtbot):

@@ -12,19 +12,27 @@ each view's document, are the same whichever way the text came. A code block
 cut in pieces is coloured piece by piece while it streams; once it is closed
 (or the reply is over) each piece gets the colours of the whole block, as one
 view showing it all would have, and only a piece whose colours change is
-rendered again.
+rendered again. While the reply streams, the whole block is lexed a little at a
+time between events (COLOUR_MS at a go), so closing a long block costs no
+render more than any other; a final text is coloured at once.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+import time
+from collections.abc import Iterator
+
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.chat.text_view import AutoHeightBrowser
-from app.core.code_highlight import Span, clip, spans
+from app.core.code_highlight import Span, clip, spans_stepwise
 from app.core.md_segments import Cut, Segmenter
 
 SEGMENT_CHARS = 1500  # a finished piece of a reply this long is rendered once, then left alone
 PLACEHOLDER = "…"     # what an empty live piece shows while the reply streams
+COLOUR_MS = 4         # how long one go at lexing a whole cut block may take
+
+Key = tuple[str, str, str]  # a whole block's code, language, colour scheme
 
 
 class PieceView(AutoHeightBrowser):
@@ -52,7 +60,12 @@ class ReplyPieces(QWidget):
         self._tail = ""             # the live piece's text
         self._final = False
         self._block_views: dict[int, list[PieceView]] = {}  # each cut block's finished views
-        self._whole: dict[tuple[str, str, str], tuple[list[Span], list[int]]] = {}  # whole blocks' colours
+        self._whole: dict[Key, tuple[list[Span], list[int]]] = {}  # whole blocks' colours
+        self._jobs: dict[Key, tuple[int, list[Span], Iterator[None]]] = {}  # whole blocks being lexed
+        self._job_timer = QTimer(self)
+        self._job_timer.setSingleShot(True)
+        self._job_timer.setInterval(0)
+        self._job_timer.timeout.connect(self._work)
         self._add(Cut(0))
 
     def rendered_text(self) -> str:
@@ -83,6 +96,7 @@ class ReplyPieces(QWidget):
             self._whole.clear()
         self._scan = Segmenter(SEGMENT_CHARS, SEGMENT_CHARS)
         self._final = final
+        self._jobs.clear()  # block numbers may mean other blocks now; what is needed starts again
         cuts = [Cut(0), *self._scan.feed(text), *(self._scan.finish() if final else [])]
         self._scan.closed.clear()
         keep = 0
@@ -175,12 +189,44 @@ class ReplyPieces(QWidget):
         whole, at = part
         key = (whole, language, self.colors.get("scheme", "light"))
         if key not in self._whole:
-            if len(self._whole) >= 16:
-                self._whole.clear()
-            runs = spans(whole, language, key[2])
-            self._whole[key] = (runs, [s.end for s in runs])
+            if not self._final:
+                self._start(key, b)
+                return None  # lexed between events; the pieces are coloured again when it is done
+            runs: list[Span] = []
+            for _ in spans_stepwise(whole, language, key[2], runs):
+                pass
+            self._done(key, runs)
         runs, ends = self._whole[key]
         return clip(runs, at, at + len(code), ends)
+
+    def _start(self, key: Key, block: int) -> None:
+        if key not in self._jobs:
+            runs: list[Span] = []
+            self._jobs[key] = (block, runs, spans_stepwise(key[0], key[1], key[2], runs))
+            self._job_timer.start()
+
+    def _done(self, key: Key, runs: list[Span]) -> None:
+        if len(self._whole) >= 16:
+            self._whole.clear()
+        self._whole[key] = (runs, [s.end for s in runs])
+
+    def _work(self) -> None:
+        """Lex a whole cut block for a moment; when it is done, colour its pieces from it."""
+        if not self._jobs:
+            return
+        key = next(iter(self._jobs))
+        block, runs, steps = self._jobs[key]
+        until = time.perf_counter() + COLOUR_MS / 1000
+        for _ in steps:
+            if time.perf_counter() >= until:
+                self._job_timer.start()
+                return
+        del self._jobs[key]
+        self._done(key, runs)
+        for seg in [*self._block_views.get(block, []), self.segments[-1]]:
+            self._recolour(seg)
+        if self._jobs:
+            self._job_timer.start()
 
     def _whole_code(self, seg: PieceView, i: int) -> str | None:
         part = self._part(seg, i, len(seg.codes), seg.codes[i])
