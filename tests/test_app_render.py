@@ -303,3 +303,22 @@ def test_a_costly_render_spaces_out_the_next(qtbot, monkeypatch):
     w._render()
     assert w.render_ms == RENDER_SHARE * 100 == w._render_timer.interval()
     assert w.rendered_text() == "Hello"
+
+
+def test_the_segmenter_reads_fences_as_qt_does(qapp):
+    """The blocks the segmenter finds are the fenced blocks Qt's Markdown reader makes."""
+    from app.ui.safe_links import MARKDOWN
+
+    text = ("```foo`bar\nnot code: a backtick in a backtick fence's info\n\n"
+            "~~~ tilde info with ` backtick\ncode\n    ~~~\nstill code (4 spaces in)\n  ~~~~  \nbetween\n"
+            "````\nlong fence\n```\nstill code\n````\nbetween\n```\nunclosed\n\nto the end")
+    doc = QTextDocument()
+    doc.setMarkdown(text, MARKDOWN)
+    qt_blocks = ["\n".join(b.text() for b in g) for g in code_groups(doc)]
+    assert code_blocks(text) == qt_blocks == [
+        "code\n    ~~~\nstill code (4 spaces in)", "long fence\n```\nstill code", "unclosed\n\nto the end"]
+    seg = Segmenter(1)
+    for ch in text:
+        seg.feed(ch)
+    seg.finish()
+    assert [b.code for b in seg.blocks] == qt_blocks

@@ -25,14 +25,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)")
+_CLOSE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*$")
 _EOL = re.compile(r"\r\n|\r|\n")
 
 
+def opens(line: str) -> str | None:
+    """The fence (its run of ``` or ~~~) when ``line`` opens a fenced code block, as CommonMark reads it."""
+    m = _OPEN.match(line)
+    if m is None or (m.group(1)[0] == "`" and "`" in m.group(2)):
+        return None  # a backtick fence's info string has no backtick: that line is inline code
+    return m.group(1)
+
+
 def closes(fence: str, line: str) -> bool:
-    """Whether ``line`` closes a block opened with ``fence``."""
-    stripped = line.strip()
-    return stripped.startswith(fence[0] * len(fence)) and not stripped.strip(fence[0])
+    """Whether ``line`` closes a block opened with ``fence`` (at most 3 spaces in, as long or longer)."""
+    m = _CLOSE.match(line)
+    return m is not None and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence)
 
 
 @dataclass(slots=True)
@@ -118,10 +127,10 @@ class Segmenter:
             block.cut = True
             cuts.append(Cut(pos, len(self.blocks) - 1, self._code_len + 1, block.fence_line))
             self._piece_at, self._in_piece = pos, 0
-        m = FENCE.match(line)
         if block is None:
-            if m:
-                self._open = CodeBlock(m.group(1), line)
+            fence = opens(line)
+            if fence is not None:
+                self._open = CodeBlock(fence, line)
                 self.blocks.append(self._open)
                 self._code_len = -1  # no line yet: the first adds no "\n"
         elif closes(block.fence, line):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from app.core.md_segments import FENCE, Segmenter, closes
+from app.core.md_segments import Segmenter, closes, opens
 
 _EOL = re.compile(r"\r\n|\r|\n")
 
@@ -27,10 +27,8 @@ def code_blocks(markdown: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()  # the text ended its last line
     for line in lines:
-        m = FENCE.match(line)
         if fence is None:
-            if m:
-                fence, body = m.group(1), []
+            fence, body = opens(line), []
         elif closes(fence, line):
             blocks.append("\n".join(body))
             fence = None
