@@ -322,3 +322,32 @@ def test_the_segmenter_reads_fences_as_qt_does(qapp):
         seg.feed(ch)
     seg.finish()
     assert [b.code for b in seg.blocks] == qt_blocks
+
+
+def test_redrawn_recoloured_or_corrected_mid_stream_it_still_ends_as_a_full_render(qtbot):
+    """The window redraws a chat from the store (whose text lags the stream) and follows the stream
+    again; the theme changes mid-stream; the final text is not quite what streamed."""
+    text = long_reply(open_end=True)
+    deltas = uneven(text, seed=4)
+    third = len(deltas) // 3
+    lagging = "".join(deltas[:third - 20])  # what the store had saved
+    w = MessageWidget(1, "assistant", lagging, colors=BUBBLES["light"])  # drawn from the store
+    qtbot.addWidget(w)
+    live = deltas[:third]
+    w.follow(live)
+    w.set_streaming(True)
+    for k, d in enumerate(deltas[third:]):
+        live.append(d)
+        if k % 7 == 0:
+            w._render()
+        if k == third:
+            w.apply_colors(BUBBLES["dark"])
+    w._render()
+    assert w.rendered_text().startswith(w.segments[0].toPlainText())
+    final = text[:-3]  # the reply's stored text is a little shorter than what streamed
+    w.set_result(final, complete=False, finish_reason="cancelled")
+    fresh = MessageWidget(2, "assistant", final, colors=BUBBLES["dark"])
+    qtbot.addWidget(fresh)
+    assert len(w.segments) == len(fresh.segments)
+    for a, b in zip(w.segments, fresh.segments, strict=True):
+        assert dump(a) == dump(b)
