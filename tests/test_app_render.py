@@ -351,3 +351,5 @@ def test_redrawn_recoloured_or_corrected_mid_stream_it_still_ends_as_a_full_rend
     assert len(w.segments) == len(fresh.segments)
     for a, b in zip(w.segments, fresh.segments, strict=True):
         assert dump(a) == dump(b)
+    # Views dropped on the way are out of sight at once, not only once Qt deletes them.
+    assert [v for v in w.pieces.findChildren(PieceView) if v.isVisibleTo(w)] == w.segments

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from app.chat.text_view import AutoHeightBrowser
+from app.chat.text_view import GAP, AutoHeightBrowser
 from app.core.code_highlight import Span, clip, spans_stepwise
 from app.core.md_segments import Cut, Segmenter
 
@@ -106,17 +106,20 @@ class ReplyPieces(QWidget):
                     or seg.markdown != _markdown(cuts[keep], text[cuts[keep].pos:nxt.pos])):
                 break
             keep += 1
-        for seg in self.segments[max(keep, 1):]:
+        # The view after the kept ones becomes the live one if it starts where the live piece does.
+        reuse = keep + 1 if keep < len(self.segments) and self.segments[keep].start == cuts[keep] else max(keep, 1)
+        for seg in self.segments[reuse:]:
             self._lay.removeWidget(seg)
+            seg.hide()  # at once: it is deleted when the event loop next gets to it
             seg.deleteLater()
-        del self.segments[max(keep, 1):]
+        del self.segments[reuse:]
         self._block_views = {}
         for seg, nxt in zip(self.segments[:keep], cuts[1:]):
             self._finished(seg, nxt)
             self._recolour(seg)
-        if keep == 0:
-            first = self.segments[0]
-            first.end, first.open_end = None, False
+        if reuse == keep + 1:
+            live = self.segments[keep]
+            live.end, live.open_end = None, False
         else:
             self._add(cuts[keep])
         self._tail = text[cuts[keep].pos:]
@@ -154,7 +157,8 @@ class ReplyPieces(QWidget):
     def _add(self, start: Cut) -> PieceView:
         seg = PieceView(start, self)
         seg.colors = self.colors
-        seg.gap_above = bool(self.segments)
+        if self.segments and not seg.continued:
+            seg.set_gap(GAP)  # (the views of a cut code block meet without one)
         seg.code_copied.connect(self.code_copied)
         seg.link_refused.connect(self.link_refused)
         seg.spans_for = lambda i, n, code, language, seg=seg: self._spans_for(seg, i, n, code, language)

@@ -18,8 +18,8 @@ from app.chat import markdown_render
 from app.core.code_highlight import Span
 from app.ui import safe_links
 
-MARGIN = 4  # the document's margin, as Qt's default; GAP more above a view that follows another
-GAP = 4
+MARGIN = 4  # the document's margin, Qt's default
+GAP = 4     # between two views of one message (ReplyPieces spaces them with it)
 
 
 class AutoHeightBrowser(QTextBrowser):
@@ -49,7 +49,7 @@ class AutoHeightBrowser(QTextBrowser):
         self.languages: list[str] = []  # each code block's language
         self._token = secrets.token_hex(8)  # Copy links carry it: a link in the reply cannot pass for one
         self.markdown = ""  # what it shows
-        self.gap_above = False  # it follows another view of the same message
+        self._gap = 0  # room above it (another view of the same message is there)
         self.continued = False  # its first code block goes on from the view above
         self.open_end = False   # its last code block goes on in the view below
         self.spans_for: markdown_render.SpansFor | None = None
@@ -58,9 +58,15 @@ class AutoHeightBrowser(QTextBrowser):
     def _fit(self, *_args) -> None:
         m = self.contentsMargins()
         # A view whose code goes on below rounds down, so no sliver of the bubble shows between the two.
-        h = int(self.document().size().height() + (0 if self.open_end else 0.999)) + m.top() + m.bottom()
+        h = int(self.document().size().height() + (0 if self.open_end else 0.999)) + m.top() + m.bottom() \
+            + self._gap
         if h != self.height():
             self.setFixedHeight(max(h, 20))
+
+    def set_gap(self, px: int) -> None:
+        self._gap = px
+        self.setViewportMargins(0, px, 0, 0)
+        self._fit()
 
     def resizeEvent(self, e) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(e)
@@ -70,11 +76,12 @@ class AutoHeightBrowser(QTextBrowser):
         doc = self.document()
         doc.setMarkdown(text, safe_links.MARKDOWN)
         self.markdown = text
-        root = doc.rootFrame()
-        fmt = root.frameFormat()
-        fmt.setTopMargin(0 if self.continued else MARGIN + (GAP if self.gap_above else 0))
-        fmt.setBottomMargin(0 if self.open_end else MARGIN)
-        root.setFrameFormat(fmt)
+        if self.continued or self.open_end:  # (setMarkdown resets the margins; setting them costs a layout)
+            root = doc.rootFrame()
+            fmt = root.frameFormat()
+            fmt.setTopMargin(0 if self.continued else MARGIN)
+            fmt.setBottomMargin(0 if self.open_end else MARGIN)
+            root.setFrameFormat(fmt)
         safe_links.inert_images(doc)
         if self.colors:
             self.codes, self.used_spans, self.languages = markdown_render.dress(
