@@ -14,9 +14,11 @@ reply's length. A piece ends:
   piece is valid Markdown on its own and a long open block is never parsed or
   highlighted again once a piece of it is done.
 
-Every piece is at least ``min_chars`` long. A cut is decided only from
-complete lines (the trailing partial line waits, except in ``finish``), so
-feeding the text in any deltas gives the cuts a whole text gives. Lines end at
+Every piece is at least ``min_chars`` long. A cut is decided only from what
+no later text can change (the lines before it, and the first character of the
+line after a cut between blocks; a cut in a code block waits for its line to
+end, except in ``finish``), so feeding the text in any deltas gives the cuts a
+whole text gives. Lines end at
 "\\n", "\\r\\n" or "\\r", as in Qt's Markdown reader. The code blocks are kept
 too: the same list ``text_utils.code_blocks`` finds in the whole text.
 """
@@ -99,6 +101,13 @@ class Segmenter:
             self._line_at += m.end() - start
             start = m.end()
         self._pending = buf[start:]
+        p = self._pending
+        if p and self._open is None and self._prev_blank and not p[0].isspace() \
+                and self._line_at - self._piece_at >= self.min_chars:
+            # A cut between blocks depends on the line's first character only: cut now, so the live
+            # piece does not carry a finished paragraph until its new one is done.
+            cuts.append(Cut(self._line_at))
+            self._piece_at = self._line_at
         return cuts
 
     def finish(self) -> list[Cut]:
