@@ -9,10 +9,12 @@ made per view (``copy_href``), so a link the model writes cannot pose as one.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtGui import (QBrush, QColor, QFont, QTextBlock, QTextBlockFormat, QTextCharFormat, QTextCursor,
                            QTextDocument, QTextFormat, QTextFrameFormat, QTextLength, QTextTable)
 
-from app.core.code_highlight import label_for, spans
+from app.core.code_highlight import Span, label_for, spans
 
 COPY_SCHEME = "hearth-copy"
 
@@ -42,22 +44,35 @@ def copy_href(token: str, index: int) -> str:
     return f"{COPY_SCHEME}:{token}/{index}"
 
 
-def dress(doc: QTextDocument, colors: dict[str, str], scheme: str, token: str) -> list[str]:
-    """Style ``doc`` in place; returns the code of each block (the Copy links' targets)."""
+SpansFor = Callable[[int, int, str, str], list[Span] | None]
+
+
+def dress(doc: QTextDocument, colors: dict[str, str], scheme: str, token: str, *, continued: bool = False,
+          spans_for: SpansFor | None = None) -> tuple[list[str], list[list[Span]], list[str]]:
+    """Style ``doc`` in place; returns each block's code (the Copy links' targets), colours and language.
+
+    ``continued``: the first block goes on from the view above (a long block cut in pieces), so it
+    gets no header. ``spans_for(index, count, code, language)`` may give a block's colours instead of
+    lexing it alone (a piece of a long block is coloured as part of the whole block).
+    """
     groups = code_groups(doc)
     codes = ["\n".join(b.text() for b in g) for g in groups]
+    used: list[list[Span]] = [[] for _ in groups]
+    languages = [""] * len(groups)
     cursor = QTextCursor(doc)
     cursor.beginEditBlock()
     _shade_inline_code(doc, QColor(colors["code"]))
     for i in range(len(groups) - 1, -1, -1):  # from the end, so earlier positions stay valid
         first = groups[i][0]
-        language = str(first.blockFormat().property(QTextFormat.Property.BlockCodeLanguage) or "")
+        language = languages[i] = str(first.blockFormat().property(QTextFormat.Property.BlockCodeLanguage) or "")
         start, code = first.position(), codes[i]
         bg = _background(colors["code"])
         for b in groups[i]:
             cursor.setPosition(b.position())
             cursor.mergeBlockFormat(bg)
-        for s in spans(code, language, scheme):
+        given = spans_for(i, len(groups), code, language) if spans_for is not None else None
+        used[i] = spans(code, language, scheme) if given is None else given
+        for s in used[i]:
             cursor.setPosition(start + s.start)
             cursor.setPosition(start + s.end, QTextCursor.MoveMode.KeepAnchor)
             fmt = QTextCharFormat()
@@ -68,10 +83,11 @@ def dress(doc: QTextDocument, colors: dict[str, str], scheme: str, token: str) -
             if s.italic:
                 fmt.setFontItalic(True)
             cursor.mergeCharFormat(fmt)
-        _add_header(cursor, first, label_for(language), copy_href(token, i), colors)
+        if not (continued and i == 0):
+            _add_header(cursor, first, label_for(language), copy_href(token, i), colors)
     _rule_tables(doc, colors["border"])
     cursor.endEditBlock()
-    return codes
+    return codes, used, languages
 
 
 def _background(color: str) -> QTextBlockFormat:

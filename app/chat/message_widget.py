@@ -1,110 +1,29 @@
 """One message in the chat: its text (Markdown for replies), actions and metrics.
 
 A streaming reply shows the stream's own list of deltas (``follow``; the window
-keeps it, so the text survives this widget when the user switches chats) and is
-re-rendered at most every RENDER_MS, joined only then, because re-parsing
-Markdown on every token would stall the event loop on long replies. A reply's
+keeps it, so the text survives this widget when the user switches chats). It is
+rendered at most every RENDER_MS, or less often when a render costs more
+(RENDER_SHARE), and a render takes only the deltas that are new
+(app.chat.reply_pieces), so its cost does not grow with the reply. A reply's
 links and images stay inert (app.ui.safe_links).
 """
 from __future__ import annotations
 
-import secrets
+import time
 
-from PySide6.QtCore import QPoint, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QMenu, QSizePolicy, QTextBrowser,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
 from engine.metrics import has_timeline
 
-from app.chat import markdown_render
-from app.ui import safe_links
-from app.core.text_utils import code_blocks, finish_note, metrics_line, segment_bounds
+from app.chat.reply_pieces import SEGMENT_CHARS, ReplyPieces
+from app.chat.text_view import AutoHeightBrowser
+from app.core.text_utils import code_blocks, finish_note, metrics_line
 
 RENDER_MS = 40
-SEGMENT_CHARS = 1500  # a finished piece of a reply this long is rendered once, then left alone
+RENDER_SHARE = 4  # the next render waits at least this many times what the last one cost
 
-
-class AutoHeightBrowser(QTextBrowser):
-    """A read-only text view as tall as its document, so the page scrolls, not each message."""
-
-    link_refused = Signal(str)  # why a clicked link was not opened
-    code_copied = Signal(str)   # a code block's Copy link was clicked: its code
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setWordWrapMode(self.wordWrapMode().WrapAtWordBoundaryOrAnywhere)
-        # Clicks only report the link: open_link asks first (a QTextBrowser would
-        # otherwise open it, or navigate itself to a local file).
-        self.setOpenLinks(False)
-        self.anchorClicked.connect(self._open_link)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.viewport().setAutoFillBackground(False)
-        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.customContextMenuRequested.connect(self._menu)
-        self.document().documentLayout().documentSizeChanged.connect(self._fit)
-        self.colors: dict[str, str] = {}
-        self.codes: list[str] = []  # each code block's text, for its Copy link
-        self._token = secrets.token_hex(8)  # Copy links carry it: a link in the reply cannot pass for one
-
-    def _fit(self, *_args) -> None:
-        m = self.contentsMargins()
-        h = int(self.document().size().height() + 0.999) + m.top() + m.bottom()
-        if h != self.height():
-            self.setFixedHeight(max(h, 20))
-
-    def resizeEvent(self, e) -> None:  # noqa: N802 (Qt override)
-        super().resizeEvent(e)
-        self._fit()
-
-    def set_markdown(self, text: str) -> None:
-        self.document().setMarkdown(text, safe_links.MARKDOWN)
-        safe_links.inert_images(self.document())
-        if self.colors:
-            self.codes = markdown_render.dress(self.document(), self.colors, self.colors.get("scheme", "light"),
-                                               self._token)
-
-    def loadResource(self, kind: int, url: QUrl):  # noqa: N802 (Qt override)
-        if safe_links.resource_allowed(url):
-            return super().loadResource(kind, url)
-        return safe_links.refused_resource(kind)
-
-    def _open_link(self, url: QUrl) -> None:
-        if url.scheme() == markdown_render.COPY_SCHEME:
-            index = next((i for i in range(len(self.codes))
-                          if url.toString() == markdown_render.copy_href(self._token, i)), None)
-            if index is not None:
-                self.code_copied.emit(self.codes[index])
-                return
-        refused = safe_links.open_link(self, url)
-        if refused:
-            self.link_refused.emit(refused)
-
-    def code_at(self, pos: QPoint) -> str | None:
-        """The whole code block under ``pos`` (viewport coordinates), or None."""
-        block = self.cursorForPosition(pos).block()
-        if not markdown_render.is_code(block):
-            return None
-        first = block
-        while first.previous().isValid() and markdown_render.is_code(first.previous()):
-            first = first.previous()
-        lines, b = [], first
-        while b.isValid() and markdown_render.is_code(b):
-            lines.append(b.text())
-            b = b.next()
-        return "\n".join(lines)
-
-    def _menu(self, pos: QPoint) -> None:
-        menu = self.createStandardContextMenu(pos)
-        code = self.code_at(pos)
-        if code is not None:
-            act = menu.addAction("Copy code block")
-            act.triggered.connect(lambda: QGuiApplication.clipboard().setText(code))
-            menu.insertAction(menu.actions()[0], act)
-        menu.exec(self.viewport().mapToGlobal(pos))
+__all__ = ["AutoHeightBrowser", "MessageWidget", "RENDER_MS", "RENDER_SHARE", "SEGMENT_CHARS"]
 
 
 class MessageWidget(QFrame):
@@ -123,6 +42,9 @@ class MessageWidget(QFrame):
         self._text = content
         self._live: list[str] | None = None  # the stream's deltas, while following one
         self._live_n = 0                     # how many of them ``_text`` holds
+        self._shown: list[str] | None = None  # the deltas the view shows ...
+        self._shown_n = 0                    # ... and how many of them
+        self.render_ms = RENDER_MS           # the wait before the next render
         self.metrics: dict | None = None
         self.streaming = False
         self.reading = False  # the engine is still reading the prompt; no reply text yet
@@ -162,15 +84,14 @@ class MessageWidget(QFrame):
             head.addWidget(b)
         lay.addLayout(head)
 
-        # A reply is shown as a column of segments (see text_utils.segment_bounds):
-        # re-parsing the whole Markdown on every render made long replies stall
-        # the window (~95 ms at 29 KiB), so only the last segment is re-rendered.
-        self._lay = lay
-        self.segments: list[AutoHeightBrowser] = []
-        self._starts: list[int] = []
-        self._frozen = ""  # the text the frozen segments show
+        # A reply is shown as a column of pieces (app.chat.reply_pieces): re-parsing the
+        # whole Markdown on every render made long replies stall the window (~95 ms at
+        # 29 KiB), so a finished piece is rendered once and only the last one again.
         self._colors = colors
-        self._add_segment(0)
+        self.pieces = ReplyPieces(colors, self)
+        self.pieces.code_copied.connect(self._code_copied)
+        self.pieces.link_refused.connect(self.notify)
+        lay.addWidget(self.pieces)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
@@ -208,8 +129,7 @@ class MessageWidget(QFrame):
     def apply_colors(self, colors: dict[str, str]) -> None:
         self._colors = colors
         self._frame_style()
-        for seg in self.segments:
-            seg.colors = colors
+        self.pieces.set_colors(colors)
         self._render(rebuild=True)
 
     def _frame_style(self) -> None:
@@ -231,23 +151,18 @@ class MessageWidget(QFrame):
     # -- content ------------------------------------------------------------
 
     @property
+    def segments(self) -> list[AutoHeightBrowser]:
+        """The text views, top to bottom (one for short messages)."""
+        return list(self.pieces.segments)
+
+    @property
     def body(self) -> AutoHeightBrowser:
         """The first text segment (the only one for short messages)."""
-        return self.segments[0]
+        return self.pieces.segments[0]
 
     def rendered_text(self) -> str:
         """What the view shows, as plain text, all segments together."""
-        return "\n".join(seg.toPlainText() for seg in self.segments)
-
-    def _add_segment(self, start: int) -> AutoHeightBrowser:
-        seg = AutoHeightBrowser(self)
-        seg.colors = self._colors
-        seg.code_copied.connect(self._code_copied)
-        seg.link_refused.connect(self.notify)
-        self._lay.insertWidget(1 + len(self.segments), seg)  # after the header, before the notes
-        self.segments.append(seg)
-        self._starts.append(start)
-        return seg
+        return self.pieces.rendered_text()
 
     def _render(self, rebuild: bool = False) -> None:
         if self.role != "assistant":
@@ -255,20 +170,22 @@ class MessageWidget(QFrame):
             self.body.setPlainText(self.text)
             self.btn_code.setVisible(bool(code_blocks(self.text)))
             return
-        text = self.text
-        if rebuild or not text.startswith(self._frozen):
-            for seg in self.segments[1:]:
-                self._lay.removeWidget(seg)
-                seg.deleteLater()
-            del self.segments[1:], self._starts[1:]
-        # Frozen segments keep what they show; newly finished pieces are frozen now.
-        for cut in segment_bounds(text, self._starts[-1], SEGMENT_CHARS):
-            self.segments[-1].set_markdown(text[self._starts[-1]:cut])
-            self._add_segment(cut)
-        self._frozen = text[:self._starts[-1]]
-        live = text[self._starts[-1]:]
-        self.segments[-1].set_markdown(live if live or not self.streaming else "…")
-        self.btn_code.setVisible(bool(code_blocks(text)) and not self.streaming)
+        t0 = time.perf_counter()
+        live = self._live
+        if (not rebuild and self.streaming and live is not None and live is self._shown
+                and self._shown_n <= len(live) and self.pieces.can_append()):
+            # The usual case while a reply streams: only the new deltas are read.
+            new = "".join(live[self._shown_n:])
+            self._shown_n = len(live)
+            self.pieces.append(new, streaming=True)
+        else:
+            self.pieces.show_text(self.text, final=not self.streaming, rebuild=rebuild)
+            self._shown, self._shown_n = live, len(live) if live is not None else 0
+        self.btn_code.setVisible(self.pieces.has_code() and not self.streaming)
+        # A slow machine renders less often rather than spend all its time rendering.
+        cost_ms = (time.perf_counter() - t0) * 1000
+        self.render_ms = max(RENDER_MS, int(RENDER_SHARE * cost_ms))
+        self._render_timer.setInterval(self.render_ms)
 
     @property
     def text(self) -> str:

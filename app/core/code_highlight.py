@@ -8,6 +8,8 @@ often wrong). Nothing here interprets the code; colours are only formats.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -49,13 +51,23 @@ def label_for(language: str) -> str:
 
 def spans(code: str, language: str, scheme: str) -> list[Span]:
     """Coloured runs over ``code`` (adjacent tokens of one style are merged)."""
+    out: list[Span] = []
+    for _ in spans_stepwise(code, language, scheme, out):
+        pass
+    return out
+
+
+def spans_stepwise(code: str, language: str, scheme: str, out: list[Span], step: int = 256) -> Iterator[None]:
+    """``spans`` a little at a time: fills ``out``, pausing (yielding) after every ``step`` tokens,
+    so a long block can be coloured between other work."""
     lexer = lexer_for(language)
     if isinstance(lexer, TextLexer) or len(code) > MAX_CHARS:
-        return []
+        return
     style = get_style_by_name(STYLES.get(scheme, STYLES["light"]))
-    out: list[Span] = []
     pos = 0
-    for ttype, value in lexer.get_tokens(code):
+    for n, (ttype, value) in enumerate(lexer.get_tokens(code), 1):
+        if n % step == 0:
+            yield
         if not value:
             continue
         s = style.style_for_token(ttype)
@@ -68,4 +80,15 @@ def spans(code: str, language: str, scheme: str) -> list[Span]:
             else:
                 out.append(Span(pos, pos + len(value), color, s["bold"], s["italic"]))
         pos += len(value)
+
+
+def clip(runs: list[Span], start: int, end: int, ends: list[int] | None = None) -> list[Span]:
+    """The runs over ``code[start:end]`` of a ``spans(code, ...)`` list, as offsets into that slice
+    (``ends``: each run's end, to find the first one fast)."""
+    ends = [s.end for s in runs] if ends is None else ends
+    out: list[Span] = []
+    for s in runs[bisect_right(ends, start):]:
+        if s.start >= end:
+            break
+        out.append(Span(max(s.start, start) - start, min(s.end, end) - start, s.color, s.bold, s.italic))
     return out

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import re
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+from app.core.md_segments import Segmenter, closes, opens
+
+_EOL = re.compile(r"\r\n|\r|\n")
 
 # What each way a reply can end means to the user. Which endings are complete is
 # engine.metrics.FINISH_REASONS' to say; the others are "incomplete" and keep this note
@@ -21,12 +23,13 @@ def code_blocks(markdown: str) -> list[str]:
     blocks: list[str] = []
     fence: str | None = None
     body: list[str] = []
-    for line in markdown.splitlines():
-        m = _FENCE.match(line)
+    lines = _EOL.split(markdown)
+    if lines[-1] == "":
+        lines.pop()  # the text ended its last line
+    for line in lines:
         if fence is None:
-            if m:
-                fence, body = m.group(1), []
-        elif m and line.strip().startswith(fence[0] * len(fence)) and not line.strip().strip(fence[0]):
+            fence, body = opens(line), []
+        elif closes(fence, line):
             blocks.append("\n".join(body))
             fence = None
         else:
@@ -37,34 +40,11 @@ def code_blocks(markdown: str) -> list[str]:
 
 
 def segment_bounds(markdown: str, start: int, min_chars: int) -> list[int]:
-    """Offsets where ``markdown`` (from ``start``) can be cut into standalone pieces.
-
-    A cut goes before a line that opens a new top-level block: the line before
-    it is blank, no code fence is open, and the line is not indented (so a
-    list item's continuation stays with its item). Each piece is at least
-    ``min_chars`` long. The streaming view freezes finished pieces and only
-    re-renders the last one, so a long reply costs the same per token as a
-    short one.
-    """
-    cuts: list[int] = []
-    piece_start = start
-    fence: str | None = None
-    prev_blank = False
-    pos = start
-    for line in markdown[start:].splitlines(keepends=True):
-        stripped = line.strip()
-        if (fence is None and prev_blank and stripped and not line[0].isspace()
-                and pos - piece_start >= min_chars):
-            cuts.append(pos)
-            piece_start = pos
-        m = _FENCE.match(line)
-        if fence is None and m:
-            fence = m.group(1)
-        elif fence is not None and stripped.startswith(fence[0] * len(fence)) and not stripped.strip(fence[0]):
-            fence = None
-        prev_blank = not stripped
-        pos += len(line)
-    return cuts
+    """Offsets where ``markdown`` (from ``start``) can be cut into standalone pieces,
+    each at least ``min_chars`` long, never inside a code block (see app.core.md_segments)."""
+    seg = Segmenter(min_chars)
+    cuts = seg.feed(markdown[start:]) + seg.finish()
+    return [start + c.pos for c in cuts]
 
 
 def finish_note(complete: bool, finish_reason: str | None, error: str | None) -> str:
