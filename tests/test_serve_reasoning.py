@@ -228,7 +228,8 @@ def test_malformed_bodies_never_crash_the_server(client, server):
     head = f'{{"model": "{server.model_id}", "max_tokens": 1, "messages": {json.dumps(Q)}'
     for raw in (head + ', "chat_template_kwargs": {"x": NaN}}',
                 head + ', "chat_template_kwargs": {"x": Infinity}}',
-                head + ', "chat_template_kwargs": ' + "[" * 100_000 + "]" * 100_000 + "}"):
+                head + ', "chat_template_kwargs": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                head + ', "chat_template_kwargs": {"n": ' + "9" * 5000 + "}}"):
         r = httpx.post(url, content=raw, headers={"content-type": "application/json"})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["message"]

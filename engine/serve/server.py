@@ -105,6 +105,8 @@ async def read_json(request: Request, limit: int) -> Any:
         raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
     except RecursionError:  # thousands of nested brackets: valid JSON no request needs
         raise ApiError(400, "the request body nests too deeply", code="invalid_json") from None
+    except ValueError as e:  # valid JSON Python will not read, e.g. an integer of over 4,300 digits
+        raise ApiError(400, f"the request body cannot be read: {e}", code="invalid_json") from None
 
 
 def _usage(st: GenerationStats) -> dict[str, Any]:
