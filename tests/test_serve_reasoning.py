@@ -233,9 +233,11 @@ def test_malformed_bodies_never_crash_the_server(client, server):
         r = httpx.post(url, content=raw, headers={"content-type": "application/json"})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["message"]
-    r = httpx.post(f"{server.url}/completions", json={"model": server.model_id, "prompt": "Hi", "max_tokens": 1,
-                                                       "chat_template_kwargs": {"enable_thinking": False}})
-    assert r.status_code == 400 and "chat/completions only" in r.json()["error"]["message"]
+    for field, value in (("chat_template_kwargs", {"enable_thinking": False}), ("reasoning_effort", "low")):
+        r = httpx.post(f"{server.url}/completions", json={"model": server.model_id, "prompt": "Hi",
+                                                           "max_tokens": 1, field: value})
+        assert r.status_code == 400 and "chat/completions only" in r.json()["error"]["message"]
+        assert r.json()["error"]["param"] == field
     for body in ({"grammar": 5}, {"grammar": 'root ::= "unterminated'},
                  {"grammar": THINK, "response_format": {"type": "json_object"}}):
         r = httpx.post(url, json={"model": server.model_id, "messages": Q, "max_tokens": 1, **body})
