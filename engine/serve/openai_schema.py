@@ -5,7 +5,16 @@ Every bad field raises ApiError naming the field (``param``), so a client gets a
 400 that says what to fix instead of a reply that quietly ignored it. Fields
 that change nothing here (``user``, ``metadata``, ``store``...) are accepted;
 fields that would change the reply and are not supported (``tools``, ``n > 1``,
-``logprobs``) are refused.
+``logprobs``) are refused. ``grammar`` (GBNF text, as llama-server takes it) is
+accepted beside the standard fields.
+
+Thinking models follow the convention DeepSeek's API, vLLM and llama-server
+share: a reply's reasoning travels as ``reasoning_content`` beside ``content``
+(in ``message`` and in each streamed ``delta``, left out when there is none),
+assistant turns sent back may carry it (or ``reasoning``/``thinking``), and
+``usage.completion_tokens_details.reasoning_tokens`` counts it. A request's
+``reasoning_effort`` and ``chat_template_kwargs`` reach the chat template as
+variables, checked first (template_vars.py: templates are untrusted code).
 """
 from __future__ import annotations
 
@@ -15,8 +24,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..messages import REASONING_FIELDS
 from ..metrics import openai_finish_reason
 from ..types import Message
+from .template_vars import TemplateVarsError, chat_template_kwargs, reasoning_effort
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
               "tool": "tool"}
@@ -51,9 +62,11 @@ class ApiRequest:
     prompt: str | None = None              # completion
     sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields the client set
     max_tokens: int | None = None          # None: until the context is full
-    grammar: str | None = None             # GBNF text from response_format
+    grammar: str | None = None             # GBNF text from response_format or grammar
     stream: bool = False
     include_usage: bool = False
+    # chat: variables for the chat template (chat_template_kwargs, reasoning_effort); None: none given
+    template_kwargs: dict[str, Any] | None = None
 
 
 def _number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
@@ -110,12 +123,35 @@ def _messages(body: dict) -> list[Message]:
         if role is None:
             raise bad(f"messages[{i}].role", f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}, "
                                              f"got {m.get('role')!r}")
-        out.append(Message(role, _content(m, i)))
+        out.append(Message(role, _content(m, i), reasoning=_reasoning(m, i, role)))
     return out
 
 
+def _reasoning(m: dict, i: int, role: str) -> str | None:
+    """An earlier reply's reasoning, under any of the names clients send it back under
+    (the first set, in transformers' order); the template decides whether to keep it."""
+    for key in REASONING_FIELDS:
+        v = m.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, str):
+            raise bad(f"messages[{i}].{key}", f"messages[{i}].{key} must be text, got {type(v).__name__}")
+        if role != "assistant":
+            raise bad(f"messages[{i}].{key}", f"messages[{i}].{key}: only an assistant message carries "
+                                              f"reasoning, not a {m.get('role')} message")
+        return v
+    return None
+
+
 def _grammar(body: dict) -> str | None:
-    rf = body.get("response_format")
+    """GBNF text from ``response_format``, or from ``grammar`` (llama-server's field: the text as is)."""
+    rf, gbnf = body.get("response_format"), body.get("grammar")
+    if gbnf is not None:
+        if not isinstance(gbnf, str) or not gbnf.strip():
+            raise bad("grammar", "grammar must be GBNF text (a root rule and the rules it uses)")
+        if rf is not None and not (isinstance(rf, dict) and rf.get("type") == "text"):
+            raise bad("grammar", "give grammar or response_format, not both")
+        return gbnf
     if rf is None:
         return None
     if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
@@ -136,6 +172,29 @@ def _grammar(body: dict) -> str | None:
     except Exception as e:  # the converter raises assertion, key and type errors on schemas it cannot read
         raise bad("response_format.json_schema", f"the JSON schema cannot be turned into a grammar: "
                                                  f"{type(e).__name__}: {e}", code="invalid_schema") from None
+
+
+def _template_kwargs(body: dict, kind: str) -> dict[str, Any] | None:
+    """The chat template's extra variables: ``chat_template_kwargs`` and ``reasoning_effort``."""
+    try:
+        kw = chat_template_kwargs(body.get("chat_template_kwargs"))
+        effort = reasoning_effort(body.get("reasoning_effort"))
+    except TemplateVarsError as e:
+        raise bad(e.param, str(e)) from None
+    if kind != "chat":
+        for key, v in (("chat_template_kwargs", kw), ("reasoning_effort", effort)):
+            if v is not None:
+                raise bad(key, f"{key} applies to /v1/chat/completions only: a completion's prompt "
+                               "goes through no chat template")
+        return None
+    if effort is not None:
+        kw = kw or {}
+        given = kw.get("reasoning_effort", effort)
+        if given != effort:
+            raise bad("reasoning_effort", f"reasoning_effort is {effort!r} but chat_template_kwargs "
+                                          f"says {given!r}; give it once")
+        kw["reasoning_effort"] = effort
+    return kw
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -199,6 +258,7 @@ def parse(body: Any, kind: str) -> ApiRequest:
     s["stop"] = _stop(body)
     req.sampling = s
     req.grammar = _grammar(body)
+    req.template_kwargs = _template_kwargs(body, kind)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad("stream", "stream must be true or false")
@@ -220,10 +280,13 @@ def new_id(kind: str) -> str:
     return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
 
 
-def usage(prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def usage(prompt_tokens: int, cached_tokens: int, completion_tokens: int,
+          reasoning_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object; ``reasoning_tokens`` are part of ``completion_tokens``."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}}
 
 
 def finish_reason(engine_reason: str | None) -> str:
@@ -243,22 +306,29 @@ class Shaper:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": "hearth"}
 
-    def whole(self, text: str, reason: str | None, use: dict[str, Any]) -> dict[str, Any]:
-        """The non-streamed reply."""
+    def whole(self, text: str, reason: str | None, use: dict[str, Any],
+              reasoning: str | None = None) -> dict[str, Any]:
+        """The non-streamed reply; a chat reply's ``reasoning`` goes in ``message.reasoning_content``
+        (left out when there was none, as llama-server does)."""
         fr = finish_reason(reason)
         if self.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": fr}
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if reasoning:
+                message["reasoning_content"] = reasoning
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": fr}
             return {**self._head("chat.completion"), "choices": [choice], "usage": use}
         return {**self._head("text_completion"), "usage": use,
                 "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fr}]}
 
     def chunk(self, text: str | None, reason: str | None = None, *, first: bool = False,
-              include_usage: bool = False) -> dict[str, Any]:
-        """One streamed chunk: a text delta, or (``reason`` set) the last one of the choice."""
+              include_usage: bool = False, reasoning: str | None = None) -> dict[str, Any]:
+        """One streamed chunk: a text delta, a reasoning delta (``delta.reasoning_content``), or
+        (``reason`` set) the last one of the choice."""
         fr = finish_reason(reason) if reason is not None else None
         if self.kind == "chat":
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
+            if reasoning:
+                delta["reasoning_content"] = reasoning
             if text:
                 delta["content"] = text
             out = {**self._head("chat.completion.chunk"),

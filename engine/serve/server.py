@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import HearthError, PromptTooLongError
+from ..metrics import GenerationStats
 from ..models.catalogue import ModelRef
 from ..types import SamplingParams, StreamEvent
 from .openai_schema import ApiError, ApiRequest, Shaper, parse, usage
@@ -42,6 +43,7 @@ from .pump import Pump
 from .requests import QueueFull, ServeRequest, Ticket
 from .scheduler import Scheduler
 from .security import Guard, check_bind_host
+from .template_vars import TemplateVarsError, check_think
 
 DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
 MAX_BODY = 1 << 20     # bytes; a chat request is a few KB, a long pasted file well under this
@@ -101,6 +103,14 @@ async def read_json(request: Request, limit: int) -> Any:
         return json.loads(b"".join(chunks))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    except RecursionError:  # thousands of nested brackets: valid JSON no request needs
+        raise ApiError(400, "the request body nests too deeply", code="invalid_json") from None
+    except ValueError as e:  # valid JSON Python will not read, e.g. an integer of over 4,300 digits
+        raise ApiError(400, f"the request body cannot be read: {e}", code="invalid_json") from None
+
+
+def _usage(st: GenerationStats) -> dict[str, Any]:
+    return usage(st.prompt_tokens, st.cached_tokens, st.generated_tokens, st.reasoning_tokens)
 
 
 class LocalServer:
@@ -206,8 +216,13 @@ class LocalServer:
 
     def _serve_request(self, req: ApiRequest, t: Target) -> ServeRequest:
         try:
+            check_think(t.scheduler.engine.think, req.template_kwargs)
+        except TemplateVarsError as e:
+            raise ApiError(400, str(e), param=e.param) from None
+        try:
             params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens or t.n_ctx})
-            return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar)
+            return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar,
+                                template_kwargs=req.template_kwargs)
         except HearthError as e:
             raise ApiError(400, str(e)) from None
 
@@ -263,21 +278,18 @@ class LocalServer:
             self.served += 1
 
     async def _whole(self, request: Request, pump: Pump, ev: StreamEvent | None, shaper: Shaper) -> Response:
-        parts: list[str] = []
         served = False
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._cancel_on_disconnect, request, pump)
-                while ev is not None and ev.kind == "delta":
-                    parts.append(ev.text)
+                while ev is not None and ev.kind != "final":  # the final event holds the whole reply
                     ev = await pump.next()
                 tg.cancel_scope.cancel()
             if ev is None or ev.stats is None:
                 raise ApiError(500, "the request ended without its final event", type="server_error")
-            st = ev.stats
             served = ev.finish_reason != "cancelled"
-            return JSONResponse(shaper.whole(ev.text, ev.finish_reason,
-                                             usage(st.prompt_tokens, st.cached_tokens, st.generated_tokens)))
+            # A reply cut inside its reasoning (max_tokens) keeps it: finish_reason "length" says so.
+            return JSONResponse(shaper.whole(ev.text, ev.finish_reason, _usage(ev.stats), reasoning=ev.reasoning))
         except HearthError as e:
             return _error_response(_api_error(e))
         except ApiError as e:
@@ -296,17 +308,17 @@ class LocalServer:
         served = False
         try:
             yield {"data": json.dumps(shaper.chunk(None, first=True, include_usage=include_usage))}
-            while ev is not None and ev.kind == "delta":
-                if ev.text:
+            while ev is not None and ev.kind != "final":
+                if ev.text and ev.kind == "delta":
                     yield {"data": json.dumps(shaper.chunk(ev.text, include_usage=include_usage))}
+                elif ev.text and ev.kind == "reasoning":
+                    yield {"data": json.dumps(shaper.chunk(None, reasoning=ev.text, include_usage=include_usage))}
                 ev = await pump.next()
             if ev is None or ev.stats is None:
                 raise HearthError("the request ended without its final event")
             yield {"data": json.dumps(shaper.chunk(None, ev.finish_reason, include_usage=include_usage))}
             if include_usage:
-                st = ev.stats
-                yield {"data": json.dumps(shaper.usage_chunk(usage(st.prompt_tokens, st.cached_tokens,
-                                                                   st.generated_tokens)))}
+                yield {"data": json.dumps(shaper.usage_chunk(_usage(ev.stats)))}
             served = ev.finish_reason != "cancelled"
             yield {"data": "[DONE]"}
         except HearthError as e:  # after the headers went out: the error goes in the stream, as OpenAI's does
