@@ -249,3 +249,35 @@ def test_the_budget_in_the_settings_dialog(qtbot):
     assert not f.budget_none.isChecked() and f.values()["reasoning_budget"] == 300
     f.budget_none.setChecked(True)
     assert f.values()["reasoning_budget"] is None
+
+
+def test_the_think_box_shows_each_kind_and_the_models_default(qtbot):
+    from engine.formats import ThinkControl
+
+    from app.chat.think_control import ThinkBox, effective
+
+    box = ThinkBox()
+    qtbot.addWidget(box)
+    assert box.isHidden() and box.value() is None
+    effort = ThinkControl("effort", "reasoning_effort", ("low", "medium", "high"), "medium")
+    box.show_for(effort, None)
+    assert not box.isHidden() and box.check.isHidden() and not box.combo.isHidden()
+    assert box.value() == "medium" and box.combo.currentText() == "medium (default)"
+    picked = []
+    box.chosen.connect(picked.append)
+    box.combo.setCurrentIndex(2)
+    box.combo.activated.emit(2)
+    assert picked == ["high"] and effort.kwargs(box.value()) == {"reasoning_effort": "high"}
+    box.show_for(effort, "low")  # another conversation's choice; showing it is not a choice
+    assert box.value() == "low" and picked == ["high"]
+    switch = ThinkControl("switch", "enable_thinking", (True, False), True)
+    box.show_for(switch, None)
+    assert box.check.isVisibleTo(box) and box.combo.isHidden() and box.check.isChecked()
+    box.check.click()
+    assert picked == ["high", False] and box.value() is False
+    budget = ThinkControl("budget", "thinking_budget", (-1, 0), -1)
+    assert effective(budget, 512) == 512 and effective(budget, "x") == -1 and effective(switch, "high") is True
+    box.show_for(budget, 0)
+    assert not box.check.isChecked()
+    box.show_for(None, None)
+    assert box.isHidden()
