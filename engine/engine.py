@@ -17,7 +17,8 @@ from typing import Callable, Generator, Mapping, Sequence
 from .backends.base import Backend
 from .chat_template import CHATML_FALLBACK, ChatTemplate
 from .errors import Cancelled, HearthError, PromptTooLongError
-from .generate import generate_step, no_steps, stream_tokens
+from .formats import Layout, ThinkControl, detect, opens_in_prompt
+from .generate import Steering, generate_step, no_steps, stream_tokens
 from .kv.disk_store import DEFAULT_DISK_BUDGET, PrefixStore
 from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache
 from .kv.reuse import FINAL_PIECE, KVReuse, ProgressFn, prefill
@@ -46,6 +47,10 @@ class Engine:
         self.template = ChatTemplate(backend.chat_template or CHATML_FALLBACK,
                                      bos_token=backend.bos_token, eos_token=backend.eos_token)
         self.prompts = PromptBuilder(backend, self.template)
+        # A thinking model's layout, known once from its template and vocabulary (engine/formats):
+        # how its replies split into reasoning and answer, and the Think control its template offers.
+        self.layout: Layout | None = _detect_layout(backend)
+        self.think: ThinkControl | None = self.layout.think if self.layout is not None else None
         self._busy = threading.Lock()
         self.draft: ModelDraft | None = None
         self.spec_kind = "none"
@@ -188,19 +193,27 @@ class Engine:
 
     # -- prompt -------------------------------------------------------------
 
-    def render(self, messages: Sequence[Message | Mapping[str, str]]) -> str:
-        return self.prompts.render(messages)
+    def render(self, messages: Sequence[Message | Mapping[str, str]],
+               template_kwargs: Mapping[str, object] | None = None) -> str:
+        return self.prompts.render(messages, template_kwargs)
 
-    def prompt_tokens(self, messages: Sequence[Message | Mapping[str, str]]) -> list[int]:
-        return self.prompts.tokens(messages)
+    def prompt_tokens(self, messages: Sequence[Message | Mapping[str, str]],
+                      template_kwargs: Mapping[str, object] | None = None) -> list[int]:
+        return self.prompts.tokens(messages, template_kwargs)
 
     # -- generation ---------------------------------------------------------
 
     def stream(self, messages: Sequence[Message | Mapping[str, str]],
                params: SamplingParams | None = None, *,
                cancel: threading.Event | None = None, progress: ProgressFn | None = None,
-               context_policy: str = "drop_oldest") -> Generator[StreamEvent, None, None]:
+               context_policy: str = "drop_oldest",
+               template_kwargs: Mapping[str, object] | None = None) -> Generator[StreamEvent, None, None]:
         """Yield text deltas, then one final event with the finish reason and metrics.
+
+        A thinking model's reply (``self.layout``) streams its reasoning as "reasoning"
+        events and its answer as "delta" events; the final event's ``text`` is the
+        answer and ``reasoning`` the reasoning. ``template_kwargs`` reach the chat
+        template (``self.think.kwargs(value)``: ``{"enable_thinking": False}``...).
 
         ``progress(done, total)`` reports prompt tokens read during a long prefill;
         Stop (``cancel``) takes effect during it too. A conversation too long for
@@ -215,12 +228,14 @@ class Engine:
             t_start = time.perf_counter()
             rec = self._recorder(t_start)
             spent = self.prompts.template_s, self.prompts.tokenize_s
-            built = self.prompts.build(messages, reserve=params.max_tokens, policy=context_policy)
-            shared = self.prompts.shared_system_tokens(built.messages)
+            built = self.prompts.build(messages, reserve=params.max_tokens, policy=context_policy,
+                                       template_kwargs=template_kwargs)
+            shared = self.prompts.shared_system_tokens(built.messages, template_kwargs)
             checkpoints = self.kv.checkpoint(shared, built.tokens) if shared else []
             rec.prompt_built(self.prompts.template_s - spent[0], self.prompts.tokenize_s - spent[1])
             yield from self._run(built.tokens, params, cancel, t_start, checkpoints, progress, built.dropped, rec,
-                                 t_prefill=time.perf_counter())
+                                 t_prefill=time.perf_counter(), layout=self.layout,
+                                 opened=opens_in_prompt(self.layout, built.text))
         finally:
             self._busy.release()
 
@@ -245,8 +260,8 @@ class Engine:
 
     def _run(self, prompt: list[int], params: SamplingParams, cancel: threading.Event | None,
              t_start: float, checkpoints: Sequence[int] = (), progress: ProgressFn | None = None,
-             dropped: int = 0, rec: Recorder = NO_TIMELINE,
-             t_prefill: float | None = None) -> Generator[StreamEvent, None, None]:
+             dropped: int = 0, rec: Recorder = NO_TIMELINE, t_prefill: float | None = None,
+             layout: Layout | None = None, opened: bool = False) -> Generator[StreamEvent, None, None]:
         b = self.backend
         if len(prompt) >= b.n_ctx:
             raise PromptTooLongError(
@@ -256,8 +271,14 @@ class Engine:
         stats = GenerationStats(backend=b.name, n_ctx=b.n_ctx, dropped_messages=dropped)
         sampler = rec.make_sampler(params)
         # A grammar is checked before any KV work; it runs on plain steps only
-        # (rejected drafts would have to rewind its parse state).
+        # (rejected drafts would have to rewind its parse state), and so does a
+        # thinking budget (its closing tokens are fed between two plain steps).
         constraint = None if params.grammar is None else b.grammar(params.grammar)
+        # A grammar over the whole reply ("reply" scope) must see every token, so no closing text is
+        # forced past it; an answer-scoped one pauses while the reply is inside its reasoning (steer.free).
+        whole = constraint is not None and params.grammar_scope == "reply"
+        steer = Steering() if layout is not None and not whole else None
+        budgeted = steer is not None and params.reasoning_budget is not None
         keep = 0
         try:
             try:
@@ -273,9 +294,11 @@ class Engine:
             else:
                 spec = None
                 if constraint is not None:
-                    steps = generate_step(b, prompt[b.kv_len:], ConstrainedSampler(sampler, constraint), history)
-                elif self.spec_ctl is None:
-                    steps = generate_step(b, prompt[b.kv_len:], sampler, history)
+                    # The grammar shapes the answer only: steer.free pauses it inside the reasoning.
+                    steps = generate_step(b, prompt[b.kv_len:], ConstrainedSampler(sampler, constraint, steer),
+                                          history, steer)
+                elif self.spec_ctl is None or budgeted:
+                    steps = generate_step(b, prompt[b.kv_len:], sampler, history, steer)
                 else:
                     spec = SpecStats()
                     drafts: dict[str, DraftSource] = {"ngram": NgramDraft()}
@@ -284,7 +307,8 @@ class Engine:
                     steps = speculative_step(b, drafts, self.spec_ctl, prompt[b.kv_len:], sampler, history, spec)
             yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
                                      stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec, timeline=rec,
-                                     t_prefill=t_prefill)
+                                     t_prefill=t_prefill, layout=layout, opened=opened,
+                                     steer=steer if spec is None else None)
         finally:
             # Whatever happened (stop, cancel, error, abandoned generator), record
             # what the KV really holds so the next request can reuse it safely.
@@ -319,3 +343,11 @@ class Engine:
             self.draft.backend.close()
         self.backend.close()
 
+
+def _detect_layout(backend: Backend) -> Layout | None:
+    """The reasoning layout of the backend's model (None: it does not think, or cannot be told)."""
+    try:
+        tokens = backend.vocab().tokens
+    except (AttributeError, NotImplementedError, HearthError):
+        tokens = ()
+    return detect(backend.chat_template, tokens, bos_token=backend.bos_token, eos_token=backend.eos_token)

@@ -65,7 +65,7 @@ class GenerationStats:
     cached_tokens: int = 0       # prompt tokens whose KV was reused, not recomputed
     prefill_tokens: int = 0      # prompt tokens actually computed
     prefill_ms: float = 0.0      # see the docstring
-    ttft_ms: float = 0.0         # request (queue included) -> first text delta handed to the caller
+    ttft_ms: float = 0.0         # request (queue included) -> first text (answer or reasoning) handed to the caller
     generated_tokens: int = 0
     decode_ms: float = 0.0       # first token -> last token
     tpot_ms: float = 0.0         # mean time per output token after the first
@@ -76,6 +76,15 @@ class GenerationStats:
     n_ctx: int = 0               # the context window: prompt + reply must fit in it
     dropped_messages: int = 0    # oldest messages left out so the conversation fits
     spec: dict | None = field(default=None)  # speculative-decoding stats, when used
+    # -- reasoning (a thinking model's block, engine/formats): 0 where the reply had none --
+    reasoning_tokens: int = 0    # tokens inside the reasoning block, its tags included
+    answer_tokens: int = 0       # every other generated token
+    ttft_answer_ms: float = 0.0  # request (queue included) -> first answer text; ttft_ms is text of any kind
+    reasoning_at_ms: float = 0.0  # the thinking span's start on the request's clock (queue included)
+    reasoning_ms: float = 0.0    # the thinking span: first reasoning text -> the block's end (or the last token)
+    reasoning_tok_s: float = 0.0
+    answer_tok_s: float = 0.0
+    notes: list[str] = field(default_factory=list)  # sentences for the user (a thinking budget's close)
     # -- the timeline: where the time went (engine/timeline.py records it) --
     timed: bool = False          # the fields below were recorded for this reply
     template_ms: float = 0.0     # rendering the chat template
@@ -116,6 +125,8 @@ class GenerationStats:
         self.queue_wait_ms += ms
         self.ttft_ms += ms
         self.e2e_ms += ms
+        if self.ttft_answer_ms:
+            self.ttft_answer_ms += ms
 
     # -- figures derived from the ones above -------------------------------------
 
@@ -168,6 +179,7 @@ class GenerationStats:
         """JSON-able, times rounded to the microsecond (what the store keeps)."""
         d = asdict(self)
         d["step_ms"] = [round(x, 3) for x in self.step_ms]
+        d["notes"] = list(self.notes)
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()}
 
     @classmethod

@@ -28,6 +28,7 @@ class Prompt:
     tokens: list[int]
     messages: list[Message]  # what was rendered (after merging and the cut)
     dropped: int = 0         # messages left out from the start of the conversation
+    text: str = ""           # the rendered prompt (a reasoning layout reads whether it opened a block)
 
 
 def as_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[Message]:
@@ -60,12 +61,20 @@ class PromptBuilder:
         self.template_s = 0.0
         self.tokenize_s = 0.0
 
-    def render(self, messages: Sequence[Message | Mapping[str, Any]]) -> str:
-        return self.template.render(as_messages(messages), add_generation_prompt=True)
+    def render(self, messages: Sequence[Message | Mapping[str, Any]],
+               template_kwargs: Mapping[str, Any] | None = None) -> str:
+        """The prompt text; ``template_kwargs`` reach the template as variables
+        (``{"enable_thinking": False}``, ``{"reasoning_effort": "high"}``)."""
+        return self.template.render(as_messages(messages), add_generation_prompt=True, **(template_kwargs or {}))
 
-    def tokens(self, messages: Sequence[Message | Mapping[str, Any]]) -> list[int]:
+    def tokens(self, messages: Sequence[Message | Mapping[str, Any]],
+               template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+        return self._encode(messages, template_kwargs)[1]
+
+    def _encode(self, messages: Sequence[Message | Mapping[str, Any]],
+                template_kwargs: Mapping[str, Any] | None) -> tuple[str, list[int]]:
         t0 = perf_counter()
-        text = self.render(messages)
+        text = self.render(messages, template_kwargs)
         t1 = perf_counter()
         b = self.backend
         # Templates that write the BOS text themselves must not get a second BOS.
@@ -73,34 +82,36 @@ class PromptBuilder:
         ids = b.tokenize(text, add_bos=add_bos, special=True)
         self.template_s += t1 - t0
         self.tokenize_s += perf_counter() - t1
-        return ids
+        return text, ids
 
     def build(self, messages: Sequence[Message | Mapping[str, Any]], *, reserve: int,
-              policy: str = "drop_oldest") -> Prompt:
+              policy: str = "drop_oldest", template_kwargs: Mapping[str, Any] | None = None) -> Prompt:
         """The prompt for ``messages``, leaving ``reserve`` tokens of room for the reply.
 
         ``policy="stop"`` never leaves anything out: a prompt that cannot fit
         raises PromptTooLongError. ``"drop_oldest"`` leaves out the oldest turns
         (never the system prompt or the newest message) until it fits.
+        ``template_kwargs``: variables for the template (see ``render``).
         """
         if policy not in CONTEXT_POLICIES:
             raise HearthError(f"unknown context policy {policy!r}; choose one of {', '.join(CONTEXT_POLICIES)}")
         msgs = as_messages(messages)
         n_ctx = self.backend.n_ctx
         room = max(1, n_ctx - max(0, min(reserve, n_ctx // 4)))
-        full = self.tokens(msgs)
+        kw = dict(template_kwargs or {})
+        text, full = self._encode(msgs, kw)
         if policy == "stop" or len(full) <= room:
             self._check_fits(full, cut=False)
-            return Prompt(full, msgs)
+            return Prompt(full, msgs, text=text)
         head = 1 if msgs and msgs[0].role == "system" else 0
         # Where a cut may go: before a user turn, never before the newest message.
         cuts = [i for i in range(head + 1, len(msgs) - 1) if msgs[i].role == "user"] + [len(msgs) - 1]
         if self._cut is not None:
             left_out, n = self._cut
             if n in cuts and tuple(msgs[head:n]) == left_out:
-                kept = self._candidate(msgs, head, n)
+                text, kept = self._candidate(msgs, head, n, kw)
                 if len(kept) <= room:
-                    return Prompt(kept, msgs[:head] + msgs[n:], n - head)
+                    return Prompt(kept, msgs[:head] + msgs[n:], n - head, text)
         # The fewest turns left out that fit within REFILL of the room (binary search:
         # leaving more out never makes the prompt longer).
         lo, hi = 0, len(cuts) - 1
@@ -108,21 +119,22 @@ class PromptBuilder:
         best = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            toks = self._candidate(msgs, head, cuts[mid])
-            if len(toks) <= target:
-                best, hi = (cuts[mid], toks), mid - 1
+            cand = self._candidate(msgs, head, cuts[mid], kw)
+            if len(cand[1]) <= target:
+                best, hi = (cuts[mid], cand), mid - 1
             else:
                 lo = mid + 1
         if best is None:  # even the newest message alone is too long for the target
             n = cuts[-1]
-            best = (n, self._candidate(msgs, head, n))
-            self._check_fits(best[1], cut=True)
-        n, toks = best
+            best = (n, self._candidate(msgs, head, n, kw))
+            self._check_fits(best[1][1], cut=True)
+        n, (text, toks) = best
         self._cut = (tuple(msgs[head:n]), n)
-        return Prompt(toks, msgs[:head] + msgs[n:], n - head)
+        return Prompt(toks, msgs[:head] + msgs[n:], n - head, text)
 
-    def _candidate(self, msgs: list[Message], head: int, n: int) -> list[int]:
-        return self.tokens(msgs[:head] + msgs[n:])
+    def _candidate(self, msgs: list[Message], head: int, n: int,
+                   kw: Mapping[str, Any]) -> tuple[str, list[int]]:
+        return self._encode(msgs[:head] + msgs[n:], kw)
 
     def _check_fits(self, tokens: list[int], *, cut: bool) -> None:
         n_ctx = self.backend.n_ctx
@@ -132,14 +144,18 @@ class PromptBuilder:
                 f"{what} {len(tokens)} tokens but the context holds {n_ctx}; "
                 "shorten the message, start a new conversation, or raise the context length")
 
-    def shared_system_tokens(self, messages: Sequence[Message]) -> list[int] | None:
+    def shared_system_tokens(self, messages: Sequence[Message],
+                             template_kwargs: Mapping[str, Any] | None = None) -> list[int] | None:
         """The tokens every conversation with this system prompt starts with:
         the system prompt plus whatever the template always writes before a
-        user's words (e.g. ``<|im_start|>user\\n``). None without a system prompt."""
+        user's words (e.g. ``<|im_start|>user\\n``). None without a system prompt.
+        ``template_kwargs`` as for ``build`` (gpt-oss writes its effort into the system part)."""
         if not messages or messages[0].role != "system":
             return None
         content = messages[0].content
-        shared = self._sys_tokens.get(content)
+        kw = dict(template_kwargs or {})
+        key = content if not kw else content + "\0" + repr(sorted(kw.items(), key=lambda i: i[0]))
+        shared = self._sys_tokens.get(key)
         if shared is None:  # tokenizing a long system prompt costs ~10 ms: once per prompt
             if len(self._sys_tokens) > 32:
                 self._sys_tokens.clear()
@@ -148,13 +164,13 @@ class PromptBuilder:
             t0 = perf_counter()
             try:
                 a, b = (self.template.render([Message("system", content), Message("user", u)],
-                                             add_generation_prompt=False) for u in ("A", "Z"))
+                                             add_generation_prompt=False, **kw) for u in ("A", "Z"))
             except HearthError:  # a template that insists on another shape: the system part alone
-                a = b = self.template.render(list(messages[:1]), add_generation_prompt=False)
+                a = b = self.template.render(list(messages[:1]), add_generation_prompt=False, **kw)
             t1 = perf_counter()
             ta = self.backend.tokenize(a, special=True)
             tb = self.backend.tokenize(b, special=True)
             self.template_s += t1 - t0
             self.tokenize_s += perf_counter() - t1
-            shared = self._sys_tokens[content] = ta[:common_prefix_len(ta, tb)]
+            shared = self._sys_tokens[key] = ta[:common_prefix_len(ta, tb)]
         return shared

@@ -19,6 +19,9 @@ from .metrics import GenerationStats
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+GRAMMAR_SCOPES = ("answer", "reply")
+
+
 @dataclass(slots=True, frozen=True)
 class SamplingParams:
     """How to pick each next token.
@@ -41,7 +44,11 @@ class SamplingParams:
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks only: keep decoding past end-of-turn
-    grammar: str | None = None  # GBNF text every generated token must follow (the backend compiles it)
+    grammar: str | None = None  # GBNF text the reply must follow (the backend compiles it); see grammar_scope
+    # "answer": a thinking model's reasoning is free and the grammar shapes what comes after the block
+    # (response_format); "reply": every generated token follows it, tags and reasoning included.
+    grammar_scope: str = "answer"
+    reasoning_budget: int | None = None  # most reasoning tokens per reply, then the block is closed; None: no limit
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0.0):
@@ -58,6 +65,12 @@ class SamplingParams:
             raise HearthError(f"penalty_last_n must be >= -1, got {self.penalty_last_n}")
         if self.max_tokens < 1:
             raise HearthError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.grammar_scope not in GRAMMAR_SCOPES:
+            raise HearthError(f"grammar_scope must be one of {', '.join(GRAMMAR_SCOPES)}, got {self.grammar_scope!r}")
+        if self.reasoning_budget is not None and (
+                isinstance(self.reasoning_budget, bool) or not isinstance(self.reasoning_budget, int)
+                or self.reasoning_budget < 0):
+            raise HearthError(f"reasoning_budget must be a whole number >= 0 or None, got {self.reasoning_budget!r}")
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
             raise HearthError("stop must be a sequence of non-empty strings")
         object.__setattr__(self, "stop", tuple(self.stop))

@@ -140,12 +140,14 @@ class ReasoningParser:
             raise RuntimeError("the reply is not finished: call finish() first")
         return self._summary
 
-    def feed(self, token_id: int, piece: str) -> list[Event]:
+    def feed(self, token_id: int, piece: str, *, count: bool = True) -> list[Event]:
         """One token: its id and its text, special tokens spelled out.
 
         The tags are matched as text. A tag that is one token of the vocabulary
         (``Layout.tag_ids``) but comes with an empty piece, from a detokenizer
         that renders control tokens as nothing, is spelled from its id.
+        ``count=False``: more text of tokens already fed (a detokenizer's held-back
+        tail at the end of the stream), not a token of its own.
         """
         if self._ended:
             raise RuntimeError("feed() after finish()")
@@ -155,7 +157,7 @@ class ReasoningParser:
         out: list[Event] = []
         self._buf += piece
         self._run(out)
-        self._pending += 1
+        self._pending += count
         if self._touched:
             self._n_reasoning += self._pending
             self._pending = 0

@@ -21,6 +21,7 @@ from typing import Generator
 
 from ..backends.base import Backend, BatchBackend
 from ..errors import HearthError, PromptTooLongError
+from ..formats import Layout
 from ..generate import FINISH_CHAR_TOKENS, stream_tokens
 from ..grammar import ConstrainedSampler, TokenConstraint
 from ..kv.prefix_cache import common_prefix_len
@@ -106,8 +107,14 @@ class BatchRunner:
         return [s for s in self.slots if s.ticket is not None]
 
     def admit(self, ticket: Ticket, prompt: list[int], params: SamplingParams,
-              constraint: TokenConstraint | None) -> None:
-        """Give ``ticket`` a free slot; its events start flowing through the ticket."""
+              constraint: TokenConstraint | None, *, layout: Layout | None = None, opened: bool = False) -> None:
+        """Give ``ticket`` a free slot; its events start flowing through the ticket.
+
+        ``layout``/``opened``: the model's reasoning layout and whether the prompt opened
+        its block, so the reply splits into reasoning and answer as the engine's does.
+        Here the grammar still applies from the first token, and a thinking budget
+        cannot feed its closing text (the decode thread samples ahead of the reader;
+        the reply's notes say the budget was not applied)."""
         if len(prompt) >= self.slot_ctx:
             raise PromptTooLongError(f"the prompt is {len(prompt)} tokens but a request's context holds "
                                      f"{self.slot_ctx}; shorten it or raise the context length")
@@ -147,7 +154,8 @@ class BatchRunner:
         stats = GenerationStats(backend=self.backend.name, n_ctx=self.slot_ctx,
                                 queue_wait_ms=t.queue_wait_s * 1e3)
         events = stream_tokens(self.backend, dst.feed.steps(), prompt_len=len(prompt), cached=len(dst.kv),
-                               params=params, stats=stats, t_start=dst.t_admit, cancel=ticket.cancel_flag)
+                               params=params, stats=stats, t_start=dst.t_admit, cancel=ticket.cancel_flag,
+                               layout=layout, opened=opened)
         feed = dst.feed
         ticket.post_stream(events, lambda: feed.end_reason)
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from enum import IntEnum
 from collections.abc import Generator
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import HearthError
 from ..metrics import openai_finish_reason
@@ -34,13 +34,15 @@ class ServeRequest:
     (raw completion text), never both. ``grammar`` is GBNF text that every
     generated token must follow. ``context_policy``: "error" (a prompt longer
     than the context is refused; the API's choice) or "drop_oldest" (the
-    window's: the oldest turns are left out)."""
+    window's: the oldest turns are left out). ``template_kwargs``: variables for
+    the chat template (``chat_template_kwargs``, ``reasoning_effort``)."""
     messages: list[Message] | None = None
     prompt: str | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
     grammar: str | None = None
     priority: Priority = Priority.API
     context_policy: str = "error"
+    template_kwargs: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

@@ -26,6 +26,7 @@ from ..engine import Engine
 from ..errors import HearthError
 from ..grammar import TokenConstraint
 from ..metrics import GenerationStats, openai_finish_reason
+from ..formats import opens_in_prompt
 from ..prompt import PromptBuilder
 from ..types import StreamEvent
 from .batch import BatchRunner
@@ -221,13 +222,17 @@ class Scheduler:
                 prompt = self._engine.backend.tokenize(req.prompt, add_bos=self._engine.backend.add_bos)
                 if not prompt:
                     raise HearthError("the prompt is empty")
+                opened = False
             else:
                 assert req.messages is not None  # ServeRequest checks exactly one is set
-                prompt = self._prompts.build(req.messages, reserve=req.params.max_tokens,
-                                             policy=CONTEXT_POLICIES[req.context_policy]).tokens
+                built = self._prompts.build(req.messages, reserve=req.params.max_tokens,
+                                            policy=CONTEXT_POLICIES[req.context_policy],
+                                            template_kwargs=req.template_kwargs)
+                prompt, opened = built.tokens, opens_in_prompt(self._engine.layout, built.text)
             if req.grammar is not None:
                 constraint = self._engine.backend.grammar(req.grammar)
-            self._runner.admit(ticket, prompt, req.params, constraint)
+            self._runner.admit(ticket, prompt, req.params, constraint,
+                               layout=self._engine.layout if req.messages is not None else None, opened=opened)
         except HearthError as e:
             if constraint is not None:
                 constraint.close()
@@ -276,7 +281,8 @@ class Scheduler:
             return self._engine.complete(req.prompt, params, cancel=ticket.cancel_flag)
         assert req.messages is not None  # ServeRequest checks exactly one is set
         return self._engine.stream(req.messages, params, cancel=ticket.cancel_flag,
-                                   context_policy=CONTEXT_POLICIES[req.context_policy])
+                                   context_policy=CONTEXT_POLICIES[req.context_policy],
+                                   template_kwargs=req.template_kwargs)
 
 
 def _cancelled_before_start(ticket: Ticket) -> None:

@@ -200,6 +200,16 @@ class LlamaCppBackend:
             self._pieces[token_id] = piece
         return piece
 
+    def special_bytes(self, token_id: int) -> bytes:
+        """A token's bytes with control tokens spelled out (``<|channel|>``, a special ``<think>``):
+        ``llama_token_to_piece`` with special=True, for the reasoning parser; never shown as is."""
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
+        return buf.raw[:n]
+
     # -- KV cache -----------------------------------------------------------
 
     @property
