@@ -87,10 +87,9 @@ class GenerationWorker(QObject):
 
             serving = self._shared.serving
             # With the local server on, the reply goes through its scheduler, ahead of API requests.
-            extra = {"template_kwargs": job.template_kwargs} if job.template_kwargs else {}
             events = serving.window_reply(job) if serving is not None and serving.active else engine.stream(
                 job.messages, job.params, cancel=job.cancel, progress=reading, context_policy=job.context_policy,
-                **extra)
+                template_kwargs=job.template_kwargs)
             for ev in events:
                 if ev.kind in ("delta", "reasoning"):
                     now = time.perf_counter()

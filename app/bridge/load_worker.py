@@ -105,7 +105,7 @@ class LoadWorker(QObject):
         self._shared.engine = engine
         if self._shared.serving is not None:
             self._shared.serving.engine_loaded(engine)
-        self.loaded.emit(rid, result.model, getattr(engine, "think", None))
+        self.loaded.emit(rid, result.model, engine.think)
 
     @Slot()
     def close_engine(self) -> None:

@@ -70,10 +70,9 @@ class Serving:
     def window_reply(self, job: GenerationJob) -> Iterator[StreamEvent]:
         """The window's reply through the scheduler, ahead of every API request."""
         assert self.scheduler is not None  # the worker asks only while active
-        extra = {"template_kwargs": job.template_kwargs} if job.template_kwargs else {}
         ticket = self.scheduler.submit(ServeRequest(messages=job.messages, params=job.params,
                                                     priority=Priority.WINDOW, context_policy=job.context_policy,
-                                                    **extra))
+                                                    template_kwargs=job.template_kwargs))
         self.window_replies += 1
         threading.Thread(target=_cancel_when, args=(job.cancel, ticket), name="hearth-stop", daemon=True).start()
         try:
