@@ -293,3 +293,23 @@ def test_the_think_box_shows_each_kind_and_the_models_default(qtbot):
     assert not box.check.isChecked()
     box.show_for(None, None)
     assert box.isHidden()
+
+
+def test_a_system_prompt_flag_goes_into_the_system_prompt_once_chosen(qtbot, tmp_path, monkeypatch):
+    from engine.formats import detect
+    from engine.messages import Message
+
+    from test_formats_templates import source
+
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    w = MainWindow()
+    w.host.think = detect(source("NVIDIA-Nemotron-Nano-v2")).think  # what a load of that model sets
+    assert w.host.think.kind == "flag"
+    cid = w.store.create_conversation().id
+    w.store.add_message(cid, "user", "Hi")
+    assert w.replies.history(cid, "Be brief.")[0] == Message("system", "Be brief.")  # untouched: as written
+    assert w.replies.think_kwargs(cid) is None  # a flag is no template variable
+    w.store.set_think(cid, "/no_think")
+    assert w.replies.history(cid, "Be brief.")[0] == Message("system", "/no_think\nBe brief.")
+    assert w.replies.history(cid, "")[0] == Message("system", "/no_think")
+    w.close()

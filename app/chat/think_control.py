@@ -77,8 +77,10 @@ class ThinkBox(QWidget):
         else:
             self.check.setChecked(value != think.choices[1])
             on = "on" if default != think.choices[1] else "off"
-            self.check.setToolTip(f"Let the model think before it answers (its template's {think.variable}; "
-                                  f"the model's default: {on}); remembered for this conversation")
+            how = (f"its template's {think.variable}" if think.variable else
+                   f"{' or '.join(map(str, think.choices))} in the system prompt")
+            self.check.setToolTip(f"Let the model think before it answers ({how}; the model's default: {on}); "
+                                  "remembered for this conversation")
         self._quiet = False
 
     def _checked(self, _on: bool) -> None:

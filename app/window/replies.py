@@ -240,9 +240,10 @@ class RepliesController:
 
     def history(self, cid: int, system_prompt: str) -> list[Message]:
         """What the model is given for a reply in ``cid``."""
-        think = self.host.think
-        if think is not None and think.kind == "flag":  # a system-prompt flag (Nemotron: /think, /no_think)
-            system_prompt = f"{self.think_value(cid)}\n{system_prompt}".strip()
+        think, choice = self.host.think, self.store.conversation(cid).think
+        if think is not None and think.kind == "flag" and choice in think.choices:
+            # A system-prompt flag (Nemotron: /think, /no_think), only once chosen: else the model's default.
+            system_prompt = f"{choice}\n{system_prompt}".strip()
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
         # Cut-short replies stay in the history: the user saw them, so the model should too.
         # Each with its reasoning and tool calls: the template decides what of them to keep.
