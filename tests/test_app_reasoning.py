@@ -96,14 +96,14 @@ def test_reasoning_streams_live_then_folds_and_the_answer_is_a_full_render(qtbot
     block = r.thinking
     qtbot.waitUntil(lambda: block.text == "".join(REASONING + many))
     assert block.isVisible() and block.expanded and block.view.isVisible()
-    assert block.toggle.text() == "Thinking…" and r.text == ""
+    assert block.toggle.text() == "▾ Thinking…" and r.text == "" and r.note.text() == "Thinking…"
     # the throttled partial write keeps the reasoning apart from the (still empty) answer
     qtbot.waitUntil(lambda: (w.store.message(mid).reasoning or "").startswith("".join(REASONING)))
     assert w.store.message(mid).content == ""
 
     answer_go.set()
     qtbot.waitUntil(lambda: r.text == "".join(ANSWER))
-    assert not block.expanded and not block.view.isVisible()
+    assert not block.expanded and not block.view.isVisible() and r.note.text() == "Writing…"
     assert block.toggle.text().startswith("▸ Thought for ")  # folded as soon as the answer began
     final_go.set()
     wait_reply(qtbot, w)
@@ -313,3 +313,19 @@ def test_a_system_prompt_flag_goes_into_the_system_prompt_once_chosen(qtbot, tmp
     assert w.replies.history(cid, "Be brief.")[0] == Message("system", "/no_think\nBe brief.")
     assert w.replies.history(cid, "")[0] == Message("system", "/no_think")
     w.close()
+
+
+def test_the_thinking_screenshots_are_taken_live_then_folded(qtbot, tmp_path, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    from PySide6.QtGui import QImage
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import thinking_screenshots
+
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path / "data"))
+    thinking_screenshots.take(tmp_path, "dark")
+    for name in ("screenshot-thinking-streaming-dark.png", "screenshot-thinking-folded-dark.png"):
+        img = QImage(str(tmp_path / name))
+        assert (img.width(), img.height()) == (1280, 800)

@@ -218,14 +218,16 @@ class MessageWidget(QFrame):
 
     def reasoning_grew(self) -> None:
         """The followed reasoning has new text."""
-        if self.reading:
-            self.reading = False
+        self.reading = False
+        if self._live is None or not self._live:  # no answer yet
             self.note.setText("Thinking…")
         self.thinking.grew()
 
     def grew(self) -> None:
         """The followed stream has new text: render it soon."""
         self.thinking.answer_started()
+        if self._live and self.note.text() == "Thinking…":
+            self.note.setText("Writing…")
         if self.reading:
             self.reading = False
             self.note.setText("Writing…")

@@ -1,8 +1,9 @@
 """A reply's reasoning: a block above the answer that streams what the model thinks, then folds.
 
 While the reasoning streams the block is open and shows it live. It is plain text
-in a read-only QPlainTextEdit, so nothing in it is a link or markup (model output
-is inert), and each render only appends the new deltas: the cost does not grow
+in a read-only text view that takes no rich text and is only given plain text, so
+nothing in it is a link or markup (model output is inert), and each render only
+appends the new deltas: the cost does not grow
 with the reasoning. When the answer starts, or the reply ends, the block folds to
 one line ("Thought for 12.3 s · 412 tokens"); a click opens and closes it. A
 reply loaded from the store shows it folded.
@@ -11,13 +12,13 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QTextCursor
-from PySide6.QtWidgets import QFrame, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QTextEdit, QToolButton, QVBoxLayout, QWidget
 
 RENDER_MS = 40          # new reasoning is appended at most this often
-OPEN_HEIGHT = 180       # the live block's height (it scrolls to its end); an opened one may be taller
-EXPANDED_HEIGHT = 360
+OPEN_HEIGHT = 180       # the live block grows up to this tall, then scrolls to its end
+EXPANDED_HEIGHT = 360   # an opened folded block, the same
 
 
 def thought_line(metrics: dict | None, tokens: int | None = None, unfinished: bool = False) -> str:
@@ -53,10 +54,12 @@ class ReasoningBlock(QFrame):
         self.toggle.setToolTip("Show or hide what the model thought before answering")
         self.toggle.toggled.connect(self._toggled)
         lay.addWidget(self.toggle)
-        self.view = QPlainTextEdit(self)
+        self.view = QTextEdit(self)
         self.view.setReadOnly(True)
+        self.view.setAcceptRichText(False)
+        self.view.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.view.setFrameShape(QFrame.Shape.NoFrame)
-        self.view.setMaximumHeight(OPEN_HEIGHT)
+        self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.view.hide()
         lay.addWidget(self.view)
         self._timer = QTimer(self)
@@ -69,8 +72,9 @@ class ReasoningBlock(QFrame):
     def set_colors(self, colors: dict[str, str]) -> None:
         self.setStyleSheet(
             f"QFrame#reasoning {{ background: {colors['code']}; border-left: 3px solid {colors['border']}; "
-            f"border-radius: 6px; }} QFrame#reasoning QToolButton {{ color: {colors['muted']}; }} "
-            f"QFrame#reasoning QPlainTextEdit {{ background: transparent; color: {colors['muted']}; }}")
+            f"border-radius: 6px; }} QFrame#reasoning QToolButton {{ color: {colors['muted']}; border: none; "
+            f"background: transparent; font-style: italic; }} "
+            f"QFrame#reasoning QTextEdit {{ background: transparent; color: {colors['muted']}; }}")
 
     @property
     def text(self) -> str:
@@ -98,7 +102,7 @@ class ReasoningBlock(QFrame):
             self._t0 = time.perf_counter()
         if self.isHidden():
             self.show()
-            self.toggle.setText("Thinking…")
+            self.toggle.setText("▾ Thinking…")
             self._set_open(True)
         if not self._timer.isActive():
             self._timer.start()
@@ -112,6 +116,7 @@ class ReasoningBlock(QFrame):
         cur = self.view.textCursor()
         cur.movePosition(QTextCursor.MoveOperation.End)
         cur.insertText(new)  # plain text, appended: the earlier reasoning is not laid out again
+        self._fit()
         if self.streaming:
             bar = self.view.verticalScrollBar()
             bar.setValue(bar.maximum())
@@ -140,6 +145,7 @@ class ReasoningBlock(QFrame):
             return
         if self.view.toPlainText() != reasoning:
             self.view.setPlainText(reasoning)
+            self._fit()
         self.line = thought_line(metrics, tokens, unfinished)
         self.show()
         self._set_open(False)
@@ -150,8 +156,22 @@ class ReasoningBlock(QFrame):
         self.toggle.blockSignals(False)
         self._toggled(on)
 
+    def _fit(self) -> None:
+        """As tall as the reasoning, up to OPEN_HEIGHT while it streams (EXPANDED_HEIGHT after)."""
+        doc = self.view.document()
+        if self.view.width() > 0:
+            doc.setTextWidth(self.view.viewport().width())
+        cap = OPEN_HEIGHT if self.streaming else EXPANDED_HEIGHT
+        self.view.setFixedHeight(min(cap, int(doc.size().height()) + 2 * self.view.frameWidth() + 2))
+
+    def resizeEvent(self, e) -> None:  # noqa: N802 (Qt override): a new width wraps the text anew
+        super().resizeEvent(e)
+        if self.view.isVisible():
+            self._fit()
+
     def _toggled(self, on: bool) -> None:
-        self.view.setMaximumHeight(OPEN_HEIGHT if self.streaming else EXPANDED_HEIGHT)
         self.view.setVisible(on)
+        if on:
+            self._fit()
         if not self.streaming:
             self.toggle.setText(("▾ " if on else "▸ ") + self.line)
