@@ -8,10 +8,12 @@ chat template (the reply's prompt is the one the template renders with that choi
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from app.chat.message_widget import MessageWidget
 from app.core.settings import Settings, SettingsFile
 from app.window.main_window import MainWindow
 from test_app_window import type_and_enter, wait_reply
@@ -41,14 +43,21 @@ def qwen3_model(bundled_path, tmp_path_factory):
     return with_template(Path(bundled_path), out, (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text())
 
 
+@pytest.fixture(scope="module")
+def qwen35_model(bundled_path, tmp_path_factory):
+    """Qwen3.5's template opens the reasoning block in the prompt: the bundled model's reply starts inside it."""
+    out = tmp_path_factory.mktemp("qwen35") / "smollm2-with-qwen3.5-template.gguf"
+    return with_template(Path(bundled_path), out, (TEMPLATES / "Qwen3.5-4B.jinja").read_text())
+
+
 @pytest.fixture
 def window(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
     made: list[MainWindow] = []
 
-    def make(model: str = "bundled") -> MainWindow:
+    def make(model: str = "bundled", **sampling) -> MainWindow:
         s = Settings(model=model)
-        s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 8})
+        s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 8, **sampling})
         SettingsFile().save(s)
         w = MainWindow()
         made.append(w)
@@ -107,3 +116,35 @@ def test_the_think_choice_is_kept_per_conversation_and_reaches_the_template(qtbo
     assert w2.chat.think.isVisibleTo(w2) and not w2.chat.think.check.isChecked()
     w2.select_conversation(b)
     assert w2.chat.think.check.isChecked()
+
+
+def test_a_real_thinking_reply_streams_into_the_block_and_the_budget_closes_it(qtbot, window, qwen35_model):
+    """The real engine and parser: the reply starts inside the block the prompt opened; after 4 reasoning
+    tokens the budget closes it the family's way and the model answers."""
+    w = window(str(qwen35_model), reasoning_budget=4, max_tokens=16)
+    type_and_enter(w, "Hi")
+    mid = w.stream.mid
+    wait_reply(qtbot, w)
+    m = w.store.message(mid)
+    r = w.chat.widget(mid)
+    assert m.reasoning and m.content and not m.reasoning_open and m.finish_reason in ("eos", "max_tokens")
+    assert "<think>" not in m.content and "</think>" not in m.content and "</think>" not in m.reasoning
+    assert m.reasoning_tokens == m.metrics["reasoning_tokens"] >= 4
+    assert any("thinking budget of 4 tokens reached" in n for n in m.metrics["notes"])
+    assert r.thinking.text == m.reasoning and r.text == m.content and not r.thinking.expanded
+    assert re.fullmatch(rf"▸ Thought for \d+\.\d s · {m.reasoning_tokens} tokens", r.thinking.toggle.text())
+    assert "Thinking budget of 4 tokens reached; closed the block." in r.note.text().splitlines()
+    fresh = MessageWidget(0, "assistant", m.content, colors=w.chat.colors)  # the answer's views: the answer only
+    qtbot.addWidget(fresh)
+    assert r.rendered_text() == fresh.rendered_text()
+
+
+def test_a_real_reply_cut_inside_its_reasoning_is_kept_unfinished(qtbot, window, qwen35_model):
+    w = window(str(qwen35_model), max_tokens=6)
+    type_and_enter(w, "Hi")
+    mid = w.stream.mid
+    wait_reply(qtbot, w)
+    m = w.store.message(mid)
+    assert (m.content, m.reasoning_open, m.finish_reason) == ("", True, "max_tokens") and m.reasoning
+    block = w.chat.widget(mid).thinking
+    assert block.text == m.reasoning and block.toggle.text().endswith("(unfinished)")

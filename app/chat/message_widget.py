@@ -258,7 +258,9 @@ class MessageWidget(QFrame):
         self.streaming = self.reading = False
         self.text = text
         self.metrics = metrics
-        note = finish_note(complete, finish_reason, error)
+        # The engine's notes for the user (a thinking budget that closed the reasoning), after the end's.
+        said = [str(n)[:1].upper() + str(n)[1:] + "." for n in (metrics or {}).get("notes") or ()]
+        note = "\n".join(x for x in (finish_note(complete, finish_reason, error), *said) if x)
         self.note.setText(note)
         self.note.setVisible(bool(note))
         line = metrics_line(metrics)
