@@ -25,6 +25,7 @@ MEMORY_BOUND = 0.60      # decode reads the weights at >= this share of bandwidt
 COMPUTE_BOUND = 0.25     # below this share the step is spent computing (or waiting), not reading
 KV_FULL = 0.90           # KV used / n_ctx at which the oldest turns are about to be dropped
 JITTER = 2.0             # P99 step over P50: steps this uneven mean something else wants the CPU
+THINKING_SHARE = 0.50    # reasoning tokens over all generated tokens at which thinking dominates the replies
 
 DOCTOR_SYSTEM = ("You are a helpful assistant. Answer clearly and briefly, in plain language, "
                  "and say so when you are not sure.")
@@ -164,6 +165,18 @@ def diagnose(timelines: Sequence[GenerationStats], machine: Machine) -> Diagnosi
                         "top-k (the fast path) or turn the repetition penalties off")
     findings.append(f)
 
+    thought = sum(t.reasoning_tokens for t in timelines)
+    if thought:  # only for a thinking model's replies
+        made = max(1, sum(t.generated_tokens for t in timelines))
+        think_share = thought / made
+        f = Finding("thinking", f"{_pct(think_share)} of the generated tokens were reasoning ({thought / n:.0f} per "
+                    f"reply, {sum(t.reasoning_ms for t in timelines) / n / 1e3:.1f} s of thinking per reply)",
+                    weight=sum(t.reasoning_ms for t in timelines) / total)
+        if think_share > THINKING_SHARE:
+            f.suggestion = (f"thinking dominates the replies ({_pct(think_share)} of their tokens are reasoning): "
+                            "turn Think off for quick questions, or set a thinking budget")
+        findings.append(f)
+
     flagged = [f for f in findings if f.suggestion]
     if flagged:
         suggestion = max(flagged, key=lambda f: f.weight).suggestion
@@ -200,7 +213,7 @@ def render(d: Diagnosis, machine: Machine) -> str:
              f"{'on' if machine.cache_enabled else 'off'}; {d.figures.get('replies', 0)} replies, "
              f"{d.figures.get('e2e_ms', 0):.0f} ms each"]
     names = {"preprocessing": "1. Preprocessing", "queue": "2. Queue wait", "prefill": "3. Prefill",
-             "decode": "4. Decode", "kv": "5. KV pressure", "sampling": "6. Sampling"}
+             "decode": "4. Decode", "kv": "5. KV pressure", "sampling": "6. Sampling", "thinking": "7. Thinking"}
     for f in d.findings:
         mark = "!" if f.suggestion else " "
         lines.append(f"{mark} {names.get(f.stage, f.stage):17} {f.line}")

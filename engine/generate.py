@@ -24,7 +24,7 @@ import numpy as np
 from .backends.base import Backend
 from .detokenize import IncrementalDetokenizer
 from .formats import Layout, ReasoningParser, force_close
-from .formats.parser import MARKUP, REASONING, TEXT as PARSED_TEXT
+from .formats.parser import MARKUP, TEXT as PARSED_TEXT
 from .metrics import GenerationStats
 from .timeline import NO_TIMELINE, Recorder
 from .types import TEXT, SamplingParams, StreamEvent
@@ -157,7 +157,7 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
     n_ctx = backend.n_ctx
     budget = params.reasoning_budget if layout is not None else None
     closing: list[int] = []
-    if budget is not None:
+    if budget is not None and layout is not None:
         try:
             closing = backend.tokenize(force_close(layout), add_bos=False, special=True) if steer else []
         except ValueError:

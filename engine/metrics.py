@@ -144,6 +144,14 @@ class GenerationStats:
         return self.prefill_tokens * 1e3 / self.prefill_ms if self.prefill_ms > 0 else 0.0
 
     @property
+    def thinking_span_ms(self) -> tuple[float, float] | None:
+        """Where the reply thought, on the request's clock (ms from its start, queue
+        included, like ``e2e_ms``): the timeline's thinking span; None without reasoning."""
+        if not self.reasoning_tokens or not (self.reasoning_at_ms or self.reasoning_ms):
+            return None
+        return self.reasoning_at_ms, self.reasoning_at_ms + self.reasoning_ms
+
+    @property
     def sampling_ms_per_token(self) -> float:
         return self.sampling_ms / self.generated_tokens if self.generated_tokens else 0.0
 

@@ -143,3 +143,18 @@ def test_the_cli_prints_one_json_diagnosis(capsys):
     assert [f["stage"] for f in out["findings"]][:3] == ["preprocessing", "queue", "prefill"]
     assert out["figures"]["replies"] == 3 and out["suggestion"]
     assert out["machine"]["cache_enabled"] is True and out["machine"]["model_bytes"] > 0
+
+
+def test_thinking_that_dominates_the_replies_is_named():
+    # 21 tokens per reply, 15 of them reasoning over 200 ms: thinking is the story, not the hardware.
+    think = reply(steps=(14.03,) * 20)
+    think.reasoning_tokens, think.answer_tokens, think.reasoning_ms = 15, 6, 200.0
+    d = diagnose([think], MACHINE)
+    assert [f.stage for f in d.findings][-1] == "thinking"
+    f = d.findings[-1]
+    assert f.suggestion.startswith("thinking dominates the replies (71% of their tokens are reasoning)")
+    assert "7. Thinking" in render(d, MACHINE)
+    # Half or less: reported, not flagged; a model that does not think gets no thinking line at all.
+    think.reasoning_tokens, think.answer_tokens = 10, 11
+    assert not diagnose([think], MACHINE).findings[-1].suggestion
+    assert "thinking" not in [f.stage for f in diagnose([reply()], MACHINE).findings]
