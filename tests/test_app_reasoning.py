@@ -329,3 +329,25 @@ def test_the_thinking_screenshots_are_taken_live_then_folded(qtbot, tmp_path, mo
     for name in ("screenshot-thinking-streaming-dark.png", "screenshot-thinking-folded-dark.png"):
         img = QImage(str(tmp_path / name))
         assert (img.width(), img.height()) == (1280, 800)
+
+
+def test_back_in_a_chat_whose_reply_is_thinking_the_block_streams_again(qtbot, window):
+    w = window()
+    mid_way, answer_go = threading.Event(), threading.Event()
+    first = [f"step {i}. " for i in range(FLUSH_DELTAS)]  # saved to the store: the chat is drawn with them
+    script(w, [*[StreamEvent("reasoning", t) for t in first], mid_way,
+               *[StreamEvent("reasoning", t) for t in REASONING], answer_go,
+               StreamEvent("delta", "Hello!"), final("Hello!", "".join(first + REASONING))])
+    type_and_enter(w, "Hi!")
+    cid, mid = w.current, w.stream.mid
+    qtbot.waitUntil(lambda: w.store.message(mid).reasoning == "".join(first))
+    w.new_conversation()
+    mid_way.set()
+    qtbot.waitUntil(lambda: len(w.stream.thought) == len(first + REASONING))
+    w.select_conversation(cid)
+    block = w.chat.widget(mid).thinking
+    qtbot.waitUntil(lambda: block.text == "".join(first + REASONING))
+    assert block.expanded and block.toggle.text() == "▾ Thinking…"
+    answer_go.set()
+    wait_reply(qtbot, w)
+    assert not block.expanded and block.toggle.text() == "▸ Thought for 12.3 s · 412 tokens"

@@ -91,6 +91,7 @@ class ReasoningBlock(QFrame):
         self._live, self._shown_n = deltas, 0
         self.view.clear()
         self.streaming = True
+        self.hide()  # (a partial reply drawn from the store showed its reasoning folded): open again
         if deltas:
             self.grew()
 
