@@ -81,7 +81,8 @@ def test_migrating_a_real_v2_database_keeps_every_row_and_splits_known_reasoning
     assert s.schema_version() == SCHEMA_VERSION == 3
     after = table(path, f"SELECT {cols}, reasoning, reasoning_open, reasoning_tokens, tool_calls, tool_call_id "
                         "FROM messages ORDER BY id")
-    assert table(path, "SELECT * FROM conversations ORDER BY id") == convs_before
+    # every conversation kept as it was; the Think choice (new in v3) is the model's default
+    assert table(path, "SELECT * FROM conversations ORDER BY id") == [(*c, None) for c in convs_before]
     split = {11: ("The user wants bread. Kneten!", "Kneten und backen."), 15: ("パン", "パンを焼く。"),
              16: ("old hidden", "hidden")}
     assert len(after) == len(before)

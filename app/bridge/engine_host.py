@@ -9,6 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, QThread, Signal
 
 from engine import HearthError
+from engine.formats import ThinkControl
 from engine.loading.load import LoadedModel
 from engine.loading.request import LoadRequest
 
@@ -25,6 +26,7 @@ class EngineHost(QObject):
     load_failed = Signal(str)
     load_cancelled = Signal()
     delta = Signal(int, str)
+    reasoning = Signal(int, str)
     progress = Signal(int, object)
     finished = Signal(int, object)
     failed = Signal(int, str, str)
@@ -55,11 +57,13 @@ class EngineHost(QObject):
         self._loader.failed.connect(self._on_load_failed)
         self._loader.cancelled.connect(self._on_load_cancelled)
         self._generator.delta.connect(self.delta)
+        self._generator.reasoning.connect(self.reasoning)
         self._generator.progress.connect(self.progress)
         self._generator.finished.connect(self._on_finished)
         self._generator.failed.connect(self._on_failed)
         self._thread.start()
         self.model: LoadedModel | None = None   # what is loaded, and where it runs
+        self.think: ThinkControl | None = None  # the loaded engine's Think control (None: its template has none)
         self._load: LoadJob | None = None
         self._job: GenerationJob | None = None
 
@@ -93,6 +97,7 @@ class EngineHost(QObject):
         if self._load is not None:
             self._load.cancel.set()
         self.model = None
+        self.think = None
         self._load = LoadJob(req)
         self._request_load.emit(self._load)
 
@@ -114,11 +119,12 @@ class EngineHost(QObject):
         if self._current(rid) and not self._load.cancel.is_set():
             self.download_progress.emit(done, total, name)
 
-    def _on_loaded(self, rid: int, model: LoadedModel) -> None:
+    def _on_loaded(self, rid: int, model: LoadedModel, think: ThinkControl | None) -> None:
         if not self._current(rid):
             return
         self._load = None
         self.model = model
+        self.think = think
         self.loaded.emit(model)
 
     def _on_load_failed(self, rid: int, msg: str) -> None:
@@ -162,6 +168,7 @@ class EngineHost(QObject):
         self.cancel_load()
         self._load = None
         self.model = None
+        self.think = None
         self._request_unload.emit()
 
     def shutdown(self) -> None:

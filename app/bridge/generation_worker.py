@@ -38,6 +38,7 @@ class GenerationJob:
     db_path: Path
     cancel: threading.Event = field(default_factory=threading.Event)
     context_policy: str = "drop_oldest"  # a chat longer than the context: "drop_oldest" or "stop"
+    template_kwargs: dict[str, object] | None = None  # the Think control's choice (engine.think.kwargs)
 
 
 class SharedEngine:
@@ -48,12 +49,14 @@ class SharedEngine:
 
 
 class GenerationWorker(QObject):
-    delta = Signal(int, str)         # message id, new text
+    delta = Signal(int, str)         # message id, new answer text
+    reasoning = Signal(int, str)     # message id, new reasoning text (what the model thinks first)
     # message id, live numbers: GenerationStats.live() ({tokens, tok_s, ttft_ms}) while the reply streams, and
     # {prompt_done, prompt_total} (prompt tokens read so far) while a long prompt is read first
     progress = Signal(int, object)
-    finished = Signal(int, object)     # message id, {text, finish_reason, complete, metrics}
-    failed = Signal(int, str, str)   # message id, error message, partial text
+    # message id, {text, finish_reason, complete, metrics, reasoning, reasoning_open}
+    finished = Signal(int, object)
+    failed = Signal(int, str, str)   # message id, error message, partial answer text
 
     def __init__(self, shared: SharedEngine) -> None:
         super().__init__()
@@ -69,7 +72,8 @@ class GenerationWorker(QObject):
     @Slot(object)
     def generate(self, job: GenerationJob) -> None:
         mid = job.message_id
-        parts: list[str] = []
+        parts: list[str] = []    # the answer's deltas
+        thought: list[str] = []  # the reasoning's deltas, kept apart
         store = None
         try:
             store = self._store(job.db_path)
@@ -84,26 +88,33 @@ class GenerationWorker(QObject):
             serving = self._shared.serving
             # With the local server on, the reply goes through its scheduler, ahead of API requests.
             events = serving.window_reply(job) if serving is not None and serving.active else engine.stream(
-                job.messages, job.params, cancel=job.cancel, progress=reading, context_policy=job.context_policy)
+                job.messages, job.params, cancel=job.cancel, progress=reading, context_policy=job.context_policy,
+                template_kwargs=job.template_kwargs)
             for ev in events:
-                if ev.kind == "delta":
+                if ev.kind in ("delta", "reasoning"):
                     now = time.perf_counter()
-                    parts.append(ev.text)  # the text this worker saves: joined only to save it
+                    # The texts this worker saves: joined only to save them.
+                    (parts if ev.kind == "delta" else thought).append(ev.text)
                     unflushed += 1
-                    self.delta.emit(mid, ev.text)
+                    (self.delta if ev.kind == "delta" else self.reasoning).emit(mid, ev.text)
                     if unflushed >= FLUSH_DELTAS or now - last_flush >= FLUSH_SECONDS:
-                        store.update_reply(mid, "".join(parts))
+                        store.update_reply(mid, "".join(parts), "".join(thought) if thought else None)
                         unflushed, last_flush = 0, now
                     if ev.stats is not None and now - last_progress >= PROGRESS_SECONDS:
                         last_progress = now
                         self.progress.emit(mid, ev.stats.live())  # the engine's figures, not recounted here
-                else:
+                elif ev.kind == "final":
                     complete = is_complete(ev.finish_reason)
                     metrics = ev.stats.as_dict() if ev.stats is not None else None
-                    store.finish_reply(mid, ev.text, complete=complete,
-                                       finish_reason=ev.finish_reason, metrics=metrics)
+                    reasoning = ev.reasoning if ev.reasoning is not None else (
+                        "".join(thought) if thought else None)
+                    tokens = (metrics or {}).get("reasoning_tokens") if reasoning is not None else None
+                    store.finish_reply(mid, ev.text, complete=complete, finish_reason=ev.finish_reason,
+                                       metrics=metrics, reasoning=reasoning, reasoning_open=ev.reasoning_open,
+                                       reasoning_tokens=tokens)
                     self.finished.emit(mid, {"text": ev.text, "finish_reason": ev.finish_reason,
-                                             "complete": complete, "metrics": metrics})
+                                             "complete": complete, "metrics": metrics, "reasoning": reasoning,
+                                             "reasoning_open": ev.reasoning_open})
                     return
             raise HearthError("the engine ended the reply without a final event")
         except Exception as e:
@@ -113,7 +124,9 @@ class GenerationWorker(QObject):
             partial = "".join(parts)
             if store is not None:
                 try:
-                    store.finish_reply(mid, partial, complete=False, finish_reason="error", error=msg)
+                    store.finish_reply(mid, partial, complete=False, finish_reason="error", error=msg,
+                                       reasoning="".join(thought) if thought else None,
+                                       reasoning_open=bool(thought) and not parts)
                 except Exception as db_err:  # keep the first error; the window still gets the text
                     msg += f" (and saving the partial reply failed: {db_err})"
             self.failed.emit(mid, msg, partial)

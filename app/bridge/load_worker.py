@@ -61,7 +61,9 @@ class LoadWorker(QObject):
     # Each signal starts with the LoadJob's id.
     started = Signal(int, str)          # what is being loaded
     download_progress = Signal(int, object, object, str)  # bytes done, bytes total (can pass 2 GiB), file
-    loaded = Signal(int, object)        # engine.loading.load.LoadedModel
+    # engine.loading.load.LoadedModel, and the engine's Think control (engine.formats.ThinkControl or None:
+    # plain frozen data, so the window may read it)
+    loaded = Signal(int, object, object)
     failed = Signal(int, str)           # one-line message
     cancelled = Signal(int)
 
@@ -103,7 +105,7 @@ class LoadWorker(QObject):
         self._shared.engine = engine
         if self._shared.serving is not None:
             self._shared.serving.engine_loaded(engine)
-        self.loaded.emit(rid, result.model)
+        self.loaded.emit(rid, result.model, engine.think)
 
     @Slot()
     def close_engine(self) -> None:

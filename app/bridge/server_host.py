@@ -71,7 +71,8 @@ class Serving:
         """The window's reply through the scheduler, ahead of every API request."""
         assert self.scheduler is not None  # the worker asks only while active
         ticket = self.scheduler.submit(ServeRequest(messages=job.messages, params=job.params,
-                                                    priority=Priority.WINDOW, context_policy=job.context_policy))
+                                                    priority=Priority.WINDOW, context_policy=job.context_policy,
+                                                    template_kwargs=job.template_kwargs))
         self.window_replies += 1
         threading.Thread(target=_cancel_when, args=(job.cancel, ticket), name="hearth-stop", daemon=True).start()
         try:

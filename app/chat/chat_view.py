@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton,
 from app.ui import theme
 from app.chat.chat_input import InputBox, SystemPromptBar
 from app.chat.message_widget import MessageWidget
+from app.chat.think_control import ThinkBox
 from app.chat.welcome import WelcomePanel
 from app.core.store import StoredMessage
 
@@ -100,6 +101,8 @@ class ChatView(QWidget):
         self.stop_button.hide()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
+        self.think = ThinkBox()  # shown only where the model's template offers a Think control
+        buttons.addWidget(self.think)
         buttons.addStretch(1)
         row.addLayout(buttons)
         lay.addLayout(row)
@@ -128,8 +131,9 @@ class ChatView(QWidget):
     def _build(self, m: StoredMessage, index: int) -> MessageWidget:
         w = self._make_widget(m.id, m.role, m.content, index)
         if m.role == "assistant":
-            w.set_result(m.content, complete=m.complete, finish_reason=m.finish_reason,
-                         error=m.error, metrics=m.metrics)
+            w.set_result(m.content, complete=m.complete, finish_reason=m.finish_reason, error=m.error,
+                         metrics=m.metrics, reasoning=m.reasoning, reasoning_open=m.reasoning_open,
+                         reasoning_tokens=m.reasoning_tokens)
         return w
 
     def _build_earlier(self, count: int) -> int:

@@ -3,8 +3,8 @@ first), and new / rename / pin / delete."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QPushButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem,
+                               QPushButton, QVBoxLayout, QWidget)
 
 from app.core.chat_search import SearchHit, snippet_html
 from app.core.store import Conversation
@@ -37,6 +37,10 @@ class ConversationList(QWidget):
         self.search.setClearButtonEnabled(True)
         self.search.textChanged.connect(self.search_changed)
         lay.addWidget(self.search)
+        self.search_reasoning = QCheckBox("Include reasoning")
+        self.search_reasoning.setToolTip("Also find words in what thinking models thought before they answered")
+        self.search_reasoning.toggled.connect(lambda _on: self.search_changed.emit(self.search.text()))
+        lay.addWidget(self.search_reasoning)
         self.list = QListWidget()
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)  # long titles end in "…"; full title in the tooltip
@@ -100,7 +104,8 @@ class ConversationList(QWidget):
             item.setData(ID_ROLE, h.conversation_id)
             item.setData(MID_ROLE, h.message_id)
             who = "You" if h.role == "user" else "Hearth" if h.role == "assistant" else h.role.title()
-            label = QLabel(f"<b>{snippet_html(h.title)}</b> · {who}<br>{snippet_html(h.snippet)}")
+            where = " · in its reasoning" if h.in_reasoning else ""
+            label = QLabel(f"<b>{snippet_html(h.title)}</b> · {who}{where}<br>{snippet_html(h.snippet)}")
             label.setTextFormat(Qt.TextFormat.RichText)
             label.setWordWrap(True)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.NoTextInteraction)

@@ -5,7 +5,9 @@ keeps it, so the text survives this widget when the user switches chats). It is
 rendered at most every RENDER_MS, or less often when a render costs more
 (RENDER_SHARE), and a render takes only the deltas that are new
 (app.chat.reply_pieces), so its cost does not grow with the reply. A reply's
-links and images stay inert (app.ui.safe_links).
+links and images stay inert (app.ui.safe_links). What a thinking model thought
+first is shown apart, in a block above the answer (app.chat.reasoning_block);
+Copy, Copy code and Regenerate act on the answer.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, Q
 
 from engine.metrics import has_timeline
 
+from app.chat.reasoning_block import ReasoningBlock
 from app.chat.reply_pieces import SEGMENT_CHARS, ReplyPieces
 from app.chat.text_view import AutoHeightBrowser
 from app.core.text_utils import code_blocks, finish_note, metrics_line
@@ -88,6 +91,8 @@ class MessageWidget(QFrame):
         # whole Markdown on every render made long replies stall the window (~95 ms at
         # 29 KiB), so a finished piece is rendered once and only the last one again.
         self._colors = colors
+        self.thinking = ReasoningBlock(colors, self)  # hidden unless the reply has reasoning
+        lay.addWidget(self.thinking)
         self.pieces = ReplyPieces(colors, self)
         self.pieces.code_copied.connect(self._code_copied)
         self.pieces.link_refused.connect(self.notify)
@@ -129,6 +134,7 @@ class MessageWidget(QFrame):
     def apply_colors(self, colors: dict[str, str]) -> None:
         self._colors = colors
         self._frame_style()
+        self.thinking.set_colors(colors)
         self.pieces.set_colors(colors)
         self._render(rebuild=True)
 
@@ -204,8 +210,24 @@ class MessageWidget(QFrame):
         self._live, self._live_n = deltas, -1
         self.grew()
 
+    def follow_reasoning(self, deltas: list[str]) -> None:
+        """Show the reasoning streaming into ``deltas`` in the block above the answer."""
+        self.thinking.follow(deltas)
+        if self._live:  # the answer has begun already (the window was showing another chat)
+            self.thinking.answer_started()
+
+    def reasoning_grew(self) -> None:
+        """The followed reasoning has new text."""
+        self.reading = False
+        if self._live is None or not self._live:  # no answer yet
+            self.note.setText("Thinking…")
+        self.thinking.grew()
+
     def grew(self) -> None:
         """The followed stream has new text: render it soon."""
+        self.thinking.answer_started()
+        if self._live and self.note.text() == "Thinking…":
+            self.note.setText("Writing…")
         if self.reading:
             self.reading = False
             self.note.setText("Writing…")
@@ -228,13 +250,17 @@ class MessageWidget(QFrame):
         self._render()
 
     def set_result(self, text: str, *, complete: bool, finish_reason: str | None,
-                   error: str | None = None, metrics: dict | None = None) -> None:
-        """Show a reply's final state (or the state it was left in)."""
+                   error: str | None = None, metrics: dict | None = None, reasoning: str | None = None,
+                   reasoning_open: bool = False, reasoning_tokens: int | None = None) -> None:
+        """Show a reply's final state (or the state it was left in); its reasoning folded."""
         self._render_timer.stop()
+        self.thinking.set_final(reasoning, unfinished=reasoning_open, metrics=metrics, tokens=reasoning_tokens)
         self.streaming = self.reading = False
         self.text = text
         self.metrics = metrics
-        note = finish_note(complete, finish_reason, error)
+        # The engine's notes for the user (a thinking budget that closed the reasoning), after the end's.
+        said = [str(n)[:1].upper() + str(n)[1:] + "." for n in (metrics or {}).get("notes") or ()]
+        note = "\n".join(x for x in (finish_note(complete, finish_reason, error), *said) if x)
         self.note.setText(note)
         self.note.setVisible(bool(note))
         line = metrics_line(metrics)

@@ -44,7 +44,7 @@ TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
 
 # The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
-                 "frequency_penalty", "penalty_last_n", "seed", "max_tokens")
+                 "frequency_penalty", "penalty_last_n", "seed", "max_tokens", "reasoning_budget")
 
 DEFAULT_PRESETS = (
     {"name": "None", "prompt": ""},
@@ -67,7 +67,14 @@ class SettingsError(ValueError):
 
 def _default_sampling() -> dict[str, Any]:
     d = SamplingParams()
-    return {k: getattr(d, k) for k in SAMPLING_KEYS}
+    return {k: getattr(d, k, None) for k in SAMPLING_KEYS}
+
+
+def budget_problem(v: Any) -> str | None:
+    """Why ``v`` is not a thinking budget (None: unlimited, or a whole number of tokens >= 0)."""
+    if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        return None
+    return f"reasoning_budget must be a whole number >= 0 or empty (no limit), got {v!r}"
 
 
 @dataclass(slots=True)
@@ -168,6 +175,9 @@ class Settings:
         unknown = set(self.sampling) - set(SAMPLING_KEYS)
         if unknown:
             raise SettingsError(f"sampling: unknown setting {sorted(unknown)[0]!r}")
+        why = budget_problem(self.sampling.get("reasoning_budget"))
+        if why:
+            raise SettingsError(f"sampling: {why}")
         try:
             self.sampling_params()
         except (HearthError, TypeError) as e:
@@ -187,6 +197,8 @@ class Settings:
 
     def sampling_params(self) -> SamplingParams:
         s = {**_default_sampling(), **self.sampling}
+        if s.get("reasoning_budget") is None:
+            s.pop("reasoning_budget")  # no limit, the engine's default
         return SamplingParams(**s)
 
     def preset_prompt(self, name: str) -> str | None:
@@ -280,10 +292,14 @@ def _valid_sampling(raw: Any, problems: list[str]) -> dict[str, Any]:
         if k not in SAMPLING_KEYS:
             problems.append(f"sampling: unknown setting {k!r}")
             continue
+        why = budget_problem(v) if k == "reasoning_budget" else None
         try:
-            SamplingParams(**{k: v})
+            if why is None and not (k == "reasoning_budget" and v is None):
+                SamplingParams(**{k: v})
         except (HearthError, TypeError) as e:
-            problems.append(f"sampling: {e}")
+            why = str(e)
+        if why:
+            problems.append(f"sampling: {why}")
             continue
         out[k] = v
     return out

@@ -53,6 +53,7 @@ class Conversation:
     created: float
     updated: float
     pinned: bool = False
+    think: object = None  # the Think control's choice here (True/False, "high", ...); None: the model's default
 
 
 def default_path() -> Path:
@@ -173,8 +174,9 @@ class Store:
 
     @staticmethod
     def _conv(row: sqlite3.Row) -> Conversation:
-        return Conversation(row["id"], row["title"], row["system_prompt"], row["draft"],
-                            row["created"], row["updated"], bool(row["pinned"]))
+        return Conversation(row["id"], row["title"], row["system_prompt"], row["draft"], row["created"],
+                            row["updated"], bool(row["pinned"]),
+                            json.loads(row["think"]) if row["think"] is not None else None)
 
     def create_conversation(self, title: str = DEFAULT_TITLE, system_prompt: str = "") -> Conversation:
         now = time.time()
@@ -215,6 +217,12 @@ class Store:
     def set_draft(self, cid: int, text: str) -> None:
         with self._tx() as c:
             c.execute("UPDATE conversations SET draft = ? WHERE id = ?", (text, cid))
+
+    def set_think(self, cid: int, choice: object) -> None:
+        """Remember the Think control's choice for ``cid`` (None: back to the model's default)."""
+        with self._tx() as c:
+            c.execute("UPDATE conversations SET think = ? WHERE id = ?",
+                      (json.dumps(choice) if choice is not None else None, cid))
 
     def delete_conversation(self, cid: int) -> None:
         """Hide a conversation; ``restore_conversation`` undoes it."""

@@ -124,6 +124,7 @@ CREATE TABLE message_parts (
     PRIMARY KEY (message_id, idx)
 );
 CREATE INDEX message_parts_by_hash ON message_parts(sha256);
+ALTER TABLE conversations ADD COLUMN think TEXT;  -- the Think control's choice as JSON, NULL: the model's default
 """
 
 _V3_SEARCH = """

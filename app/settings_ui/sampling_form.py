@@ -66,6 +66,18 @@ class SamplingForm(QWidget):
         seed_row.addWidget(self.seed_random)
         seed_row.addWidget(self.seed, 1)
         form.addRow("Seed", seed_row)
+        # A thinking model's reasoning, at most this many tokens per reply (then it is told to answer).
+        budget_row = QHBoxLayout()
+        self.budget_none = QCheckBox("No limit")
+        self.budget_none.setChecked(v.get("reasoning_budget") is None)
+        self.budget = _ispin(0, 1 << 20, v.get("reasoning_budget") or 1024)
+        self.budget.setEnabled(v.get("reasoning_budget") is not None)
+        self.budget.setToolTip("The most tokens a thinking model may reason for in one reply; then its "
+                               "reasoning is closed and it answers (the reply's notes say so)")
+        self.budget_none.toggled.connect(lambda on: self.budget.setEnabled(not on))
+        budget_row.addWidget(self.budget_none)
+        budget_row.addWidget(self.budget, 1)
+        form.addRow("Thinking budget", budget_row)
         self.policy = QComboBox()
         for key, label in CONTEXT_POLICY_LABELS.items():
             self.policy.addItem(label, key)
@@ -83,6 +95,7 @@ class SamplingForm(QWidget):
         sampling = {k: (w.value() if isinstance(w, QSpinBox) else round(w.value(), 4))
                     for k, w in self.sp.items()}
         sampling["seed"] = None if self.seed_random.isChecked() else self.seed.value()
+        sampling["reasoning_budget"] = None if self.budget_none.isChecked() else self.budget.value()
         return sampling
 
     def context_policy(self) -> str:
@@ -95,4 +108,5 @@ class SamplingForm(QWidget):
         for k, widget in self.sp.items():
             widget.setValue(d[k])
         self.seed_random.setChecked(d["seed"] is None)
+        self.budget_none.setChecked(True)
         self.policy.setCurrentIndex(self.policy.findData(DEFAULT_CONTEXT_POLICY))

@@ -322,6 +322,7 @@ class MainWindow(QMainWindow):
         self.chat.show_conversation(conv.title, conv.system_prompt, conv.draft, msgs)
         self.replies.show_context(self.current, msgs)
         self.replies.show_live()
+        self.replies.show_think()
         self.navigation.show_branches()
         self.replies.update_busy()
 

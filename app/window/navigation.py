@@ -46,7 +46,8 @@ class NavigationController:
     def search_changed(self, text: str) -> None:
         """Titles filter the list; words in any message are listed as hits below it."""
         self._refresh_list(self._current())
-        self.conversations.show_hits(self.store.search_messages(text) if text.strip() else [])
+        thought = self.conversations.search_reasoning.isChecked()
+        self.conversations.show_hits(self.store.search_messages(text, reasoning=thought) if text.strip() else [])
 
     def focus_search(self) -> None:
         """Put the cursor in the search box, its text selected."""

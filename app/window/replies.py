@@ -25,6 +25,7 @@ from engine import Message
 from app.bridge.engine_host import EngineHost
 from app.bridge.generation_worker import GenerationJob
 from app.chat.chat_view import ChatView
+from app.chat.think_control import effective
 from app.core.settings import Settings
 from app.core.store import Store, StoredMessage
 from app.ui.info_bar import InfoArea
@@ -98,6 +99,7 @@ class ReplyStream:
     user_text: str | None      # what the user sent, given back if nothing comes
     title: str                 # the conversation's title, for "a reply is being written in ..."
     parts: list[str] = field(default_factory=list)  # the window's one copy: the reply's widget follows it
+    thought: list[str] = field(default_factory=list)  # the reasoning's deltas, kept apart from the answer's
 
 
 class RepliesController:
@@ -119,10 +121,12 @@ class RepliesController:
         """Follow the engine thread's reply events."""
         h = self.host
         h.delta.connect(self.on_delta)
+        h.reasoning.connect(self.on_reasoning)
         h.progress.connect(self.on_progress)
         h.finished.connect(self.on_finished)
         h.failed.connect(self.on_failed)
         h.loaded.connect(self.on_model_loaded)
+        self.chat.think.chosen.connect(self.think_chosen)
 
     def streaming_in(self) -> int | None:
         """The conversation a reply is being written in, if any."""
@@ -142,10 +146,34 @@ class RepliesController:
         self.chat.set_context_marker(*(cut or (None, 0)), n_ctx=n_ctx)
 
     def on_model_loaded(self, _model) -> None:
-        """Another model loaded: the meter measures against its context now, not the last reply's."""
+        """Another model loaded: the meter measures against its context now, not the last reply's;
+        the Think control is the new model's."""
         cid = self._current()
         if cid is not None and not self._closed():
             self.show_context(cid)
+        self.show_think()
+
+    # -- the Think control ----------------------------------------------------
+
+    def show_think(self) -> None:
+        """Show the loaded model's Think control (if its template has one) with this conversation's choice."""
+        cid = self._current()
+        choice = self.store.conversation(cid).think if cid is not None else None
+        self.chat.think.show_for(self.host.think, choice)
+
+    def think_chosen(self, value: object) -> None:
+        cid = self._current()
+        if cid is not None:
+            self.store.set_think(cid, value)
+
+    def think_value(self, cid: int) -> object:
+        """What the Think control is for a reply in ``cid`` (None: the model has none)."""
+        return effective(self.host.think, self.store.conversation(cid).think)
+
+    def think_kwargs(self, cid: int) -> dict[str, object] | None:
+        """The chat template's variables for the Think choice in ``cid`` (None: nothing to pass)."""
+        think, value = self.host.think, self.think_value(cid)
+        return (think.kwargs(value) or None) if think is not None and value is not None else None
 
     def show_live(self) -> None:
         """The conversation on screen was just drawn from the store: if the reply is being written
@@ -155,6 +183,7 @@ class RepliesController:
             w = self.chat.widget(s.mid)
             if w is not None:
                 w.follow(s.parts)
+                w.follow_reasoning(s.thought)
                 w.set_streaming(True)
 
     def can_send(self) -> bool:
@@ -211,6 +240,10 @@ class RepliesController:
 
     def history(self, cid: int, system_prompt: str) -> list[Message]:
         """What the model is given for a reply in ``cid``."""
+        think, choice = self.host.think, self.store.conversation(cid).think
+        if think is not None and think.kind == "flag" and choice in think.choices:
+            # A system-prompt flag (Nemotron: /think, /no_think), only once chosen: else the model's default.
+            system_prompt = f"{choice}\n{system_prompt}".strip()
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
         # Cut-short replies stay in the history: the user saw them, so the model should too.
         # Each with its reasoning and tool calls: the template decides what of them to keep.
@@ -227,9 +260,10 @@ class RepliesController:
         self.stream = ReplyStream(cid, mid, user_mid, user_text, conv.title)
         settings = self._settings()
         job = GenerationJob(cid, mid, history, settings.sampling_params(), self.store.path,
-                            context_policy=settings.context_policy)
+                            context_policy=settings.context_policy, template_kwargs=self.think_kwargs(cid))
         w = self.chat.add_message(mid, "assistant", "")
         w.follow(self.stream.parts)
+        w.follow_reasoning(self.stream.thought)
         w.set_streaming(True)
         self._show_branches()  # a regenerate or an edit made a new version: "◀ 2/2 ▶"
         self.stats_label.setText("Waiting for the first token…")
@@ -258,6 +292,16 @@ class RepliesController:
             w = self.chat.widget(mid)
             if w is not None:
                 w.grew()
+
+    def on_reasoning(self, mid: int, text: str) -> None:
+        s = self.stream
+        if s is None or s.mid != mid:
+            return
+        s.thought.append(text)
+        if s.conv == self._current():
+            w = self.chat.widget(mid)
+            if w is not None:
+                w.reasoning_grew()
 
     def on_progress(self, mid: int, p: dict) -> None:
         s = self.stream
@@ -295,8 +339,11 @@ class RepliesController:
         if s is not None and s.conv == self._current():
             w = self.chat.widget(mid)
             if w is not None:
-                w.set_result(result["text"], complete=result["complete"],
-                             finish_reason=result["finish_reason"], metrics=result.get("metrics"))
+                m = result.get("metrics")
+                w.set_result(result["text"], complete=result["complete"], finish_reason=result["finish_reason"],
+                             metrics=m, reasoning=result.get("reasoning"),
+                             reasoning_open=result.get("reasoning_open", False),
+                             reasoning_tokens=(m or {}).get("reasoning_tokens"))
             self.chat.refresh_actions()
             self.show_context(s.conv)
 
@@ -305,7 +352,7 @@ class RepliesController:
         self.stats_label.setText("")
         if s is None or self._closed():
             return
-        if not partial and s.user_mid is not None:
+        if not partial and not s.thought and s.user_mid is not None:
             # Nothing came back: undo the send and give the text back to the user.
             self.store.hide_from(s.conv, s.user_mid)
             here = s.conv == self._current()
@@ -322,7 +369,9 @@ class RepliesController:
             if s.conv == self._current():
                 w = self.chat.widget(mid)
                 if w is not None:
-                    w.set_result(partial, complete=False, finish_reason="error", error=msg)
+                    thought = "".join(s.thought) or None
+                    w.set_result(partial, complete=False, finish_reason="error", error=msg, reasoning=thought,
+                                 reasoning_open=thought is not None and not partial)
             self.info.show_message(f"The reply stopped with an error: {msg}. What was written is kept.",
                                    "error")
         self.chat.refresh_actions()
