@@ -217,3 +217,10 @@ def test_the_settings_dialog_keeps_the_poll_level(qtbot, tmp_path, monkeypatch):
     form.policy.setCurrentIndex(form.policy.findData("drop_oldest"))
     built = dlg.build()
     assert (built.threads_poll, built.n_threads, built.context_policy) == (0, 2, "drop_oldest")
+
+
+def test_the_windows_auto_threads_are_every_physical_core():
+    # Chosen by measurement (README, "Threads"): every core, on the one engine thread.
+    from app.bridge.load_worker import app_threads
+
+    assert app_threads() == tp.ThreadChoice(tp.default_threads(), None)

@@ -41,14 +41,17 @@ class LoadJob:
 
 
 # The window's thread rule when the settings say Auto: one of engine.backends.llama.threadpool's
-# THREAD_OPTIONS, which `python -m engine bench threads` measures side by side with a render load.
-#
-# "cores-1": llama.cpp's worker threads spin-wait at every barrier, so when they use
-# every core, anything else that wants a core (the GUI thread, the OS, a compiler in
-# the background) stalls a whole barrier: on a busy 2-core machine we measured
-# 1-21 tok/s with 2 threads and a steady 60-70 tok/s with 1. Leaving a core free
-# keeps the window responsive too.
-APP_THREADS = "cores-1"
+# THREAD_OPTIONS, chosen by measurement (README, "Threads"): `python -m app --bench-stream` on a
+# quiet 2-core machine, bundled model, 256 tokens, 3 rounds: 1 thread ("cores-1") 50.2 tok/s in
+# the window, 2 threads ("all") 84.6 tok/s (engine alone 88.5, ratio 0.956, GUI thread 5.8% of a
+# core, worst event-loop gap 4.1 ms); Qwen2.5-Coder 1.5B: 6.0 against 11.8 tok/s (ratio 0.978).
+# The old "cores-1" rule blamed llama.cpp's spin-waiting for 2 threads doing worse; the cause
+# was libgomp (this llama.cpp's CPU backend is built with OpenMP): each thread that computes
+# keeps its own team of workers, and once the process holds more than the cores, every
+# barrier sleeps (libgomp's throttled spin), 28 tok/s instead of 88. So all llama.cpp work
+# of the window runs on the one engine thread (loads and replies), and a second computing
+# thread is what to avoid, not a second core.
+APP_THREADS = "all"
 
 
 def app_threads() -> ThreadChoice:
