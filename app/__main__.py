@@ -48,13 +48,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _poll(text: str) -> int:
+    from engine import HearthError
+    from engine.backends.llama.threadpool import check_poll  # the one 0-100 rule
+
     try:
         n = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 100, got {text!r}") from None
-    if not 0 <= n <= 100:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 100, got {n}")
-    return n
+    try:
+        return check_poll(n)
+    except HearthError:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 100, got {n}") from None
 
 
 def _positive(text: str) -> int:

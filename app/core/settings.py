@@ -24,6 +24,7 @@ from typing import Any
 
 from engine import HearthError, SamplingParams
 from engine.atomic import atomic_write
+from engine.backends.llama.threadpool import check_poll
 from engine.loading.request import BACKENDS, BUNDLED, EXACTNESS, KV_TYPES, QUANTS, SOURCES, LoadRequest, \
     effective_backend, infer_source, runs_gguf
 from engine.prompt import CONTEXT_POLICIES
@@ -146,8 +147,12 @@ class Settings:
         if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
             raise SettingsError(f"n_threads: must be a positive whole number, got {self.n_threads!r}")
         tp = self.threads_poll
-        if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or not 0 <= tp <= 100):
-            raise SettingsError(f"threads_poll: must be Auto or a whole number from 0 (no polling) to 100, got {tp!r}")
+        if tp is not None:
+            try:
+                check_poll(tp)
+            except HearthError:
+                raise SettingsError(f"threads_poll: must be Auto or a whole number from 0 (no polling) to 100, "
+                                    f"got {tp!r}") from None
         gl = self.gpu_layers
         if gl is not None and gl != "all" and (not isinstance(gl, int) or isinstance(gl, bool) or gl < 0):
             raise SettingsError(f"gpu_layers: must be Auto, all or a whole number from 0, got {gl!r}")
