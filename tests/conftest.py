@@ -52,3 +52,35 @@ def engine(bundled_path):
     e = Engine.load(bundled_path, n_ctx=2048, n_threads=2)
     yield e
     e.close()
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def make_window(qtbot, data_dir):
+    """make_window(start=True, write=True, **sampling) -> a shown MainWindow (model loaded if start);
+    write=False keeps the settings file the test saved."""
+    from app.window.main_window import MainWindow
+    from app.window.selftest import write_settings
+
+    made: list[MainWindow] = []
+
+    def make(start: bool = True, write: bool = True, **sampling) -> MainWindow:
+        if write:
+            write_settings(**{"max_tokens": 24, **sampling})
+        w = MainWindow()
+        made.append(w)
+        w.show()
+        if start:
+            w.start()
+            qtbot.waitUntil(lambda: w.host.ready or not w.host.loading, timeout=60_000)
+            assert w.host.ready, w.info.messages()
+        return w
+
+    yield make
+    for w in made:
+        w.close()

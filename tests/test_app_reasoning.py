@@ -23,7 +23,6 @@ from app.core.settings import Settings, SettingsError
 from app.core.store import Store
 from app.ui.theme import BUBBLES
 from app.window.main_window import MainWindow
-from app.window.selftest import write_settings
 from test_app_render import _value, dump
 from test_app_window import type_and_enter, wait_reply
 
@@ -58,23 +57,8 @@ class Scripted:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
-    made: list[MainWindow] = []
-
-    def make() -> MainWindow:
-        write_settings(max_tokens=24)
-        w = MainWindow()
-        made.append(w)
-        w.show()
-        w.start()
-        qtbot.waitUntil(lambda: w.host.ready or not w.host.loading, timeout=60_000)
-        assert w.host.ready, w.info.messages()
-        return w
-
-    yield make
-    for w in made:
-        w.close()
+def window(make_window):
+    return make_window  # 24-token greedy replies on the bundled model, data in tmp_path
 
 
 def script(w: MainWindow, steps: list) -> Scripted:

@@ -51,25 +51,14 @@ def qwen35_model(bundled_path, tmp_path_factory):
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
-    made: list[MainWindow] = []
-
+def window(make_window):
     def make(model: str = "bundled", **sampling) -> MainWindow:
         s = Settings(model=model)
         s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 8, **sampling})
         SettingsFile().save(s)
-        w = MainWindow()
-        made.append(w)
-        w.show()
-        w.start()
-        qtbot.waitUntil(lambda: w.host.ready or not w.host.loading, timeout=60_000)
-        assert w.host.ready, w.info.messages()
-        return w
+        return make_window(write=False)
 
-    yield make
-    for w in made:
-        w.close()
+    return make
 
 
 def test_no_think_control_where_the_template_offers_none(qtbot, window):

@@ -11,40 +11,12 @@ from PySide6.QtTest import QTest
 
 from app.ui.theme import BUBBLES
 from app.window.main_window import MainWindow
-from app.window.selftest import wait_until, write_settings
+from app.window.selftest import wait_until
 from app.core.settings import Settings, SettingsFile
 
 LONG = "Write a very long story about a dragon who learns to bake bread."
 SHORT = "What is the capital of France?"
 GUI_THREAD_WORK_MS = 250.0
-
-
-@pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
-    return tmp_path
-
-
-@pytest.fixture
-def make_window(qtbot, data_dir):
-    """make_window(start=True, **sampling) -> a shown MainWindow (model loaded if start)."""
-    made: list[MainWindow] = []
-
-    def make(start: bool = True, write: bool = True, **sampling) -> MainWindow:
-        if write:
-            write_settings(**{"max_tokens": 24, **sampling})
-        w = MainWindow()
-        made.append(w)
-        w.show()
-        if start:
-            w.start()
-            qtbot.waitUntil(lambda: w.host.ready or not w.host.loading, timeout=60_000)
-            assert w.host.ready, w.info.messages()
-        return w
-
-    yield make
-    for w in made:
-        w.close()
 
 
 def type_and_enter(w: MainWindow, text: str) -> None:
