@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 
 from app.core import branches
 from app.core import chat_search
+from app.core.attachments import FOLDER as ATTACHMENTS_FOLDER, Attachments
 from app.core.paths import data_dir, move_aside
 from app.core.store_rows import StoredMessage, messages_from, text_of, tool_calls_json, write_parts
 from app.core.store_schema import SCHEMA_VERSION, run_step
@@ -79,6 +80,7 @@ class Store:
         """
         self.path = Path(path) if path is not None else default_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.attachments = Attachments(self.path.parent / ATTACHMENTS_FOLDER)  # images, documents by hash
         self.notice: str | None = None
         try:
             self._conn = self._open()
@@ -234,11 +236,14 @@ class Store:
             c.execute("UPDATE conversations SET deleted = 0 WHERE id = ?", (cid,))
 
     def purge_deleted(self) -> int:
-        """Really remove conversations deleted in an earlier session. Returns how many."""
+        """Really remove conversations deleted in an earlier session, then the attachments
+        nothing uses any more (see app/core/attachments.py). Returns how many conversations."""
         with self._tx() as c:
             c.execute("DELETE FROM messages WHERE conversation_id IN "
                       "(SELECT id FROM conversations WHERE deleted = 1)")
-            return c.execute("DELETE FROM conversations WHERE deleted = 1").rowcount
+            n = c.execute("DELETE FROM conversations WHERE deleted = 1").rowcount
+        self.attachments.collect(self._conn)
+        return n
 
     # -- messages -----------------------------------------------------------
 
