@@ -35,6 +35,7 @@ class EngineHost(QObject):
     _request_generate = Signal(object)
     _request_close = Signal()
     _request_unload = Signal()
+    _request_release_threads = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -51,6 +52,7 @@ class EngineHost(QObject):
         self._request_close.connect(self._generator.close_stores)
         self._request_close.connect(self._loader.close_engine)
         self._request_unload.connect(self._loader.close_engine)
+        self._request_release_threads.connect(self._generator.release_threads)
         self._loader.started.connect(self._on_load_started)
         self._loader.download_progress.connect(self._on_download_progress)
         self._loader.loaded.connect(self._on_loaded)
@@ -81,6 +83,11 @@ class EngineHost(QObject):
     def shared(self) -> SharedEngine:
         """The engine-thread state (touch it only from a worker on that thread)."""
         return self._shared
+
+    def release_compute_threads(self) -> None:
+        """Before another thread computes (a benchmark): the engine thread gives back its
+        idle OpenMP workers once it is free, so the two never share a throttled libgomp."""
+        self._request_release_threads.emit()
 
     def run_on_engine_thread(self, worker: QObject) -> None:
         """Move ``worker`` to the engine thread: its queued slots run between loads and replies."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine import HearthError, Message, SamplingParams
+from engine import HearthError, Message, SamplingParams, openmp
 from engine.metrics import is_complete
 
 from app.core.store import Store
@@ -130,6 +130,12 @@ class GenerationWorker(QObject):
                 except Exception as db_err:  # keep the first error; the window still gets the text
                     msg += f" (and saving the partial reply failed: {db_err})"
             self.failed.emit(mid, msg, partial)
+
+    @Slot()
+    def release_threads(self) -> None:
+        """Give back this thread's idle OpenMP team: another thread is about to compute
+        (engine/openmp.py says why two teams slow both)."""
+        openmp.release()
 
     @Slot()
     def close_stores(self) -> None:

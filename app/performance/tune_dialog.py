@@ -61,8 +61,11 @@ class TuneDialog(QDialog):
 
     def __init__(self, model_path: str, label: str, settings: Callable[[], Settings],
                  apply: Callable[[Settings], None], parent=None, *, only: Sequence[str] | None = None,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, before_run: Callable[[], None] | None = None) -> None:
+        """``before_run`` is called as each run starts (the window: the engine thread gives
+        back its idle OpenMP workers, so the measured thread runs as it would alone)."""
         super().__init__(parent)
+        self._before_run = before_run
         self.setWindowTitle(f"Benchmark {label}")
         self.resize(980, 720)
         self.model_path, self._settings, self._apply, self.rows_to_run, self._threads = \
@@ -136,6 +139,8 @@ class TuneDialog(QDialog):
         if self.running:
             return
         self._cancel.clear()
+        if self._before_run is not None:
+            self._before_run()
         kwargs: dict[str, Any] = {"prompts": self.prompts.value(), "tokens": self.tokens.value(),
                                   "threads": self._threads, "only": self.rows_to_run}
         self._thread = QThread(self)

@@ -99,5 +99,6 @@ class PerformanceMenu:
         if self.tune_dialog is not None:
             self.tune_dialog.close()
         self.tune_dialog = TuneDialog(model.path, model.label, self._settings, self._apply_settings,
-                                      self.window, threads=self._settings().n_threads)
+                                      self.window, threads=self._settings().n_threads,
+                                      before_run=self.host.release_compute_threads)
         self.tune_dialog.show()

@@ -22,6 +22,7 @@ import time
 from collections import deque
 from typing import Generator, Iterator
 
+from .. import openmp
 from ..engine import Engine
 from ..errors import HearthError
 from ..grammar import TokenConstraint
@@ -74,6 +75,10 @@ class Scheduler:
         self._service_s: list[float] = []
         self._window_s = self._api_s = 0.0
         self._closed = False
+        # From here on this scheduler's thread computes: the thread that computed until now
+        # (the window's engine thread) gives back its idle OpenMP team, or libgomp throttles
+        # both teams' waits (28 instead of 88 tokens/s on 2 cores; engine/openmp.py).
+        openmp.release()
         self._thread = threading.Thread(target=self._loop, name="hearth-scheduler", daemon=True)
         self._thread.start()
 
