@@ -137,3 +137,34 @@ def test_a_real_reply_cut_inside_its_reasoning_is_kept_unfinished(qtbot, window,
     assert (m.content, m.reasoning_open, m.finish_reason) == ("", True, "max_tokens") and m.reasoning
     block = w.chat.widget(mid).thinking
     assert block.text == m.reasoning and block.toggle.text().endswith("(unfinished)")
+
+
+def test_the_performance_panel_marks_the_thinking_span(qtbot, window, qwen35_model):
+    """The reply's timeline shows where it thought: the first reasoning_tokens tokens are shaded
+    on the tok/s chart, and the summary gives the span and the first answer text."""
+    from PySide6.QtCharts import QAreaSeries
+
+    from app.performance.performance_panel import PerformancePanel
+
+    w = window(str(qwen35_model), reasoning_budget=4, max_tokens=12)
+    type_and_enter(w, "Hi")
+    mid = w.stream.mid
+    wait_reply(qtbot, w)
+    m = w.store.message(mid)
+    assert m.reasoning_tokens and m.metrics["answer_tokens"]
+    panel = PerformancePanel(m.metrics, 1 << 20, bandwidth=10e9)
+    qtbot.addWidget(panel)
+    areas = [s for s in panel.charts["speed"].series() if isinstance(s, QAreaSeries)]
+    assert len(areas) == 1
+    span = areas[0].upperSeries().points()
+    assert (span[0].x(), span[-1].x()) == (1.0, float(m.reasoning_tokens))
+    assert areas[0].name().startswith(f"thinking: {m.reasoning_tokens} tokens")
+    assert f"thinking: tokens 1-{m.reasoning_tokens} (" in panel.summary.text()
+    assert "first answer text at" in panel.summary.text()
+
+    from test_timeline import OLD_METRICS
+
+    plain = PerformancePanel(OLD_METRICS, 1 << 20, bandwidth=10e9)  # a reply that did not think
+    qtbot.addWidget(plain)
+    assert not [s for s in plain.charts["speed"].series() if isinstance(s, QAreaSeries)]
+    assert "thinking" not in plain.summary.text()

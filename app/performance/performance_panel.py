@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from PySide6.QtCharts import (QBarCategoryAxis, QBarSeries, QBarSet, QChart, QChartView, QHorizontalBarSeries,
-                              QHorizontalStackedBarSeries, QLineSeries, QValueAxis)
+from PySide6.QtCharts import (QAreaSeries, QBarCategoryAxis, QBarSeries, QBarSet, QChart, QChartView,
+                              QHorizontalBarSeries, QHorizontalStackedBarSeries, QLineSeries, QValueAxis)
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QDialog, QGridLayout, QLabel, QVBoxLayout
@@ -31,6 +31,7 @@ HIST_BINS = 10         # few enough that every bin's label fits under it
 SMOOTH = 16            # steps in tok/s's moving average
 BANDWIDTH_MIB = 64     # buffer copied to measure bandwidth: far past the caches, quick to copy
 _BANDWIDTH: list[float] = []  # measured once per process
+THINKING_COLOR = "#be4bdb"  # the thinking span, behind the tok/s curve (translucent)
 MEMORY_BOUND = 0.6     # the share of bandwidth from which the step is waiting on memory
 
 
@@ -121,7 +122,17 @@ class PerformancePanel(QDialog):
                 f"{t.prefill_tokens} tokens at {t.prefill_tok_s:.0f} tok/s ({t.cached_tokens} cached) · TPOT "
                 f"P50 {t.tpot_p50_ms:.1f} / P90 {t.tpot_p90_ms:.1f} / P99 {t.tpot_p99_ms:.1f} ms, slowest step "
                 f"#{t.slowest_step} {t.slowest_step_ms:.1f} ms · KV {t.kv_used:,} of {t.n_ctx:,} · prefix cache "
-                f"hits {t.cache_hits}, inserts {t.cache_inserts}, evictions {t.cache_evictions}")
+                f"hits {t.cache_hits}, inserts {t.cache_inserts}, evictions {t.cache_evictions}"
+                + self._thinking_summary())
+
+    def _thinking_summary(self) -> str:
+        t = self.stats
+        span = t.thinking_span_ms
+        if span is None:
+            return ""
+        answer = f", first answer text at {t.ttft_answer_ms:.0f} ms" if t.ttft_answer_ms else ", no answer yet"
+        return (f" · thinking: tokens 1-{t.reasoning_tokens} ({span[0]:.0f}-{span[1]:.0f} ms, "
+                f"{t.reasoning_ms / 1e3:.1f} s){answer}, {t.answer_tokens} answer tokens")
 
     def _parts(self) -> tuple[QChart, QChartView]:
         chart, view = _chart(f"Where the time went ({self.stats.e2e_ms:.0f} ms end to end)")
@@ -154,8 +165,27 @@ class PerformancePanel(QDialog):
         x.setTitleText("token")
         x.setRange(1, max(2, len(curve)))
         y.setTitleText("tok/s")
-        y.setRange(0, float(curve.max()) * 1.1 if curve.size else 1.0)
+        top = float(curve.max()) * 1.1 if curve.size else 1.0
+        y.setRange(0, top)
         _axes(chart, line, x, y)
+        if self.stats.reasoning_tokens:
+            # The thinking span: the reply's first reasoning_tokens tokens, shaded behind the curve.
+            end = float(max(2, self.stats.reasoning_tokens))
+            x.setRange(1, max(end, float(len(curve))))
+            upper, lower = QLineSeries(), QLineSeries()
+            upper.replace([QPointF(1.0, top), QPointF(end, top)])
+            lower.replace([QPointF(1.0, 0.0), QPointF(end, 0.0)])
+            area = QAreaSeries(upper, lower)
+            for edge in (upper, lower):  # the area draws them but does not own them
+                edge.setParent(area)
+            area.setName(f"thinking: {self.stats.reasoning_tokens} tokens, {self.stats.reasoning_ms / 1e3:.1f} s")
+            color = QColor(THINKING_COLOR)
+            color.setAlpha(60)
+            area.setColor(color)
+            area.setBorderColor(color)
+            chart.addSeries(area)
+            area.attachAxis(x)
+            area.attachAxis(y)
         return chart, view
 
     def _histogram(self) -> tuple[QChart, QChartView]:
