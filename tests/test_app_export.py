@@ -222,3 +222,23 @@ def test_a_bad_version_2_message_is_refused_with_a_reason(tmp_path, change, says
         import_json(s, json.dumps(data))
     assert [c.id for c in s.list_conversations()] == [cid]
     s.close()
+
+
+@pytest.mark.parametrize("choice", [False, True, "high", None])
+def test_the_think_choice_travels_with_the_conversation(tmp_path, choice):
+    s = Store(tmp_path / "a.sqlite3")
+    cid = branched(s)
+    s.set_think(cid, choice)
+    text = to_json(s, cid)
+    assert json.loads(text)["think"] == choice
+    other = Store(tmp_path / "b.sqlite3")
+    new = import_json(other, text)
+    assert other.conversation(new).think == choice and to_json(other, new) == text
+
+
+def test_a_think_choice_of_the_wrong_type_is_refused(tmp_path):
+    s = Store(tmp_path / "a.sqlite3")
+    data = json.loads(to_json(s, branched(s)))
+    data["think"] = 3
+    with pytest.raises(ImportFailed, match="“think” has the wrong type"):
+        import_json(s, json.dumps(data))

@@ -37,7 +37,7 @@ def to_dict(store: Store, cid: int) -> dict:
     path = store.messages(cid)
     messages = [_message(m, index.get(parent) if parent is not None else None) for m, parent in rows]
     return {"format": FORMAT, "version": VERSION, "title": conv.title, "system_prompt": conv.system_prompt,
-            "pinned": conv.pinned, "created": conv.created, "updated": conv.updated,
+            "pinned": conv.pinned, "think": conv.think, "created": conv.created, "updated": conv.updated,
             "current": index[path[-1].id] if path else None, "messages": messages}
 
 
@@ -105,6 +105,8 @@ def parse(text: str) -> tuple[dict, list[dict], int | None]:
     conv = {"title": _field(data, "title", (str,), "the file"),
             "system_prompt": _field(data, "system_prompt", (str,), "the file"),
             "pinned": bool(_field(data, "pinned", (bool,), "the file", optional=True)),
+            # the Think control's choice here (True/False, an effort such as "high"); absent: the default
+            "think": _field(data, "think", (bool, str), "the file", optional=True),
             "created": _field(data, "created", num, "the file"),
             "updated": _field(data, "updated", num, "the file")}
     if not conv["title"].strip():

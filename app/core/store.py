@@ -376,10 +376,11 @@ class Store:
         ``current`` is the index of the message that ends the branch on screen.
         """
         with self._tx() as c:
+            think = conv.get("think")
             cid = c.execute("INSERT INTO conversations (title, auto_title, system_prompt, created, updated, "
-                            "pinned) VALUES (?, 0, ?, ?, ?, ?)",
+                            "pinned, think) VALUES (?, 0, ?, ?, ?, ?, ?)",
                             (conv["title"], conv["system_prompt"], conv["created"], conv["updated"],
-                             int(conv["pinned"]))).lastrowid
+                             int(conv["pinned"]), json.dumps(think) if think is not None else None)).lastrowid
             ids: list[int] = []
             for m in messages:
                 parent = None if m["parent"] is None else ids[m["parent"]]
