@@ -219,3 +219,44 @@ def test_a_follow_up_after_a_thinking_turn_prefills_only_what_changed(qwen3):
     print(json.dumps({"first_prompt": len(p1), "reply_tokens": len(first.token_ids),
                       "reasoning_tokens": first.stats.reasoning_tokens, "second_prompt": len(p2),
                       "cached": st.cached_tokens, "prefilled": st.prefill_tokens}))
+
+
+HARMONY = ('root ::= "<|channel|>analysis<|message|>" [a-z]{2,8} " " [a-z]{2,8} '
+           '"<|end|><|start|>assistant<|channel|>final<|message|>" [A-Z] [a-z]{2,10} "."\n')
+
+
+@pytest.fixture(scope="module")
+def gpt_oss(bundled_path):
+    e = wearing(bundled_path, "openai-gpt-oss-120b")
+    yield e
+    e.close()
+
+
+def test_a_harmony_reply_streams_its_analysis_apart_from_its_final_answer(gpt_oss):
+    """gpt-oss's channels through the real engine: the template's generation prompt ends at
+    ``<|start|>assistant``; the analysis channel is reasoning, the final channel the answer,
+    and no header, channel name or <|end|> reaches either (the tags are text pieces here)."""
+    assert gpt_oss.layout.name == "gpt-oss" and gpt_oss.layout.channels
+    events, final = run(gpt_oss, ASK, greedy(grammar=HARMONY, grammar_scope="reply", max_tokens=120))
+    assert final.finish_reason == "eos" and not final.reasoning_open
+    assert final.reasoning and final.reasoning.count(" ") == 1 and final.reasoning.replace(" ", "").isalpha()
+    assert final.text[0].isupper() and final.text.endswith(".") and final.text[1:-1].isalpha()
+    assert "".join(e.text for e in events if e.kind == "reasoning") == final.reasoning
+    assert "".join(e.text for e in events if e.kind == "delta") == final.text
+    raw = b"".join(gpt_oss.backend.token_bytes(t) for t in final.token_ids).decode("utf-8")
+    assert raw == (f"<|channel|>analysis<|message|>{final.reasoning}<|end|><|start|>assistant"
+                   f"<|channel|>final<|message|>{final.text}")
+    st = final.stats
+    assert st.reasoning_tokens + st.answer_tokens == st.generated_tokens and st.answer_tokens > 0
+
+
+def test_a_harmony_reply_cut_in_its_analysis_is_reasoning_marked_unfinished(gpt_oss):
+    _, whole = run(gpt_oss, ASK, greedy(grammar=HARMONY, grammar_scope="reply", max_tokens=120))
+    b = gpt_oss.backend
+    # the reply's first tokens up to two past the analysis header, as this reply tokenized them
+    n = next(k for k in range(len(whole.token_ids)) if b"".join(b.token_bytes(t) for t in whole.token_ids[:k])
+             .startswith(b"<|channel|>analysis<|message|>")) + 2
+    events, final = run(gpt_oss, ASK, greedy(grammar=HARMONY, grammar_scope="reply", max_tokens=n))
+    assert final.finish_reason == "max_tokens" and final.reasoning_open and final.text == ""
+    assert final.reasoning and "<|" not in final.reasoning and "analysis" not in final.reasoning
+    assert all(e.kind == "reasoning" for e in events)
