@@ -18,6 +18,7 @@ from .backends.base import Backend
 from .chat_template import CHATML_FALLBACK, ChatTemplate
 from .errors import Cancelled, HearthError, PromptTooLongError
 from .formats import Layout, ThinkControl, detect, opens_in_prompt
+from .formats.tools import Tool, ToolPlan, ToolSyntax, detect_tools, unsupported_tools
 from .generate import Steering, generate_step, no_steps, stream_tokens
 from .kv.disk_store import DEFAULT_DISK_BUDGET, PrefixStore
 from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache
@@ -27,7 +28,7 @@ from .spec.find_draft import draft_header_vocab, find_draft_for
 from .metrics import GenerationStats
 from .models.catalogue import ModelRef, resolve
 from .prompt import PromptBuilder
-from .grammar import ConstrainedSampler
+from .grammar import ConstrainedSampler, NoGrammar, TokenConstraint
 from .spec.controller import SpecController, SpecStats, measure_round_costs, model_draft_ceiling
 from .spec.drafts import DraftSource, ModelDraft, NgramDraft, check_draft_compatible
 from .spec.step import speculative_step
@@ -51,6 +52,8 @@ class Engine:
         # how its replies split into reasoning and answer, and the Think control its template offers.
         self.layout: Layout | None = _detect_layout(backend)
         self.think: ThinkControl | None = self.layout.think if self.layout is not None else None
+        # How the model writes tool calls, from its template (None: it takes none Hearth can parse).
+        self.tool_syntax: ToolSyntax | None = detect_tools(backend.chat_template)
         self._busy = threading.Lock()
         self.draft: ModelDraft | None = None
         self.spec_kind = "none"
@@ -201,13 +204,21 @@ class Engine:
                       template_kwargs: Mapping[str, object] | None = None) -> list[int]:
         return self.prompts.tokens(messages, template_kwargs)
 
+    def plan_tools(self, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
+        """``tools`` for this model's call syntax; HearthError says why a model cannot take them."""
+        if self.tool_syntax is None:
+            why = unsupported_tools(self.backend.chat_template) or "its chat template takes no tools"
+            raise HearthError(f"this model cannot call tools: {why}")
+        return ToolPlan(self.tool_syntax, tuple(tools), choice, parallel)
+
     # -- generation ---------------------------------------------------------
 
     def stream(self, messages: Sequence[Message | Mapping[str, str]],
                params: SamplingParams | None = None, *,
                cancel: threading.Event | None = None, progress: ProgressFn | None = None,
                context_policy: str = "drop_oldest",
-               template_kwargs: Mapping[str, object] | None = None) -> Generator[StreamEvent, None, None]:
+               template_kwargs: Mapping[str, object] | None = None,
+               tools: ToolPlan | None = None) -> Generator[StreamEvent, None, None]:
         """Yield text deltas, then one final event with the finish reason and metrics.
 
         A thinking model's reply (``self.layout``) streams its reasoning as "reasoning"
@@ -220,8 +231,14 @@ class Engine:
         the context loses its oldest turns (``context_policy="drop_oldest"``, the
         final stats say how many) or raises PromptTooLongError (``"stop"``), in
         both cases before any work if even the newest message cannot fit.
+
+        ``tools`` (``plan_tools``): the template is given them, a grammar built from their
+        schemas shapes every call (lazily, behind the call opener, for ``auto``), and
+        complete calls come out as "tool_call" events and in the final event.
         """
         params = params or SamplingParams()
+        if tools is not None:
+            template_kwargs = tools.with_tools(template_kwargs)
         if not self._busy.acquire(blocking=False):
             raise HearthError("the engine is already generating a reply")
         try:
@@ -235,7 +252,7 @@ class Engine:
             rec.prompt_built(self.prompts.template_s - spent[0], self.prompts.tokenize_s - spent[1])
             yield from self._run(built.tokens, params, cancel, t_start, checkpoints, progress, built.dropped, rec,
                                  t_prefill=time.perf_counter(), layout=self.layout,
-                                 opened=opens_in_prompt(self.layout, built.text))
+                                 opened=opens_in_prompt(self.layout, built.text), tools=tools)
         finally:
             self._busy.release()
 
@@ -261,7 +278,8 @@ class Engine:
     def _run(self, prompt: list[int], params: SamplingParams, cancel: threading.Event | None,
              t_start: float, checkpoints: Sequence[int] = (), progress: ProgressFn | None = None,
              dropped: int = 0, rec: Recorder = NO_TIMELINE, t_prefill: float | None = None,
-             layout: Layout | None = None, opened: bool = False) -> Generator[StreamEvent, None, None]:
+             layout: Layout | None = None, opened: bool = False,
+             tools: ToolPlan | None = None) -> Generator[StreamEvent, None, None]:
         b = self.backend
         if len(prompt) >= b.n_ctx:
             raise PromptTooLongError(
@@ -273,7 +291,8 @@ class Engine:
         # A grammar is checked before any KV work; it runs on plain steps only
         # (rejected drafts would have to rewind its parse state), and so does a
         # thinking budget (its closing tokens are fed between two plain steps).
-        constraint = None if params.grammar is None else b.grammar(params.grammar)
+        constraint = tool_constraint(b, tools) if tools is not None else \
+            None if params.grammar is None else b.grammar(params.grammar)
         # A grammar over the whole reply ("reply" scope) must see every token, so no closing text is
         # forced past it; an answer-scoped one pauses while the reply is inside its reasoning (steer.free).
         whole = constraint is not None and params.grammar_scope == "reply"
@@ -308,7 +327,7 @@ class Engine:
             yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
                                      stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec, timeline=rec,
                                      t_prefill=t_prefill, layout=layout, opened=opened,
-                                     steer=steer if spec is None else None)
+                                     steer=steer if spec is None else None, tools=tools)
         finally:
             # Whatever happened (stop, cancel, error, abandoned generator), record
             # what the KV really holds so the next request can reuse it safely.
@@ -342,6 +361,15 @@ class Engine:
         if self.draft is not None:
             self.draft.backend.close()
         self.backend.close()
+
+
+def tool_constraint(backend: Backend, plan: ToolPlan) -> TokenConstraint | None:
+    """The grammar every call of ``plan`` follows; None on a backend without grammars,
+    whose calls are parsed and validated instead (ToolCallParser)."""
+    try:
+        return backend.grammar(plan.grammar(), plan.triggers())
+    except NoGrammar:
+        return None
 
 
 def _detect_layout(backend: Backend) -> Layout | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Generator, Iterator, Sequence
+from typing import Callable, Generator, Iterator, Sequence, cast
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from .backends.base import Backend
 from .detokenize import IncrementalDetokenizer
 from .formats import Layout, ReasoningParser, force_close
 from .formats.parser import MARKUP, TEXT as PARSED_TEXT
+from .formats.tool_parser import ToolCallParser
+from .formats.tools import ToolPlan
+from .messages import ToolCall, ToolCallDelta
 from .metrics import GenerationStats
 from .timeline import NO_TIMELINE, Recorder
 from .types import TEXT, SamplingParams, StreamEvent
@@ -133,7 +136,7 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
                   cancel: threading.Event | None = None, spec_stats=None,
                   timeline: Recorder = NO_TIMELINE, t_prefill: float | None = None,
                   layout: Layout | None = None, opened: bool = False,
-                  steer: Steering | None = None) -> Iterator[StreamEvent]:
+                  steer: Steering | None = None, tools: ToolPlan | None = None) -> Iterator[StreamEvent]:
     """Turn a token generator into text events, applying every stop rule.
 
     Works for any step generator with the ``generate_step`` yield shape, so
@@ -148,8 +151,13 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
     ``opened``: the prompt already opened the block (``opens_in_prompt``).
     ``steer``: the reply's link to its step generator and sampler; without it a
     ``params.reasoning_budget`` cannot close the block (the stats say so).
+    ``tools``: the request's tools; the answer then goes through a ToolCallParser, complete
+    calls come out as "tool_call" events, and a reply that ends with its calls ends
+    "tool_calls". A call cut short (max_tokens, Stop) is no call: its text stays answer text.
     """
     parser = ReasoningParser(layout, in_reasoning=opened)
+    calls = ToolCallParser(tools) if tools is not None else None
+    answer: list[str] = []
     detok_piece = markup_bytes(backend, layout)
     detok = IncrementalDetokenizer(detok_piece, params.stop)
     push, mark = timeline.timed(detok.push), timeline.mark
@@ -198,9 +206,24 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
                 if t_first_answer is None:
                     t_first_answer = now
                     stats.ttft_answer_ms = (now - t_start) * 1e3 + stats.queue_wait_ms
-                yield StreamEvent(TEXT, text, stats=stats)
+                if calls is None:
+                    yield StreamEvent(TEXT, text, stats=stats)
+                else:
+                    yield from split_calls(calls.feed(text))
             else:
                 yield StreamEvent("reasoning", text, stats=stats)
+
+    def split_calls(parsed) -> Iterator[StreamEvent]:
+        assert calls is not None
+        for p in parsed:
+            if p.kind == "call":
+                c = p.call
+                yield StreamEvent("tool_call", stats=stats, tool_call=ToolCallDelta(
+                    calls.calls.index(c), c.id, c.name,
+                    c.arguments))
+            elif p.text:
+                answer.append(p.text)
+                yield StreamEvent(TEXT, p.text, stats=stats)
 
     def force() -> Iterator[StreamEvent]:
         """The budget is spent: the family's closing text goes in as the next tokens, read, not sampled."""
@@ -274,6 +297,13 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
         yield from events(parser.feed(-1, tail, count=False))
     yield from events(parser.finish())
     summary = parser.summary
+    text, made = summary.text, cast("tuple[ToolCall, ...]", ())
+    if calls is not None:
+        rest, cut = calls.finish()
+        yield from split_calls(rest)
+        text = "".join(answer)
+        if calls.calls and not cut and reason in ("eos", "stop_string"):
+            reason, made = "tool_calls", tuple(calls.calls)
     stats.generated_tokens = len(generated)
     stats.finish_reason = reason
     if spec_stats is not None:
@@ -285,9 +315,9 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
                  t_last_token=t_last_tok, t_end=t_end)
     _reasoning_figures(stats, summary, t_start=t_start, t_last=t_last_tok if t_last_tok is not None else t_end)
     timeline.finish(stats, kv_used=backend.kv_len)
-    yield StreamEvent("final", summary.text, finish_reason=reason, stats=stats, token_ids=generated,
+    yield StreamEvent("final", text, finish_reason=reason, stats=stats, token_ids=generated,
                       reasoning=summary.reasoning if summary.had_reasoning else None,
-                      reasoning_open=summary.reasoning_unfinished and summary.had_reasoning)
+                      reasoning_open=summary.reasoning_unfinished and summary.had_reasoning, tool_calls=made)
 
 
 def _reasoning_figures(stats: GenerationStats, summary, *, t_start: float, t_last: float) -> None:

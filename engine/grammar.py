@@ -30,6 +30,10 @@ class GrammarError(HearthError):
     """A grammar that cannot be used (bad syntax, or a backend without grammars)."""
 
 
+class NoGrammar(GrammarError):
+    """This backend has no grammars: a tool call is then parsed and validated, not constrained."""
+
+
 class Gate(Protocol):
     free: bool                # True: sample without the constraint (the reply is inside its reasoning block)
     opening: str | None       # the reply so far while it may still open a reasoning block, else None

@@ -23,6 +23,7 @@ FINISH_REASONS: dict[str, Finish] = {
     "max_tokens": Finish(complete=False, openai="length"),
     "context_full": Finish(complete=False, openai="length"),
     "cancelled": Finish(complete=False, openai="cancelled"),
+    "tool_calls": Finish(complete=True, openai="tool_calls"),  # the reply ended with its tool calls
 }
 
 

@@ -48,6 +48,9 @@ class SamplingParams:
     # "answer": a thinking model's reasoning is free and the grammar shapes what comes after the block
     # (response_format); "reply": every generated token follows it, tags and reasoning included.
     grammar_scope: str = "answer"
+    # llama.cpp lazy-grammar trigger patterns: the grammar waits until one matches the answer so far
+    # (a tool call's opener, tool_choice auto); empty: it applies from the first token
+    grammar_triggers: tuple[str, ...] = ()
     reasoning_budget: int | None = None  # most reasoning tokens per reply, then the block is closed; None: no limit
 
     def __post_init__(self) -> None:
@@ -80,7 +83,7 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-FinishReason = Literal["eos", "stop_string", "max_tokens", "cancelled", "context_full"]
+FinishReason = Literal["eos", "stop_string", "max_tokens", "cancelled", "context_full", "tool_calls"]
 
 
 EventKind = Literal["delta", "reasoning", "tool_call", "final"]

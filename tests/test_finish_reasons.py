@@ -15,7 +15,7 @@ def test_the_table_names_every_reason_the_engine_gives():
 
 
 def test_only_a_natural_ending_is_complete():
-    assert [r for r in FINISH_REASONS if is_complete(r)] == ["eos", "stop_string"]
+    assert [r for r in FINISH_REASONS if is_complete(r)] == ["eos", "stop_string", "tool_calls"]
     assert not is_complete("cancelled") and not is_complete(None) and not is_complete("error")
 
 
@@ -34,7 +34,7 @@ def test_cancelled_is_cancelled_everywhere():
 def test_the_openai_vocabulary_of_the_rest():
     assert {r: openai_finish_reason(r) for r in FINISH_REASONS} == {
         "eos": "stop", "stop_string": "stop", "max_tokens": "length", "context_full": "length",
-        "cancelled": "cancelled"}
+        "cancelled": "cancelled", "tool_calls": "tool_calls"}
     assert openai_finish_reason(None) == openai_finish_reason("from_a_newer_version") == "stop"
 
 

@@ -110,9 +110,10 @@ class Backend(Protocol):
         KV entries in all), or None where this backend serves one sequence at a
         time. ``generate_step`` on the backend itself stays the single-sequence path."""
 
-    def grammar(self, gbnf: str) -> TokenConstraint:
+    def grammar(self, gbnf: str, triggers: tuple[str, ...] = ()) -> TokenConstraint:
         """Compile GBNF grammar text into a constraint for one request
-        (grammar.GrammarError if it cannot be parsed or this backend has none)."""
+        (grammar.GrammarError if it cannot be parsed, grammar.NoGrammar if this backend has
+        none). ``triggers``: a lazy grammar, waiting for one of these patterns (see llama.cpp)."""
 
     def memory_report(self) -> dict[str, int]:
         """Bytes actually allocated, by part: weights, kv, compute, ..."""

@@ -22,6 +22,7 @@ from typing import Generator
 from ..backends.base import Backend, BatchBackend
 from ..errors import HearthError, PromptTooLongError
 from ..formats import Layout
+from ..formats.tools import ToolPlan
 from ..generate import FINISH_CHAR_TOKENS, stream_tokens
 from ..grammar import ConstrainedSampler, TokenConstraint
 from ..kv.prefix_cache import common_prefix_len
@@ -107,7 +108,8 @@ class BatchRunner:
         return [s for s in self.slots if s.ticket is not None]
 
     def admit(self, ticket: Ticket, prompt: list[int], params: SamplingParams,
-              constraint: TokenConstraint | None, *, layout: Layout | None = None, opened: bool = False) -> None:
+              constraint: TokenConstraint | None, *, layout: Layout | None = None, opened: bool = False,
+              tools: ToolPlan | None = None) -> None:
         """Give ``ticket`` a free slot; its events start flowing through the ticket.
 
         ``layout``/``opened``: the model's reasoning layout and whether the prompt opened
@@ -155,7 +157,7 @@ class BatchRunner:
                                 queue_wait_ms=t.queue_wait_s * 1e3)
         events = stream_tokens(self.backend, dst.feed.steps(), prompt_len=len(prompt), cached=len(dst.kv),
                                params=params, stats=stats, t_start=dst.t_admit, cancel=ticket.cancel_flag,
-                               layout=layout, opened=opened)
+                               layout=layout, opened=opened, tools=tools)
         feed = dst.feed
         ticket.post_stream(events, lambda: feed.end_reason)
 

@@ -4,8 +4,15 @@ replies shaped the way the official clients read them. No HTTP here.
 Every bad field raises ApiError naming the field (``param``), so a client gets a
 400 that says what to fix instead of a reply that quietly ignored it. Fields
 that change nothing here (``user``, ``metadata``, ``store``...) are accepted;
-fields that would change the reply and are not supported (``tools``, ``n > 1``,
-``logprobs``) are refused. ``grammar`` (GBNF text, as llama-server takes it) is
+fields that would change the reply and are not supported (``n > 1``,
+``logprobs``) are refused.
+
+Tools follow OpenAI's function calling: ``tools``, ``tool_choice`` (auto, required,
+none, or a named function), ``parallel_tool_calls``; a reply that calls has
+``message.tool_calls`` (streamed: ``delta.tool_calls``, each call whole in one
+delta) and ``finish_reason: tool_calls``; ``role: tool`` messages with their
+``tool_call_id`` go back into the template. Hearth never runs a tool the API
+asked for: the calls go to the client, which runs them. ``grammar`` (GBNF text, as llama-server takes it) is
 accepted beside the standard fields.
 
 Thinking models follow the convention DeepSeek's API, vLLM and llama-server
@@ -24,7 +31,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..messages import REASONING_FIELDS
+from ..formats.tools import Tool
+from ..messages import REASONING_FIELDS, ToolCall
+from .errors import ApiError, bad  # noqa: F401  (ApiError: re-exported, the server raises it)
+from .openai_tools import parse_tools, tool_calls as _tool_calls, wire_call
 from ..metrics import openai_finish_reason
 from ..types import Message
 from .template_vars import TemplateVarsError, chat_template_kwargs, reasoning_effort
@@ -32,25 +42,6 @@ from .template_vars import TemplateVarsError, chat_template_kwargs, reasoning_ef
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
               "tool": "tool"}
 MAX_STOP = 4
-
-
-class ApiError(Exception):
-    """A request the server refuses, in OpenAI's error shape."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        """The JSON body: ``{"error": {"message", "type", "param", "code"}}``."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-def bad(param: str, message: str, code: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code=code)
 
 
 @dataclass(slots=True)
@@ -67,6 +58,9 @@ class ApiRequest:
     include_usage: bool = False
     # chat: variables for the chat template (chat_template_kwargs, reasoning_effort); None: none given
     template_kwargs: dict[str, Any] | None = None
+    tools: tuple[Tool, ...] = ()           # chat: the functions offered (none with tool_choice "none")
+    tool_choice: str = "auto"              # "auto", "required" or a function's name
+    parallel_tool_calls: bool = True
 
 
 def _number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
@@ -123,7 +117,13 @@ def _messages(body: dict) -> list[Message]:
         if role is None:
             raise bad(f"messages[{i}].role", f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}, "
                                              f"got {m.get('role')!r}")
-        out.append(Message(role, _content(m, i), reasoning=_reasoning(m, i, role)))
+        calls = _tool_calls(m, i, role)
+        call_id = m.get("tool_call_id")
+        if role == "tool" and not isinstance(call_id, str):
+            raise bad(f"messages[{i}].tool_call_id", f"messages[{i}]: a tool message needs the tool_call_id "
+                                                     "of the call it answers")
+        out.append(Message(role, _content(m, i), reasoning=_reasoning(m, i, role), tool_calls=calls,
+                           tool_call_id=call_id if role == "tool" else None))
     return out
 
 
@@ -208,8 +208,6 @@ def _refuse_unsupported(body: dict) -> None:
         raise bad("echo", "echo is not supported by this server")
     if body.get("suffix"):
         raise bad("suffix", "suffix (fill-in-the-middle) is not supported by this server")
-    if body.get("tools") and body.get("tool_choice") != "none":
-        raise bad("tools", "tools (function calling) are not supported by this server")
     if body.get("functions"):
         raise bad("functions", "functions (function calling) are not supported by this server")
     if body.get("logit_bias"):
@@ -259,6 +257,13 @@ def parse(body: Any, kind: str) -> ApiRequest:
     req.sampling = s
     req.grammar = _grammar(body)
     req.template_kwargs = _template_kwargs(body, kind)
+    if kind == "chat":
+        req.tools, req.tool_choice, req.parallel_tool_calls = parse_tools(body)
+        if req.tools and req.grammar is not None:
+            raise bad("tools", "give tools or a grammar (response_format), not both: the tools' own "
+                               "grammar shapes every call")
+    elif body.get("tools"):
+        raise bad("tools", "tools apply to /v1/chat/completions only")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad("stream", "stream must be true or false")
@@ -307,21 +312,24 @@ class Shaper:
                 "system_fingerprint": "hearth"}
 
     def whole(self, text: str, reason: str | None, use: dict[str, Any],
-              reasoning: str | None = None) -> dict[str, Any]:
+              reasoning: str | None = None, tool_calls: tuple[ToolCall, ...] = ()) -> dict[str, Any]:
         """The non-streamed reply; a chat reply's ``reasoning`` goes in ``message.reasoning_content``
         (left out when there was none, as llama-server does)."""
         fr = finish_reason(reason)
         if self.kind == "chat":
-            message: dict[str, Any] = {"role": "assistant", "content": text}
+            message: dict[str, Any] = {"role": "assistant", "content": text or (None if tool_calls else "")}
             if reasoning:
                 message["reasoning_content"] = reasoning
+            if tool_calls:
+                message["tool_calls"] = [wire_call(c) for c in tool_calls]
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": fr}
             return {**self._head("chat.completion"), "choices": [choice], "usage": use}
         return {**self._head("text_completion"), "usage": use,
                 "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": fr}]}
 
     def chunk(self, text: str | None, reason: str | None = None, *, first: bool = False,
-              include_usage: bool = False, reasoning: str | None = None) -> dict[str, Any]:
+              include_usage: bool = False, reasoning: str | None = None,
+              tool_call: Any = None) -> dict[str, Any]:
         """One streamed chunk: a text delta, a reasoning delta (``delta.reasoning_content``), or
         (``reason`` set) the last one of the choice."""
         fr = finish_reason(reason) if reason is not None else None
@@ -331,6 +339,10 @@ class Shaper:
                 delta["reasoning_content"] = reasoning
             if text:
                 delta["content"] = text
+            if tool_call is not None:  # a ToolCallDelta: the whole call, in OpenAI's delta shape
+                delta["tool_calls"] = [{"index": tool_call.index, "id": tool_call.id, "type": "function",
+                                        "function": {"name": tool_call.name,
+                                                     "arguments": tool_call.arguments}}]
             out = {**self._head("chat.completion.chunk"),
                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": fr}]}
         else:

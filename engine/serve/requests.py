@@ -16,6 +16,7 @@ from collections.abc import Generator
 from typing import Any, Callable, Iterator
 
 from ..errors import HearthError
+from ..formats.tools import ToolPlan
 from ..metrics import openai_finish_reason
 from ..types import Message, SamplingParams, StreamEvent
 
@@ -43,6 +44,7 @@ class ServeRequest:
     priority: Priority = Priority.API
     context_policy: str = "error"
     template_kwargs: dict[str, Any] | None = None
+    tools: ToolPlan | None = None  # chat: the tools offered and how they must be called
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):

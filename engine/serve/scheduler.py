@@ -23,7 +23,7 @@ from collections import deque
 from typing import Generator, Iterator
 
 from .. import openmp
-from ..engine import Engine
+from ..engine import Engine, tool_constraint
 from ..errors import HearthError
 from ..grammar import TokenConstraint
 from ..metrics import GenerationStats, openai_finish_reason
@@ -230,14 +230,17 @@ class Scheduler:
                 opened = False
             else:
                 assert req.messages is not None  # ServeRequest checks exactly one is set
+                kw = req.tools.with_tools(req.template_kwargs) if req.tools is not None else req.template_kwargs
                 built = self._prompts.build(req.messages, reserve=req.params.max_tokens,
-                                            policy=CONTEXT_POLICIES[req.context_policy],
-                                            template_kwargs=req.template_kwargs)
+                                            policy=CONTEXT_POLICIES[req.context_policy], template_kwargs=kw)
                 prompt, opened = built.tokens, opens_in_prompt(self._engine.layout, built.text)
-            if req.grammar is not None:
+            if req.tools is not None:
+                constraint = tool_constraint(self._engine.backend, req.tools)
+            elif req.grammar is not None:
                 constraint = self._engine.backend.grammar(req.grammar)
             self._runner.admit(ticket, prompt, req.params, constraint,
-                               layout=self._engine.layout if req.messages is not None else None, opened=opened)
+                               layout=self._engine.layout if req.messages is not None else None, opened=opened,
+                               tools=req.tools)
         except HearthError as e:
             if constraint is not None:
                 constraint.close()
@@ -287,7 +290,7 @@ class Scheduler:
         assert req.messages is not None  # ServeRequest checks exactly one is set
         return self._engine.stream(req.messages, params, cancel=ticket.cancel_flag,
                                    context_policy=CONTEXT_POLICIES[req.context_policy],
-                                   template_kwargs=req.template_kwargs)
+                                   template_kwargs=req.template_kwargs, tools=req.tools)
 
 
 def _cancelled_before_start(ticket: Ticket) -> None:

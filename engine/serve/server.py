@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import HearthError, PromptTooLongError
+from ..formats.tools import ToolError
 from ..metrics import GenerationStats
 from ..models.catalogue import ModelRef
 from ..types import SamplingParams, StreamEvent
@@ -219,10 +220,19 @@ class LocalServer:
             check_think(t.scheduler.engine.think, req.template_kwargs)
         except TemplateVarsError as e:
             raise ApiError(400, str(e), param=e.param) from None
+        plan = None
+        if req.tools:
+            try:
+                plan = t.scheduler.engine.plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
+                plan.grammar()  # a schema the grammar cannot express is refused here, before any work
+            except ToolError as e:
+                raise ApiError(400, str(e), param=e.param) from None
+            except HearthError as e:
+                raise ApiError(400, str(e), param="tools", code="tools_not_supported") from None
         try:
             params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens or t.n_ctx})
             return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar,
-                                template_kwargs=req.template_kwargs)
+                                template_kwargs=req.template_kwargs, tools=plan)
         except HearthError as e:
             raise ApiError(400, str(e)) from None
 
@@ -289,7 +299,8 @@ class LocalServer:
                 raise ApiError(500, "the request ended without its final event", type="server_error")
             served = ev.finish_reason != "cancelled"
             # A reply cut inside its reasoning (max_tokens) keeps it: finish_reason "length" says so.
-            return JSONResponse(shaper.whole(ev.text, ev.finish_reason, _usage(ev.stats), reasoning=ev.reasoning))
+            return JSONResponse(shaper.whole(ev.text, ev.finish_reason, _usage(ev.stats), reasoning=ev.reasoning,
+                                             tool_calls=ev.tool_calls))
         except HearthError as e:
             return _error_response(_api_error(e))
         except ApiError as e:
@@ -313,6 +324,9 @@ class LocalServer:
                     yield {"data": json.dumps(shaper.chunk(ev.text, include_usage=include_usage))}
                 elif ev.text and ev.kind == "reasoning":
                     yield {"data": json.dumps(shaper.chunk(None, reasoning=ev.text, include_usage=include_usage))}
+                elif ev.kind == "tool_call":
+                    yield {"data": json.dumps(shaper.chunk(None, tool_call=ev.tool_call,
+                                                           include_usage=include_usage))}
                 ev = await pump.next()
             if ev is None or ev.stats is None:
                 raise HearthError("the request ended without its final event")

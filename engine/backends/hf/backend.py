@@ -19,7 +19,7 @@ import transformers
 from transformers import DynamicCache
 
 from ...errors import ContextFullError, UnsupportedModelError
-from ...grammar import GrammarError, TokenConstraint
+from ...grammar import NoGrammar, TokenConstraint
 from ...types import BackendInfo, Vocab
 from . import kv
 from .kv import HearthCache, HFState
@@ -198,8 +198,8 @@ class HFBackend:
     def open_batch(self, n_seq: int, n_ctx: int) -> None:
         return None  # one sequence at a time: the scheduler queues requests instead
 
-    def grammar(self, gbnf: str) -> TokenConstraint:
-        raise GrammarError("grammars (response_format) need a GGUF model on the llama.cpp backend")
+    def grammar(self, gbnf: str, triggers: tuple[str, ...] = ()) -> TokenConstraint:
+        raise NoGrammar("grammars (response_format) need a GGUF model on the llama.cpp backend")
 
     def memory_report(self) -> dict[str, int]:
         """Bytes of parameters + buffers by device, and of the live KV cache."""

@@ -332,8 +332,8 @@ class LlamaCppBackend:
         return LlamaBatch(self._model, n_seq=n_seq, n_ctx=n_ctx, n_batch=self.n_batch, n_vocab=self.n_vocab,
                           n_threads=self.n_threads, type_kv=KV_TYPES[self.kv_type], flash_attn=self.flash_attn)
 
-    def grammar(self, gbnf: str) -> LlamaGrammar:
-        return LlamaGrammar(self._vocab, self.n_vocab, gbnf)
+    def grammar(self, gbnf: str, triggers: tuple[str, ...] = ()) -> LlamaGrammar:
+        return LlamaGrammar(self._vocab, self.n_vocab, gbnf, triggers=triggers)
 
     def memory_report(self) -> dict[str, int]:
         rep = parse_buffer_sizes(self._load_log)

@@ -22,10 +22,20 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 class LlamaGrammar:
     """One request's grammar state: ``mask`` the logits, ``accept`` each chosen token."""
 
-    def __init__(self, vocab: ctypes.c_void_p, n_vocab: int, gbnf: str, *, root: str = "root") -> None:
+    def __init__(self, vocab: ctypes.c_void_p, n_vocab: int, gbnf: str, *, root: str = "root",
+                 triggers: tuple[str, ...] = ()) -> None:
+        """``triggers``: llama.cpp's lazy grammar. Nothing is masked until one of these regexes
+        matches the text accepted so far; the grammar is then fed from the pattern's first group
+        (a tool call's opener) and constrains everything after it."""
         if not gbnf.strip():
             raise GrammarError("the grammar is empty")
-        self._smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), root.encode("utf-8"))
+        if triggers:
+            pats = [t.encode("utf-8") for t in triggers]
+            arr = (ctypes.c_char_p * len(pats))(*pats)
+            self._smpl = lc.llama_sampler_init_grammar_lazy_patterns(
+                vocab, gbnf.encode("utf-8"), root.encode("utf-8"), arr, len(pats), None, 0)
+        else:
+            self._smpl = lc.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), root.encode("utf-8"))
         if not self._smpl:
             raise GrammarError("the grammar could not be parsed (llama.cpp GBNF syntax, with a 'root' rule)")
         self._data = np.zeros(n_vocab, dtype=_TOKEN_DATA)
