@@ -1,0 +1,138 @@
+"""Attached documents: read with real libraries (pdfium for PDFs written by fpdf2 from real
+text), bad files refused with one clear line, folders read as git would see them, and the
+prefix cache paying for a document once: a second question, a new conversation with the
+same file, and a restart each read only the new tokens (counted, on the bundled model)."""
+from __future__ import annotations
+
+import pytest
+
+from doc_files import blank_pdf, book_pages, make_pdf
+from engine.documents import (DocumentError, document_block, folder_files, read_document, read_file,
+                              read_folder, system_with_documents)
+
+
+def test_a_pdf_is_read_page_by_page(tmp_path):
+    pages = book_pages(20)
+    doc = read_file(make_pdf(tmp_path / "book.pdf", pages))
+    assert doc.mime == "application/pdf" and len(doc.pages) == 20
+    for i, p in enumerate(doc.pages):
+        assert p.startswith(f"Page marker {i + 1}.")
+        assert " ".join(p.split()) == " ".join(pages[i].split())  # every word, in order
+    block = document_block(doc)
+    assert block.startswith('<document name="book.pdf">\n[page 1]\nPage marker 1.') and "[page 20]" in block
+
+
+def test_an_encrypted_pdf_says_so_and_one_without_a_user_password_opens(tmp_path):
+    with pytest.raises(DocumentError, match="encrypted with a password"):
+        read_file(make_pdf(tmp_path / "locked.pdf", ["secret"], user_password="pw"))
+    doc = read_file(make_pdf(tmp_path / "owner.pdf", ["open to all"], owner_password="owner", user_password=""))
+    assert doc.pages == ("open to all",)
+
+
+def test_a_corrupt_or_truncated_pdf_says_so(tmp_path):
+    data = make_pdf(tmp_path / "a.pdf", book_pages(3)).read_bytes()
+    for bad in (data[:200], b"%PDF-1.7\n" + b"\x00garbage" * 50):
+        with pytest.raises(DocumentError, match="not a readable PDF"):
+            read_document("a.pdf", bad)
+
+
+def test_a_scan_without_a_text_layer_says_so(tmp_path):
+    with pytest.raises(DocumentError, match="no text layer"):
+        read_file(blank_pdf(tmp_path / "scan.pdf"))
+
+
+def test_text_in_a_mix_of_scripts_is_kept_exactly():
+    text = "Grüße — 你好，世界 — مرحبا — Привет — 🙂👍🏽\r\nzweite Zeile\n"
+    doc = read_document("notes.md", text.encode("utf-8"))
+    assert doc.pages == (text.replace("\r\n", "\n"),) and doc.mime == "text/markdown"
+    assert read_document("bom.txt", "\ufeffhallo".encode("utf-8")).pages == ("hallo",)
+    assert read_document("w.txt", "olá".encode("utf-16")).pages == ("olá",)
+
+
+def test_binary_files_are_refused_and_html_is_read_as_text():
+    with pytest.raises(DocumentError, match="not a text file"):
+        read_document("model.bin", b"GGUF\x00\x00\x01" + bytes(range(256)))
+    page = read_document("p.html", b"<html><head><style>b{}</style><script>alert(1)</script></head>"
+                                   b"<body><h1>Title</h1><p>One &amp; two</p><p>three</p></body></html>")
+    assert page.pages == ("Title\nOne & two\nthree",)
+
+
+def test_a_file_that_changes_after_attaching_is_a_new_document(tmp_path):
+    f = tmp_path / "n.txt"
+    f.write_text("v1")
+    a = read_file(f)
+    f.write_text("v2")
+    b = read_file(f)
+    assert a.sha256 != b.sha256 and b.pages == ("v2",)
+
+
+def test_a_folder_is_read_as_git_sees_it(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.log\nbuild/\n/secret.txt\n!keep.log\n")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text("print('hi')\n")
+    (tmp_path / "src" / ".gitignore").write_text("gen_*.py\n")
+    (tmp_path / "src" / "gen_x.py").write_text("x = 1\n")
+    (tmp_path / "src" / "secret.txt").write_text("not at the root: kept\n")
+    (tmp_path / "secret.txt").write_text("ignored\n")
+    (tmp_path / "a.log").write_text("ignored\n")
+    (tmp_path / "keep.log").write_text("kept\n")
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "out.py").write_text("ignored\n")
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "x.js").write_text("ignored\n")
+    (tmp_path / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
+    (tmp_path / "README.md").write_text("# Read me\n")
+    names = [p.relative_to(tmp_path).as_posix() for p in folder_files(tmp_path)]
+    assert names == ["README.md", "keep.log", "logo.png", "src/main.py", "src/secret.txt"]
+    docs, skipped = read_folder(tmp_path)
+    assert [d.name for d in docs] == ["README.md", "src/main.py", "src/secret.txt"]
+    assert any(s.startswith("keep.log") for s in skipped) and any(s.startswith("logo.png") for s in skipped)
+
+
+def test_documents_sit_once_in_the_slot_after_the_system_prompt():
+    a = read_document("a.txt", b"alpha")
+    b = read_document("b.txt", b"beta")
+    s = system_with_documents("Be brief.", [a, b, a])
+    assert s.startswith("Be brief.\n\n") and s.count('<document name="a.txt">') == 1
+    assert s.index("alpha") < s.index("beta")
+    assert system_with_documents("Be brief.", []) == "Be brief."
+    assert system_with_documents("", [a]).startswith("The user attached")
+
+
+@pytest.fixture(scope="module")
+def doc_text():
+    return "\n\n".join(book_pages(6, 150))
+
+
+def test_the_document_is_read_once_then_only_new_tokens(bundled_path, tmp_path, doc_text):
+    """Second question, a new conversation with the same file, a restart: only new tokens."""
+    from engine.engine import Engine
+    from engine.types import Message, SamplingParams
+
+    doc = read_document("manual.txt", doc_text.encode())
+    system = Message("system", system_with_documents("Answer briefly.", [doc]))
+    params = SamplingParams(temperature=0, max_tokens=8)
+
+    def ask(e, history):
+        final = list(e.stream(history, params))[-1]
+        return final, final.stats
+
+    e = Engine.load(bundled_path, n_ctx=8192, n_threads=2, disk_cache=tmp_path / "kv")
+    try:
+        h1 = [system, Message("user", "What is Hearth?")]
+        r1, s1 = ask(e, h1)
+        n_doc = len(e.prompt_tokens([system]))
+        assert n_doc > 1000 and s1.prefill_tokens >= n_doc
+        h2 = [*h1, Message("assistant", r1.text), Message("user", "And the prefix cache?")]
+        _, s2 = ask(e, h2)
+        assert s2.cached_tokens >= s1.prompt_tokens - 1 and s2.prefill_tokens < 60
+        _, s3 = ask(e, [system, Message("user", "A different first question?")])  # a new conversation
+        assert s3.cached_tokens >= n_doc - 8 and s3.prefill_tokens < 60
+    finally:
+        e.close()
+    e = Engine.load(bundled_path, n_ctx=8192, n_threads=2, disk_cache=tmp_path / "kv")  # a restart
+    try:
+        _, s4 = ask(e, [system, Message("user", "Asked after a restart?")])
+        assert s4.cached_tokens >= n_doc - 8 and s4.prefill_tokens < 60
+    finally:
+        e.close()
