@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeyEvent
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
 from app.ui.shortcuts import matches
@@ -18,6 +18,7 @@ class InputBox(QPlainTextEdit):
     submitted = Signal()
     escaped = Signal()
     up_in_empty = Signal()
+    files_dropped = Signal(list)  # local paths dropped on the box: documents to attach
     MIN_LINES, MAX_LINES = 2, 10
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -34,6 +35,26 @@ class InputBox(QPlainTextEdit):
         m = self.contentsMargins()
         pad = 2 * int(self.document().documentMargin()) + m.top() + m.bottom()
         self.setFixedHeight(self.lines_shown() * self.fontMetrics().lineSpacing() + pad)
+
+    def dragEnterEvent(self, e: QDragEnterEvent) -> None:  # noqa: N802 (Qt override)
+        if e.mimeData().hasUrls() and any(u.isLocalFile() for u in e.mimeData().urls()):
+            e.acceptProposedAction()
+            return
+        super().dragEnterEvent(e)
+
+    def dragMoveEvent(self, e) -> None:  # noqa: N802 (Qt override)
+        if e.mimeData().hasUrls():
+            e.acceptProposedAction()
+            return
+        super().dragMoveEvent(e)
+
+    def dropEvent(self, e: QDropEvent) -> None:  # noqa: N802 (Qt override)
+        paths = [u.toLocalFile() for u in e.mimeData().urls() if u.isLocalFile()] if e.mimeData().hasUrls() else []
+        if paths:
+            e.acceptProposedAction()
+            self.files_dropped.emit(paths)
+            return
+        super().dropEvent(e)
 
     def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 (Qt override)
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):

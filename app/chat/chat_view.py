@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton,
                                QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
 from app.ui import theme
+from app.chat.attach_tray import AttachTray
 from app.chat.chat_input import InputBox, SystemPromptBar
 from app.chat.message_widget import MessageWidget
 from app.chat.think_control import ThinkBox
@@ -82,8 +83,11 @@ class ChatView(QWidget):
         self.edit_banner.setStyleSheet("color: palette(link);")
         self.edit_banner.hide()
         lay.addWidget(self.edit_banner)
+        self.attach = AttachTray()  # documents going with the next message (its notices: the window's)
+        lay.addWidget(self.attach)
         row = QHBoxLayout()
         self.input = InputBox()
+        self.input.files_dropped.connect(self.attach.add_paths)
         self.input.setPlaceholderText("Message Hearth — Enter sends, Shift+Enter adds a line")
         self.input.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.input.submitted.connect(self._submit)
@@ -130,6 +134,8 @@ class ChatView(QWidget):
 
     def _build(self, m: StoredMessage, index: int) -> MessageWidget:
         w = self._make_widget(m.id, m.role, m.content, index)
+        if m.parts:
+            w.show_documents(m.parts)
         if m.role == "assistant":
             w.set_result(m.content, complete=m.complete, finish_reason=m.finish_reason, error=m.error,
                          metrics=m.metrics, reasoning=m.reasoning, reasoning_open=m.reasoning_open,

@@ -93,6 +93,12 @@ class MessageWidget(QFrame):
         self._colors = colors
         self.thinking = ReasoningBlock(colors, self)  # hidden unless the reply has reasoning
         lay.addWidget(self.thinking)
+        self.documents = QLabel()  # a user message's attached documents, one chip line
+        self.documents.setTextFormat(Qt.TextFormat.PlainText)
+        self.documents.setWordWrap(True)
+        self.documents.setStyleSheet("color: palette(placeholder-text);")
+        self.documents.hide()
+        lay.addWidget(self.documents)
         self.pieces = ReplyPieces(colors, self)
         self.pieces.code_copied.connect(self._code_copied)
         self.pieces.link_refused.connect(self.notify)
@@ -269,6 +275,12 @@ class MessageWidget(QFrame):
         self.btn_details.setEnabled(metrics is not None)
         self.btn_perf.setEnabled(has_timeline(metrics))
         self._render()
+
+    def show_documents(self, parts) -> None:
+        """The documents this message carries (DocumentParts): name and pages, as inert text."""
+        docs = [p for p in parts if getattr(p, "kind", "") == "document"]
+        self.documents.setText("   ".join(f"📄 {p.name}" + (f" · {p.pages} pages" if p.pages else "") for p in docs))
+        self.documents.setVisible(bool(docs))
 
     def set_branch(self, place: int, count: int) -> None:
         """Show which of ``count`` versions this is (nothing when it is the only one)."""

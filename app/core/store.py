@@ -31,7 +31,7 @@ from app.core.attachments import FOLDER as ATTACHMENTS_FOLDER, Attachments
 from app.core.paths import data_dir, move_aside
 from app.core.store_rows import StoredMessage, messages_from, text_of, tool_calls_json, write_parts
 from app.core.store_schema import SCHEMA_VERSION, run_step
-from engine.messages import Part, ToolCall
+from engine.messages import Part, TextPart, ToolCall
 
 __all__ = ["SCHEMA_VERSION", "Conversation", "Store", "StoreError", "StoredMessage", "title_from"]
 
@@ -287,20 +287,22 @@ class Store:
                       "AND title = ?", (title_from(content), cid, DEFAULT_TITLE))
         return mid
 
-    def start_turn(self, cid: int, user_text: str | None, *, replace_from: int | None = None
-                   ) -> tuple[int | None, int]:
+    def start_turn(self, cid: int, user_text: str | None, *, replace_from: int | None = None,
+                   attached: Sequence[Part] = ()) -> tuple[int | None, int]:
         """Everything a send does to the database, in one transaction (one disk sync).
 
         With ``replace_from`` (edit-and-resend, regenerate) the new messages become
         a sibling branch of that message; the old branch is kept. Adds the user's
         message (if any) and clears the draft it came from, then adds the empty,
-        incomplete reply. Returns (user message id, reply id).
+        incomplete reply. Returns (user message id, reply id). ``attached``: parts after its text.
         """
         with self._tx() as c:
             parent = branches.leaf(c, cid) if replace_from is None else branches.parent_of(c, replace_from)
             user_mid = None
             if user_text is not None:
                 user_mid = parent = self._insert(c, cid, "user", user_text, True, parent)
+                if attached:
+                    write_parts(c, user_mid, [TextPart(user_text), *attached])
                 c.execute("UPDATE conversations SET draft = '' WHERE id = ?", (cid,))
             return user_mid, self._insert(c, cid, "assistant", "", False, parent)
 

@@ -243,6 +243,8 @@ class MainWindow(QMainWindow):
         v.system_prompt_changed.connect(self._save_system_prompt)
         v.draft_changed.connect(self._save_draft)
         v.notify.connect(lambda msg: self.statusBar().showMessage(msg, 3000))
+        # A file that cannot be attached stays said until dismissed: the user has to know it is not there.
+        v.attach.notify.connect(lambda msg: self.info.show_message(msg, "error"))
         QGuiApplication.styleHints().colorSchemeChanged.connect(lambda _s: self.apply_theme())
 
     # -- settings -----------------------------------------------------------

@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from PySide6.QtWidgets import QLabel
 
 from engine import Message
+from engine.messages import DocumentPart
 
 from app.bridge.engine_host import EngineHost
 from app.bridge.generation_worker import GenerationJob
 from app.chat.chat_view import ChatView
 from app.chat.think_control import effective
+from app.core.attached_docs import DocumentShelf, model_message, store_pending, with_documents
 from app.core.settings import Settings
 from app.core.store import Store, StoredMessage
 from app.ui.info_bar import InfoArea
@@ -110,6 +112,7 @@ class RepliesController:
                  open_settings: Callable[[], None], refresh_list: Callable[[int | None], None],
                  show_branches: Callable[[], None], closed: Callable[[], bool]) -> None:
         self.store, self.host, self.chat, self.info, self.monitor = store, host, chat, info, monitor
+        self.shelf = DocumentShelf(store.attachments)  # attached documents, read once a session
         self.stats_label = stats_label
         self._settings, self._current, self._open_settings = settings, current, open_settings
         self._refresh_list, self._show_branches, self._closed = refresh_list, show_branches, closed
@@ -138,6 +141,7 @@ class RepliesController:
         msgs = self.store.messages(cid) if msgs is None else msgs
         last = next((m for m in reversed(msgs) if m.role == "assistant" and m.metrics), None)
         loaded = self.host.model.n_ctx if self.host.model is not None else 0
+        self.chat.attach.n_ctx = loaded  # the tray says what its documents would take of it
         text, tip = context_use(last.metrics if last is not None else None, loaded)
         self.context_label.setText(text)
         self.context_label.setToolTip(tip)
@@ -211,8 +215,20 @@ class RepliesController:
         if cid is None or not text.strip() or not self.can_send():
             return
         self.chat.system.flush()
-        self.start_reply(cid, text)
+        attached = self._attached()
+        if attached is None:
+            return
+        self.start_reply(cid, text, attached=attached)
         self.chat.set_input_text("")
+        self.chat.attach.clear()
+
+    def _attached(self) -> list[DocumentPart] | None:
+        """The tray's documents, stored by hash; None (nothing sent) if one cannot be stored."""
+        parts, problem = store_pending(self.store.attachments, self.shelf, self.chat.attach.items)
+        if problem is not None:
+            self.info.show_message(f"The message was not sent: {problem[1]}. Your text is still there.", "error")
+            self.chat.attach.remove(problem[0])
+        return parts if problem is None else None
 
     def edit_and_resend(self, mid: int, text: str) -> None:
         cid = self._current()
@@ -244,17 +260,23 @@ class RepliesController:
         if think is not None and think.kind == "flag" and choice in think.choices:
             # A system-prompt flag (Nemotron: /think, /no_think), only once chosen: else the model's default.
             system_prompt = f"{choice}\n{system_prompt}".strip()
+        stored = self.store.messages(cid)
+        # Attached documents go whole into the slot after the system prompt: one prefix the cache keeps.
+        system_prompt, missing = with_documents(self.shelf, system_prompt, stored)
+        for line in missing:
+            self.info.show_message(line, "error")
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
         # Cut-short replies stay in the history: the user saw them, so the model should too.
         # Each with its reasoning and tool calls: the template decides what of them to keep.
-        out += [m.as_message() for m in self.store.messages(cid) if m.content or m.tool_calls]
+        out += [model_message(m) for m in stored if m.content or m.tool_calls]
         return out
 
-    def start_reply(self, cid: int, user_text: str | None, replace_from: int | None = None) -> None:
+    def start_reply(self, cid: int, user_text: str | None, replace_from: int | None = None,
+                    attached: list[DocumentPart] | None = None) -> None:
         """Save the turn (one transaction), show it, and hand the job to the engine thread."""
-        user_mid, mid = self.store.start_turn(cid, user_text, replace_from=replace_from)
+        user_mid, mid = self.store.start_turn(cid, user_text, replace_from=replace_from, attached=attached or ())
         if user_mid is not None:
-            self.chat.add_message(user_mid, "user", user_text)
+            self.chat.add_message(user_mid, "user", user_text).show_documents(attached or ())
         conv = self.store.conversation(cid)
         history = self.history(cid, conv.system_prompt)
         self.stream = ReplyStream(cid, mid, user_mid, user_text, conv.title)

@@ -1,0 +1,173 @@
+"""Documents waiting to be sent with the next message: the 📎 button, a chip per document
+(its name, pages and tokens, ✕ to remove it), and what they cost of the context.
+
+Files are read off the GUI thread (a 2,000-page PDF takes a while): the tray says which
+page it is on and offers Cancel. A file that cannot be read gets one line, and nothing
+else attached or typed is touched.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QWidget
+
+from app.bridge.background import Background, error_text
+from app.core.attached_docs import Pending
+from engine.documents import document_block, read_file, read_folder
+
+TokenCounter = Callable[[str], "int | None"]
+BYTES_PER_TOKEN = 3.6  # the estimate before a model counts: BPE vocabularies average 3-4 bytes of text a token
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens ``text`` takes (shown with "≈"; the reply's prompt count is exact)."""
+    return max(1, round(len(text.encode("utf-8")) / BYTES_PER_TOKEN))
+
+
+class AttachTray(QWidget):
+    notify = Signal(str)        # a line for the user (a file that could not be read)
+    changed = Signal()
+
+    def __init__(self, count_tokens: TokenCounter | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.count_tokens = count_tokens
+        self.n_ctx = 0                      # the loaded model's context, for the cost line
+        self.items: list[Pending] = []
+        self._bg = Background(self)
+        self._cancel: threading.Event | None = None
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.button = QToolButton()
+        self.button.setText("📎")
+        self.button.setToolTip("Attach documents (PDF, text, Markdown, code, HTML) or a folder; "
+                               "you can also drop files on the message box")
+        menu = QMenu(self.button)
+        menu.addAction("Attach files…", self._pick_files)
+        menu.addAction("Attach a folder…", self._pick_folder)
+        self.button.setMenu(menu)
+        self.button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        lay.addWidget(self.button)
+        self.chips = QHBoxLayout()
+        self.chips.setSpacing(4)
+        lay.addLayout(self.chips)
+        self.status = QLabel()
+        self.status.setStyleSheet("color: palette(placeholder-text);")
+        lay.addWidget(self.status)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self._cancel_reading)
+        self.cancel_button.hide()
+        lay.addWidget(self.cancel_button)
+        lay.addStretch(1)
+
+    # -- adding ------------------------------------------------------------------
+
+    def _pick_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach documents", "",
+                                                "Documents (*.pdf *.md *.txt *.html *.htm *.py *.js *.ts *.c "
+                                                "*.cpp *.h *.rs *.go *.java *.json *.yaml *.toml *.csv);;All files (*)")
+        if paths:
+            self.add_paths(paths)
+
+    def _pick_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Attach a folder")
+        if folder:
+            self.add_paths([folder])
+
+    def add_paths(self, paths: list[str]) -> None:
+        """Read ``paths`` (files or folders) in the background, then show them as chips."""
+        self._cancel = cancel = threading.Event()
+        count = self.count_tokens
+
+        def work(report) -> tuple[list[Pending], list[str]]:
+            out, problems = [], []
+            for p in map(Path, paths):
+                if cancel.is_set():
+                    break
+                try:
+                    if p.is_dir():
+                        docs, skipped = read_folder(p)
+                        problems += [f"{p.name}/{s}" for s in skipped[:3]]
+                        if len(skipped) > 3:
+                            problems.append(f"{p.name}: {len(skipped) - 3} more files left out")
+                        found = [(d, p / d.name) for d in docs]
+                    else:
+                        d = read_file(p, cancel=cancel.is_set,
+                                      progress=lambda i, n, name=p.name: report(name, i, n))
+                        found = [(d, p)]
+                except Exception as e:  # one file's failure is that file's line, never the others'
+                    problems.append(error_text(e))
+                    continue
+                for d, f in found:
+                    block = document_block(d)
+                    n = count(block) if count is not None else None
+                    out.append(Pending(d, f, n if n is not None else estimate_tokens(block)))
+            return out, problems
+
+        self.status.setText("Reading…")
+        self.cancel_button.show()
+        self._bg.run(work, on_done=self._read, on_failed=self._failed, on_progress=self._progress,
+                     cancel=cancel)
+
+    def _progress(self, name: str, done: int, total: int) -> None:
+        self.status.setText(f"Reading {name}: page {done:,} of {total:,}…")
+
+    def _read(self, result: tuple[list[Pending], list[str]]) -> None:
+        self.cancel_button.hide()
+        found, problems = result
+        known = {p.doc.sha256 for p in self.items}
+        for item in found:
+            if item.doc.sha256 not in known:
+                known.add(item.doc.sha256)
+                self.items.append(item)
+        for line in problems:
+            self.notify.emit(line)
+        self._redraw()
+
+    def _failed(self, e: BaseException) -> None:
+        self.cancel_button.hide()
+        self.notify.emit(error_text(e))
+        self._redraw()
+
+    def _cancel_reading(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+
+    # -- the chips -----------------------------------------------------------------
+
+    def remove(self, sha256: str) -> None:
+        self.items = [p for p in self.items if p.doc.sha256 != sha256]
+        self._redraw()
+
+    def clear(self) -> None:
+        self.items = []
+        self._redraw()
+
+    def tokens(self) -> int | None:
+        """What the attached documents cost of the context (None: no model to count with)."""
+        counts = [p.tokens for p in self.items]
+        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    def _redraw(self) -> None:
+        while self.chips.count():
+            w = self.chips.takeAt(0).widget()
+            if w is not None:
+                w.deleteLater()
+        for p in self.items:
+            chip = QToolButton()
+            pages = f"{len(p.doc.pages)} pages · " if p.doc.paged else ""
+            tokens = f"{'' if self.count_tokens else '≈'}{p.tokens:,} tokens"
+            chip.setText(f"📄 {p.doc.name} ✕")
+            chip.setToolTip(f"{p.doc.name}: {pages}{tokens}. Click to remove it from this message.")
+            chip.clicked.connect(lambda _=False, s=p.doc.sha256: self.remove(s))
+            self.chips.addWidget(chip)
+        total = self.tokens()
+        if not self.items:
+            self.status.setText("")
+        elif total is not None:
+            share = f" ({100 * total / self.n_ctx:.0f}% of the {self.n_ctx:,}-token context)" if self.n_ctx else ""
+            about = "" if self.count_tokens else "≈"
+            self.status.setText(f"{len(self.items)} attached · {about}{total:,} tokens{share}")
+        self.changed.emit()

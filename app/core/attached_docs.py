@@ -1,0 +1,96 @@
+"""The documents a conversation carries, read back from the attachment store for its prompt.
+
+A user message keeps a ``DocumentPart`` (the file by SHA-256); the file itself lives
+once in the attachment store. For each reply the documents of the whole conversation,
+in the order they were attached, go into the slot after the system prompt
+(engine.documents.system_with_documents), so they form one prefix the cache keeps.
+Reading a long PDF again for every reply would cost seconds: each document is read
+once per session and kept here, by hash.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from app.core.attachments import AttachmentError, Attachments
+from app.core.store_rows import StoredMessage
+from engine.documents import Document, DocumentError, read_document, system_with_documents
+from engine.messages import DocumentPart, Message
+
+KEEP = 32  # documents kept read, by hash
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A document read and waiting to be sent: its text, the file it came from, its tokens."""
+    doc: Document
+    path: Path
+    tokens: int | None
+
+
+class DocumentShelf:
+    def __init__(self, attachments: Attachments) -> None:
+        self.attachments = attachments
+        self._read: OrderedDict[str, Document] = OrderedDict()
+
+    def keep(self, doc: Document) -> None:
+        """A document just read (attached): no need to read its file again."""
+        self._read[doc.sha256] = doc
+        self._read.move_to_end(doc.sha256)
+        while len(self._read) > KEEP:
+            self._read.popitem(last=False)
+
+    def documents(self, parts: Sequence[DocumentPart]) -> tuple[list[Document], list[str]]:
+        """The documents of ``parts`` (each once, in order), and a line for each that cannot be read."""
+        out, problems, seen = [], [], set()
+        for p in parts:
+            if p.sha256 in seen:
+                continue
+            seen.add(p.sha256)
+            doc = self._read.get(p.sha256)
+            if doc is None:
+                try:
+                    doc = read_document(p.name, self.attachments.read(p.sha256))
+                except (AttachmentError, DocumentError) as e:
+                    problems.append(f"{p.name} is left out of this reply: {e}")
+                    continue
+                doc = Document(p.name, doc.sha256, doc.mime, doc.pages)
+            self.keep(doc)
+            out.append(doc)
+        return out, problems
+
+
+def store_pending(attachments: Attachments, shelf: DocumentShelf, pending: Sequence[Pending]
+                  ) -> tuple[list[DocumentPart], tuple[str, str] | None]:
+    """Each pending document's file into the attachment store, as parts of the message; or the
+    first one that cannot go (its hash, and why: unreadable, or changed on disk since it was read)."""
+    parts = []
+    for p in pending:
+        try:
+            sha = attachments.put_file(p.path)
+        except (AttachmentError, OSError) as e:
+            return [], (p.doc.sha256, f"{p.doc.name} cannot be stored ({e})")
+        if sha != p.doc.sha256:
+            return [], (p.doc.sha256, f"{p.doc.name} changed on disk since it was attached; attach it again")
+        shelf.keep(p.doc)
+        parts.append(DocumentPart(sha, p.doc.name, len(p.doc.pages) if p.doc.paged else None, p.doc.mime))
+    return parts, None
+
+
+def with_documents(shelf: DocumentShelf, system_prompt: str, stored: Sequence[StoredMessage]
+                   ) -> tuple[str, list[str]]:
+    """The system prompt with the conversation's documents in their slot, and a line for each
+    document that could not be read back."""
+    docs, missing = shelf.documents([p for m in stored if m.role == "user" for p in m.parts
+                                     if isinstance(p, DocumentPart)])
+    return system_with_documents(system_prompt, docs), missing
+
+
+def model_message(m: StoredMessage) -> Message:
+    """A stored message as the model gets it: a document's text is in the system slot, so a
+    message that carried one keeps only its words here."""
+    if not any(isinstance(p, DocumentPart) for p in m.parts):
+        return m.as_message()
+    return Message(m.role, m.content, reasoning=m.reasoning, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id)

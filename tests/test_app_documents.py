@@ -1,0 +1,95 @@
+"""Documents in the window, end to end on the bundled model: attach (the tray, a drop on the
+message box), a chip per document, the question sent with them, the files stored by hash,
+the documents read once by the prefix cache, and the chips back after a restart."""
+from __future__ import annotations
+
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
+
+from app.window.selftest import wait_until
+from doc_files import book_pages, make_pdf
+from engine.messages import DocumentPart
+
+
+def send(qtbot, w, text: str) -> int:
+    w.chat.set_input_text(text)
+    w.chat._submit()
+    assert w.stream is not None, w.info.messages()
+    mid = w.stream.mid
+    assert wait_until(lambda: w.stream is None, 120)
+    return mid
+
+
+def test_documents_go_with_the_question_and_are_read_once(qtbot, make_window, tmp_path):
+    pdf = make_pdf(tmp_path / "manual.pdf", book_pages(4, 120))
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notizen\nDer Schlüssel liegt unter der Matte. 🔑\n", encoding="utf-8")
+    w = make_window(max_tokens=8, temperature=0)
+    tray = w.chat.attach
+    tray.add_paths([str(pdf), str(notes)])
+    qtbot.waitUntil(lambda: len(tray.items) == 2, timeout=30_000)
+    assert [tray.chips.itemAt(i).widget().text() for i in range(tray.chips.count())] == [
+        "📄 manual.pdf ✕", "📄 notes.md ✕"]
+    assert "2 attached" in tray.status.text() and "tokens" in tray.status.text()
+    assert "4 pages" in tray.chips.itemAt(0).widget().toolTip()
+
+    first = send(qtbot, w, "Where is the key?")
+    assert tray.items == []  # sent: the tray is empty again
+    cid = w.current
+    user = w.store.messages(cid)[0]
+    docs = [p for p in user.parts if isinstance(p, DocumentPart)]
+    assert [(d.name, d.pages) for d in docs] == [("manual.pdf", 4), ("notes.md", None)]
+    assert all(w.store.attachments.has(d.sha256) for d in docs)
+    assert w.store.attachments.read(docs[0].sha256) == pdf.read_bytes()
+    system = w.replies.history(cid, "")[0]
+    assert system.role == "system" and "Der Schlüssel liegt unter der Matte." in system.content
+    assert "[page 4]" in system.content and "Page marker 4." in system.content
+    m1 = w.store.message(first).metrics
+    assert m1["prompt_tokens"] > 500
+
+    second = send(qtbot, w, "And what else?")
+    m2 = w.store.message(second).metrics
+    # Only the new turn is read: the documents sit in the prefix before it.
+    assert m2["cached_tokens"] >= m1["prompt_tokens"] - 1
+    assert m2["prompt_tokens"] - m2["cached_tokens"] < 40
+    assert w.chat.widget(w.store.messages(cid)[0].id).documents.text() == "📄 manual.pdf · 4 pages   📄 notes.md"
+
+
+def test_a_drop_on_the_message_box_attaches_and_a_bad_file_is_one_line(qtbot, make_window, tmp_path):
+    good = tmp_path / "a.txt"
+    good.write_text("alpha")
+    bad = tmp_path / "b.bin"
+    bad.write_bytes(b"\x00\x01\x02" * 100)
+    w = make_window()
+    w.chat.set_input_text("my words")
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(good)), QUrl.fromLocalFile(str(bad))])
+    box = w.chat.input
+    enter = QDragEnterEvent(QPoint(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
+                            Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(box.viewport(), enter)
+    assert enter.isAccepted()
+    drop = QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton,
+                      Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(box.viewport(), drop)
+    qtbot.waitUntil(lambda: len(w.chat.attach.items) == 1, timeout=20_000)
+    qtbot.waitUntil(lambda: any("b.bin is not a text file" in m for m in w.info.messages()), timeout=5_000)
+    assert w.chat.input_text() == "my words"  # nothing typed is lost: the drop added no text
+
+
+def test_the_chips_come_back_after_a_restart(qtbot, make_window, tmp_path):
+    f = tmp_path / "recipe.txt"
+    f.write_text("Flour, water, salt.")
+    w = make_window(max_tokens=4)
+    w.chat.attach.add_paths([str(f)])
+    qtbot.waitUntil(lambda: len(w.chat.attach.items) == 1, timeout=20_000)
+    send(qtbot, w, "What do I need?")
+    cid = w.current
+    w.close()
+    w2 = make_window(write=False)
+    w2.open_conversation(cid)
+    qtbot.waitUntil(lambda: w2.current == cid, timeout=5_000)
+    user = w2.store.messages(cid)[0]
+    assert w2.chat.widget(user.id).documents.text() == "📄 recipe.txt"
+    assert "Flour, water, salt." in w2.replies.history(cid, "")[0].content
