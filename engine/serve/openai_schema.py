@@ -27,7 +27,7 @@ from typing import Any
 from ..messages import REASONING_FIELDS
 from ..metrics import openai_finish_reason
 from ..types import Message
-from .template_vars import TemplateVarsError, chat_template_kwargs, reasoning_effort
+from .template_vars import TemplateVarsError, chat_template_kwargs, reasoning_effort, short
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
               "tool": "tool"}
@@ -75,7 +75,7 @@ def _number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False
         return None
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if isinstance(v, bool) or not ok:
-        raise bad(key, f"{key} must be {'a whole number' if integer else 'a number'}, got {v!r}")
+        raise bad(key, f"{key} must be {'a whole number' if integer else 'a number'}, got {short(v)}")
     if not lo <= v <= hi:
         raise bad(key, f"{key} must be between {lo:g} and {hi:g}, got {v!r}")
     return v
@@ -105,7 +105,7 @@ def _content(m: dict, i: int) -> str:
             if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
                 kind = p.get("type") if isinstance(p, dict) else type(p).__name__
                 raise bad(f"messages[{i}].content", f"messages[{i}].content: only text parts are supported "
-                                                    f"here, got {kind!r}")
+                                                    f"here, got {short(kind)}")
             parts.append(p["text"])
         return "".join(parts)
     raise bad(f"messages[{i}].content", f"messages[{i}].content must be text or a list of text parts")
@@ -119,10 +119,11 @@ def _messages(body: dict) -> list[Message]:
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
             raise bad(f"messages[{i}]", f"messages[{i}] must be an object with a role and a content")
-        role = CHAT_ROLES.get(m.get("role"))  # type: ignore[arg-type]
+        given = m.get("role")
+        role = CHAT_ROLES.get(given) if isinstance(given, str) else None
         if role is None:
             raise bad(f"messages[{i}].role", f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}, "
-                                             f"got {m.get('role')!r}")
+                                             f"got {short(given)}")
         out.append(Message(role, _content(m, i), reasoning=_reasoning(m, i, role)))
     return out
 
@@ -237,7 +238,7 @@ def parse(body: Any, kind: str) -> ApiRequest:
     mt = body.get("max_completion_tokens", body.get("max_tokens"))
     if mt is not None:
         if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
-            raise bad("max_tokens", f"max_tokens must be a whole number of at least 1, got {mt!r}")
+            raise bad("max_tokens", f"max_tokens must be a whole number of at least 1, got {short(mt)}")
         req.max_tokens = mt
     s: dict[str, Any] = {}
     for key, lo, hi, integer in (("temperature", 0, 2, False), ("top_p", 0, 1, False), ("top_k", 0, 1 << 20, True),

@@ -15,7 +15,6 @@ disconnect while streaming, and a watcher does for a non-streamed reply.
 from __future__ import annotations
 
 import json
-import math
 import socket
 import threading
 import time
@@ -34,10 +33,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import HearthError, PromptTooLongError
+from ..errors import HearthError
 from ..metrics import GenerationStats
 from ..models.catalogue import ModelRef
 from ..types import SamplingParams, StreamEvent
+from .http import api_error, error_response, read_json
 from .openai_schema import ApiError, ApiRequest, Shaper, parse, usage
 from .pump import Pump
 from .requests import QueueFull, ServeRequest, Ticket
@@ -70,45 +70,6 @@ class Target:
     created: int
 
 
-def _error_response(e: ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
-
-
-def _api_error(e: HearthError) -> ApiError:
-    """The HTTP answer to a failure the engine or the scheduler reported."""
-    if isinstance(e, QueueFull):
-        return ApiError(429, str(e), type="rate_limit_error", code="queue_full",
-                        headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))})
-    if isinstance(e, PromptTooLongError):
-        return ApiError(400, str(e), param="messages", code="context_length_exceeded")
-    # Everything else the engine reports as a HearthError is about the request
-    # (its template, grammar or length); the scheduler turns its own bugs into one too.
-    return ApiError(400, str(e))
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The body as JSON, refusing more than ``limit`` bytes without reading past it."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"the request body is {int(declared):,} bytes; this server takes at most {limit:,}",
-                       code="request_too_large")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"the request body is over {limit:,} bytes, the most this server takes",
-                           code="request_too_large")
-        chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
-    except RecursionError:  # thousands of nested brackets: valid JSON no request needs
-        raise ApiError(400, "the request body nests too deeply", code="invalid_json") from None
-    except ValueError as e:  # valid JSON Python will not read, e.g. an integer of over 4,300 digits
-        raise ApiError(400, f"the request body cannot be read: {e}", code="invalid_json") from None
-
-
 def _usage(st: GenerationStats) -> dict[str, Any]:
     return usage(st.prompt_tokens, st.cached_tokens, st.generated_tokens, st.reasoning_tokens)
 
@@ -132,10 +93,9 @@ class LocalServer:
         self.finished: deque[Ticket] = deque(maxlen=64)
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
-        routes = [Route("/v1/models", self._models, methods=["GET"]),
-                  Route("/v1/models/{model_id:path}", self._model, methods=["GET"]),
-                  Route("/v1/chat/completions", self._chat, methods=["POST"]),
-                  Route("/v1/completions", self._completions, methods=["POST"])]
+        routes = [Route(path, endpoint, methods=[method]) for path, endpoint, method in (
+            ("/v1/models", self._models, "GET"), ("/v1/models/{model_id:path}", self._model, "GET"),
+            ("/v1/chat/completions", self._chat, "POST"), ("/v1/completions", self._completions, "POST"))]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
         self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins)
 
@@ -184,7 +144,8 @@ class LocalServer:
                "POST /v1/chat/completions and POST /v1/completions")
         if exc.status_code != 404:
             msg = f"{exc.detail}: {request.method} {request.url.path}"
-        return _error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None))
+        return error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None),
+                              request.url.path)
 
     def _model_card(self, t: Target) -> dict[str, Any]:
         return {"id": t.model_id, "object": "model", "created": t.created, "owned_by": "hearth",
@@ -200,7 +161,7 @@ class LocalServer:
             if request.path_params["model_id"] != t.model_id:
                 raise self._unknown_model(request.path_params["model_id"], t)
         except ApiError as e:
-            return _error_response(e)
+            return error_response(e, request.url.path)
         return JSONResponse(self._model_card(t))
 
     @staticmethod
@@ -236,7 +197,7 @@ class LocalServer:
             try:
                 ticket = t.scheduler.submit(self._serve_request(req, t))
             except QueueFull as e:
-                raise _api_error(e) from None
+                raise api_error(e) from None
             except HearthError as e:  # the scheduler closed under us: a model switch
                 raise ApiError(503, f"the server's model is changing ({e}); try again shortly",
                                type="server_error", code="model_not_ready") from None
@@ -246,12 +207,12 @@ class LocalServer:
             try:
                 first = await pump.next()
             except HearthError as e:
-                raise _api_error(e) from None
+                raise api_error(e) from None
             if first is None:
                 raise ApiError(500, "the request ended without a reply", type="server_error")
         except ApiError as e:
             self._release(pump)
-            return _error_response(e)
+            return error_response(e, request.url.path)
         except BaseException:
             self._release(pump)  # the client left while the request waited for its first token
             raise
@@ -291,9 +252,9 @@ class LocalServer:
             # A reply cut inside its reasoning (max_tokens) keeps it: finish_reason "length" says so.
             return JSONResponse(shaper.whole(ev.text, ev.finish_reason, _usage(ev.stats), reasoning=ev.reasoning))
         except HearthError as e:
-            return _error_response(_api_error(e))
+            return error_response(api_error(e), request.url.path)
         except ApiError as e:
-            return _error_response(e)
+            return error_response(e, request.url.path)
         finally:
             self._release(pump, served=served)
 
@@ -322,7 +283,7 @@ class LocalServer:
             served = ev.finish_reason != "cancelled"
             yield {"data": "[DONE]"}
         except HearthError as e:  # after the headers went out: the error goes in the stream, as OpenAI's does
-            yield {"data": json.dumps(_api_error(e).body())}
+            yield {"data": json.dumps(api_error(e).body())}
             yield {"data": "[DONE]"}
         finally:
             self._release(pump, served=served)
