@@ -1,12 +1,15 @@
-"""The local server's answers to hostile bodies: always JSON in the protocol's error shape,
-never Starlette's plain-text 500."""
+"""The local server's answers to hostile bodies and to its own bugs: always JSON in the
+protocol's error shape, never Starlette's plain-text 500, and a bug's traceback in the log."""
 from __future__ import annotations
 
 import json
+import logging
 
 import httpx
 import pytest
 
+from engine.serve.openai_schema import Shaper
+from engine.serve.scheduler import Scheduler
 from engine.serve.server import LocalServer
 
 Q = [{"role": "user", "content": "Hi"}]
@@ -20,6 +23,17 @@ def bare():
     srv.start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def served(engine):
+    sched = Scheduler(engine, parallel=1, queue_limit=4)
+    srv = LocalServer(port=0)
+    srv.attach(sched)
+    srv.start()
+    yield srv
+    srv.stop()
+    sched.close()
 
 
 def nested(n: int) -> str:
@@ -68,3 +82,48 @@ def test_values_of_the_wrong_type_are_named_not_crashed_on(bare):
     assert err["param"] == "stop"
     # With no model, a well-formed request is a 503 (the body was fine).
     openai_error(post(bare, json.dumps({"model": "m", "messages": Q})), 503)
+
+
+def _logged(caplog, needle: str) -> logging.LogRecord:
+    recs = [r for r in caplog.records if r.name == "hearth.serve" and r.exc_info]
+    assert recs, "the bug was not logged"
+    assert any(needle in logging.Formatter().formatException(r.exc_info) for r in recs)
+    return recs[-1]
+
+
+def test_a_bug_in_a_route_is_a_json_500_and_its_traceback_is_logged(served, monkeypatch, caplog):
+    def boom(*_a, **_k):
+        raise RuntimeError("kaboom in the route")
+
+    caplog.set_level(logging.ERROR, logger="hearth.serve")
+    monkeypatch.setattr(served, "_current", boom)
+    r = httpx.post(f"{served.url}/chat/completions", json={"model": served.model_id, "messages": Q, "max_tokens": 2})
+    err = openai_error(r, 500)
+    assert err["type"] == "server_error" and "RuntimeError: kaboom in the route" in err["message"]
+    rec = _logged(caplog, "kaboom in the route")
+    assert "POST /v1/chat/completions" in rec.getMessage()
+    monkeypatch.setattr(served, "_model_card", boom)
+    err = openai_error(httpx.get(f"{served.url}/models"), 500)
+    assert err["type"] == "server_error"
+    monkeypatch.undo()
+    r = httpx.post(f"{served.url}/chat/completions", json={"model": served.model_id, "messages": Q,
+                                                           "max_tokens": 2, "temperature": 0}, timeout=120)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] is not None
+
+
+def test_a_bug_inside_a_stream_ends_it_with_an_error_event_and_is_logged(served, monkeypatch, caplog):
+    def boom(*_a, **_k):
+        raise KeyError("usage went missing")
+
+    caplog.set_level(logging.ERROR, logger="hearth.serve")
+    monkeypatch.setattr(Shaper, "usage_chunk", boom)
+    body = {"model": served.model_id, "messages": Q, "max_tokens": 3, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", f"{served.url}/chat/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        events = [line[len("data: "):] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    err = json.loads(events[-2])["error"]
+    assert set(err) == OPENAI_ERROR and err["type"] == "server_error" and "usage went missing" in err["message"]
+    _logged(caplog, "usage went missing")
+    assert served.in_flight == 0

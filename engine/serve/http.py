@@ -3,22 +3,26 @@
 A body is read up to a size limit and parsed as JSON, and a value that nests
 deeper than any request needs is refused before any other code walks it (a
 ``repr`` in an error message, a template, ``json.dumps``: each would recurse
-as deep as the client chose). A refusal is an :class:`ApiError`, answered in
-the shape of the protocol the route speaks.
+as deep as the client chose). A refusal is an :class:`ApiError`; a bug in a
+route is logged here with its traceback and answered as a 500 in the same
+shape, never as Starlette's plain-text page.
 """
 from __future__ import annotations
 
 import json
+import logging
 import math
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from ..errors import HearthError, PromptTooLongError
 from .openai_schema import ApiError
 from .requests import QueueFull
 from .template_vars import depth
+
+log = logging.getLogger("hearth.serve")
 
 MAX_DEPTH = 64  # nesting levels; a chat request needs 5, a deep JSON schema a few dozen
 
@@ -35,6 +39,12 @@ def api_error(e: HearthError) -> ApiError:
     return ApiError(400, str(e))
 
 
+def internal_error(e: BaseException) -> ApiError:
+    """A bug's answer: a 500 that names the exception; the traceback stays in the local log."""
+    return ApiError(500, f"the server failed on this request ({type(e).__name__}: {e}); "
+                         "the traceback is in the server's log", type="server_error", code="internal_error")
+
+
 def error_body(e: ApiError, path: str) -> dict[str, Any]:
     """``e`` in the shape of the protocol ``path`` belongs to (OpenAI's unless another claims it)."""
     return e.body()
@@ -42,6 +52,21 @@ def error_body(e: ApiError, path: str) -> dict[str, Any]:
 
 def error_response(e: ApiError, path: str) -> JSONResponse:
     return JSONResponse(error_body(e, path), status_code=e.status, headers=e.headers)
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def guarded(endpoint: Endpoint) -> Endpoint:
+    """``endpoint`` with its bugs answered: any exception it lets through is logged with its
+    traceback and becomes a 500 in the protocol's error shape."""
+    async def run(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as e:  # a bug: the client gets a clear 500, the log the traceback
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(internal_error(e), request.url.path)
+    return run
 
 
 async def read_json(request: Request, limit: int) -> Any:

@@ -37,7 +37,7 @@ from ..errors import HearthError
 from ..metrics import GenerationStats
 from ..models.catalogue import ModelRef
 from ..types import SamplingParams, StreamEvent
-from .http import api_error, error_response, read_json
+from .http import api_error, error_response, guarded, internal_error, log, read_json
 from .openai_schema import ApiError, ApiRequest, Shaper, parse, usage
 from .pump import Pump
 from .requests import QueueFull, ServeRequest, Ticket
@@ -93,7 +93,7 @@ class LocalServer:
         self.finished: deque[Ticket] = deque(maxlen=64)
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
-        routes = [Route(path, endpoint, methods=[method]) for path, endpoint, method in (
+        routes = [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in (
             ("/v1/models", self._models, "GET"), ("/v1/models/{model_id:path}", self._model, "GET"),
             ("/v1/chat/completions", self._chat, "POST"), ("/v1/completions", self._completions, "POST"))]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
@@ -284,6 +284,10 @@ class LocalServer:
             yield {"data": "[DONE]"}
         except HearthError as e:  # after the headers went out: the error goes in the stream, as OpenAI's does
             yield {"data": json.dumps(api_error(e).body())}
+            yield {"data": "[DONE]"}
+        except Exception as e:  # a bug after the headers went out: logged, and said in the stream
+            log.exception("a streamed reply failed")
+            yield {"data": json.dumps(internal_error(e).body())}
             yield {"data": "[DONE]"}
         finally:
             self._release(pump, served=served)
