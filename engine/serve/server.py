@@ -14,7 +14,6 @@ disconnect while streaming, and a watcher does for a non-streamed reply.
 """
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -34,16 +33,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import HearthError
-from ..metrics import GenerationStats
 from ..models.catalogue import ModelRef
 from ..types import SamplingParams, StreamEvent
 from .http import api_error, error_response, guarded, internal_error, log, read_json
-from .openai_schema import ApiError, ApiRequest, Shaper, parse, usage
+from .openai_schema import ApiError, ApiRequest
 from .pump import Pump
 from .requests import QueueFull, ServeRequest, Ticket
 from .scheduler import Scheduler
 from .security import Guard, check_bind_host
 from .template_vars import TemplateVarsError, check_think
+from .wire import Reply, Wire, openai_wire
 
 DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
 MAX_BODY = 1 << 20     # bytes; a chat request is a few KB, a long pasted file well under this
@@ -70,10 +69,6 @@ class Target:
     created: int
 
 
-def _usage(st: GenerationStats) -> dict[str, Any]:
-    return usage(st.prompt_tokens, st.cached_tokens, st.generated_tokens, st.reasoning_tokens)
-
-
 class LocalServer:
     """The OpenAI-compatible API on 127.0.0.1, over whatever scheduler is attached."""
 
@@ -95,7 +90,8 @@ class LocalServer:
         self._thread: threading.Thread | None = None
         routes = [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in (
             ("/v1/models", self._models, "GET"), ("/v1/models/{model_id:path}", self._model, "GET"),
-            ("/v1/chat/completions", self._chat, "POST"), ("/v1/completions", self._completions, "POST"))]
+            ("/v1/chat/completions", self._route(openai_wire("chat")), "POST"),
+            ("/v1/completions", self._route(openai_wire("completion")), "POST"))]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
         self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins)
 
@@ -169,28 +165,28 @@ class LocalServer:
         return ApiError(404, f"the model {name!r} is not served here; this server runs {t.model_id!r}",
                         param="model", code="model_not_found")
 
-    async def _chat(self, request: Request) -> Response:
-        return await self._generate(request, "chat")
-
-    async def _completions(self, request: Request) -> Response:
-        return await self._generate(request, "completion")
-
     def _serve_request(self, req: ApiRequest, t: Target) -> ServeRequest:
+        kwargs = req.template_kwargs
         try:
-            check_think(t.scheduler.engine.think, req.template_kwargs)
+            check_think(t.scheduler.engine.think, kwargs)
         except TemplateVarsError as e:
             raise ApiError(400, str(e), param=e.param) from None
         try:
             params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens or t.n_ctx})
             return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar,
-                                template_kwargs=req.template_kwargs)
+                                template_kwargs=kwargs)
         except HearthError as e:
             raise ApiError(400, str(e)) from None
 
-    async def _generate(self, request: Request, kind: str) -> Response:
+    def _route(self, wire: Wire):
+        async def endpoint(request: Request) -> Response:
+            return await self._generate(request, wire)
+        return endpoint
+
+    async def _generate(self, request: Request, wire: Wire) -> Response:
         pump: Pump | None = None
         try:
-            req = parse(await read_json(request, self.max_body), kind)
+            req = wire.parse(await read_json(request, self.max_body))
             t = self._current()
             if req.model != t.model_id:
                 raise self._unknown_model(req.model, t)
@@ -210,21 +206,20 @@ class LocalServer:
                 raise api_error(e) from None
             if first is None:
                 raise ApiError(500, "the request ended without a reply", type="server_error")
+            reply = wire.reply(req, t.model_id, first)
         except ApiError as e:
             self._release(pump)
             return error_response(e, request.url.path)
         except BaseException:
-            self._release(pump)  # the client left while the request waited for its first token
+            self._release(pump)  # the client left while the request waited for its first token (or a bug)
             raise
-        assert pump is not None  # every path that leaves it None raised an ApiError
-        shaper = Shaper(kind, t.model_id)
         if req.stream:
             # The background release covers a client gone before the stream's first chunk, when
             # the generator never starts and so never reaches its own ``finally``.
-            return EventSourceResponse(self._stream(pump, first, shaper, req.include_usage), sep="\n",
-                                       ping=15, headers={"Cache-Control": "no-cache"},
+            return EventSourceResponse(self._stream(pump, first, reply), sep="\n", ping=15,
+                                       headers={"Cache-Control": "no-cache"},
                                        background=BackgroundTask(self._release, pump))
-        return await self._whole(request, pump, first, shaper)
+        return await self._whole(request, pump, first, reply)
 
     def _release(self, pump: Pump | None, *, served: bool = False) -> None:
         if pump is None:
@@ -238,7 +233,7 @@ class LocalServer:
         if served:
             self.served += 1
 
-    async def _whole(self, request: Request, pump: Pump, ev: StreamEvent | None, shaper: Shaper) -> Response:
+    async def _whole(self, request: Request, pump: Pump, ev: StreamEvent | None, reply: Reply) -> Response:
         served = False
         try:
             async with anyio.create_task_group() as tg:
@@ -249,8 +244,7 @@ class LocalServer:
             if ev is None or ev.stats is None:
                 raise ApiError(500, "the request ended without its final event", type="server_error")
             served = ev.finish_reason != "cancelled"
-            # A reply cut inside its reasoning (max_tokens) keeps it: finish_reason "length" says so.
-            return JSONResponse(shaper.whole(ev.text, ev.finish_reason, _usage(ev.stats), reasoning=ev.reasoning))
+            return JSONResponse(reply.whole(ev))
         except HearthError as e:
             return error_response(api_error(e), request.url.path)
         except ApiError as e:
@@ -264,31 +258,29 @@ class LocalServer:
             pass
         pump.close()
 
-    async def _stream(self, pump: Pump, ev: StreamEvent | None, shaper: Shaper,
-                      include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    async def _stream(self, pump: Pump, ev: StreamEvent | None, reply: Reply) -> AsyncIterator[dict[str, str]]:
         served = False
         try:
-            yield {"data": json.dumps(shaper.chunk(None, first=True, include_usage=include_usage))}
+            for item in reply.opening():
+                yield item
             while ev is not None and ev.kind != "final":
-                if ev.text and ev.kind == "delta":
-                    yield {"data": json.dumps(shaper.chunk(ev.text, include_usage=include_usage))}
-                elif ev.text and ev.kind == "reasoning":
-                    yield {"data": json.dumps(shaper.chunk(None, reasoning=ev.text, include_usage=include_usage))}
+                for item in reply.event(ev):
+                    yield item
                 ev = await pump.next()
             if ev is None or ev.stats is None:
                 raise HearthError("the request ended without its final event")
-            yield {"data": json.dumps(shaper.chunk(None, ev.finish_reason, include_usage=include_usage))}
-            if include_usage:
-                yield {"data": json.dumps(shaper.usage_chunk(_usage(ev.stats)))}
             served = ev.finish_reason != "cancelled"
-            yield {"data": "[DONE]"}
+            for item in reply.closing(ev):
+                yield item
         except HearthError as e:  # after the headers went out: the error goes in the stream, as OpenAI's does
-            yield {"data": json.dumps(api_error(e).body())}
-            yield {"data": "[DONE]"}
+            served = False
+            for item in reply.failure(api_error(e)):
+                yield item
         except Exception as e:  # a bug after the headers went out: logged, and said in the stream
+            served = False
             log.exception("a streamed reply failed")
-            yield {"data": json.dumps(internal_error(e).body())}
-            yield {"data": "[DONE]"}
+            for item in reply.failure(internal_error(e)):
+                yield item
         finally:
             self._release(pump, served=served)
 
