@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from engine.serve.openai_schema import Shaper
-from engine.serve.scheduler import Scheduler
 from engine.serve.server import LocalServer
+from serving import local_server
 
 Q = [{"role": "user", "content": "Hi"}]
 OPENAI_ERROR = {"message", "type", "param", "code"}
@@ -27,13 +27,8 @@ def bare():
 
 @pytest.fixture(scope="module")
 def served(engine):
-    sched = Scheduler(engine, parallel=1, queue_limit=4)
-    srv = LocalServer(port=0)
-    srv.attach(sched)
-    srv.start()
-    yield srv
-    srv.stop()
-    sched.close()
+    with local_server(engine, parallel=1, queue_limit=4) as srv:
+        yield srv
 
 
 def nested(n: int) -> str:

@@ -18,12 +18,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import HearthError, PromptTooLongError
+from . import anthropic
 from .openai_schema import ApiError
 from .requests import QueueFull
 from .template_vars import depth
 
 log = logging.getLogger("hearth.serve")
 
+ANTHROPIC_PATH = "/v1/messages"
 MAX_DEPTH = 64  # nesting levels; a chat request needs 5, a deep JSON schema a few dozen
 
 
@@ -45,13 +47,22 @@ def internal_error(e: BaseException) -> ApiError:
                          "the traceback is in the server's log", type="server_error", code="internal_error")
 
 
+def is_anthropic(path: str) -> bool:
+    """Whether ``path`` is Anthropic's Messages API (its errors take Anthropic's shape)."""
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
 def error_body(e: ApiError, path: str) -> dict[str, Any]:
     """``e`` in the shape of the protocol ``path`` belongs to (OpenAI's unless another claims it)."""
-    return e.body()
+    return anthropic.error_body(e) if is_anthropic(path) else e.body()
+
+
+def error_status(e: ApiError, path: str) -> int:
+    return anthropic.error_status(e) if is_anthropic(path) else e.status
 
 
 def error_response(e: ApiError, path: str) -> JSONResponse:
-    return JSONResponse(error_body(e, path), status_code=e.status, headers=e.headers)
+    return JSONResponse(error_body(e, path), status_code=error_status(e, path), headers=e.headers)
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]

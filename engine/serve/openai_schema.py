@@ -67,6 +67,8 @@ class ApiRequest:
     include_usage: bool = False
     # chat: variables for the chat template (chat_template_kwargs, reasoning_effort); None: none given
     template_kwargs: dict[str, Any] | None = None
+    # a protocol's own thinking switch (Anthropic's ``thinking``): the model's switch, where it has one
+    thinking: bool | None = None
 
 
 def _number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
@@ -144,7 +146,7 @@ def _reasoning(m: dict, i: int, role: str) -> str | None:
     return None
 
 
-def _grammar(body: dict) -> str | None:
+def grammar_of(body: dict) -> str | None:
     """GBNF text from ``response_format``, or from ``grammar`` (llama-server's field: the text as is)."""
     rf, gbnf = body.get("response_format"), body.get("grammar")
     if gbnf is not None:
@@ -258,7 +260,7 @@ def parse(body: Any, kind: str) -> ApiRequest:
         s["seed"] = s["seed"] % (1 << 32)  # the engine's generator takes 32 bits; any int from a client maps in
     s["stop"] = _stop(body)
     req.sampling = s
-    req.grammar = _grammar(body)
+    req.grammar = grammar_of(body)
     req.template_kwargs = _template_kwargs(body, kind)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):

@@ -42,7 +42,7 @@ from .requests import QueueFull, ServeRequest, Ticket
 from .scheduler import Scheduler
 from .security import Guard, check_bind_host
 from .template_vars import TemplateVarsError, check_think
-from .wire import Reply, Wire, openai_wire
+from .wire import Reply, Wire, anthropic_wire, openai_wire
 
 DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
 MAX_BODY = 1 << 20     # bytes; a chat request is a few KB, a long pasted file well under this
@@ -91,7 +91,8 @@ class LocalServer:
         routes = [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in (
             ("/v1/models", self._models, "GET"), ("/v1/models/{model_id:path}", self._model, "GET"),
             ("/v1/chat/completions", self._route(openai_wire("chat")), "POST"),
-            ("/v1/completions", self._route(openai_wire("completion")), "POST"))]
+            ("/v1/completions", self._route(openai_wire("completion")), "POST"),
+            ("/v1/messages", self._route(anthropic_wire()), "POST"))]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
         self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins)
 
@@ -137,7 +138,7 @@ class LocalServer:
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)  # registered for HTTPException only
         msg = (f"no route {request.method} {request.url.path}; this server offers GET /v1/models, "
-               "POST /v1/chat/completions and POST /v1/completions")
+               "POST /v1/chat/completions, POST /v1/completions and POST /v1/messages")
         if exc.status_code != 404:
             msg = f"{exc.detail}: {request.method} {request.url.path}"
         return error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None),
@@ -166,9 +167,12 @@ class LocalServer:
                         param="model", code="model_not_found")
 
     def _serve_request(self, req: ApiRequest, t: Target) -> ServeRequest:
+        think = t.scheduler.engine.think
         kwargs = req.template_kwargs
+        if req.thinking is not None and think is not None and think.kind == "switch":
+            kwargs = {**(kwargs or {}), think.variable: req.thinking}  # a protocol's own thinking switch
         try:
-            check_think(t.scheduler.engine.think, kwargs)
+            check_think(think, kwargs)
         except TemplateVarsError as e:
             raise ApiError(400, str(e), param=e.param) from None
         try:

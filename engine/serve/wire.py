@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol
 
 from ..metrics import GenerationStats
 from ..types import StreamEvent
+from . import anthropic
 from .openai_schema import ApiError, ApiRequest, Shaper, parse, usage
 
 SSE = dict[str, str]
@@ -99,3 +100,8 @@ def openai_wire(kind: str) -> Wire:
     """``/v1/chat/completions`` (``kind="chat"``) or ``/v1/completions``."""
     return Wire(lambda body: parse(body, kind),
                 lambda req, model, _first: OpenAIReply(kind, model, req.include_usage))
+
+
+def anthropic_wire() -> Wire:
+    """``/v1/messages``: Anthropic's Messages API."""
+    return Wire(anthropic.parse, lambda _req, model, first: anthropic.MessageReply(model, first))
