@@ -27,7 +27,7 @@ from typing import Any
 
 from ..messages import Message
 from ..types import StreamEvent
-from .openai_schema import ApiError, ApiRequest, bad, grammar_of
+from .openai_schema import ApiError, ApiRequest, bad, grammar_of, head, number
 from .template_vars import short
 
 MAX_STOP_SEQUENCES = 16
@@ -114,17 +114,6 @@ def _messages(raw: Any, system: str | None) -> list[Message]:
     return out
 
 
-def _number(body: dict, key: str, lo: float, hi: float, integer: bool = False) -> float | int | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
-        raise bad(key, f"{key} must be {'a whole number' if integer else 'a number'}, got {short(v)}")
-    if not lo <= v <= hi:
-        raise bad(key, f"{key} must be between {lo:g} and {hi:g}, got {v!r}")
-    return v
-
-
 def _thinking(v: Any) -> bool | None:
     if v is None:
         return None
@@ -163,20 +152,14 @@ def _output(body: dict) -> tuple[str | None, dict[str, Any] | None]:
 
 def parse(body: Any) -> ApiRequest:
     """Check a ``/v1/messages`` body; raises ApiError naming the field at fault."""
-    if not isinstance(body, dict):
-        raise bad("", "the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise bad("model", "model is required: GET /v1/models lists the one this server runs")
-    if body.get("tools"):
-        raise bad("tools", "tools are not supported yet by this server; send the request without them")
+    body, model = head(body, no_tools=True)
     mt = body.get("max_tokens")
     if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
         raise bad("max_tokens", f"max_tokens is required: a whole number of at least 1, got {short(mt)}")
     messages = _messages(body.get("messages"), _system(body.get("system")))
     s: dict[str, Any] = {}
     for key, lo, hi, integer in (("temperature", 0, 1, False), ("top_p", 0, 1, False), ("top_k", 0, 1 << 20, True)):
-        v = _number(body, key, lo, hi, integer)
+        v = number(body, key, lo, hi, integer=integer)
         if v is not None:
             s[key] = v
     if s.get("top_p") == 0:

@@ -69,9 +69,12 @@ class ApiRequest:
     template_kwargs: dict[str, Any] | None = None
     # a protocol's own thinking switch (Anthropic's ``thinking``): the model's switch, where it has one
     thinking: bool | None = None
+    # what a wire format keeps for its reply (the Responses API: the conversation, what to echo)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
+def number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
+    """``body[key]`` checked to be a number (``integer``: a whole one) in [lo, hi]; None when absent."""
     v = body.get(key)
     if v is None:
         return None
@@ -219,13 +222,22 @@ def _refuse_unsupported(body: dict) -> None:
         raise bad("logit_bias", "logit_bias is not supported by this server")
 
 
-def parse(body: Any, kind: str) -> ApiRequest:
-    """Check a request body for /v1/chat/completions (``kind="chat"``) or /v1/completions."""
+def head(body: Any, *, no_tools: bool = False) -> tuple[dict, str]:
+    """Every format's first checks: the body is an object naming its model. ``no_tools``: a
+    400 for any ``tools`` (the formats that have no tool support yet)."""
     if not isinstance(body, dict):
         raise bad("", "the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad("model", "model is required: GET /v1/models lists the one this server runs")
+    if no_tools and body.get("tools"):
+        raise bad("tools", "tools are not supported yet by this server; send the request without them")
+    return body, model
+
+
+def parse(body: Any, kind: str) -> ApiRequest:
+    """Check a request body for /v1/chat/completions (``kind="chat"``) or /v1/completions."""
+    body, model = head(body)
     _refuse_unsupported(body)
     req = ApiRequest(kind=kind, model=model)
     if kind == "chat":
@@ -247,7 +259,7 @@ def parse(body: Any, kind: str) -> ApiRequest:
                                  ("min_p", 0, 1, False), ("presence_penalty", -2, 2, False),
                                  ("frequency_penalty", -2, 2, False), ("repeat_penalty", 0, 10, False),
                                  ("seed", -(1 << 63), (1 << 64) - 1, True)):
-        v = _number(body, key, lo, hi, integer=integer)
+        v = number(body, key, lo, hi, integer=integer)
         if v is not None:
             s[key] = v
     if s.get("top_p") == 0:

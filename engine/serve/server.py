@@ -42,7 +42,8 @@ from .requests import QueueFull, ServeRequest, Ticket
 from .scheduler import Scheduler
 from .security import Guard, check_bind_host
 from .template_vars import TemplateVarsError, check_think
-from .wire import Reply, Wire, anthropic_wire, openai_wire
+from .responses import ResponseStore
+from .wire import Reply, Wire, anthropic_wire, openai_wire, responses_wire
 
 DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
 MAX_BODY = 1 << 20     # bytes; a chat request is a few KB, a long pasted file well under this
@@ -86,13 +87,15 @@ class LocalServer:
         self.served = 0    # API replies completed
         # The latest requests' tickets, whose ``times`` say where each one's time went.
         self.finished: deque[Ticket] = deque(maxlen=64)
+        self.responses = ResponseStore()  # what /v1/responses' previous_response_id continues
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         routes = [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in (
             ("/v1/models", self._models, "GET"), ("/v1/models/{model_id:path}", self._model, "GET"),
             ("/v1/chat/completions", self._route(openai_wire("chat")), "POST"),
             ("/v1/completions", self._route(openai_wire("completion")), "POST"),
-            ("/v1/messages", self._route(anthropic_wire()), "POST"))]
+            ("/v1/messages", self._route(anthropic_wire()), "POST"),
+            ("/v1/responses", self._route(responses_wire(self.responses)), "POST"))]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
         self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins)
 
@@ -138,7 +141,7 @@ class LocalServer:
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)  # registered for HTTPException only
         msg = (f"no route {request.method} {request.url.path}; this server offers GET /v1/models, "
-               "POST /v1/chat/completions, POST /v1/completions and POST /v1/messages")
+               "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses and POST /v1/messages")
         if exc.status_code != 404:
             msg = f"{exc.detail}: {request.method} {request.url.path}"
         return error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None),

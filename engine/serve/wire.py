@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol
 
 from ..metrics import GenerationStats
 from ..types import StreamEvent
-from . import anthropic
+from . import anthropic, responses
 from .openai_schema import ApiError, ApiRequest, Shaper, parse, usage
 
 SSE = dict[str, str]
@@ -105,3 +105,9 @@ def openai_wire(kind: str) -> Wire:
 def anthropic_wire() -> Wire:
     """``/v1/messages``: Anthropic's Messages API."""
     return Wire(anthropic.parse, lambda _req, model, first: anthropic.MessageReply(model, first))
+
+
+def responses_wire(store: responses.ResponseStore) -> Wire:
+    """``/v1/responses``: OpenAI's Responses API; ``store`` keeps what previous_response_id continues."""
+    return Wire(lambda body: responses.parse(body, store),
+                lambda req, model, _first: responses.ResponseReply(req, model, store))
