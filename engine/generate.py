@@ -317,7 +317,8 @@ def stream_tokens(backend: Backend, steps: Generator[tuple[int, bool], None, Non
     timeline.finish(stats, kv_used=backend.kv_len)
     yield StreamEvent("final", text, finish_reason=reason, stats=stats, token_ids=generated,
                       reasoning=summary.reasoning if summary.had_reasoning else None,
-                      reasoning_open=summary.reasoning_unfinished and summary.had_reasoning, tool_calls=made)
+                      reasoning_open=summary.reasoning_unfinished and summary.had_reasoning, tool_calls=made,
+                      stop_string=detok.stop_string if reason == "stop_string" else None)
 
 
 def _reasoning_figures(stats: GenerationStats, summary, *, t_start: float, t_last: float) -> None:

@@ -106,7 +106,8 @@ class StreamEvent:
     ``kind == "final"``: ``finish_reason`` and ``stats`` are set; ``text`` is the whole
     answer (every delta joined), ``reasoning`` the whole reasoning (None: the reply had
     none), ``reasoning_open`` whether the reply stopped inside its reasoning block (max
-    tokens, Stop), and ``tool_calls`` every call, complete. ``finish_reason`` is one of
+    tokens, Stop), ``tool_calls`` every call, complete, and ``stop_string`` the stop string
+    that ended the reply (finish "stop_string"). ``finish_reason`` is one of
     engine.metrics.FINISH_REASONS.
     """
 
@@ -119,6 +120,7 @@ class StreamEvent:
     reasoning_open: bool = False
     tool_call: ToolCallDelta | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    stop_string: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

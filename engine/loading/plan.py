@@ -68,7 +68,8 @@ def choices_for(req: LoadRequest, fmt: str) -> Choices:
                    kv_type=None if kv == "auto" else kv,
                    # transformers drafts come from the catalogue only; Hearth drafts with n-gram there
                    draft="none" if fmt == "hf" or req.draft == "none" else
-                   None if req.draft in (None, "auto") else req.draft)
+                   None if req.draft in (None, "auto") else req.draft,
+                   server_parallel=req.server_parallel)
 
 
 def plan_request(req: LoadRequest, target: str | None = None, hardware: Hardware | None = None) -> Plan | None:

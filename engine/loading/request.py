@@ -81,10 +81,15 @@ class LoadRequest:
     gpu_layers: int | str | None = None  # None: Auto; "all"; or a number
     kv_type: str = "auto"           # one of KV_TYPES
     exactness: str = "exact"        # one of EXACTNESS
+    # The local server's batched sequences: their batch context's memory is planned too (0: no
+    # server). The server's setting, not the model's: settings files do not keep it.
+    server_parallel: int = 0
     cpu_only: str | None = None
     retry_after: str | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.server_parallel, int) or self.server_parallel < 0:
+            raise HearthError(f"server_parallel must be a whole number >= 0, got {self.server_parallel!r}")
         if self.source is None and isinstance(self.model, str):
             # Worked out once, so that two requests for the same model compare equal.
             object.__setattr__(self, "source", infer_source(self.model or BUNDLED))
@@ -102,7 +107,7 @@ class LoadRequest:
 
     def as_dict(self) -> dict[str, Any]:
         """The settings' part of this load as a plain dict (what ``last_working`` saves)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("cpu_only", "retry_after")}
+        return {k: v for k, v in asdict(self).items() if k not in ("cpu_only", "retry_after", "server_parallel")}
 
     def plain(self) -> "LoadRequest":
         """The settings' own request, without a retry's notes (out of memory, CPU only)."""

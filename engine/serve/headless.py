@@ -24,8 +24,9 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
 
     server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins)
     print("loading model...", file=sys.stderr, flush=True)
-    loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads),
-                        data_dir=data_dir())
+    # The plan counts the batch context the scheduler opens for ``parallel`` sequences.
+    loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads,
+                                    server_parallel=parallel), data_dir=data_dir())
     m = loaded.model
     assert m is not None  # load_model describes what it loaded
     print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "

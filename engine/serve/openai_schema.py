@@ -37,7 +37,7 @@ from .errors import ApiError, bad  # noqa: F401  (ApiError: re-exported, the ser
 from .openai_tools import parse_tools, tool_calls as _tool_calls, wire_call
 from ..metrics import openai_finish_reason
 from ..types import Message
-from .template_vars import TemplateVarsError, chat_template_kwargs, reasoning_effort
+from .template_vars import TemplateVarsError, chat_template_kwargs, reasoning_effort, short
 
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
               "tool": "tool"}
@@ -61,15 +61,20 @@ class ApiRequest:
     tools: tuple[Tool, ...] = ()           # chat: the functions offered (none with tool_choice "none")
     tool_choice: str = "auto"              # "auto", "required" or a function's name
     parallel_tool_calls: bool = True
+    # a protocol's own thinking switch (Anthropic's ``thinking``): the model's switch, where it has one
+    thinking: bool | None = None
+    # what a wire format keeps for its reply (the Responses API: the conversation, what to echo)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
+def number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
+    """``body[key]`` checked to be a number (``integer``: a whole one) in [lo, hi]; None when absent."""
     v = body.get(key)
     if v is None:
         return None
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if isinstance(v, bool) or not ok:
-        raise bad(key, f"{key} must be {'a whole number' if integer else 'a number'}, got {v!r}")
+        raise bad(key, f"{key} must be {'a whole number' if integer else 'a number'}, got {short(v)}")
     if not lo <= v <= hi:
         raise bad(key, f"{key} must be between {lo:g} and {hi:g}, got {v!r}")
     return v
@@ -99,7 +104,7 @@ def _content(m: dict, i: int) -> str:
             if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
                 kind = p.get("type") if isinstance(p, dict) else type(p).__name__
                 raise bad(f"messages[{i}].content", f"messages[{i}].content: only text parts are supported "
-                                                    f"here, got {kind!r}")
+                                                    f"here, got {short(kind)}")
             parts.append(p["text"])
         return "".join(parts)
     raise bad(f"messages[{i}].content", f"messages[{i}].content must be text or a list of text parts")
@@ -113,10 +118,11 @@ def _messages(body: dict) -> list[Message]:
     for i, m in enumerate(raw):
         if not isinstance(m, dict):
             raise bad(f"messages[{i}]", f"messages[{i}] must be an object with a role and a content")
-        role = CHAT_ROLES.get(m.get("role"))  # type: ignore[arg-type]
+        given = m.get("role")
+        role = CHAT_ROLES.get(given) if isinstance(given, str) else None
         if role is None:
             raise bad(f"messages[{i}].role", f"messages[{i}].role must be one of {', '.join(CHAT_ROLES)}, "
-                                             f"got {m.get('role')!r}")
+                                             f"got {short(given)}")
         calls = _tool_calls(m, i, role)
         call_id = m.get("tool_call_id")
         if role == "tool" and not isinstance(call_id, str):
@@ -143,7 +149,7 @@ def _reasoning(m: dict, i: int, role: str) -> str | None:
     return None
 
 
-def _grammar(body: dict) -> str | None:
+def grammar_of(body: dict) -> str | None:
     """GBNF text from ``response_format``, or from ``grammar`` (llama-server's field: the text as is)."""
     rf, gbnf = body.get("response_format"), body.get("grammar")
     if gbnf is not None:
@@ -214,13 +220,22 @@ def _refuse_unsupported(body: dict) -> None:
         raise bad("logit_bias", "logit_bias is not supported by this server")
 
 
-def parse(body: Any, kind: str) -> ApiRequest:
-    """Check a request body for /v1/chat/completions (``kind="chat"``) or /v1/completions."""
+def head(body: Any, *, no_tools: bool = False) -> tuple[dict, str]:
+    """Every format's first checks: the body is an object naming its model. ``no_tools``: a
+    400 for any ``tools`` (the formats that have no tool support yet)."""
     if not isinstance(body, dict):
         raise bad("", "the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad("model", "model is required: GET /v1/models lists the one this server runs")
+    if no_tools and body.get("tools"):
+        raise bad("tools", "tools are not supported yet by this server; send the request without them")
+    return body, model
+
+
+def parse(body: Any, kind: str) -> ApiRequest:
+    """Check a request body for /v1/chat/completions (``kind="chat"``) or /v1/completions."""
+    body, model = head(body)
     _refuse_unsupported(body)
     req = ApiRequest(kind=kind, model=model)
     if kind == "chat":
@@ -235,14 +250,14 @@ def parse(body: Any, kind: str) -> ApiRequest:
     mt = body.get("max_completion_tokens", body.get("max_tokens"))
     if mt is not None:
         if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
-            raise bad("max_tokens", f"max_tokens must be a whole number of at least 1, got {mt!r}")
+            raise bad("max_tokens", f"max_tokens must be a whole number of at least 1, got {short(mt)}")
         req.max_tokens = mt
     s: dict[str, Any] = {}
     for key, lo, hi, integer in (("temperature", 0, 2, False), ("top_p", 0, 1, False), ("top_k", 0, 1 << 20, True),
                                  ("min_p", 0, 1, False), ("presence_penalty", -2, 2, False),
                                  ("frequency_penalty", -2, 2, False), ("repeat_penalty", 0, 10, False),
                                  ("seed", -(1 << 63), (1 << 64) - 1, True)):
-        v = _number(body, key, lo, hi, integer=integer)
+        v = number(body, key, lo, hi, integer=integer)
         if v is not None:
             s[key] = v
     if s.get("top_p") == 0:
@@ -255,7 +270,7 @@ def parse(body: Any, kind: str) -> ApiRequest:
         s["seed"] = s["seed"] % (1 << 32)  # the engine's generator takes 32 bits; any int from a client maps in
     s["stop"] = _stop(body)
     req.sampling = s
-    req.grammar = _grammar(body)
+    req.grammar = grammar_of(body)
     req.template_kwargs = _template_kwargs(body, kind)
     if kind == "chat":
         req.tools, req.tool_choice, req.parallel_tool_calls = parse_tools(body)

@@ -9,8 +9,8 @@ still reach 127.0.0.1. Two guards close that door:
   Origin is not on the user's allow-list is refused outright (without an
   allow-list, every browser origin is), so no page can spend the user's
   model or read its replies.
-Then the optional API key (``Authorization: Bearer <key>``), compared in
-constant time. Allowed origins get CORS headers (Starlette's middleware)
+Then the optional API key (``Authorization: Bearer <key>``, or ``x-api-key: <key>``
+as Anthropic's clients send it), compared in constant time. Allowed origins get CORS headers (Starlette's middleware)
 and their preflights pass without the key, as browsers send none.
 """
 from __future__ import annotations
@@ -21,6 +21,9 @@ from typing import Any, Callable, Iterable
 
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .http import error_body, error_status
+from .openai_schema import ApiError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 BIND_HOST = "127.0.0.1"
@@ -48,10 +51,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def send_error(send: Send, status: int, message: str, *, type: str, code: str | None,
+async def send_error(send: Send, scope: Scope, status: int, message: str, *, type: str, code: str | None,
                      headers: Iterable[tuple[str, str]] = ()) -> None:
-    """An OpenAI-shaped JSON error straight on the ASGI channel (no app route ran)."""
-    body = json.dumps({"error": {"message": message, "type": type, "param": None, "code": code}}).encode()
+    """A JSON error straight on the ASGI channel (no app route ran), in the shape of the
+    protocol the request's path belongs to (http.error_body)."""
+    e = ApiError(status, message, type=type, code=code)
+    path = scope.get("path", "")
+    status = error_status(e, path)
+    body = json.dumps(error_body(e, path)).encode()
     hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     hdrs += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
     await send({"type": "http.response.start", "status": status, "headers": hdrs})
@@ -70,9 +77,12 @@ class KeyCheck:
         if scope["type"] == "http" and key:
             auth = _header(scope, b"authorization") or ""
             scheme, _, given = auth.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
-                await send_error(send, 401, "invalid or missing API key: send it as 'Authorization: Bearer "
-                                            "<key>' (Hearth shows it in Settings → Local server)",
+            if scheme.lower() != "bearer":
+                given = _header(scope, b"x-api-key") or ""  # Anthropic's clients send the key this way
+            if not hmac.compare_digest(given.strip().encode(), key.encode()):
+                await send_error(send, scope, 401, "invalid or missing API key: send it as 'Authorization: "
+                                                   "Bearer <key>' or 'x-api-key: <key>' (Hearth shows it in "
+                                                   "Settings → Local server)",
                                  type="invalid_request_error", code="invalid_api_key",
                                  headers=[("www-authenticate", "Bearer")])
                 return
@@ -89,7 +99,8 @@ class Guard:
         inner: Any = KeyCheck(app, get_key)
         if self.origins:
             inner = CORSMiddleware(inner, allow_origins=sorted(self.origins), allow_methods=["GET", "POST"],
-                                   allow_headers=["authorization", "content-type"], max_age=600)
+                                   allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version",
+                                                  "anthropic-beta"], max_age=600)
         self.inner = inner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -98,13 +109,13 @@ class Guard:
             return
         host = (_header(scope, b"host") or "").lower()
         if host not in allowed_hosts(self.port()):
-            await send_error(send, 403, f"this server answers only to localhost names, not Host {host!r} "
+            await send_error(send, scope, 403, f"this server answers only to localhost names, not Host {host!r} "
                                         "(a guard against DNS rebinding)",
                              type="invalid_request_error", code="host_not_allowed")
             return
         origin = _header(scope, b"origin")
         if origin is not None and origin.rstrip("/") not in self.origins:
-            await send_error(send, 403, f"requests from the web origin {origin!r} are not allowed; add it to "
+            await send_error(send, scope, 403, f"requests from the web origin {origin!r} are not allowed; add it to "
                                         "the CORS allow-list in Settings → Local server to let that page in",
                              type="invalid_request_error", code="origin_not_allowed")
             return

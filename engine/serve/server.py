@@ -14,8 +14,6 @@ disconnect while streaming, and a watcher does for a non-streamed reply.
 """
 from __future__ import annotations
 
-import json
-import math
 import socket
 import threading
 import time
@@ -34,17 +32,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import HearthError, PromptTooLongError
+from ..errors import HearthError
 from ..formats.tools import ToolError
-from ..metrics import GenerationStats
 from ..models.catalogue import ModelRef
 from ..types import SamplingParams, StreamEvent
-from .openai_schema import ApiError, ApiRequest, Shaper, parse, usage
+from .http import api_error, error_response, guarded, internal_error, log, read_json
+from .openai_schema import ApiError, ApiRequest
 from .pump import Pump
 from .requests import QueueFull, ServeRequest, Ticket
 from .scheduler import Scheduler
 from .security import Guard, check_bind_host
 from .template_vars import TemplateVarsError, check_think
+from .responses import ResponseStore
+from .wire import Reply, Wire, anthropic_wire, openai_wire, responses_wire
 
 DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
 MAX_BODY = 1 << 20     # bytes; a chat request is a few KB, a long pasted file well under this
@@ -71,49 +71,6 @@ class Target:
     created: int
 
 
-def _error_response(e: ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
-
-
-def _api_error(e: HearthError) -> ApiError:
-    """The HTTP answer to a failure the engine or the scheduler reported."""
-    if isinstance(e, QueueFull):
-        return ApiError(429, str(e), type="rate_limit_error", code="queue_full",
-                        headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))})
-    if isinstance(e, PromptTooLongError):
-        return ApiError(400, str(e), param="messages", code="context_length_exceeded")
-    # Everything else the engine reports as a HearthError is about the request
-    # (its template, grammar or length); the scheduler turns its own bugs into one too.
-    return ApiError(400, str(e))
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The body as JSON, refusing more than ``limit`` bytes without reading past it."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"the request body is {int(declared):,} bytes; this server takes at most {limit:,}",
-                       code="request_too_large")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"the request body is over {limit:,} bytes, the most this server takes",
-                           code="request_too_large")
-        chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
-    except RecursionError:  # thousands of nested brackets: valid JSON no request needs
-        raise ApiError(400, "the request body nests too deeply", code="invalid_json") from None
-    except ValueError as e:  # valid JSON Python will not read, e.g. an integer of over 4,300 digits
-        raise ApiError(400, f"the request body cannot be read: {e}", code="invalid_json") from None
-
-
-def _usage(st: GenerationStats) -> dict[str, Any]:
-    return usage(st.prompt_tokens, st.cached_tokens, st.generated_tokens, st.reasoning_tokens)
-
-
 class LocalServer:
     """The OpenAI-compatible API on 127.0.0.1, over whatever scheduler is attached."""
 
@@ -131,12 +88,15 @@ class LocalServer:
         self.served = 0    # API replies completed
         # The latest requests' tickets, whose ``times`` say where each one's time went.
         self.finished: deque[Ticket] = deque(maxlen=64)
+        self.responses = ResponseStore()  # what /v1/responses' previous_response_id continues
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
-        routes = [Route("/v1/models", self._models, methods=["GET"]),
-                  Route("/v1/models/{model_id:path}", self._model, methods=["GET"]),
-                  Route("/v1/chat/completions", self._chat, methods=["POST"]),
-                  Route("/v1/completions", self._completions, methods=["POST"])]
+        routes = [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in (
+            ("/v1/models", self._models, "GET"), ("/v1/models/{model_id:path}", self._model, "GET"),
+            ("/v1/chat/completions", self._route(openai_wire("chat")), "POST"),
+            ("/v1/completions", self._route(openai_wire("completion")), "POST"),
+            ("/v1/messages", self._route(anthropic_wire()), "POST"),
+            ("/v1/responses", self._route(responses_wire(self.responses)), "POST"))]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
         self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins)
 
@@ -182,10 +142,11 @@ class LocalServer:
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)  # registered for HTTPException only
         msg = (f"no route {request.method} {request.url.path}; this server offers GET /v1/models, "
-               "POST /v1/chat/completions and POST /v1/completions")
+               "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses and POST /v1/messages")
         if exc.status_code != 404:
             msg = f"{exc.detail}: {request.method} {request.url.path}"
-        return _error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None))
+        return error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None),
+                              request.url.path)
 
     def _model_card(self, t: Target) -> dict[str, Any]:
         return {"id": t.model_id, "object": "model", "created": t.created, "owned_by": "hearth",
@@ -201,7 +162,7 @@ class LocalServer:
             if request.path_params["model_id"] != t.model_id:
                 raise self._unknown_model(request.path_params["model_id"], t)
         except ApiError as e:
-            return _error_response(e)
+            return error_response(e, request.url.path)
         return JSONResponse(self._model_card(t))
 
     @staticmethod
@@ -209,15 +170,13 @@ class LocalServer:
         return ApiError(404, f"the model {name!r} is not served here; this server runs {t.model_id!r}",
                         param="model", code="model_not_found")
 
-    async def _chat(self, request: Request) -> Response:
-        return await self._generate(request, "chat")
-
-    async def _completions(self, request: Request) -> Response:
-        return await self._generate(request, "completion")
-
     def _serve_request(self, req: ApiRequest, t: Target) -> ServeRequest:
+        think = t.scheduler.engine.think
+        kwargs = req.template_kwargs
+        if req.thinking is not None and think is not None and think.kind == "switch":
+            kwargs = {**(kwargs or {}), think.variable: req.thinking}  # a protocol's own thinking switch
         try:
-            check_think(t.scheduler.engine.think, req.template_kwargs)
+            check_think(think, kwargs)
         except TemplateVarsError as e:
             raise ApiError(400, str(e), param=e.param) from None
         plan = None
@@ -232,21 +191,26 @@ class LocalServer:
         try:
             params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens or t.n_ctx})
             return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar,
-                                template_kwargs=req.template_kwargs, tools=plan)
+                                template_kwargs=kwargs, tools=plan)
         except HearthError as e:
             raise ApiError(400, str(e)) from None
 
-    async def _generate(self, request: Request, kind: str) -> Response:
+    def _route(self, wire: Wire):
+        async def endpoint(request: Request) -> Response:
+            return await self._generate(request, wire)
+        return endpoint
+
+    async def _generate(self, request: Request, wire: Wire) -> Response:
         pump: Pump | None = None
         try:
-            req = parse(await read_json(request, self.max_body), kind)
+            req = wire.parse(await read_json(request, self.max_body))
             t = self._current()
             if req.model != t.model_id:
                 raise self._unknown_model(req.model, t)
             try:
                 ticket = t.scheduler.submit(self._serve_request(req, t))
             except QueueFull as e:
-                raise _api_error(e) from None
+                raise api_error(e) from None
             except HearthError as e:  # the scheduler closed under us: a model switch
                 raise ApiError(503, f"the server's model is changing ({e}); try again shortly",
                                type="server_error", code="model_not_ready") from None
@@ -256,24 +220,23 @@ class LocalServer:
             try:
                 first = await pump.next()
             except HearthError as e:
-                raise _api_error(e) from None
+                raise api_error(e) from None
             if first is None:
                 raise ApiError(500, "the request ended without a reply", type="server_error")
+            reply = wire.reply(req, t.model_id, first)
         except ApiError as e:
             self._release(pump)
-            return _error_response(e)
+            return error_response(e, request.url.path)
         except BaseException:
-            self._release(pump)  # the client left while the request waited for its first token
+            self._release(pump)  # the client left while the request waited for its first token (or a bug)
             raise
-        assert pump is not None  # every path that leaves it None raised an ApiError
-        shaper = Shaper(kind, t.model_id)
         if req.stream:
             # The background release covers a client gone before the stream's first chunk, when
             # the generator never starts and so never reaches its own ``finally``.
-            return EventSourceResponse(self._stream(pump, first, shaper, req.include_usage), sep="\n",
-                                       ping=15, headers={"Cache-Control": "no-cache"},
+            return EventSourceResponse(self._stream(pump, first, reply), sep="\n", ping=15,
+                                       headers={"Cache-Control": "no-cache"},
                                        background=BackgroundTask(self._release, pump))
-        return await self._whole(request, pump, first, shaper)
+        return await self._whole(request, pump, first, reply)
 
     def _release(self, pump: Pump | None, *, served: bool = False) -> None:
         if pump is None:
@@ -287,7 +250,7 @@ class LocalServer:
         if served:
             self.served += 1
 
-    async def _whole(self, request: Request, pump: Pump, ev: StreamEvent | None, shaper: Shaper) -> Response:
+    async def _whole(self, request: Request, pump: Pump, ev: StreamEvent | None, reply: Reply) -> Response:
         served = False
         try:
             async with anyio.create_task_group() as tg:
@@ -298,13 +261,11 @@ class LocalServer:
             if ev is None or ev.stats is None:
                 raise ApiError(500, "the request ended without its final event", type="server_error")
             served = ev.finish_reason != "cancelled"
-            # A reply cut inside its reasoning (max_tokens) keeps it: finish_reason "length" says so.
-            return JSONResponse(shaper.whole(ev.text, ev.finish_reason, _usage(ev.stats), reasoning=ev.reasoning,
-                                             tool_calls=ev.tool_calls))
+            return JSONResponse(reply.whole(ev))
         except HearthError as e:
-            return _error_response(_api_error(e))
+            return error_response(api_error(e), request.url.path)
         except ApiError as e:
-            return _error_response(e)
+            return error_response(e, request.url.path)
         finally:
             self._release(pump, served=served)
 
@@ -314,30 +275,29 @@ class LocalServer:
             pass
         pump.close()
 
-    async def _stream(self, pump: Pump, ev: StreamEvent | None, shaper: Shaper,
-                      include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    async def _stream(self, pump: Pump, ev: StreamEvent | None, reply: Reply) -> AsyncIterator[dict[str, str]]:
         served = False
         try:
-            yield {"data": json.dumps(shaper.chunk(None, first=True, include_usage=include_usage))}
+            for item in reply.opening():
+                yield item
             while ev is not None and ev.kind != "final":
-                if ev.text and ev.kind == "delta":
-                    yield {"data": json.dumps(shaper.chunk(ev.text, include_usage=include_usage))}
-                elif ev.text and ev.kind == "reasoning":
-                    yield {"data": json.dumps(shaper.chunk(None, reasoning=ev.text, include_usage=include_usage))}
-                elif ev.kind == "tool_call":
-                    yield {"data": json.dumps(shaper.chunk(None, tool_call=ev.tool_call,
-                                                           include_usage=include_usage))}
+                for item in reply.event(ev):
+                    yield item
                 ev = await pump.next()
             if ev is None or ev.stats is None:
                 raise HearthError("the request ended without its final event")
-            yield {"data": json.dumps(shaper.chunk(None, ev.finish_reason, include_usage=include_usage))}
-            if include_usage:
-                yield {"data": json.dumps(shaper.usage_chunk(_usage(ev.stats)))}
             served = ev.finish_reason != "cancelled"
-            yield {"data": "[DONE]"}
+            for item in reply.closing(ev):
+                yield item
         except HearthError as e:  # after the headers went out: the error goes in the stream, as OpenAI's does
-            yield {"data": json.dumps(_api_error(e).body())}
-            yield {"data": "[DONE]"}
+            served = False
+            for item in reply.failure(api_error(e)):
+                yield item
+        except Exception as e:  # a bug after the headers went out: logged, and said in the stream
+            served = False
+            log.exception("a streamed reply failed")
+            for item in reply.failure(internal_error(e)):
+                yield item
         finally:
             self._release(pump, served=served)
 

@@ -47,11 +47,11 @@ def reasoning_effort(value: Any) -> str | None:
         return None
     if not isinstance(value, str) or value not in REASONING_EFFORTS:
         raise TemplateVarsError("reasoning_effort", f"reasoning_effort must be one of "
-                                                    f"{', '.join(REASONING_EFFORTS)}, got {_short(value)}")
+                                                    f"{', '.join(REASONING_EFFORTS)}, got {short(value)}")
     return value
 
 
-def _depth(value: Any, limit: int) -> int:
+def depth(value: Any, limit: int) -> int:
     """How deep ``value`` nests (a scalar is 0); stops counting past ``limit``. No recursion:
     a hostile value cannot exhaust the stack."""
     stack, deepest = [(value, 0)], 0
@@ -65,7 +65,8 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def short(value: Any, limit: int = 60) -> str:
+    """``value``'s repr, cut to ``limit`` characters: what an error message may echo."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
 
@@ -83,12 +84,12 @@ def chat_template_kwargs(value: Any) -> dict[str, Any] | None:
                                        f"got {len(value)}")
     for key in value:
         if not isinstance(key, str) or not key.isidentifier() or not key.isascii() or len(key) > MAX_NAME:
-            raise TemplateVarsError(param, f"chat_template_kwargs: {_short(key)} is not a template variable "
+            raise TemplateVarsError(param, f"chat_template_kwargs: {short(key)} is not a template variable "
                                            f"name (ASCII letters, digits and _, at most {MAX_NAME} characters)")
         if key in RESERVED or key.startswith("_"):
             raise TemplateVarsError(param, f"chat_template_kwargs: {key!r} is set by the server and cannot "
                                            "be given here")
-    if _depth(value, MAX_DEPTH) > MAX_DEPTH:
+    if depth(value, MAX_DEPTH) > MAX_DEPTH:
         raise TemplateVarsError(param, f"chat_template_kwargs nests deeper than {MAX_DEPTH} levels")
     try:
         size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode())
@@ -112,4 +113,4 @@ def check_think(think: ThinkControl | None, kwargs: dict[str, Any] | None) -> No
     except ValueError:
         kind = "true or false" if think.kind == "switch" else "a whole number (-1: unlimited, 0: off)"
         raise TemplateVarsError("chat_template_kwargs", f"chat_template_kwargs: this model's template reads "
-                                                        f"{think.variable} as {kind}, got {_short(value)}") from None
+                                                        f"{think.variable} as {kind}, got {short(value)}") from None

@@ -22,6 +22,13 @@ llama.cpp (fitted to, and tested against, the buffers it reports on the CPU):
   Fitted on SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B at n_ctx 512-32k,
   n_batch 32-2048, KV f16/q8_0/q4_0, flash attention on and off (see
   engine/bench/sizing.py): within 1% on the CPU.
+* the server's batch context (``server_parallel`` sequences, engine/serve/batch.py):
+  a second context on the same weights, one KV stream of the engine's context per
+  sequence (``kv_unified=False``: parallel x the padded context's cells), and a
+  compute buffer of its own, as large as the engine's (attention runs per stream,
+  over one context's cells). Measured on SmolLM2-135M, 1-4 sequences of 1k-2k
+  tokens: the KV to the byte, the compute within 1%. It is opened after the
+  load, so the reality check (``parts``) leaves it out.
 * GPU runtime overhead (CUDA context, cuBLAS workspace, llama.cpp's pool)
   and a fixed RAM overhead for the process's own buffers.
 
@@ -71,12 +78,13 @@ class Usage:
     overhead: int = 0
     draft: int = 0
     prefix_cache: int = 0
+    batch: int = 0           # the server's batch context: its KV streams and compute buffer
     shared: int = 0          # RAM only: what a unified-memory GPU holds in the same memory
     layers: int = 0          # blocks placed here
 
     @property
     def subtotal(self) -> int:
-        return self.weights + self.kv + self.compute + self.overhead + self.draft + self.prefix_cache
+        return self.weights + self.kv + self.compute + self.overhead + self.draft + self.prefix_cache + self.batch
 
     @property
     def margin(self) -> int:
@@ -102,6 +110,7 @@ class Config:
     n_batch: int = 512
     draft: ModelSpec | None = None
     prefix_cache: int = 0
+    server_parallel: int = 0  # sequences the local server decodes at once (0: no server)
 
     @property
     def backend(self) -> str:
@@ -244,6 +253,9 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
     ram.overhead = CPU_OVERHEAD + OUTPUT_ROWS * 4 * s.n_vocab
     parts = {"weights": sum(p.weights for p in pools), "kv": sum(p.kv for p in pools),
              "compute": sum(p.compute for p in pools)}
+    if cfg.server_parallel:  # each pool holds its layers' KV once per sequence, and a compute buffer
+        for pool in pools:
+            pool.batch = cfg.server_parallel * pool.kv + pool.compute
     return Breakdown(pools, cfg, parts)
 
 

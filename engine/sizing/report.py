@@ -154,6 +154,8 @@ def render_table(plan: Plan) -> str:
         ("draft model", [_cell(p.draft) for p in pools]),
         ("prefix cache", [_cell(p.prefix_cache) for p in pools]),
     ]
+    if plan.config.server_parallel:
+        rows.append((f"server batch ({plan.config.server_parallel} x context)", [_cell(p.batch) for p in pools]))
     if hw.unified:
         rows.append(("GPU share (same memory)", [_cell(p.shared) for p in pools]))
     rows += [
@@ -200,7 +202,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     s, bd = plan.spec, plan.breakdown
     pools = [{"name": p.name, "is_gpu": p.is_gpu, "layers": p.layers, "weights": p.weights, "kv": p.kv,
               "compute": p.compute, "overhead": p.overhead, "draft": p.draft, "prefix_cache": p.prefix_cache,
-              "shared": p.shared, "margin": p.margin, "total": p.total, "available": p.available,
+              "batch": p.batch, "shared": p.shared, "margin": p.margin, "total": p.total, "available": p.available,
               "fits": p.fits} for p in bd.pools]
     out: dict[str, Any] = {
         "model": {"name": s.name, "quant": s.quant, "format": s.format, "source": s.source,
@@ -213,7 +215,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                     for k, (v, why) in reasons(plan).items()},
         "config": {"backend": plan.config.backend, "n_ctx": plan.n_ctx, "n_gpu_layers": plan.n_gpu_layers,
                    "kv_type": plan.kv_type, "flash_attn": plan.config.flash_attn, "n_batch": plan.config.n_batch,
-                   "prefix_cache": plan.prefix_cache, "draft": plan.draft_source},
+                   "prefix_cache": plan.prefix_cache, "draft": plan.draft_source,
+                   "server_parallel": plan.config.server_parallel},
         "pools": pools, "margin_fraction": MARGIN,
         "alternatives": plan.alternatives, "notes": plan.notes,
     }

@@ -55,6 +55,7 @@ class Choices:
     draft: str | None = None           # None: Auto; "none"; or a path / catalogue id
     prefix_cache: int | None = None    # bytes
     n_batch: int = 512
+    server_parallel: int = 0           # the local server's batched sequences (not a knob: planned for)
 
     def explicit(self) -> frozenset[str]:
         """The knobs the user fixed, by the names the plan's reasons use."""
@@ -144,7 +145,8 @@ class Search:
         kv = st["kv"]
         if spec.format == "hf":  # 16-bit with a block on the GPU, float32 on the CPU
             kv = "f16" if st["gpu_layers"] else "f32"
-        return Config(spec, ctx, st["gpu_layers"], kv, self.ch.n_batch, st["draft"], st["prefix_cache"])
+        return Config(spec, ctx, st["gpu_layers"], kv, self.ch.n_batch, st["draft"], st["prefix_cache"],
+                      self.ch.server_parallel if spec.format == "gguf" else 0)  # transformers has no batch context
 
     def estimate(self, st: dict[str, Any]) -> Breakdown:
         """The memory model's breakdown for a search state."""
