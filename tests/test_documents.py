@@ -136,3 +136,18 @@ def test_the_document_is_read_once_then_only_new_tokens(bundled_path, tmp_path, 
         assert s4.cached_tokens >= n_doc - 8 and s4.prefill_tokens < 60
     finally:
         e.close()
+
+
+def test_bench_documents_measures_and_checks_the_answers(bundled_path):
+    """The benchmark's own checks, small: cached answers equal uncached ones, the ratios are there."""
+    import argparse
+
+    from engine.bench import NAMES, documents
+
+    assert "documents" in NAMES
+    a = argparse.Namespace(model=None, threads=2, backend="llama_cpp", rounds=1, tokens=4, n_ctx=2048)
+    pdf = read_document("r.pdf", documents._readme_pdf(3, 60))
+    assert [p.split(".")[0] for p in pdf.pages] == ["Page 1", "Page 2", "Page 3"]
+    c = documents._case("pdf", [pdf], a)
+    assert c["answers_identical_to_uncached"] is True and c["pages"] == 3
+    assert c["prefix_tokens"] > 200 and set(c["speedup"]) == {"second", "new_conversation", "restart"}
