@@ -47,6 +47,7 @@ def test_documents_go_with_the_question_and_are_read_once(qtbot, make_window, tm
     assert "[page 4]" in system.content and "Page marker 4." in system.content
     m1 = w.store.message(first).metrics
     assert m1["prompt_tokens"] > 500
+    assert m1["notes"][0] == "given the documents whole: manual.pdf, notes.md"  # the reply names them
 
     second = send(qtbot, w, "And what else?")
     m2 = w.store.message(second).metrics
@@ -93,3 +94,20 @@ def test_the_chips_come_back_after_a_restart(qtbot, make_window, tmp_path):
     user = w2.store.messages(cid)[0]
     assert w2.chat.widget(user.id).documents.text() == "📄 recipe.txt"
     assert "Flour, water, salt." in w2.replies.history(cid, "")[0].content
+
+
+def test_documents_too_long_for_the_context_are_retrieved_and_cited(qtbot, make_window, tmp_path):
+    pdf = make_pdf(tmp_path / "big.pdf", book_pages(60, 200))
+    w = make_window(max_tokens=4)
+    w.chat.attach.add_paths([str(pdf)])
+    qtbot.waitUntil(lambda: len(w.chat.attach.items) == 1, timeout=60_000)
+    assert "% of the" in w.chat.attach.status.text()  # what it would take of the context, before sending
+    page = w.chat.attach.items[0].doc.pages[41]
+    words = [x for x in page.split() if len(x) > 6][:4]
+    mid = send(qtbot, w, "Tell me about " + " ".join(words))
+    note = w.store.message(mid).metrics["notes"][0]
+    assert "too long for the" in note and "big.pdf p. " in note
+    system = w.replies.history(w.current, "")[0].content
+    cited = note.split("match the question best: ")[1].split("; ")
+    assert all(f'<passage source="{c}">' in system for c in cited)  # a citation is what was sent
+    assert "big.pdf p. 42" in cited

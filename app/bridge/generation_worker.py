@@ -39,6 +39,7 @@ class GenerationJob:
     cancel: threading.Event = field(default_factory=threading.Event)
     context_policy: str = "drop_oldest"  # a chat longer than the context: "drop_oldest" or "stop"
     template_kwargs: dict[str, object] | None = None  # the Think control's choice (engine.think.kwargs)
+    notes: tuple[str, ...] = ()  # said in the reply's notes (which documents it was given, or which passages)
 
 
 class SharedEngine:
@@ -105,6 +106,8 @@ class GenerationWorker(QObject):
                         self.progress.emit(mid, ev.stats.live())  # the engine's figures, not recounted here
                 elif ev.kind == "final":
                     complete = is_complete(ev.finish_reason)
+                    if ev.stats is not None and job.notes:
+                        ev.stats.notes[:0] = list(job.notes)
                     metrics = ev.stats.as_dict() if ev.stats is not None else None
                     reasoning = ev.reasoning if ev.reasoning is not None else (
                         "".join(thought) if thought else None)

@@ -18,6 +18,11 @@ from app.core.attachments import AttachmentError, Attachments
 from app.core.store_rows import StoredMessage
 from engine.documents import Document, DocumentError, read_document, system_with_documents
 from engine.messages import DocumentPart, Message
+from engine.retrieval import Index, system_with_passages
+
+BYTES_PER_TOKEN = 3.6  # the estimate that decides whole or retrieval (the engine's count is the backstop)
+WHOLE_SHARE = 0.6      # documents read whole may take up to this share of the context
+PASSAGES = 6
 
 KEEP = 32  # documents kept read, by hash
 
@@ -79,13 +84,29 @@ def store_pending(attachments: Attachments, shelf: DocumentShelf, pending: Seque
     return parts, None
 
 
-def with_documents(shelf: DocumentShelf, system_prompt: str, stored: Sequence[StoredMessage]
-                   ) -> tuple[str, list[str]]:
-    """The system prompt with the conversation's documents in their slot, and a line for each
-    document that could not be read back."""
+def with_documents(shelf: DocumentShelf, system_prompt: str, stored: Sequence[StoredMessage], *,
+                   n_ctx: int = 0) -> tuple[str, list[str], list[str]]:
+    """The system prompt with the conversation's documents in their slot; a line for each document
+    that could not be read back; and the reply's notes: which documents it was given whole, or, when
+    they take more than WHOLE_SHARE of ``n_ctx``, which passages (retrieval, for the last question)."""
     docs, missing = shelf.documents([p for m in stored if m.role == "user" for p in m.parts
                                      if isinstance(p, DocumentPart)])
-    return system_with_documents(system_prompt, docs), missing
+    if not docs:
+        return system_prompt, missing, []
+    whole = system_with_documents(system_prompt, docs)
+    size = len(whole.encode("utf-8")) / BYTES_PER_TOKEN
+    if not n_ctx or size <= WHOLE_SHARE * n_ctx:
+        return whole, missing, ["given the documents whole: " + ", ".join(d.name for d in docs)]
+    question = next((m.content for m in reversed(stored) if m.role == "user"), "")
+    index = Index(docs)
+    try:
+        chosen = index.best(question, PASSAGES)
+    finally:
+        index.close()
+    note = (f"the documents (about {size:,.0f} tokens) are too long for the {n_ctx:,}-token context, so this "
+            f"reply was given the {len(chosen)} passages that match the question best: "
+            + "; ".join(p.cite() for p in chosen))
+    return system_with_passages(system_prompt, chosen), missing, [note]
 
 
 def model_message(m: StoredMessage) -> Message:

@@ -1,17 +1,15 @@
 """Sending messages and showing the replies as they stream.
 
-The window's RepliesController (it is given the store, the engine host, the
-chat view, the info bar and the status bar's labels). A stream belongs to its
-conversation: deltas are shown only while that
-conversation is on screen, and the worker saves them to that conversation
-whatever is on screen. A send that fails before any reply text comes back
+The window's RepliesController (given the store, the engine host, the chat
+view, the info bar and the status bar's labels). A stream belongs to its
+conversation: deltas are shown only while that conversation is on screen, and
+the worker saves them to that conversation whatever is on screen. A send that fails before any reply text comes back
 puts the message back in the input box.
 
-A long prompt is read in chunks before the first token: the pending reply and
-the status bar say how far, and Stop works then too. A conversation that
-outgrew the context goes on without its oldest turns (unless Settings say
-stop); the reply's stored metrics say how many were left out, and the chat
-shows a marker there. Nothing else is stored for it.
+A long prompt is read in chunks before the first token (the pending reply and the
+status bar say how far; Stop works then too). A conversation that outgrew the
+context goes on without its oldest turns (unless Settings say stop); the reply's
+metrics say how many were left out, and the chat shows a marker there.
 """
 from __future__ import annotations
 
@@ -113,6 +111,7 @@ class RepliesController:
                  show_branches: Callable[[], None], closed: Callable[[], bool]) -> None:
         self.store, self.host, self.chat, self.info, self.monitor = store, host, chat, info, monitor
         self.shelf = DocumentShelf(store.attachments)  # attached documents, read once a session
+        self.doc_notes: list[str] = []  # the last history's: which documents, or passages, a reply is given
         self.stats_label = stats_label
         self._settings, self._current, self._open_settings = settings, current, open_settings
         self._refresh_list, self._show_branches, self._closed = refresh_list, show_branches, closed
@@ -262,7 +261,8 @@ class RepliesController:
             system_prompt = f"{choice}\n{system_prompt}".strip()
         stored = self.store.messages(cid)
         # Attached documents go whole into the slot after the system prompt: one prefix the cache keeps.
-        system_prompt, missing = with_documents(self.shelf, system_prompt, stored)
+        n_ctx = self.host.model.n_ctx if self.host.model is not None else 0
+        system_prompt, missing, self.doc_notes = with_documents(self.shelf, system_prompt, stored, n_ctx=n_ctx)
         for line in missing:
             self.info.show_message(line, "error")
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
@@ -282,7 +282,8 @@ class RepliesController:
         self.stream = ReplyStream(cid, mid, user_mid, user_text, conv.title)
         settings = self._settings()
         job = GenerationJob(cid, mid, history, settings.sampling_params(), self.store.path,
-                            context_policy=settings.context_policy, template_kwargs=self.think_kwargs(cid))
+                            context_policy=settings.context_policy, template_kwargs=self.think_kwargs(cid),
+                            notes=tuple(self.doc_notes))
         w = self.chat.add_message(mid, "assistant", "")
         w.follow(self.stream.parts)
         w.follow_reasoning(self.stream.thought)
