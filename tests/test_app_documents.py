@@ -111,3 +111,29 @@ def test_documents_too_long_for_the_context_are_retrieved_and_cited(qtbot, make_
     cited = note.split("match the question best: ")[1].split("; ")
     assert all(f'<passage source="{c}">' in system for c in cited)  # a citation is what was sent
     assert "big.pdf p. 42" in cited
+
+
+def test_export_carries_the_documents_and_import_restores_them(tmp_path):
+    """A conversation with a document goes to another machine whole: the file travels as base64."""
+    import json
+
+    from app.core import export
+    from app.core.store import Store
+    from engine.messages import TextPart
+
+    a = Store(tmp_path / "a" / "hearth.db")
+    sha = a.attachments.put(b"%PDF-not-really but bytes")
+    cid = a.create_conversation().id
+    a.start_turn(cid, "Read this", attached=[DocumentPart(sha, "x.pdf", 1, "application/pdf")])
+    text = export.to_json(a, cid)
+    b = Store(tmp_path / "b" / "hearth.db")
+    new = export.import_json(b, text)
+    user = b.messages(new)[0]
+    assert user.parts == (TextPart("Read this"), DocumentPart(sha, "x.pdf", 1, "application/pdf"))
+    assert b.attachments.read(sha) == b"%PDF-not-really but bytes"
+    data = json.loads(text)
+    data["attachments"][sha] = "bm90IHRoZSBzYW1lIGZpbGU="  # base64 of other bytes
+    import pytest
+    with pytest.raises(export.ImportFailed, match="does not match its SHA-256"):
+        export.import_json(b, json.dumps(data))
+    assert len(b.list_conversations()) == 1  # the damaged file added nothing

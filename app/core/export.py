@@ -11,6 +11,8 @@ complete reasoning block are split the way the store's migration splits them.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 
 from app.core.store import ROLES, Store
@@ -36,9 +38,16 @@ def to_dict(store: Store, cid: int) -> dict:
     index = {m.id: i for i, (m, _p) in enumerate(rows)}
     path = store.messages(cid)
     messages = [_message(m, index.get(parent) if parent is not None else None) for m, parent in rows]
+    # The files the messages' parts refer to (documents, images), as base64 by hash: the export is whole.
+    files = {}
+    for m, _p in rows:
+        for part in m.parts:
+            sha = getattr(part, "sha256", None)
+            if sha and sha not in files and store.attachments.has(sha):
+                files[sha] = base64.b64encode(store.attachments.read(sha)).decode("ascii")
     return {"format": FORMAT, "version": VERSION, "title": conv.title, "system_prompt": conv.system_prompt,
             "pinned": conv.pinned, "think": conv.think, "created": conv.created, "updated": conv.updated,
-            "current": index[path[-1].id] if path else None, "messages": messages}
+            "current": index[path[-1].id] if path else None, "messages": messages, "attachments": files}
 
 
 def _message(m: StoredMessage, parent: int | None) -> dict:
@@ -170,7 +179,26 @@ def _v2_fields(m: dict, role: str, content: str, where: str) -> dict:
     return {**fields, "tool_calls": msg.tool_calls, "parts": () if msg.only_text else msg.parts}
 
 
+def attachments_of(text: str) -> dict[str, bytes]:
+    """The files an export carries, each checked against the hash it is filed under."""
+    files = json.loads(text).get("attachments") or {}
+    if not isinstance(files, dict):
+        raise ImportFailed("“attachments” must be an object of files by their SHA-256")
+    out = {}
+    for sha, b64 in files.items():
+        try:
+            data = base64.b64decode(b64, validate=True)
+        except (ValueError, TypeError):
+            raise ImportFailed(f"the attachment {str(sha)[:16]}… is not base64") from None
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise ImportFailed(f"the attachment {str(sha)[:16]}… does not match its SHA-256 (damaged file)")
+        out[sha] = data
+    return out
+
+
 def import_json(store: Store, text: str) -> int:
-    """Add the conversation in ``text`` as a new one; returns its id."""
+    """Add the conversation in ``text`` as a new one (and the files it carries); returns its id."""
     conv, messages, current = parse(text)
+    for data in attachments_of(text).values():
+        store.attachments.put(data)
     return store.add_tree(conv, messages, current)
