@@ -55,6 +55,13 @@ def test_documents_go_with_the_question_and_are_read_once(qtbot, make_window, tm
     assert m2["cached_tokens"] >= m1["prompt_tokens"] - 1
     assert m2["prompt_tokens"] - m2["cached_tokens"] < 40
     assert w.chat.widget(w.store.messages(cid)[0].id).documents.text() == "📄 manual.pdf · 4 pages   📄 notes.md"
+    # A document added now goes before the earlier turns: the tray says they are read once more.
+    extra = tmp_path / "later.txt"
+    extra.write_text("later")
+    tray.add_paths([str(extra)])
+    qtbot.waitUntil(lambda: len(tray.items) == 1, timeout=30_000)
+    conv = m2["prompt_tokens"] + m2["generated_tokens"]
+    assert f"then the {conv:,} tokens of this conversation are read once more" in tray.status.text()
 
 
 def test_a_drop_on_the_message_box_attaches_and_a_bad_file_is_one_line(qtbot, make_window, tmp_path):

@@ -151,3 +151,14 @@ def test_bench_documents_measures_and_checks_the_answers(bundled_path):
     c = documents._case("pdf", [pdf], a)
     assert c["answers_identical_to_uncached"] is True and c["pages"] == 3
     assert c["prefix_tokens"] > 200 and set(c["speedup"]) == {"second", "new_conversation", "restart"}
+
+
+def test_a_long_pdf_reports_its_pages_and_can_be_cancelled(tmp_path):
+    data = make_pdf(tmp_path / "long.pdf", [f"Seite {i}" for i in range(1, 401)]).read_bytes()
+    seen = []
+    doc = read_document("long.pdf", data, progress=lambda done, total: seen.append((done, total)))
+    assert len(doc.pages) == 400 and seen[0] == (1, 400) and seen[-1] == (400, 400)
+    with pytest.raises(DocumentError, match="cancelled"):
+        read_document("long.pdf", data, cancel=lambda: len(seen) > 405,
+                      progress=lambda done, total: seen.append((done, total)))
+    assert len(seen) == 406  # it stopped at the first page after Cancel, not at the end

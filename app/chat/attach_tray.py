@@ -35,6 +35,7 @@ class AttachTray(QWidget):
         super().__init__(parent)
         self.count_tokens = count_tokens
         self.n_ctx = 0                      # the loaded model's context, for the cost line
+        self.conversation_tokens = 0        # what the conversation so far takes: read again after a new document
         self.items: list[Pending] = []
         self._bg = Background(self)
         self._cancel: threading.Event | None = None
@@ -137,6 +138,14 @@ class AttachTray(QWidget):
 
     # -- the chips -----------------------------------------------------------------
 
+    def measure(self, n_ctx: int, metrics: dict | None) -> None:
+        """The context the documents would go into, and what the conversation so far takes of it
+        (the last reply's prompt and reply): a new document is read before those turns, so they are
+        read once more."""
+        m = metrics or {}
+        self.n_ctx, self.conversation_tokens = n_ctx, m.get("prompt_tokens", 0) + m.get("generated_tokens", 0)
+        self._redraw()
+
     def remove(self, sha256: str) -> None:
         self.items = [p for p in self.items if p.doc.sha256 != sha256]
         self._redraw()
@@ -169,5 +178,8 @@ class AttachTray(QWidget):
         elif total is not None:
             share = f" ({100 * total / self.n_ctx:.0f}% of the {self.n_ctx:,}-token context)" if self.n_ctx else ""
             about = "" if self.count_tokens else "≈"
-            self.status.setText(f"{len(self.items)} attached · {about}{total:,} tokens{share}")
+            # Documents sit before the conversation's first turn, so adding one means reading those turns again.
+            again = (f" · then the {self.conversation_tokens:,} tokens of this conversation are read once more"
+                     if self.conversation_tokens else "")
+            self.status.setText(f"{len(self.items)} attached · {about}{total:,} tokens{share}{again}")
         self.changed.emit()

@@ -140,10 +140,10 @@ class RepliesController:
         msgs = self.store.messages(cid) if msgs is None else msgs
         last = next((m for m in reversed(msgs) if m.role == "assistant" and m.metrics), None)
         loaded = self.host.model.n_ctx if self.host.model is not None else 0
-        self.chat.attach.n_ctx = loaded  # the tray says what its documents would take of it
         text, tip = context_use(last.metrics if last is not None else None, loaded)
         self.context_label.setText(text)
         self.context_label.setToolTip(tip)
+        self.chat.attach.measure(loaded, last.metrics if last is not None else None)
         cut = context_cut(msgs)
         n_ctx = last.metrics.get("n_ctx", 0) if last is not None else 0
         self.chat.set_context_marker(*(cut or (None, 0)), n_ctx=n_ctx)
