@@ -1,9 +1,14 @@
 """A local server for tests: a scheduler over an engine, served on an ephemeral 127.0.0.1 port."""
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
+from engine.backends.llama.backend import LlamaCppBackend
+from engine.engine import Engine
+from engine.models.gguf import model_info
 from engine.serve.scheduler import Scheduler
 from engine.serve.server import LocalServer
 
@@ -21,3 +26,18 @@ def local_server(engine, **scheduler_kw) -> Iterator[LocalServer]:
     finally:
         srv.stop()
         sched.close()
+
+
+QWEN = (Path(__file__).parent / "fixtures" / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
+
+
+@contextmanager
+def qwen_tool_engine(bundled_path, n_ctx: int = 4096) -> Iterator[Engine]:
+    """The bundled model wearing Qwen 2.5's real chat template (Hermes ``<tool_call>`` syntax),
+    as if its GGUF carried it: a model that takes tools."""
+    info = dataclasses.replace(model_info(bundled_path), chat_template=QWEN)
+    e = Engine(LlamaCppBackend(bundled_path, n_ctx=n_ctx, n_threads=2, info=info))
+    try:
+        yield e
+    finally:
+        e.close()

@@ -140,15 +140,18 @@ def test_bad_requests_raise_the_right_anthropic_errors(client, server):
     with pytest.raises(anthropic.NotFoundError, match="not served here") as e:
         client.messages.create(model="claude-sonnet-4-5", max_tokens=4, messages=Q)
     assert e.value.body["error"]["type"] == "not_found_error"
-    with pytest.raises(anthropic.BadRequestError, match="tools are not supported yet"):
+    with pytest.raises(anthropic.BadRequestError, match="this model cannot call tools"):
         create(client, server, tools=[{"name": "get_weather", "description": "the weather",
                                        "input_schema": {"type": "object", "properties": {}}}])
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
     with pytest.raises(anthropic.BadRequestError, match="image blocks are not supported"):
         create(client, server, messages=[{"role": "user", "content": [image, {"type": "text", "text": "What?"}]}])
-    with pytest.raises(anthropic.BadRequestError, match="tool_result blocks are not supported"):
+    with pytest.raises(anthropic.BadRequestError, match="a tool_use block belongs in an assistant turn"):
         create(client, server, messages=[{"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "t1", "content": "42"}]}])
+            {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}])
+    with pytest.raises(anthropic.BadRequestError, match="server_tool_use blocks are not supported"):
+        create(client, server, messages=[*Q, {"role": "assistant", "content": [
+            {"type": "server_tool_use", "id": "t1", "name": "web_search", "input": {}}]}, *Q])
     with pytest.raises(anthropic.BadRequestError, match="prefill"):
         create(client, server, messages=[*Q, {"role": "assistant", "content": "The capital is"}])
     with pytest.raises(anthropic.BadRequestError, match="temperature"):

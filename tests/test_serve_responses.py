@@ -123,10 +123,10 @@ def test_json_schema_format_is_followed(client, server):
 
 
 def test_unsupported_inputs_are_a_clear_400(client, server):
-    with pytest.raises(openai.BadRequestError, match="tools are not supported yet"):
+    with pytest.raises(openai.BadRequestError, match="this model cannot call tools"):
         respond(client, server, tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}])
-    with pytest.raises(openai.BadRequestError, match="tools are not supported yet"):
-        respond(client, server, input=[{"type": "function_call_output", "call_id": "c1", "output": "42"}])
+    with pytest.raises(openai.BadRequestError, match="web_search_call' items are not supported"):
+        respond(client, server, input=[{"type": "web_search_call", "id": "ws_1", "status": "completed"}])
     with pytest.raises(openai.BadRequestError, match="input_image parts are not supported"):
         respond(client, server, input=[{"role": "user", "content": [
             {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}])

@@ -8,9 +8,7 @@ Every call's arguments are checked against the tool's schema with ``jsonschema``
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-from pathlib import Path
 
 import jsonschema
 import openai
@@ -18,11 +16,10 @@ import pytest
 
 from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
-from engine.models.gguf import model_info
 from engine.serve.scheduler import Scheduler
 from engine.serve.server import LocalServer
+from serving import local_server, qwen_tool_engine
 
-QWEN = (Path(__file__).parent / "fixtures" / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
@@ -46,13 +43,8 @@ def _server(engine):
 
 @pytest.fixture(scope="module")
 def server(bundled_path):
-    info = dataclasses.replace(model_info(bundled_path), chat_template=QWEN)
-    e = Engine(LlamaCppBackend(bundled_path, n_ctx=4096, n_threads=2, info=info))
-    srv, sched = _server(e)
-    yield srv
-    srv.stop()
-    sched.close()
-    e.close()
+    with qwen_tool_engine(bundled_path) as e, local_server(e, parallel=2, queue_limit=8) as srv:
+        yield srv
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -80,6 +80,9 @@ class LoadWorker(QObject):
         self.started.emit(rid, req.title)
         # Free the old model first: two models side by side may not fit.
         self._close_engine()
+        if self._shared.serving is not None:
+            # The local server is on: its batch context (parallel x slot context) goes in the plan too.
+            req = replace(req, server_parallel=self._shared.serving.parallel)
         try:
             # Auto settings come from the memory plan; an out-of-memory load retries with a smaller one.
             threads = app_threads()

@@ -25,7 +25,7 @@ import re
 import secrets
 import string
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping
 
 from .json_grammar import Grammar, SchemaError, json_literal, literal
 
@@ -121,10 +121,18 @@ def unsupported_tools(template: str | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Tool:
-    """One function a request offers: its name, description and ``parameters`` JSON Schema."""
+    """One function a request offers: its name, description and ``parameters`` JSON Schema.
+    ``schema_at``: where the request gave the schema (``tools[0].input_schema`` on Anthropic's
+    wire), so an error names the client's own field; the name is its sibling ``.name``."""
     name: str
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     description: str = ""
+    schema_at: str = field(default="", compare=False)
+
+    def at(self, i: int, key: str = "parameters") -> str:
+        """The request's field for this tool's ``key`` (``parameters`` or ``name``)."""
+        base = self.schema_at or f"tools[{i}].function.parameters"
+        return base if key == "parameters" else base.rsplit(".", 1)[0] + "." + key
 
     def as_dict(self) -> dict[str, Any]:
         """OpenAI's shape, which chat templates read (``tool.function.name``...)."""
@@ -159,10 +167,10 @@ class ToolPlan:
         if not self.tools:
             raise ToolError("tools must list at least one function")
         names = [t.name for t in self.tools]
-        for i, n in enumerate(names):
-            if not NAME_RE.match(n):
-                raise ToolError(f"tools[{i}].function.name must be 1-64 letters, digits, _ . or -, got {n!r}",
-                                f"tools[{i}].function.name")
+        for i, t in enumerate(self.tools):
+            if not NAME_RE.match(t.name):
+                raise ToolError(f"{t.at(i, 'name')} must be 1-64 letters, digits, _ . or -, got {t.name!r}",
+                                t.at(i, "name"))
         if len(set(names)) != len(names):
             raise ToolError("tools: two functions have the same name")
         if self.choice not in ("auto", "required") and self.choice not in names:
@@ -208,9 +216,8 @@ class ToolPlan:
             try:
                 alts.append(self._call(g, s, t, i))
             except SchemaError as e:
-                raise ToolError(f"tools[{i}].function.parameters.{e.path}: {str(e).split(': ', 1)[-1]}"
-                                if e.path else f"tools[{i}].function.parameters: {e}",
-                                f"tools[{i}].function.parameters") from None
+                raise ToolError(f"{t.at(i)}.{e.path}: {str(e).split(': ', 1)[-1]}"
+                                if e.path else f"{t.at(i)}: {e}", t.at(i)) from None
         call = g.add("call", " | ".join(alts))
         first = call if s.at_start else f"{literal(s.open)} {call}"  # at_start: the opener is the JSON's "{"
         more = f"{literal(s.join)} {call}" if s.join else call
@@ -271,24 +278,34 @@ def parse_arguments(syntax: ToolSyntax, tool: Tool | None, raw: str) -> dict[str
     return out
 
 
-def tools_from_openai(raw: Sequence[Any]) -> tuple[Tool, ...]:
-    """OpenAI's ``tools`` list as Tools; a bad shape raises ToolError naming the field."""
+def check_tool(fn: Any, at: str, schema_key: str = "parameters") -> Tool:
+    """One tool's ``{name, description, <schema_key>}`` (``at``: where the request has it, as
+    ``tools[0].function``) as a Tool; a bad shape raises ToolError naming the field."""
+    name, params, desc = fn.get("name"), fn.get(schema_key), fn.get("description")
+    if not isinstance(name, str):
+        raise ToolError(f"{at}.name must be text", f"{at}.name")
+    if params is None:
+        params = {"type": "object", "properties": {}}
+    if not isinstance(params, dict):
+        raise ToolError(f"{at}.{schema_key} must be a JSON Schema object", f"{at}.{schema_key}")
+    if desc is None:
+        desc = ""
+    if not isinstance(desc, str):
+        raise ToolError(f"{at}.description must be text", f"{at}.description")
+    return Tool(name, params, desc, schema_at=f"{at}.{schema_key}")
+
+
+def tools_from_openai(raw: Any, *, flat: bool = False) -> tuple[Tool, ...]:
+    """OpenAI's ``tools`` list as Tools: Chat Completions' ``{type: function, function: {...}}``,
+    or (``flat``) the Responses API's ``{type: function, name, parameters...}``; a bad shape
+    raises ToolError naming the field."""
+    shape = "{type: 'function', name, parameters}" if flat else "{type: 'function', function: {name, parameters}}"
     if not isinstance(raw, list) or not raw:
-        raise ToolError("tools must be a non-empty list of {type: function, function: {...}}")
+        raise ToolError(f"tools must be a non-empty list of {shape}")
     out = []
     for i, t in enumerate(raw):
-        fn = t.get("function") if isinstance(t, dict) else None
+        fn = t if flat else (t.get("function") if isinstance(t, dict) else None)
         if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
-            raise ToolError(f"tools[{i}] must be {{type: 'function', function: {{name, parameters}}}}", f"tools[{i}]")
-        name, params, desc = fn.get("name"), fn.get("parameters"), fn.get("description", "")
-        if not isinstance(name, str):
-            raise ToolError(f"tools[{i}].function.name must be text", f"tools[{i}].function.name")
-        if params is None:
-            params = {"type": "object", "properties": {}}
-        if not isinstance(params, dict):
-            raise ToolError(f"tools[{i}].function.parameters must be a JSON Schema object",
-                            f"tools[{i}].function.parameters")
-        if not isinstance(desc, str):
-            raise ToolError(f"tools[{i}].function.description must be text", f"tools[{i}].function.description")
-        out.append(Tool(name, params, desc))
+            raise ToolError(f"tools[{i}] must be {shape}", f"tools[{i}]")
+        out.append(check_tool(fn, f"tools[{i}]" if flat else f"tools[{i}].function"))
     return tuple(out)

@@ -9,9 +9,13 @@ cache is automatic), an assistant turn's ``thinking`` blocks as its reasoning,
 ``temperature``, ``top_p``, ``top_k``, ``stream``, ``thinking`` (enabled or disabled:
 the model's own thinking switch, where its template has one), ``output_config``'s JSON
 schema (a grammar, as ``response_format`` is on the OpenAI path) and ``effort`` (the
-template's ``reasoning_effort``), and llama-server's ``grammar``. What would change the
-reply and is not supported is a 400 that says so: ``tools``, tool and image blocks,
-and a last assistant message to continue (a prefill).
+template's ``reasoning_effort``), llama-server's ``grammar``, and tool use: ``tools``,
+``tool_choice``, ``tool_use`` and ``tool_result`` blocks (anthropic_blocks.py). A reply's
+calls are ``tool_use`` blocks with ``stop_reason: tool_use``; streamed, each is a
+content_block_start (input ``{}``), one ``input_json_delta`` with the whole input, and
+its content_block_stop. What would change the reply and is not supported is a 400 that
+says so: Anthropic's server tools, image blocks, and a last assistant message to
+continue (a prefill).
 
 Usage counts as Anthropic's do: ``input_tokens`` are the prompt tokens computed for
 this request, ``cache_read_input_tokens`` those read from the prefix cache (OpenAI's
@@ -25,18 +29,16 @@ import json
 import uuid
 from typing import Any
 
-from ..messages import Message
+from ..messages import Message, ToolCall
 from ..types import StreamEvent
+from .anthropic_blocks import parse_tools, tool_use, turn
 from .openai_schema import ApiError, ApiRequest, bad, grammar_of, head, number
 from .template_vars import short
 
 MAX_STOP_SEQUENCES = 16
 # output_config.effort -> the template's reasoning_effort (templates know low, medium and high)
 EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
-TOOL_BLOCKS = ("tool_use", "tool_result", "server_tool_use", "web_search_tool_result", "mcp_tool_use",
-               "mcp_tool_result", "container_upload")
-MEDIA_BLOCKS = ("image", "document", "search_result")
-STOP_REASONS = {"eos": "end_turn", "stop_string": "stop_sequence", "max_tokens": "max_tokens",
+STOP_REASONS = {"eos": "end_turn", "tool_calls": "tool_use", "stop_string": "stop_sequence", "max_tokens": "max_tokens",
                 "context_full": "model_context_window_exceeded", "cancelled": "end_turn"}
 # Anthropic's error types by HTTP status; a model that is not ready is "overloaded" (529): try again.
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -57,36 +59,12 @@ def error_body(e: ApiError) -> dict[str, Any]:
 # -- requests ------------------------------------------------------------------------
 
 
-def _text_blocks(blocks: list, where: str, role: str) -> tuple[str, str | None]:
-    """The text of ``blocks`` and, for an assistant turn, the reasoning of its thinking blocks."""
-    texts, thoughts = [], []
-    for j, b in enumerate(blocks):
-        at = f"{where}[{j}]"
-        kind = b.get("type") if isinstance(b, dict) else None
-        if kind == "text" and isinstance(b.get("text"), str):
-            texts.append(b["text"])
-        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
-            if kind == "thinking":  # redacted thinking is opaque data another server encrypted
-                if not isinstance(b.get("thinking"), str):
-                    raise bad(at, f"{at}.thinking must be text")
-                thoughts.append(b["thinking"])
-        elif kind in TOOL_BLOCKS:
-            raise bad(at, f"{at}: {kind} blocks are not supported: this server has no tools yet")
-        elif kind in MEDIA_BLOCKS:
-            raise bad(at, f"{at}: {kind} blocks are not supported by this server: send text only")
-        else:
-            raise bad(at, f"{at} must be a text block ({{\"type\": \"text\", \"text\": ...}}), got "
-                          f"{short(kind if kind is not None else b)}")
-    return "".join(texts), ("".join(thoughts) if thoughts else None)
-
-
 def _system(v: Any) -> str | None:
     if v is None or isinstance(v, str):
         return v or None
     if not isinstance(v, list):
         raise bad("system", "system must be a string or a list of text blocks")
-    text, _ = _text_blocks(v, "system", "system")
-    return text or None
+    return "".join(m.content for m in turn(v, "system", "system")) or None
 
 
 def _messages(raw: Any, system: str | None) -> list[Message]:
@@ -102,12 +80,11 @@ def _messages(raw: Any, system: str | None) -> list[Message]:
             raise bad(f"{at}.role", f"{at}.role must be user or assistant, got {short(role)}")
         c = m.get("content")
         if isinstance(c, str):
-            text, reasoning = c, None
+            out.append(Message(role, c))
         elif isinstance(c, list):
-            text, reasoning = _text_blocks(c, f"{at}.content", role)
+            out += turn(c, f"{at}.content", role)
         else:
             raise bad(f"{at}.content", f"{at}.content must be a string or a list of content blocks")
-        out.append(Message(role, text, reasoning=reasoning))
     if out[-1].role == "assistant":
         raise bad(f"messages[{len(raw) - 1}]", "a last assistant message to continue (a prefill) is not "
                                                "supported yet; end with a user message")
@@ -152,7 +129,7 @@ def _output(body: dict) -> tuple[str | None, dict[str, Any] | None]:
 
 def parse(body: Any) -> ApiRequest:
     """Check a ``/v1/messages`` body; raises ApiError naming the field at fault."""
-    body, model = head(body, no_tools=True)
+    body, model = head(body)
     mt = body.get("max_tokens")
     if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
         raise bad("max_tokens", f"max_tokens is required: a whole number of at least 1, got {short(mt)}")
@@ -175,8 +152,13 @@ def parse(body: Any) -> ApiRequest:
     if not isinstance(stream, bool):
         raise bad("stream", "stream must be true or false")
     gbnf, template_kwargs = _output(body)
+    tools, choice, parallel = parse_tools(body)
+    if tools and gbnf is not None:
+        raise bad("tools", "give tools or output_config.format (or grammar), not both: the tools' own grammar "
+                           "shapes every call")
     return ApiRequest(kind="chat", model=model, messages=messages, sampling=s, max_tokens=mt, stream=stream,
-                      grammar=gbnf, template_kwargs=template_kwargs, thinking=_thinking(body.get("thinking")))
+                      grammar=gbnf, template_kwargs=template_kwargs, thinking=_thinking(body.get("thinking")),
+                      tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
 
 
 # -- replies ---------------------------------------------------------------------------
@@ -220,8 +202,9 @@ class MessageReply:
         content: list[dict[str, Any]] = []
         if final.reasoning:
             content.append({"type": "thinking", "thinking": final.reasoning, "signature": ""})
-        if final.text or not content:
+        if final.text or not (content or final.tool_calls):
             content.append({"type": "text", "text": final.text})
+        content += [tool_use(c) for c in final.tool_calls]
         return self._message(content, *self._stop(final), usage(final))
 
     def _open(self, kind: str) -> list[dict[str, str]]:
@@ -246,7 +229,21 @@ class MessageReply:
         start.pop("output_tokens_details", None)
         return [_sse("message_start", {"message": self._message([], None, None, start)})]
 
+    def _call(self, ev: StreamEvent) -> list[dict[str, str]]:
+        """A whole call: its tool_use block (input {}), its input as one input_json_delta, its stop."""
+        d = ev.tool_call
+        assert d is not None and d.id is not None and d.name is not None  # each call comes whole
+        out = self._close()
+        self._index += 1
+        block = tool_use(ToolCall(d.id, d.name, "{}"))
+        out.append(_sse("content_block_start", {"index": self._index, "content_block": block}))
+        out.append(_sse("content_block_delta", {"index": self._index, "delta": {
+            "type": "input_json_delta", "partial_json": d.arguments}}))
+        return out + [_sse("content_block_stop", {"index": self._index})]
+
     def event(self, ev: StreamEvent) -> list[dict[str, str]]:
+        if ev.kind == "tool_call":
+            return self._call(ev)
         if not ev.text or ev.kind not in ("delta", "reasoning"):
             return []
         kind = "thinking" if ev.kind == "reasoning" else "text"

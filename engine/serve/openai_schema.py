@@ -220,16 +220,13 @@ def _refuse_unsupported(body: dict) -> None:
         raise bad("logit_bias", "logit_bias is not supported by this server")
 
 
-def head(body: Any, *, no_tools: bool = False) -> tuple[dict, str]:
-    """Every format's first checks: the body is an object naming its model. ``no_tools``: a
-    400 for any ``tools`` (the formats that have no tool support yet)."""
+def head(body: Any) -> tuple[dict, str]:
+    """Every format's first checks: the body is an object naming its model."""
     if not isinstance(body, dict):
         raise bad("", "the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad("model", "model is required: GET /v1/models lists the one this server runs")
-    if no_tools and body.get("tools"):
-        raise bad("tools", "tools are not supported yet by this server; send the request without them")
     return body, model
 
 

@@ -3,7 +3,7 @@ checked into Hearth's Tools, earlier calls read back from assistant messages, ca
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from ..formats.tools import Tool, ToolError, tools_from_openai
 from ..messages import ToolCall
@@ -35,27 +35,35 @@ def tool_calls(m: dict, i: int, role: str) -> tuple[ToolCall, ...]:
     return tuple(out)
 
 
-def parse_tools(body: dict) -> tuple[tuple[Tool, ...], str, bool]:
+def parse_tools(body: dict, *, flat: bool = False) -> tuple[tuple[Tool, ...], str, bool]:
     """``tools``, ``tool_choice`` and ``parallel_tool_calls``: the tools offered (none with
-    tool_choice "none"), the choice ("auto", "required" or a name) and whether several calls may come."""
+    tool_choice "none"), the choice ("auto", "required" or a name) and whether several calls may
+    come. ``flat``: the Responses API's shapes (``{type: function, name}``, no ``function`` object)."""
     raw, choice, par = body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls")
     if par is not None and not isinstance(par, bool):
         raise bad("parallel_tool_calls", "parallel_tool_calls must be true or false")
     parallel = True if par is None else par
+    named = "{type: function, name}" if flat else "{type: function, function: {name}}"
     if isinstance(choice, dict):
-        fn = choice.get("function")
+        fn = choice if flat else choice.get("function")
         if choice.get("type") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise bad("tool_choice", "tool_choice must be auto, required, none or "
-                                     "{type: function, function: {name}}")
+            raise bad("tool_choice", f"tool_choice must be auto, required, none or {named}")
         choice = fn["name"]
     elif choice is not None and choice not in ("auto", "required", "none"):
-        raise bad("tool_choice", "tool_choice must be auto, required, none or {type: function, function: {name}}")
+        raise bad("tool_choice", f"tool_choice must be auto, required, none or {named}")
+    return offered(raw, choice, parallel, lambda: tools_from_openai(raw, flat=flat))
+
+
+def offered(raw: Any, choice: str | None, parallel: bool,
+            read: Callable[[], tuple[Tool, ...]]) -> tuple[tuple[Tool, ...], str, bool]:
+    """What every protocol's tool fields come to: the tools (``read()``, ToolError as a 400) unless
+    the choice is "none", the choice, checked against them, and ``parallel``."""
     if raw is None or raw == []:
         if choice not in (None, "auto", "none"):
             raise bad("tool_choice", "tool_choice needs tools to choose from")
         return (), "auto", parallel
     try:
-        tools = tools_from_openai(raw)
+        tools = read()
     except ToolError as e:
         raise bad(e.param, str(e)) from None
     if choice == "none":

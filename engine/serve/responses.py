@@ -8,8 +8,13 @@ request only, as OpenAI's API treats it), ``max_output_tokens``, ``temperature``
 ``top_p``, ``stream``, ``text.format`` (``json_schema`` / ``json_object``, enforced by a
 grammar; or llama-server's ``grammar``), ``reasoning.effort`` (the template's ``reasoning_effort``) and
 ``previous_response_id``: the conversation of a response this server produced, kept in
-memory (the latest 256; ``store: false`` keeps none), a 404 for any other id. Tools,
-other item types and image parts are a 400 that says so.
+memory (the latest 256; ``store: false`` keeps none), a 404 for any other id; function
+tools: ``tools`` (``{type: function, name, description, parameters, strict}``),
+``tool_choice`` and ``parallel_tool_calls``, with ``function_call`` and
+``function_call_output`` input items (responses_input.py). A reply's calls are
+``function_call`` output items; streamed, each is output_item.added, one
+function_call_arguments.delta with the whole arguments, .done, and output_item.done. Other
+tool types, other item types and image parts are a 400 that says so.
 
 A thinking model's reasoning is a ``reasoning`` output item (its text as ``reasoning_text``
 content) before the message; usage counts as the chat path's does (``input_tokens`` holds
@@ -24,14 +29,15 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
-from ..messages import Message
+from ..messages import Message, ToolCall
 from ..types import StreamEvent
+from ..formats.tools import Tool
 from .openai_schema import ApiError, ApiRequest, bad, grammar_of, head, number
+from .openai_tools import parse_tools
+from .responses_input import call_item, new_item_id, read_input
 from .template_vars import TemplateVarsError, reasoning_effort, short
 
 KEEP = 256  # responses whose conversation previous_response_id can continue
-ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
-TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 class ResponseStore:
@@ -59,44 +65,6 @@ class ResponseStore:
 # -- requests ------------------------------------------------------------------------
 
 
-def _text(content: Any, at: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise bad(at, f"{at} must be a string or a list of input_text parts")
-    out = []
-    for j, p in enumerate(content):
-        kind = p.get("type") if isinstance(p, dict) else None
-        if kind in TEXT_PARTS and isinstance(p.get("text"), str):
-            out.append(p["text"])
-        elif kind in ("input_image", "input_file", "input_audio"):
-            raise bad(f"{at}[{j}]", f"{at}[{j}]: {kind} parts are not supported by this server: send text only")
-        else:
-            raise bad(f"{at}[{j}]", f"{at}[{j}] must be an input_text part, got {short(kind if kind else p)}")
-    return "".join(out)
-
-
-def _input(v: Any) -> list[Message]:
-    if isinstance(v, str):
-        return [Message("user", v)]
-    if not isinstance(v, list) or not v:
-        raise bad("input", "input must be a string or a non-empty list of message items")
-    out = []
-    for i, item in enumerate(v):
-        at = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise bad(at, f"{at} must be a message item ({{\"role\", \"content\"}})")
-        kind = item.get("type", "message")
-        if kind != "message":
-            what = "tools are not supported yet" if "call" in str(kind) else "only message items are supported"
-            raise bad(at, f"{at}: {short(kind)} items: {what}")
-        role = ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
-        if role is None:
-            raise bad(f"{at}.role", f"{at}.role must be one of {', '.join(ROLES)}, got {short(item.get('role'))}")
-        out.append(Message(role, _text(item.get("content"), f"{at}.content")))
-    return out
-
-
 def _format(body: dict) -> str | None:
     """``text.format`` as GBNF, or llama-server's ``grammar`` (as the chat path takes it)."""
     text = body.get("text")
@@ -116,7 +84,7 @@ def _format(body: dict) -> str | None:
 
 def parse(body: Any, store: ResponseStore) -> ApiRequest:
     """Check a ``/v1/responses`` body; ``store`` holds the conversations previous_response_id names."""
-    body, model = head(body, no_tools=True)
+    body, model = head(body)
     earlier: tuple[Message, ...] = ()
     prev = body.get("previous_response_id")
     if prev is not None:
@@ -126,7 +94,7 @@ def parse(body: Any, store: ResponseStore) -> ApiRequest:
                                 "responses, in memory, while it runs", param="previous_response_id",
                            code="previous_response_not_found")
         earlier = found
-    said = _input(body.get("input"))
+    said = read_input(body.get("input"))
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise bad("instructions", "instructions must be a string")
@@ -153,10 +121,28 @@ def parse(body: Any, store: ResponseStore) -> ApiRequest:
     conversation = (*earlier, *said)
     messages = [Message("system", instructions)] if instructions else []
     keep = body.get("store", True) is not False
+    tools, choice, parallel = _tools(body)
+    gbnf = _format(body)
+    if tools and gbnf is not None:
+        raise bad("tools", "give tools or text.format (or grammar), not both: the tools' own grammar shapes "
+                           "every call")
     extra = {"conversation": conversation if keep else None, "previous_response_id": prev,
-             "instructions": instructions, "max_output_tokens": mt, **sampling}
+             "instructions": instructions, "max_output_tokens": mt, **sampling,
+             "tools": body.get("tools") or [], "tool_choice": body.get("tool_choice") or "auto",
+             "parallel_tool_calls": parallel}
     return ApiRequest(kind="chat", model=model, messages=[*messages, *conversation], sampling=sampling,
-                      max_tokens=mt, stream=stream, grammar=_format(body), template_kwargs=kw, extra=extra)
+                      max_tokens=mt, stream=stream, grammar=gbnf, template_kwargs=kw, extra=extra,
+                      tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
+
+
+def _tools(body: dict) -> tuple[tuple[Tool, ...], str, bool]:
+    """Function tools (the flat shape); ``strict`` is accepted: the grammar holds every call
+    to its schema either way. Other tool types (web_search, file_search, mcp...) are a 400."""
+    for i, t in enumerate(body.get("tools") or []):
+        if isinstance(t, dict) and t.get("type") == "function" and not isinstance(t.get("strict", False),
+                                                                                  (bool, type(None))):
+            raise bad(f"tools[{i}].strict", f"tools[{i}].strict must be true or false")
+    return parse_tools(body, flat=True)
 
 
 # -- replies ---------------------------------------------------------------------------
@@ -195,7 +181,8 @@ class ResponseReply:
                 "incomplete_details": {"reason": incomplete} if incomplete else None,
                 "instructions": x.get("instructions"), "max_output_tokens": x.get("max_output_tokens"),
                 "previous_response_id": x.get("previous_response_id"), "temperature": x.get("temperature"),
-                "top_p": x.get("top_p"), "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
+                "top_p": x.get("top_p"), "parallel_tool_calls": x.get("parallel_tool_calls", True),
+                "tool_choice": x.get("tool_choice", "auto"), "tools": x.get("tools", []),
                 "text": {"format": {"type": "text"}}, "metadata": {}, "usage": use}
 
     def _item(self, kind: str, text: str, status: str) -> dict[str, Any]:
@@ -208,7 +195,8 @@ class ResponseReply:
     def _finish(self, final: StreamEvent) -> tuple[str, str | None]:
         conversation = self.req.extra.get("conversation")
         if conversation is not None and final.finish_reason != "cancelled":
-            self.store.put(self.id, (*conversation, Message("assistant", final.text, reasoning=final.reasoning)))
+            self.store.put(self.id, (*conversation, Message("assistant", final.text, reasoning=final.reasoning,
+                                                            tool_calls=final.tool_calls)))
         if final.finish_reason in ("max_tokens", "context_full"):
             return "incomplete", "max_output_tokens"
         return "completed", None
@@ -217,8 +205,9 @@ class ResponseReply:
         status, why = self._finish(final)
         item_status = "incomplete" if why else "completed"
         output = [self._item("reasoning", final.reasoning, item_status)] if final.reasoning else []
-        if final.text or not output:
+        if final.text or not (output or final.tool_calls):
             output.append(self._item("message", final.text, item_status))
+        output += [call_item(c, new_item_id()) for c in final.tool_calls]
         return self._response(status, output, usage(final), why)
 
     # -- the stream --
@@ -263,7 +252,23 @@ class ResponseReply:
         shell = self._response("in_progress", [], None)
         return [self._sse("response.created", response=shell), self._sse("response.in_progress", response=shell)]
 
+    def _call(self, ev: StreamEvent) -> list[dict[str, str]]:
+        """A whole call: its item added, its arguments as one delta, then done."""
+        d = ev.tool_call
+        assert d is not None and d.id is not None and d.name is not None  # each call comes whole
+        out = self._end("completed")
+        call, index, fid = ToolCall(d.id, d.name, d.arguments), len(self._items), new_item_id()
+        ids = {"item_id": fid, "output_index": index}
+        out += [self._sse("response.output_item.added", output_index=index,
+                          item=call_item(call, fid, "in_progress", arguments="")),
+                self._sse("response.function_call_arguments.delta", **ids, delta=d.arguments),
+                self._sse("response.function_call_arguments.done", **ids, name=d.name, arguments=d.arguments)]
+        self._items.append(call_item(call, fid))
+        return out + [self._sse("response.output_item.done", output_index=index, item=self._items[-1])]
+
     def event(self, ev: StreamEvent) -> list[dict[str, str]]:
+        if ev.kind == "tool_call":
+            return self._call(ev)
         if not ev.text or ev.kind not in ("delta", "reasoning"):
             return []
         kind = "reasoning" if ev.kind == "reasoning" else "message"

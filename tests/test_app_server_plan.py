@@ -1,0 +1,32 @@
+"""The window's model load plans for the local server's batch context while the server is on
+(LoadRequest.server_parallel: Serving.parallel sequences of the slot context), and not while it is off."""
+from __future__ import annotations
+
+import pytest
+
+from app.bridge.generation_worker import SharedEngine
+from app.bridge.load_worker import LoadJob, LoadWorker
+from app.bridge.server_host import Serving
+from engine.errors import HearthError
+from engine.loading.request import LoadRequest
+from engine.serve.server import LocalServer
+
+
+@pytest.mark.parametrize("serving, planned", [(None, 0), (3, 3)])
+def test_the_load_plans_the_servers_batch_only_while_it_serves(monkeypatch, bundled_path, serving, planned):
+    seen: list[LoadRequest] = []
+
+    def load_model(req, **_kw):
+        seen.append(req)
+        raise HearthError("stopped here: the test needs only the request")
+
+    monkeypatch.setattr("app.bridge.load_worker.load_model", load_model)
+    shared = SharedEngine()
+    if serving is not None:
+        shared.serving = Serving(LocalServer(port=0), parallel=serving)  # never started: nothing listens
+    worker = LoadWorker(shared)
+    failures: list[str] = []
+    worker.failed.connect(lambda _id, msg: failures.append(msg))
+    worker.load(LoadJob(LoadRequest(model=str(bundled_path))))
+    assert [r.server_parallel for r in seen] == [planned]
+    assert failures == ["stopped here: the test needs only the request"]
