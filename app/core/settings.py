@@ -29,8 +29,9 @@ from engine.loading.request import BACKENDS, BUNDLED, EXACTNESS, KV_TYPES, QUANT
     effective_backend, infer_source, runs_gguf
 from engine.prompt import CONTEXT_POLICIES
 
-from app.core import server_settings
+from app.core import mcp_servers as mcp, server_settings
 from app.core.paths import config_dir, move_aside
+from app.core.presets import DEFAULT_PRESETS, valid_presets
 
 FILE_NAME = "settings.json"
 FORMAT_VERSION = 1
@@ -46,15 +47,6 @@ TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
 # The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
                  "frequency_penalty", "penalty_last_n", "seed", "max_tokens", "reasoning_budget")
-
-DEFAULT_PRESETS = (
-    {"name": "None", "prompt": ""},
-    {"name": "Helpful assistant", "prompt": "You are a helpful, concise assistant."},
-    {"name": "Programmer", "prompt": "You are an expert programmer. Answer with short explanations "
-                                     "and put code in fenced Markdown code blocks."},
-    {"name": "Translator", "prompt": "Translate the user's text into English. Reply with the "
-                                     "translation only."},
-)
 
 
 def is_draft_file(v: Any) -> bool:
@@ -105,6 +97,12 @@ class Settings:
     server_port: int = server_settings.PORT
     server_api_key: str = ""        # "" asks for no key; else clients send "Authorization: Bearer <key>"
     server_cors: list[str] = field(default_factory=list)  # web origins allowed to call it (none by default)
+    # MCP tools (Settings → Tools; app/core/mcp_servers.py says what each holds): no server by default.
+    mcp_servers: list[dict[str, Any]] = field(default_factory=list)
+    tool_allow: dict[str, str] = field(default_factory=dict)  # "Allow always": server/tool -> tools' fingerprint
+    max_tool_calls: int = mcp.MAX_TOOL_CALLS          # per reply
+    tool_timeout_s: float = mcp.TOOL_TIMEOUT_S        # per call
+    tool_choice: str = "auto"  # a reply's first step: "auto" (the model decides) or "required" (it must call)
 
     def __post_init__(self) -> None:
         if self.source is None and isinstance(self.model, str):
@@ -174,7 +172,9 @@ class Settings:
         if self.context_policy not in CONTEXT_POLICIES:
             raise SettingsError(f"context_policy: must be one of {', '.join(CONTEXT_POLICIES)}, "
                                 f"got {self.context_policy!r}")
-        why = server_settings.problem(self.server_enabled, self.server_port, self.server_api_key, self.server_cors)
+        why = server_settings.problem(self.server_enabled, self.server_port, self.server_api_key, self.server_cors) \
+            or mcp.servers_problem(self.mcp_servers) \
+            or mcp.tools_problem(self.tool_allow, self.max_tool_calls, self.tool_timeout_s, self.tool_choice)
         if why:
             raise SettingsError(why)
         unknown = set(self.sampling) - set(SAMPLING_KEYS)
@@ -271,7 +271,9 @@ class Settings:
         if "sampling" in kwargs:
             kwargs["sampling"] = _valid_sampling(kwargs["sampling"], problems)
         if "presets" in kwargs:
-            kwargs["presets"] = _valid_presets(kwargs["presets"], problems)
+            kwargs["presets"] = valid_presets(kwargs["presets"], problems)
+        if "mcp_servers" in kwargs:  # a bad server is left out on its own, the others kept
+            kwargs["mcp_servers"] = mcp.valid_servers(kwargs["mcp_servers"], problems)
         for _ in range(len(known) + 1):
             try:
                 return cls(**kwargs).validate(), problems
@@ -308,22 +310,6 @@ def _valid_sampling(raw: Any, problems: list[str]) -> dict[str, Any]:
             continue
         out[k] = v
     return out
-
-
-def _valid_presets(raw: Any, problems: list[str]) -> Any:
-    """The presets in ``raw`` that have a name and a prompt, each name once; ``raw`` as it
-    is when it is not a list (validate() then says so and the defaults are used)."""
-    if not isinstance(raw, list):
-        return raw
-    out: list[dict[str, str]] = []
-    for p in raw:
-        ok = isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"].strip() \
-            and isinstance(p.get("prompt"), str)
-        if not ok or any(q["name"] == p["name"] for q in out):
-            problems.append(f"presets: left out {p!r} (a preset needs a new, non-empty name and a prompt text)")
-            continue
-        out.append({"name": p["name"], "prompt": p["prompt"]})
-    return out or [dict(p) for p in DEFAULT_PRESETS]
 
 
 class SettingsFile:
