@@ -16,8 +16,6 @@ import pytest
 
 from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
-from engine.serve.scheduler import Scheduler
-from engine.serve.server import LocalServer
 from serving import local_server, qwen_tool_engine
 
 WEATHER = {"type": "function", "function": {
@@ -31,14 +29,6 @@ ADD = {"type": "function", "function": {
 TOOLS = [WEATHER, ADD]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 ASK = [{"role": "user", "content": "What is the weather in Zürich?"}]
-
-
-def _server(engine):
-    sched = Scheduler(engine, parallel=2, queue_limit=8)
-    srv = LocalServer(port=0)
-    srv.attach(sched)
-    srv.start()
-    return srv, sched
 
 
 @pytest.fixture(scope="module")
@@ -164,14 +154,12 @@ def test_tool_choice_none_answers_in_text(client, server):
 
 def test_a_model_whose_template_takes_no_tools_says_so(bundled_path):
     e = Engine(LlamaCppBackend(bundled_path, n_ctx=1024, n_threads=2))
-    srv, sched = _server(e)
     try:
-        c = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=60)
-        with pytest.raises(openai.BadRequestError) as err:
-            c.chat.completions.create(model=srv.model_id, messages=ASK, tools=TOOLS, max_tokens=5)
+        with local_server(e, parallel=2, queue_limit=8) as srv:
+            c = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=60)
+            with pytest.raises(openai.BadRequestError) as err:
+                c.chat.completions.create(model=srv.model_id, messages=ASK, tools=TOOLS, max_tokens=5)
         assert err.value.body["code"] == "tools_not_supported"
         assert "cannot call tools" in err.value.body["message"]
     finally:
-        srv.stop()
-        sched.close()
         e.close()

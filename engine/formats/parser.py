@@ -69,7 +69,7 @@ class ReplySummary:
     t_answer_start: float | None = None
 
 
-def _held(buf: str, tags: Iterable[str]) -> int:
+def held(buf: str, tags: Iterable[str]) -> int:
     """Length of the longest tail of ``buf`` that is a proper prefix of one of ``tags``."""
     best = 0
     for tag in tags:
@@ -277,7 +277,7 @@ class ReasoningParser:
                 self._buf = buf[i + len(close):]
                 self._close_reasoning()
                 return True
-            hold = _held(buf, (close,))
+            hold = held(buf, (close,))
             safe = buf[:len(buf) - hold]
             body = safe.rstrip(self._trim)
             self._emit(out, REASONING, body)
@@ -308,7 +308,7 @@ class ReasoningParser:
             # Text outside any message: the model broke the format. Show it.
             j = min((k for t in _HARMONY_STARTS if (k := buf.find(t, 1)) > 0), default=-1)
             if j < 0:
-                j = len(buf) - _held(buf, _HARMONY_STARTS)
+                j = len(buf) - held(buf, _HARMONY_STARTS)
             self._emit(out, TEXT, buf[:j])
             self._buf = buf[j:]
             return j < len(buf) and buf.startswith(_HARMONY_STARTS, j)
@@ -343,7 +343,7 @@ class ReasoningParser:
                 self._t.setdefault("end", self._clock())
             self._region, self._kind = _OUTSIDE, TEXT
             return True
-        hold = _held(buf, (*_HARMONY_ENDS, *_HARMONY_STARTS))
+        hold = held(buf, (*_HARMONY_ENDS, *_HARMONY_STARTS))
         self._emit(out, self._kind, buf[:len(buf) - hold])
         self._buf = buf[len(buf) - hold:]
         return False
@@ -351,7 +351,7 @@ class ReasoningParser:
 
 def _cut_header(buf: str) -> bool:
     """Whether ``buf`` is a Harmony header stopped short (maybe inside one of its tokens)."""
-    return _PARTIAL_HEADER.fullmatch(buf[:len(buf) - _held(buf, _HEADER_TOKENS)]) is not None
+    return _PARTIAL_HEADER.fullmatch(buf[:len(buf) - held(buf, _HEADER_TOKENS)]) is not None
 
 
 def _header_break(head: str) -> int | None:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from ..errors import HearthError
 from ..messages import ToolCall
+from .parser import held
 from .tools import Tool, ToolPlan, ToolSyntax, parse_arguments
 
 _DECODER = json.JSONDecoder()
@@ -35,14 +36,6 @@ class Parsed(NamedTuple):
 
 class _Cut(Exception):
     """The section ends before this call does: wait for more text."""
-
-
-def _held(buf: str, tag: str) -> int:
-    """How many characters at the end of ``buf`` could start ``tag``."""
-    for n in range(min(len(tag) - 1, len(buf)), 0, -1):
-        if tag.startswith(buf[-n:]):
-            return n
-    return 0
 
 
 class ToolCallParser:
@@ -94,7 +87,7 @@ class ToolCallParser:
             self._section, self._buf = self._buf[at:], ""
             self._calls(out, final=False)
             return out
-        keep = _held(self._buf, opener)
+        keep = held(self._buf, (opener,))
         if len(self._buf) > keep:
             out.append(Parsed("text", self._buf[:len(self._buf) - keep]))
             self._buf = self._buf[len(self._buf) - keep:]
