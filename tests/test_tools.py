@@ -198,6 +198,16 @@ def test_strings_and_arrays_are_bounded():
     assert "*" not in g.replace("jchar*", "") and "+" not in g.replace("[-+]", "")
 
 
+def test_a_tool_without_parameters_writes_an_empty_object():
+    """{"properties": {}} (how MCP and OpenAI clients declare a tool that takes nothing) is {}:
+    a small model given a free-form object there writes on until max_tokens."""
+    for schema in ({"type": "object", "properties": {}}, {"type": "object", "properties": {}, "title": "x"},
+                   {"type": "object", "additionalProperties": False}):
+        g = ToolPlan(by_name("hermes"), (Tool("f", schema),), "required").grammar()
+        assert "free" not in g and '"{" sp "}"' in g, schema
+    assert "free-object" in ToolPlan(by_name("hermes"), (Tool("f", {"type": "object"}),), "required").grammar()
+
+
 def test_bad_tool_lists_are_refused():
     with pytest.raises(ToolError, match="letters, digits"):
         ToolPlan(by_name("hermes"), (Tool("no spaces please"),))

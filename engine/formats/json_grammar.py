@@ -233,7 +233,10 @@ class Grammar:
                 raise SchemaError(_at(path, "required"), f"required names {missing[0]!r}, which properties "
                                                          "does not describe")
         if not props:
-            return self.free("object") if schema.get("additionalProperties") is not False else '"{" sp "}"'
+            # No parameters declared ({"properties": {}}, as a tool that takes none says) writes {};
+            # only an object with no properties keyword at all is free-form.
+            free = "properties" not in schema and schema.get("additionalProperties") is not False
+            return self.free("object") if free else '"{" sp "}"'
         keys = list(props)
         kv = {k: self.add(f"{name}-{k}-kv", f'{json_literal(k)} sp ":" sp '
                           f'{self.value(props[k], f"{name}-{k}", f"{path}.properties.{k}")}') for k in keys}
