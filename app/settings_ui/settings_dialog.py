@@ -1,4 +1,4 @@
-"""Settings: model, backend, quantization, draft, context, sampling, presets, theme, local server.
+"""Settings: model, backend, quantization, draft, context, sampling, presets, theme, local server, tools.
 
 The model is the bundled GGUF, a local GGUF file, a local transformers folder
 or a Hub id; the backend follows its type (a GGUF may also run on
@@ -26,6 +26,7 @@ from app.settings_ui.sampling_form import SamplingForm
 from app.core.settings import THEMES, Settings, SettingsError
 from app.settings_ui.settings_model_tab import ModelTabMixin
 from app.settings_ui.settings_server_tab import ServerTab
+from app.settings_ui.settings_tools_tab import ToolsTab
 from app.core.text_utils import human_bytes
 
 
@@ -52,6 +53,8 @@ class SettingsDialog(ModelTabMixin, QDialog):
         tabs.addTab(self._look_tab(settings), "Appearance")
         self.server_tab = ServerTab(settings)
         tabs.addTab(self.server_tab, "Local server")
+        self.tools_tab = ToolsTab(settings)
+        tabs.addTab(self.tools_tab, "Tools")
         lay.addWidget(tabs)
         self.error = QLabel()
         self.error.setWordWrap(True)
@@ -91,7 +94,8 @@ class SettingsDialog(ModelTabMixin, QDialog):
                      sampling=sampling, presets=self.presets_editor.presets(),
                      default_preset=self.presets_editor.default_name(),
                      theme=THEMES[self.theme.currentIndex()],
-                     context_policy=self.sampling_form.context_policy(), **self.server_tab.values())
+                     context_policy=self.sampling_form.context_policy(), **self.server_tab.values(),
+                     **self.tools_tab.values())
         s.validate()
         try:
             self._model_check.check(s.source, s.model)
