@@ -5,7 +5,8 @@ Run as ``python tests/mcp_server.py stdio ROOT`` (a stdio subprocess) or
 ``ROOT`` is the one folder ``read_file`` may read. Tools: ``add`` (a
 calculator), ``read_file`` (confined to ROOT), ``picture`` (an image and a text
 resource), ``fail`` (a result with isError), ``sleep_forever`` (hangs) and
-``crash`` (ends the process mid-call).
+``crash`` (ends the process mid-call). ``--only a,b`` at the end keeps only those tools
+(so a test can leave a model one tool to call).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
+TOOLS = ("add", "read_file", "picture", "fail", "sleep_forever", "crash")
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(24)).decode()
 
 
@@ -59,9 +61,16 @@ def build(root: Path) -> MCPServer:
 
 
 if __name__ == "__main__":
-    kind, root = sys.argv[1], Path(sys.argv[2])
+    argv = sys.argv[1:]
+    only = argv[argv.index("--only") + 1].split(",") if "--only" in argv else None
+    argv = argv[:argv.index("--only")] if "--only" in argv else argv
+    kind, root = argv[0], Path(argv[1])
     srv = build(root)
+    if only is not None:
+        for name in TOOLS:
+            if name not in only:
+                srv.remove_tool(name)
     if kind == "stdio":
         srv.run("stdio")
     else:
-        srv.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
+        srv.run("streamable-http", host="127.0.0.1", port=int(argv[2]))

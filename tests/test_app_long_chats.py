@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from app.window.main_window import MainWindow
-from app.window.replies import context_cut, context_use
+from app.core.context_meter import context_cut, context_use
 from app.window.selftest import write_settings
 from app.core.settings import Settings, SettingsFile
 from app.core.store import StoredMessage

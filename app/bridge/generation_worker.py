@@ -20,6 +20,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import HearthError, Message, SamplingParams, openmp
+from engine.formats.tools import Tool, ToolPlan, unsupported_tools
 from engine.metrics import is_complete
 
 from app.core.store import Store
@@ -40,6 +41,21 @@ class GenerationJob:
     context_policy: str = "drop_oldest"  # a chat longer than the context: "drop_oldest" or "stop"
     template_kwargs: dict[str, object] | None = None  # the Think control's choice (engine.think.kwargs)
     notes: tuple[str, ...] = ()  # said in the reply's notes (which documents it was given, or which passages)
+    tools: tuple[Tool, ...] = ()  # the MCP tools this step may call (app/core/tool_steps.py); none: no tools
+    tool_choice: str = "auto"     # "auto" (the model decides) or "required" (this step must call one)
+
+
+def tool_plan(engine, job: GenerationJob, notes: list[str]) -> ToolPlan | None:
+    """The job's tools in the loaded model's call syntax; a model whose template takes none
+    writes its reply without them, and its notes say so."""
+    if not job.tools:
+        return None
+    if engine.tool_syntax is None:
+        why = unsupported_tools(engine.backend.chat_template) or "its chat template takes no tools"
+        notes.append(f"the MCP tools were not offered: this model cannot call tools ({why})")
+        return None
+    # One call per step: the window asks before each call runs, so a step's calls come one at a time.
+    return engine.plan_tools(job.tools, job.tool_choice, parallel=False)
 
 
 class SharedEngine:
@@ -86,11 +102,13 @@ class GenerationWorker(QObject):
             def reading(done: int, total: int) -> None:  # called on this thread, between prefill chunks
                 self.progress.emit(mid, {"prompt_done": done, "prompt_total": total})
 
+            notes = list(job.notes)
+            plan = tool_plan(engine, job, notes)
             serving = self._shared.serving
             # With the local server on, the reply goes through its scheduler, ahead of API requests.
-            events = serving.window_reply(job) if serving is not None and serving.active else engine.stream(
+            events = serving.window_reply(job, plan) if serving is not None and serving.active else engine.stream(
                 job.messages, job.params, cancel=job.cancel, progress=reading, context_policy=job.context_policy,
-                template_kwargs=job.template_kwargs)
+                template_kwargs=job.template_kwargs, tools=plan)
             for ev in events:
                 if ev.kind in ("delta", "reasoning"):
                     now = time.perf_counter()
@@ -106,18 +124,18 @@ class GenerationWorker(QObject):
                         self.progress.emit(mid, ev.stats.live())  # the engine's figures, not recounted here
                 elif ev.kind == "final":
                     complete = is_complete(ev.finish_reason)
-                    if ev.stats is not None and job.notes:
-                        ev.stats.notes[:0] = list(job.notes)
+                    if ev.stats is not None and notes:
+                        ev.stats.notes[:0] = notes
                     metrics = ev.stats.as_dict() if ev.stats is not None else None
                     reasoning = ev.reasoning if ev.reasoning is not None else (
                         "".join(thought) if thought else None)
                     tokens = (metrics or {}).get("reasoning_tokens") if reasoning is not None else None
                     store.finish_reply(mid, ev.text, complete=complete, finish_reason=ev.finish_reason,
                                        metrics=metrics, reasoning=reasoning, reasoning_open=ev.reasoning_open,
-                                       reasoning_tokens=tokens)
+                                       reasoning_tokens=tokens, tool_calls=ev.tool_calls)
                     self.finished.emit(mid, {"text": ev.text, "finish_reason": ev.finish_reason,
                                              "complete": complete, "metrics": metrics, "reasoning": reasoning,
-                                             "reasoning_open": ev.reasoning_open})
+                                             "reasoning_open": ev.reasoning_open, "tool_calls": ev.tool_calls})
                     return
             raise HearthError("the engine ended the reply without a final event")
         except Exception as e:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QLabel
 
 from engine import HearthError, StreamEvent
 from engine.serve import Priority, Scheduler, ServeRequest, Ticket
+from engine.formats.tools import ToolPlan
 from engine.serve.server import LocalServer
 
 from app.bridge.engine_host import EngineHost
@@ -67,12 +68,13 @@ class Serving:
             self.scheduler.close()
             self.scheduler = None
 
-    def window_reply(self, job: GenerationJob) -> Iterator[StreamEvent]:
-        """The window's reply through the scheduler, ahead of every API request."""
+    def window_reply(self, job: GenerationJob, tools: ToolPlan | None = None) -> Iterator[StreamEvent]:
+        """The window's reply through the scheduler, ahead of every API request (``tools``: the
+        step's MCP tools in the model's call syntax)."""
         assert self.scheduler is not None  # the worker asks only while active
         ticket = self.scheduler.submit(ServeRequest(messages=job.messages, params=job.params,
                                                     priority=Priority.WINDOW, context_policy=job.context_policy,
-                                                    template_kwargs=job.template_kwargs))
+                                                    template_kwargs=job.template_kwargs, tools=tools))
         self.window_replies += 1
         threading.Thread(target=_cancel_when, args=(job.cancel, ticket), name="hearth-stop", daemon=True).start()
         try:

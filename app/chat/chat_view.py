@@ -15,8 +15,11 @@ from app.chat.attach_tray import AttachTray
 from app.chat.chat_input import InputBox, SystemPromptBar
 from app.chat.message_widget import MessageWidget
 from app.chat.think_control import ThinkBox
+from app.chat.tool_card import ToolCard, stored_card
+from app.core import tool_steps
 from app.chat.welcome import WelcomePanel
 from app.core.store import StoredMessage
+from engine.messages import ToolCall
 
 BATCH = 20  # messages built at a time: about a screenful; earlier ones are built when scrolled to
 
@@ -38,6 +41,7 @@ class ChatView(QWidget):
         self.colors = colors
         self._widgets: dict[int, MessageWidget] = {}  # built messages, oldest first
         self._pending: list[StoredMessage] = []        # older messages not built yet, oldest first
+        self._results: dict[str | None, StoredMessage] = {}  # tool results by call id (shown on cards)
         self._marker_wanted: tuple[int, int, int] | None = None  # (mid, count, n_ctx)
         self._grown_from: int | None = None            # the scroll range before earlier messages came
         self._editing: int | None = None
@@ -126,7 +130,9 @@ class ChatView(QWidget):
         self.clear()
         self.title.setText(title)
         self.system.set_text(system_prompt)
-        self._pending = list(messages)
+        # A tool's result is shown on its call's card, in the reply step that made the call.
+        self._results = {m.tool_call_id: m for m in messages if m.role == "tool"}
+        self._pending = [m for m in messages if m.role != "tool"]
         self._build_earlier(BATCH)
         self.set_input_text(draft)
         self._stick = True
@@ -140,7 +146,17 @@ class ChatView(QWidget):
             w.set_result(m.content, complete=m.complete, finish_reason=m.finish_reason, error=m.error,
                          metrics=m.metrics, reasoning=m.reasoning, reasoning_open=m.reasoning_open,
                          reasoning_tokens=m.reasoning_tokens)
+        for call in m.tool_calls:
+            w.add_tool_card(stored_card(call, self._results.get(call.id)))
         return w
+
+    def tool_card(self, mid: int, call: ToolCall, server: str, tool: str) -> ToolCard:
+        """A new card for a call of reply step ``mid`` (which must be on screen)."""
+        card = ToolCard(call.id, tool, server, tool_steps.shown_arguments(call))
+        w = self._widgets[mid]
+        w.add_tool_card(card)
+        self._stick = True
+        return card
 
     def _build_earlier(self, count: int) -> int:
         """Build up to ``count`` of the not-yet-built messages just above the built ones."""

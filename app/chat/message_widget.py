@@ -103,6 +103,9 @@ class MessageWidget(QFrame):
         self.pieces.code_copied.connect(self._code_copied)
         self.pieces.link_refused.connect(self.notify)
         lay.addWidget(self.pieces)
+        self.tool_cards = QVBoxLayout()  # the reply's tool calls (app.chat.tool_card), in call order
+        self.tool_cards.setSpacing(4)
+        lay.addLayout(self.tool_cards)
         self.note = QLabel()
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
@@ -281,6 +284,14 @@ class MessageWidget(QFrame):
         docs = [p for p in parts if getattr(p, "kind", "") == "document"]
         self.documents.setText("   ".join(f"📄 {p.name}" + (f" · {p.pages} pages" if p.pages else "") for p in docs))
         self.documents.setVisible(bool(docs))
+
+    def add_tool_card(self, card: QWidget) -> None:
+        """A tool call of this reply step, below its text."""
+        self.tool_cards.addWidget(card)
+
+    def cards(self) -> list:
+        """The tool cards of this reply step, in call order."""
+        return [self.tool_cards.itemAt(i).widget() for i in range(self.tool_cards.count())]
 
     def set_branch(self, place: int, count: int) -> None:
         """Show which of ``count`` versions this is (nothing when it is the only one)."""

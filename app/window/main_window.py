@@ -178,7 +178,8 @@ class MainWindow(QMainWindow):
             store=self.store, host=self.host, chat=self.chat, info=self.info, monitor=self.monitor,
             stats_label=self.stats_label, settings=lambda: self.settings, current=lambda: self.current,
             open_settings=self.open_settings, refresh_list=self._refresh_list,
-            show_branches=lambda: self.navigation.show_branches(), closed=lambda: self._closed)
+            show_branches=lambda: self.navigation.show_branches(), closed=lambda: self._closed,
+            adopt_settings=self._adopt_settings)
         sb.addPermanentWidget(self.stats_label)
         sb.addPermanentWidget(self.replies.context_label)
         sb.addPermanentWidget(self.model_label)
@@ -280,6 +281,7 @@ class MainWindow(QMainWindow):
 
     def _apply_server(self) -> None:
         """Start, stop or re-key the local server as the settings say; a failure is shown, never silent."""
+        self.replies.tools.apply(self.settings)  # the MCP servers too (connected off the GUI thread)
         err = self.server_host.apply(self.settings)
         if err:
             self.info.show_message(f"The local server did not start: {err}. Settings → Local server.", "error")
@@ -389,6 +391,7 @@ class MainWindow(QMainWindow):
         self._closed = True
         self.hide()
         self.performance.close()  # a benchmark run stops first: its thread must not outlive the window
+        self.replies.tools.close()  # a call waited for stops; the MCP servers' programs end
         self.server_host.shutdown()  # API clients are cut off first; then the engine thread ends
         self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
         GpuGuard(data_dir()).clear()  # a clean close: the next start may use the GPU

@@ -21,10 +21,14 @@ from PySide6.QtWidgets import QLabel
 from engine import Message
 from engine.messages import DocumentPart
 
+from app.window.tool_turns import ToolTurns
+from app.core.tool_steps import Offer, first_step
+
 from app.bridge.engine_host import EngineHost
 from app.bridge.generation_worker import GenerationJob
 from app.chat.chat_view import ChatView
 from app.chat.think_control import effective
+from app.core.context_meter import context_cut, context_use
 from app.core.attached_docs import DocumentShelf, model_message, store_pending, with_documents
 from app.core.settings import Settings
 from app.core.store import Store, StoredMessage
@@ -32,62 +36,6 @@ from app.ui.info_bar import InfoArea
 from app.ui.loop_monitor import LoopMonitor
 
 READING_SHOWN_BELOW = 99  # percent: a prompt read in one go (cached, or short) shows no progress
-
-
-def context_cut(messages: list[StoredMessage]) -> tuple[int, int] | None:
-    """Where the latest reply's view of the conversation began, when turns were left out:
-    (id of the first message the model still saw, how many messages are shown above it).
-
-    The engine counts left-out messages as it saw them: the replies' prompt holds
-    only messages with text (see ``_history``), and turns of one role side by side
-    are merged into one. The same walk here finds the message it means.
-    """
-    last = next((i for i in range(len(messages) - 1, -1, -1)
-                 if messages[i].role == "assistant" and messages[i].metrics), None)
-    if last is None:
-        return None
-    dropped = messages[last].metrics.get("dropped_messages") or 0
-    if not dropped:
-        return None
-    seen, role = 0, None
-    for j, m in enumerate(messages[:last]):
-        if not m.content:
-            continue
-        if m.role != role or m.role not in ("user", "assistant"):
-            if seen == dropped:
-                return m.id, j
-            seen, role = seen + 1, m.role
-    return None
-
-
-def context_use(metrics: dict | None, loaded_ctx: int = 0) -> tuple[str, str]:
-    """The context meter's text and tooltip for a reply's metrics ('' when they do not say).
-
-    ``loaded_ctx``: the context of the model loaded now (0: none is). The meter measures
-    against it, so that loading another model shows its size at once; the tooltip says when
-    the last reply was written with another context."""
-    m = metrics or {}
-    written_ctx = m.get("n_ctx") or 0
-    if not written_ctx:
-        return "", ""
-    n_ctx = loaded_ctx or written_ctx
-    prompt, reply = m.get("prompt_tokens", 0), m.get("generated_tokens", 0)
-    if n_ctx == written_ctx:
-        tip = (f"The last reply in this conversation used {prompt + reply:,} of the model's {n_ctx:,}-token "
-               f"context: the conversation as the model saw it ({prompt:,} tokens) and the reply ({reply:,}).")
-    else:
-        tip = (f"The last reply in this conversation used {prompt + reply:,} tokens of the {written_ctx:,}-token "
-               f"context it was written with: the conversation as the model saw it ({prompt:,} tokens) and the "
-               f"reply ({reply:,}). The model loaded now has a {n_ctx:,}-token context; the next reply is "
-               "counted with it.")
-    dropped = m.get("dropped_messages") or 0
-    if dropped:
-        tip += (f"\nThe conversation had outgrown the context, so its {dropped:,} oldest messages were left "
-                "out (the system prompt was kept); the chat marks where.")
-    else:
-        tip += ("\nWhen a conversation outgrows it, its oldest messages are left out (the system prompt "
-                "stays), or Hearth stops and says so: Settings → Sampling.")
-    return f"Context {prompt + reply:,} / {n_ctx:,}", tip
 
 
 @dataclass(slots=True)
@@ -100,6 +48,8 @@ class ReplyStream:
     title: str                 # the conversation's title, for "a reply is being written in ..."
     parts: list[str] = field(default_factory=list)  # the window's one copy: the reply's widget follows it
     thought: list[str] = field(default_factory=list)  # the reasoning's deltas, kept apart from the answer's
+    made: int = 0              # tool calls the reply made before this step
+    offer: Offer = field(default_factory=Offer)  # the MCP tools this step was offered
 
 
 class RepliesController:
@@ -108,7 +58,8 @@ class RepliesController:
     def __init__(self, *, store: Store, host: EngineHost, chat: ChatView, info: InfoArea, monitor: LoopMonitor,
                  stats_label: QLabel, settings: Callable[[], Settings], current: Callable[[], int | None],
                  open_settings: Callable[[], None], refresh_list: Callable[[int | None], None],
-                 show_branches: Callable[[], None], closed: Callable[[], bool]) -> None:
+                 show_branches: Callable[[], None], closed: Callable[[], bool],
+                 adopt_settings: Callable[[Settings], None] = lambda s: None) -> None:
         self.store, self.host, self.chat, self.info, self.monitor = store, host, chat, info, monitor
         self.shelf = DocumentShelf(store.attachments)  # attached documents, read once a session
         self.doc_notes: list[str] = []  # the last history's: which documents, or passages, a reply is given
@@ -118,6 +69,9 @@ class RepliesController:
         self.stream: ReplyStream | None = None
         self.last_stats: dict | None = None
         self.context_label = QLabel()  # the status bar's context meter (the window places it)
+        self.tools = ToolTurns(store=store, chat=chat, info=info, settings=settings, adopt_settings=adopt_settings,
+                               current=current)
+        self.tools.next_step, self.tools.ended = self.next_step, self._tools_ended
 
     def connect(self) -> None:
         """Follow the engine thread's reply events."""
@@ -188,10 +142,11 @@ class RepliesController:
                 w.follow(s.parts)
                 w.follow_reasoning(s.thought)
                 w.set_streaming(True)
+        self.tools.show_live()
 
     def can_send(self) -> bool:
         """Say clearly why a message cannot go now; the text stays in the input box."""
-        if self.host.job is not None:
+        if self.host.job is not None or self.stream is not None:
             where = self.stream.title if self.stream else "another conversation"
             self.info.show_message(f"A reply is still being written in “{where}”. Stop it or wait for it, "
                                    "then send again — your text is still in the box.", "error",
@@ -244,6 +199,7 @@ class RepliesController:
         msgs = self.store.messages(cid)
         if not msgs or msgs[-1].id != mid or msgs[-1].role != "assistant":
             return
+        mid = first_step(msgs, mid)  # the whole reply again, its tool calls asked again
         self.chat.remove_from(mid)
         self.start_reply(cid, None, replace_from=mid)
 
@@ -277,27 +233,57 @@ class RepliesController:
         user_mid, mid = self.store.start_turn(cid, user_text, replace_from=replace_from, attached=attached or ())
         if user_mid is not None:
             self.chat.add_message(user_mid, "user", user_text).show_documents(attached or ())
+        self.tools.reconnect_failed()
         conv = self.store.conversation(cid)
-        history = self.history(cid, conv.system_prompt)
         self.stream = ReplyStream(cid, mid, user_mid, user_text, conv.title)
+        self._write(self.stream, self._settings().tool_choice)
+        self._refresh_list(self._current())  # the first message may have named the conversation
+        self.chat.title.setText(conv.title)
+
+    def next_step(self, conv: int, made: int) -> None:
+        """The tools answered: write the reply's next step, which is given their results."""
+        s = self.stream
+        if s is None or s.conv != conv:
+            return
+        if not self.host.ready:
+            self._tools_ended("the model was unloaded while a tool ran")
+            return
+        self.stream = ReplyStream(conv, self.store.begin_reply(conv), None, None, s.title, made=made)
+        self._write(self.stream, "auto")
+
+    def _write(self, s: ReplyStream, choice: str) -> None:
+        """Hand step ``s`` to the engine thread, with the MCP tools it may call."""
+        cid, mid = s.conv, s.mid
+        history = self.history(cid, self.store.conversation(cid).system_prompt)
+        s.offer, limit_note = self.tools.offer(s.made)
         settings = self._settings()
+        notes = (*self.doc_notes, limit_note) if limit_note else tuple(self.doc_notes)
         job = GenerationJob(cid, mid, history, settings.sampling_params(), self.store.path,
                             context_policy=settings.context_policy, template_kwargs=self.think_kwargs(cid),
-                            notes=tuple(self.doc_notes))
-        w = self.chat.add_message(mid, "assistant", "")
-        w.follow(self.stream.parts)
-        w.follow_reasoning(self.stream.thought)
-        w.set_streaming(True)
-        self._show_branches()  # a regenerate or an edit made a new version: "◀ 2/2 ▶"
+                            notes=notes, tools=s.offer.engine_tools(), tool_choice=choice)
+        if cid == self._current():  # (a later step may start while another conversation is on screen)
+            w = self.chat.add_message(mid, "assistant", "")
+            w.follow(s.parts)
+            w.follow_reasoning(s.thought)
+            w.set_streaming(True)
+            self._show_branches()  # a regenerate or an edit made a new version: "◀ 2/2 ▶"
         self.stats_label.setText("Waiting for the first token…")
         self.monitor.begin("streaming")
         self.host.generate(job)
         self.update_busy()
-        self._refresh_list(self._current())  # the first message may have named the conversation
-        self.chat.title.setText(conv.title)
 
     def stop(self) -> None:
-        self.host.stop()
+        if self.tools.busy:
+            self.tools.stop()  # a call asked or running: the reply ends here
+        else:
+            self.host.stop()
+
+    def _tools_ended(self, why: str) -> None:
+        """The reply ended between its steps (Stop while a tool was asked or ran)."""
+        s = self._end_stream()
+        self.stats_label.setText("Stopped while a tool was asked for or running" if why == "stopped" else why)
+        if s is not None and s.conv == self._current():
+            self.chat.refresh_actions()
 
     def update_busy(self) -> None:
         s = self.stream
@@ -350,7 +336,13 @@ class RepliesController:
         return s
 
     def on_finished(self, mid: int, result: dict) -> None:
-        s = self._end_stream()
+        s = self.stream
+        calls = result.get("tool_calls") or ()
+        more = s is not None and s.mid == mid and bool(calls) and result["finish_reason"] == "tool_calls"
+        if not more:
+            s = self._end_stream()
+        else:
+            self.monitor.end("streaming")  # the step's stream ended; the reply goes on with its calls
         m = result.get("metrics") or {}
         self.last_stats = m
         cached = f" · cached {m.get('cached_tokens', 0)}/{m.get('prompt_tokens', 0)} prompt tokens"
@@ -369,6 +361,8 @@ class RepliesController:
                              reasoning_tokens=(m or {}).get("reasoning_tokens"))
             self.chat.refresh_actions()
             self.show_context(s.conv)
+        if more:
+            self.tools.run(s.conv, mid, calls, s.offer, s.made)
 
     def on_failed(self, mid: int, msg: str, partial: str) -> None:
         s = self._end_stream()
