@@ -85,6 +85,7 @@ def test_a_call_runs_only_after_allow_and_the_reply_answers_with_its_result(qtbo
     assert msgs[1].finish_reason == "tool_calls"
     assert (card.tool, card.server) == ("add", "calc") and json.loads(card.args.text()) == args
     assert all(b.isVisibleTo(card) for b in card.buttons)
+    assert card.head.text() == "Tool call: add · calc — wants to run"
     qtbot.wait(500)
     assert roles(w) == ["user", "assistant"] and w.stream is not None  # still asking, still nothing run
     card.btn_allow.click()
@@ -95,6 +96,7 @@ def test_a_call_runs_only_after_allow_and_the_reply_answers_with_its_result(qtbo
     assert result.tool_call_id == call.id and result.content == str(args["a"] + args["b"])
     assert result.finish_reason == tool_steps.DONE and result.metrics["tool"]["server"] == "calc"
     assert msgs[3].complete and msgs[3].content and not msgs[3].tool_calls
+    assert "this reply made 1 tool call, the limit" in " ".join(msgs[3].metrics["notes"])  # none offered after it
     assert card.state == tool_steps.DONE and card.result.text() == result.content
     assert "took" in card.status.text() and not any(b.isVisibleTo(card) for b in card.buttons)
     # Drawn again from the history, the step shows the same card, answered.

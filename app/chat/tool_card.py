@@ -81,7 +81,7 @@ class ToolCard(QFrame):
     def _set_state(self, state: str) -> None:
         self.state = state
         where = f" · {self.server}" if self.server else ""
-        self.head.setText(f"🔧 {self.tool}{where} — {HEADLINES[state]}")
+        self.head.setText(f"Tool call: {self.tool}{where} — {HEADLINES[state]}")
         for b in self.buttons:
             b.setVisible(state == ASKING)
 

@@ -100,8 +100,8 @@ class ToolTurns(QObject):
             return Offer(), None
         limit = self._settings().max_tool_calls
         if made >= limit:
-            return Offer(), (f"this reply made {made} tool calls, the limit (Settings → Tools), so it was "
-                             "written without more")
+            calls = f"{made} tool call{'s' if made != 1 else ''}"
+            return Offer(), f"this reply made {calls}, the limit (Settings → Tools), so it was written without more"
         found = tool_steps.offer(self.client.tools())
         for line in found.left_out:
             if line not in self._said:
