@@ -1,0 +1,86 @@
+"""Take the README's pictures of an MCP tool call: the card asking, and the card answered.
+
+    .venv/bin/python scripts/tool_screenshots.py   # offscreen: assets/tool-card-asking.png, tool-card-done.png
+
+All real: the window, the bundled model and the test suite's MCP server (tests/mcp_server.py,
+over stdio, offering its ``add`` tool). The bundled model wears Qwen2.5's chat template (a
+copy of its GGUF, made the way the tests make it), so it writes Hermes ``<tool_call>`` calls;
+"the first step must call a tool" makes it call. Everything happens in a scratch data folder
+that is deleted afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "What is 12 + 30? Use the add tool."
+
+
+def take(out: Path, scratch: Path, theme: str) -> None:
+    from app.core.settings import Settings, SettingsFile
+    from app.window.main_window import MainWindow
+    from app.window.selftest import wait_until
+    from engine.models.catalogue import bundled_model_path
+    from serving import QWEN
+    from test_app_think import with_template
+
+    model = with_template(Path(bundled_model_path()), scratch / "smollm2-qwen2.5-template.gguf", QWEN)
+    calc = {"name": "calculator", "kind": "stdio", "command": sys.executable,
+            "args": [str(ROOT / "tests" / "mcp_server.py"), "stdio", str(scratch), "--only", "add"]}
+    s = Settings(model=str(model), mcp_servers=[calc], tool_choice="required", max_tool_calls=1, theme=theme)
+    s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 60})
+    SettingsFile().save(s)
+    win = MainWindow()
+    win.show()
+    win.start()
+    if not wait_until(lambda: win.host.ready or not win.host.loading, 120.0) or not win.host.ready:
+        raise RuntimeError("the model did not load: " + " | ".join(win.info.messages()))
+    tools = win.replies.tools
+    if not wait_until(lambda: "calculator" in tools.states, 60.0) or not tools.states["calculator"].ready:
+        raise RuntimeError(f"the MCP server did not start: {tools.states}")
+    win.resize(1280, 800)
+    win.send(PROMPT)
+    win.rename_conversation(win.current, "A tool call")
+    if not wait_until(lambda: tools.pending is not None and tools.pending.card is not None, 60.0):
+        raise RuntimeError("the model made no call: " + " | ".join(win.info.messages()))
+    card = tools.pending.card
+    wait_until(lambda: False, 0.5)
+    suffix = "-dark" if theme == "dark" else ""
+    if not win.grab().save(str(out / f"tool-card-asking{suffix}.png")):
+        raise RuntimeError("could not write the asking picture")
+    card.btn_allow.click()
+    if not wait_until(lambda: win.stream is None, 120.0):
+        raise RuntimeError("the reply did not end")
+    wait_until(lambda: False, 0.5)
+    if not win.grab().save(str(out / f"tool-card-done{suffix}.png")):
+        raise RuntimeError("could not write the answered picture")
+    win.close()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=str(ROOT / "assets"), help="folder for the pictures")
+    p.add_argument("--dark", action="store_true", help="the dark theme too")
+    args = p.parse_args()
+    out = Path(args.out).resolve()
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the tests' template copy and MCP server
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv)
+    from app.ui import theme
+
+    for t in ("light", "dark") if args.dark else ("light",):
+        theme.apply(app, t)
+        with tempfile.TemporaryDirectory(prefix="hearth-tools-") as scratch:
+            os.environ["HEARTH_DATA_DIR"] = scratch
+            take(out, Path(scratch), t)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
