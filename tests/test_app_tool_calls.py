@@ -217,3 +217,36 @@ def test_a_model_that_cannot_call_tools_says_so(qtbot, window):
     msgs = w.store.messages(w.current)
     assert [m.role for m in msgs] == ["user", "assistant"] and not msgs[1].tool_calls
     assert any("MCP tools were not offered" in n for n in msgs[1].metrics["notes"])
+
+
+def test_a_card_asking_waits_while_the_user_is_in_another_chat(qtbot, window):
+    w = window()
+    a = w.current
+    type_and_enter(w, ASK)
+    asked(qtbot, w)
+    w.conversations.new_button.click()  # another chat: the call still waits, and nothing runs
+    qtbot.waitUntil(lambda: w.replies.tools.pending.card is None, timeout=5_000)  # its card went with the chat
+    assert w.current != a and w.chat.message_widgets() == [] and w.stream is not None
+    qtbot.wait(300)
+    assert [m.role for m in w.store.messages(a)] == ["user", "assistant"]
+    w.select_conversation(a)  # back: the same call asks again, on a card drawn anew
+    card = asked(qtbot, w)
+    assert len(step_cards(w)) == 1  # drawn once, not twice
+    card.btn_allow.click()
+    wait_reply(qtbot, w)
+    assert roles(w) == ["user", "assistant", "tool", "assistant"] and step_cards(w)[0].state == tool_steps.DONE
+
+
+def test_stop_in_another_chat_saves_the_waiting_call(qtbot, window):
+    w = window()
+    a = w.current
+    type_and_enter(w, ASK)
+    asked(qtbot, w)
+    w.conversations.new_button.click()
+    qtbot.waitUntil(lambda: w.replies.tools.pending.card is None, timeout=5_000)
+    assert w.chat.stop_button.isVisibleTo(w)  # the reply elsewhere can be stopped from here
+    w.chat.stop_button.click()
+    assert w.stream is None
+    assert [m.finish_reason for m in w.store.messages(a)][-1] == tool_steps.STOPPED
+    w.select_conversation(a)
+    assert [c.state for c in step_cards(w)] == [tool_steps.STOPPED]

@@ -286,7 +286,14 @@ class MessageWidget(QFrame):
         self.documents.setVisible(bool(docs))
 
     def add_tool_card(self, card: QWidget) -> None:
-        """A tool call of this reply step, below its text."""
+        """A tool call of this reply step, below its text; it takes the place of a card drawn
+        earlier for the same call (a live card over the one drawn from the history)."""
+        for i, old in enumerate(self.cards()):
+            if getattr(old, "call_id", None) == getattr(card, "call_id", None):
+                self.tool_cards.removeWidget(old)
+                old.deleteLater()
+                self.tool_cards.insertWidget(i, card)
+                return
         self.tool_cards.addWidget(card)
 
     def cards(self) -> list:

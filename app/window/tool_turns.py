@@ -152,7 +152,12 @@ class ToolTurns(QObject):
             return None
         card = self.chat.tool_card(p.mid, call, found.server if found else "", found.name if found else call.name)
         card.decided.connect(self._decided)
+        card.destroyed.connect(lambda _=None, c=card: self._forget(c))  # the chat was cleared (another one shown)
         return card
+
+    def _forget(self, card: ToolCard) -> None:
+        if self.pending is not None and self.pending.card is card:
+            self.pending.card = None
 
     def show_live(self) -> None:
         """The conversation was drawn again from the store: put back the card being asked or run."""
