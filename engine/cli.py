@@ -216,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pages", type=int, default=20, help="documents: pages of the PDF made from the README")
     p.add_argument("--words-per-page", type=int, default=210, help="documents: words on each of its pages")
     p.add_argument("--n-ctx", type=int, default=8192, help="documents: the context to load the model with")
+    p.add_argument("--calls", type=int, default=200, help="tools: forced calls to make and check")
+    p.add_argument("--template", default=None, help="tools: a chat template file the model wears (Jinja)")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("serve", help="the local OpenAI-compatible server on 127.0.0.1 (Ctrl-C stops)")
     _model_flags(p)

@@ -10,7 +10,7 @@ import argparse
 import importlib
 
 NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak", "tune", "server", "serve",
-         "threads", "handover", "documents")
+         "threads", "handover", "documents", "tools")
 
 
 def run(which: str, a: argparse.Namespace) -> dict:
