@@ -5,8 +5,12 @@
 All real: the window, the bundled model and the test suite's MCP server (tests/mcp_server.py,
 over stdio, offering its ``add`` tool). The bundled model wears Qwen2.5's chat template (a
 copy of its GGUF, made the way the tests make it), so it writes Hermes ``<tool_call>`` calls;
-"the first step must call a tool" makes it call. Everything happens in a scratch data folder
-that is deleted afterwards.
+"the first step must call a tool" makes it call. ``--model FILE`` takes a model whose own
+template takes tools instead (the README's pictures: Qwen2.5-Coder 1.5B from
+``python -m engine models fetch-bench-pair``), also allowed one call. (Left to choose, that
+model writes its call as a JSON code block instead of its template's ``<tool_call>``, which
+is text, not a call; "must call" holds its first step to the grammar.) Everything happens in a scratch data folder that
+is deleted afterwards.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "What is 12 + 30? Use the add tool."
 
 
-def take(out: Path, scratch: Path, theme: str) -> None:
+def take(out: Path, scratch: Path, theme: str, own: str | None) -> None:
     from app.core.settings import Settings, SettingsFile
     from app.window.main_window import MainWindow
     from app.window.selftest import wait_until
@@ -28,11 +32,12 @@ def take(out: Path, scratch: Path, theme: str) -> None:
     from serving import QWEN
     from test_app_think import with_template
 
-    model = with_template(Path(bundled_model_path()), scratch / "smollm2-qwen2.5-template.gguf", QWEN)
+    model = own or with_template(Path(bundled_model_path()), scratch / "smollm2-qwen2.5-template.gguf", QWEN)
     calc = {"name": "calculator", "kind": "stdio", "command": sys.executable,
             "args": [str(ROOT / "tests" / "mcp_server.py"), "stdio", str(scratch), "--only", "add"]}
-    s = Settings(model=str(model), mcp_servers=[calc], tool_choice="required", max_tool_calls=1, theme=theme)
-    s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 60})
+    s = Settings(model=str(model), mcp_servers=[calc], tool_choice="required",
+                 max_tool_calls=1, theme=theme)
+    s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 200 if own else 60})
     SettingsFile().save(s)
     win = MainWindow()
     win.show()
@@ -45,15 +50,17 @@ def take(out: Path, scratch: Path, theme: str) -> None:
     win.resize(1280, 800)
     win.send(PROMPT)
     win.rename_conversation(win.current, "A tool call")
-    if not wait_until(lambda: tools.pending is not None and tools.pending.card is not None, 60.0):
-        raise RuntimeError("the model made no call: " + " | ".join(win.info.messages()))
+    if not wait_until(lambda: (tools.pending is not None and tools.pending.card is not None) or win.stream is None,
+                      300.0) or tools.pending is None:
+        said = [m.content for m in win.store.messages(win.current)][1:]
+        raise RuntimeError(f"the model made no call: {said} " + " | ".join(win.info.messages()))
     card = tools.pending.card
     wait_until(lambda: False, 0.5)
     suffix = "-dark" if theme == "dark" else ""
     if not win.grab().save(str(out / f"tool-card-asking{suffix}.png")):
         raise RuntimeError("could not write the asking picture")
     card.btn_allow.click()
-    if not wait_until(lambda: win.stream is None, 120.0):
+    if not wait_until(lambda: win.stream is None, 600.0):
         raise RuntimeError("the reply did not end")
     wait_until(lambda: False, 0.5)
     if not win.grab().save(str(out / f"tool-card-done{suffix}.png")):
@@ -65,6 +72,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(ROOT / "assets"), help="folder for the pictures")
     p.add_argument("--dark", action="store_true", help="the dark theme too")
+    p.add_argument("--model", default=None, help="a GGUF whose template takes tools (default: the bundled model)")
     args = p.parse_args()
     out = Path(args.out).resolve()
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the tests' template copy and MCP server
@@ -78,7 +86,7 @@ def main() -> int:
         theme.apply(app, t)
         with tempfile.TemporaryDirectory(prefix="hearth-tools-") as scratch:
             os.environ["HEARTH_DATA_DIR"] = scratch
-            take(out, Path(scratch), t)
+            take(out, Path(scratch), t, args.model and str(Path(args.model).resolve()))
     return 0
 
 
