@@ -1,9 +1,10 @@
 """Documents a user attaches: read into pages of text, and placed where the prefix cache keeps them.
 
 ``read_document(name, data)`` turns a file's bytes into a ``Document``: PDF (its
-text layer, page by page, with pdfium), Markdown, plain text, source code, HTML
-(as text). ``read_folder(path)`` reads every text file of a folder, leaving out
-what its ``.gitignore`` files ignore and anything binary. A file that cannot be
+text layer, page by page, with pdfium), Word (.docx, with python-docx: paragraphs
+and tables in document order), Markdown, plain text, source code, HTML (as text).
+``read_folder(path)`` reads every text file of a folder, leaving out what its
+``.gitignore`` files ignore and anything binary. A file that cannot be
 read raises ``DocumentError`` with one line that says why (encrypted, corrupt,
 scanned with no text layer, not text).
 
@@ -20,7 +21,9 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import html.parser
+import io
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -34,6 +37,8 @@ TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".rst", ".csv", ".json", ".yaml", "
                  ".kt", ".swift", ".rb", ".php", ".sh", ".bash", ".zsh", ".sql", ".css", ".scss", ".xml", ".tex",
                  ".lua", ".r", ".m", ".cs", ".scala", ".pl", ".hs", ".ex", ".exs", ".dart", ".vue", ".svelte"}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+MAX_DOCX_XML = 256 << 20        # what a .docx's parts may expand to: a zip bomb is refused unread
 SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", "venv", ".mypy_cache", ".ruff_cache",
              ".pytest_cache", ".tox", "dist", "build"}
 
@@ -74,6 +79,8 @@ def read_document(name: str, data: bytes, *, cancel: Callable[[], bool] | None =
     digest = sha256(data)
     if data[:5] == b"%PDF-" or suffix == ".pdf":
         return Document(name, digest, "application/pdf", _pdf_pages(name, data, cancel, progress))
+    if suffix in (".docx", ".doc") or (data[:4] == b"PK\x03\x04" and b"word/" in data[:4096]):
+        return Document(name, digest, DOCX_MIME, (_docx_text(name, data),))
     text = _decode(name, data)
     if suffix in HTML_SUFFIXES or text.lstrip()[:15].lower().startswith(("<!doctype html", "<html")):
         return Document(name, digest, "text/html", (_html_text(text),))
@@ -144,6 +151,44 @@ def _pdf_pages(name: str, data: bytes, cancel, progress) -> tuple[str, ...]:
     if not pages:
         raise DocumentError(f"{name} has no pages")
     return tuple(pages)
+
+
+def _docx_text(name: str, data: bytes) -> str:
+    """A Word document's text: its paragraphs and its tables' rows (cells joined by " | "), in order."""
+    if data[:4] == b"\xd0\xcf\x11\xe0":  # an OLE file: an encrypted .docx, or the old binary .doc
+        raise DocumentError(f"{name} is encrypted with a password, or is an old .doc file; save it as an "
+                            "unprotected .docx and attach that")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            if sum(i.file_size for i in z.infolist()) > MAX_DOCX_XML:
+                raise DocumentError(f"{name} expands to over {MAX_DOCX_XML >> 20} MB; Hearth leaves it unread")
+            if "word/document.xml" not in z.namelist():
+                raise DocumentError(f"{name} is not a Word document (it has no word/document.xml)")
+    except zipfile.BadZipFile:
+        raise DocumentError(f"{name} is not a readable Word document (corrupt or truncated)") from None
+    import docx  # python-docx: its XML parser resolves no entities
+    from docx.table import Table
+
+    try:
+        d = docx.Document(io.BytesIO(data))
+        lines: list[str] = []
+        for block in d.iter_inner_content():
+            if isinstance(block, Table):
+                for row in block.rows:
+                    cells: list[str] = []
+                    for c in row.cells:  # a merged cell is returned once per grid column it spans
+                        t = " ".join(c.text.split())
+                        if not cells or cells[-1] != t:
+                            cells.append(t)
+                    if any(cells):
+                        lines.append(" | ".join(cells))
+            elif block.text.strip():
+                lines.append(block.text.strip())
+    except Exception as e:  # python-docx and lxml raise many kinds for a damaged part
+        raise DocumentError(f"{name} is not a readable Word document (corrupt: {type(e).__name__})") from None
+    if not lines:
+        raise DocumentError(f"{name} has no text")
+    return "\n\n".join(lines)
 
 
 class _Text(html.parser.HTMLParser):
@@ -254,7 +299,7 @@ def read_folder(folder: str | os.PathLike[str]) -> tuple[list[Document], list[st
     for f in folder_files(root):
         rel = f.relative_to(root).as_posix()
         suffix = f.suffix.lower()
-        if suffix not in TEXT_SUFFIXES | HTML_SUFFIXES and suffix != ".pdf" and f.name not in (
+        if suffix not in TEXT_SUFFIXES | HTML_SUFFIXES | {".pdf", ".docx"} and f.name not in (
                 "README", "LICENSE", "Makefile", "Dockerfile"):
             skipped.append(f"{rel}: not a text or PDF file")
             continue

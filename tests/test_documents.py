@@ -57,6 +57,60 @@ def test_binary_files_are_refused_and_html_is_read_as_text():
     assert page.pages == ("Title\nOne & two\nthree",)
 
 
+def _docx(path, build) -> bytes:
+    import docx
+
+    d = docx.Document()
+    build(d)
+    d.save(str(path))
+    return path.read_bytes()
+
+
+def test_a_word_document_is_read_in_order_with_its_tables(tmp_path):
+    def build(d):
+        d.add_heading("Mietvertrag", 1)
+        d.add_paragraph("Die Wohnung liegt im 3. Stock — 你好 — مرحبا 🙂")
+        t = d.add_table(rows=2, cols=3)
+        t.cell(0, 0).text, t.cell(0, 1).text, t.cell(0, 2).text = "Miete", "850 €", "monatlich"
+        t.cell(1, 0).merge(t.cell(1, 1)).text = "Kaution"
+        t.cell(1, 2).text = "2550 €"
+        d.add_paragraph("")
+        d.add_paragraph("Kündigung: drei Monate.")
+
+    data = _docx(tmp_path / "vertrag.docx", build)
+    doc = read_document("vertrag.docx", data)
+    assert doc.mime.endswith("wordprocessingml.document") and not doc.paged
+    assert doc.pages == ("Mietvertrag\n\nDie Wohnung liegt im 3. Stock — 你好 — مرحبا 🙂\n\n"
+                         "Miete | 850 € | monatlich\n\nKaution | 2550 €\n\nKündigung: drei Monate.",)
+    assert read_document("no-suffix", data).pages == doc.pages  # known by its content, not its name
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "vertrag.docx").write_bytes(data)
+    assert [d.name for d in read_folder(folder)[0]] == ["vertrag.docx"]
+
+
+def test_a_bad_word_document_is_one_line(tmp_path, monkeypatch):
+    data = _docx(tmp_path / "a.docx", lambda d: d.add_paragraph("Hallo " * 2000))
+    with pytest.raises(DocumentError, match="a.docx is not a readable Word document .corrupt or truncated"):
+        read_document("a.docx", data[:len(data) // 2])
+    with pytest.raises(DocumentError, match="encrypted with a password, or is an old .doc"):
+        read_document("secret.docx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(4096))
+    with pytest.raises(DocumentError, match="has no text"):
+        read_document("empty.docx", _docx(tmp_path / "e.docx", lambda d: None))
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "other.docx", "w") as z:
+        z.writestr("hello.txt", "not word")
+    with pytest.raises(DocumentError, match="no word/document.xml"):
+        read_document("other.docx", (tmp_path / "other.docx").read_bytes())
+    import engine.documents as documents
+
+    # A zip bomb: what its parts expand to is checked before any is read (the limit lowered to this file).
+    monkeypatch.setattr(documents, "MAX_DOCX_XML", len(data))
+    with pytest.raises(DocumentError, match="expands to over"):
+        read_document("a.docx", data)
+
+
 def test_a_file_that_changes_after_attaching_is_a_new_document(tmp_path):
     f = tmp_path / "n.txt"
     f.write_text("v1")
