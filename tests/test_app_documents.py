@@ -118,6 +118,26 @@ def test_documents_too_long_for_the_context_are_retrieved_and_cited(qtbot, make_
     cited = note.split("match the question best: ")[1].split("; ")
     assert all(f'<passage source="{c}">' in system for c in cited)  # a citation is what was sent
     assert "big.pdf p. 42" in cited
+    # Under the reply, each cited page is a link to a preview of the text it was given.
+    line = w.chat.widget(mid).sources
+    assert line.isVisible() and line.text().startswith("Sources: ")
+    assert [c for c, _ in line.items] == list(dict.fromkeys(cited))
+    at = [c for c, _ in line.items].index("big.pdf p. 42")
+    line.linkActivated.emit("https://example.com/")  # any other link does nothing
+    assert line.preview is None
+    line.linkActivated.emit(f"source:{at}")
+    assert line.preview is not None and line.preview.windowTitle() == "big.pdf p. 42"
+    shown = line.preview.text.toPlainText()
+    assert all(x in shown for x in words)
+    assert all(part in system for part in shown.split("\n\n…\n\n"))  # exactly the text sent
+    line.preview.close()
+    # After a restart the sources are read back from the reply's metrics.
+    cid = w.current
+    w.close()
+    w2 = make_window(write=False)
+    w2.open_conversation(cid)
+    qtbot.waitUntil(lambda: w2.current == cid, timeout=5_000)
+    assert [c for c, _ in w2.chat.widget(mid).sources.items] == list(dict.fromkeys(cited))
 
 
 def test_export_carries_the_documents_and_import_restores_them(tmp_path):

@@ -41,6 +41,7 @@ class GenerationJob:
     context_policy: str = "drop_oldest"  # a chat longer than the context: "drop_oldest" or "stop"
     template_kwargs: dict[str, object] | None = None  # the Think control's choice (engine.think.kwargs)
     notes: tuple[str, ...] = ()  # said in the reply's notes (which documents it was given, or which passages)
+    sources: tuple[dict[str, str], ...] = ()  # the passages given (doc, where, text): the reply's citations
     tools: tuple[Tool, ...] = ()  # the MCP tools this step may call (app/core/tool_steps.py); none: no tools
     tool_choice: str = "auto"     # "auto" (the model decides) or "required" (this step must call one)
 
@@ -127,6 +128,8 @@ class GenerationWorker(QObject):
                     if ev.stats is not None and notes:
                         ev.stats.notes[:0] = notes
                     metrics = ev.stats.as_dict() if ev.stats is not None else None
+                    if metrics is not None and job.sources:
+                        metrics["sources"] = [dict(x) for x in job.sources]  # exactly what was sent
                     reasoning = ev.reasoning if ev.reasoning is not None else (
                         "".join(thought) if thought else None)
                     tokens = (metrics or {}).get("reasoning_tokens") if reasoning is not None else None

@@ -15,16 +15,10 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QWidget
 
 from app.bridge.background import Background, error_text
-from app.core.attached_docs import Pending
+from app.core.attached_docs import Pending, estimate_tokens
 from engine.documents import document_block, read_file, read_folder
 
 TokenCounter = Callable[[str], "int | None"]
-BYTES_PER_TOKEN = 3.6  # the estimate before a model counts: BPE vocabularies average 3-4 bytes of text a token
-
-
-def estimate_tokens(text: str) -> int:
-    """About how many tokens ``text`` takes (shown with "≈"; the reply's prompt count is exact)."""
-    return max(1, round(len(text.encode("utf-8")) / BYTES_PER_TOKEN))
 
 
 class AttachTray(QWidget):
@@ -43,7 +37,7 @@ class AttachTray(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         self.button = QToolButton()
         self.button.setText("📎")
-        self.button.setToolTip("Attach documents (PDF, text, Markdown, code, HTML) or a folder; "
+        self.button.setToolTip("Attach documents (PDF, Word, text, Markdown, code, HTML) or a folder; "
                                "you can also drop files on the message box")
         menu = QMenu(self.button)
         menu.addAction("Attach files…", self._pick_files)
@@ -67,7 +61,7 @@ class AttachTray(QWidget):
 
     def _pick_files(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(self, "Attach documents", "",
-                                                "Documents (*.pdf *.md *.txt *.html *.htm *.py *.js *.ts *.c "
+                                                "Documents (*.pdf *.docx *.md *.txt *.html *.htm *.py *.js *.ts *.c "
                                                 "*.cpp *.h *.rs *.go *.java *.json *.yaml *.toml *.csv);;All files (*)")
         if paths:
             self.add_paths(paths)

@@ -20,6 +20,7 @@ from engine.metrics import has_timeline
 
 from app.chat.reasoning_block import ReasoningBlock
 from app.chat.reply_pieces import SEGMENT_CHARS, ReplyPieces
+from app.chat.source_preview import SourcesLine
 from app.chat.text_view import AutoHeightBrowser
 from app.core.text_utils import code_blocks, finish_note, metrics_line
 
@@ -107,10 +108,13 @@ class MessageWidget(QFrame):
         self.tool_cards.setSpacing(4)
         lay.addLayout(self.tool_cards)
         self.note = QLabel()
+        self.note.setTextFormat(Qt.TextFormat.PlainText)  # it names the user's files
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
         self.note.hide()
         lay.addWidget(self.note)
+        self.sources = SourcesLine()  # the passages retrieval gave the reply, each a link to its text
+        lay.addWidget(self.sources)
         self.details = QLabel()
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -272,6 +276,7 @@ class MessageWidget(QFrame):
         note = "\n".join(x for x in (finish_note(complete, finish_reason, error), *said) if x)
         self.note.setText(note)
         self.note.setVisible(bool(note))
+        self.sources.set_sources((metrics or {}).get("sources"))
         line = metrics_line(metrics)
         self.details.setText(line)
         self.btn_details.setToolTip(line)

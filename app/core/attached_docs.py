@@ -10,7 +10,7 @@ once per session and kept here, by hash.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -20,7 +20,9 @@ from engine.documents import Document, DocumentError, read_document, system_with
 from engine.messages import DocumentPart, Message
 from engine.retrieval import Index, system_with_passages
 
-BYTES_PER_TOKEN = 3.6  # the estimate that decides whole or retrieval (the engine's count is the backstop)
+# The estimate before a model counts (BPE vocabularies average 3-4 bytes of text a token): it decides
+# whole or retrieval (the engine's count is the backstop) and the chips' "≈" figures.
+BYTES_PER_TOKEN = 3.6
 WHOLE_SHARE = 0.6      # documents read whole may take up to this share of the context
 PASSAGES = 6
 
@@ -84,19 +86,34 @@ def store_pending(attachments: Attachments, shelf: DocumentShelf, pending: Seque
     return parts, None
 
 
+@dataclass(frozen=True, slots=True)
+class Given:
+    """What a reply is given of the conversation's documents."""
+    system_prompt: str                       # the system prompt with the documents (or passages) in their slot
+    missing: list[str]                       # a line for each document that could not be read back
+    notes: list[str]                         # which documents it was given whole, or which passages
+    sources: list[dict[str, str]] = field(default_factory=list)  # each passage sent: doc, where, text
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens ``text`` takes (shown with "≈"; the reply's prompt count is exact)."""
+    return max(1, round(len(text.encode("utf-8")) / BYTES_PER_TOKEN))
+
+
 def with_documents(shelf: DocumentShelf, system_prompt: str, stored: Sequence[StoredMessage], *,
-                   n_ctx: int = 0) -> tuple[str, list[str], list[str]]:
-    """The system prompt with the conversation's documents in their slot; a line for each document
-    that could not be read back; and the reply's notes: which documents it was given whole, or, when
-    they take more than WHOLE_SHARE of ``n_ctx``, which passages (retrieval, for the last question)."""
+                   n_ctx: int = 0) -> Given:
+    """The system prompt with the conversation's documents in their slot, and the reply's notes:
+    which documents it was given whole, or, when they take more than WHOLE_SHARE of ``n_ctx``,
+    which passages (retrieval, for the last question), each passage's text kept as its source
+    so a citation shows exactly what was sent."""
     docs, missing = shelf.documents([p for m in stored if m.role == "user" for p in m.parts
                                      if isinstance(p, DocumentPart)])
     if not docs:
-        return system_prompt, missing, []
+        return Given(system_prompt, missing, [])
     whole = system_with_documents(system_prompt, docs)
-    size = len(whole.encode("utf-8")) / BYTES_PER_TOKEN
+    size = estimate_tokens(whole)
     if not n_ctx or size <= WHOLE_SHARE * n_ctx:
-        return whole, missing, ["given the documents whole: " + ", ".join(d.name for d in docs)]
+        return Given(whole, missing, ["given the documents whole: " + ", ".join(d.name for d in docs)])
     question = next((m.content for m in reversed(stored) if m.role == "user"), "")
     index = Index(docs)
     try:
@@ -106,7 +123,8 @@ def with_documents(shelf: DocumentShelf, system_prompt: str, stored: Sequence[St
     note = (f"the documents (about {size:,.0f} tokens) are too long for the {n_ctx:,}-token context, so this "
             f"reply was given the {len(chosen)} passages that match the question best: "
             + "; ".join(p.cite() for p in chosen))
-    return system_with_passages(system_prompt, chosen), missing, [note]
+    sources = [{"doc": p.doc, "where": p.where, "text": p.text} for p in chosen]
+    return Given(system_with_passages(system_prompt, chosen), missing, [note], sources)
 
 
 def model_message(m: StoredMessage) -> Message:

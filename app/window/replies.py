@@ -63,6 +63,7 @@ class RepliesController:
         self.store, self.host, self.chat, self.info, self.monitor = store, host, chat, info, monitor
         self.shelf = DocumentShelf(store.attachments)  # attached documents, read once a session
         self.doc_notes: list[str] = []  # the last history's: which documents, or passages, a reply is given
+        self.doc_sources: list[dict[str, str]] = []  # and each passage's text, for the citations' preview
         self.stats_label = stats_label
         self._settings, self._current, self._open_settings = settings, current, open_settings
         self._refresh_list, self._show_branches, self._closed = refresh_list, show_branches, closed
@@ -218,8 +219,9 @@ class RepliesController:
         stored = self.store.messages(cid)
         # Attached documents go whole into the slot after the system prompt: one prefix the cache keeps.
         n_ctx = self.host.model.n_ctx if self.host.model is not None else 0
-        system_prompt, missing, self.doc_notes = with_documents(self.shelf, system_prompt, stored, n_ctx=n_ctx)
-        for line in missing:
+        given = with_documents(self.shelf, system_prompt, stored, n_ctx=n_ctx)
+        system_prompt, self.doc_notes, self.doc_sources = given.system_prompt, given.notes, given.sources
+        for line in given.missing:
             self.info.show_message(line, "error")
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
         # Cut-short replies stay in the history: the user saw them, so the model should too.
@@ -260,7 +262,8 @@ class RepliesController:
         notes = (*self.doc_notes, limit_note) if limit_note else tuple(self.doc_notes)
         job = GenerationJob(cid, mid, history, settings.sampling_params(), self.store.path,
                             context_policy=settings.context_policy, template_kwargs=self.think_kwargs(cid),
-                            notes=notes, tools=s.offer.engine_tools(), tool_choice=choice)
+                            notes=notes, sources=tuple(self.doc_sources), tools=s.offer.engine_tools(),
+                            tool_choice=choice)
         if cid == self._current():  # (a later step may start while another conversation is on screen)
             w = self.chat.add_message(mid, "assistant", "")
             w.follow(s.parts)
