@@ -225,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=int, default=4, help="requests decoded at once")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     p.add_argument("--cors", action="append", default=[], help="a web origin allowed to call it (repeatable)")
+    p.add_argument("--idle-unload", type=float, default=600.0, metavar="SECONDS",
+                   help="unload a library model a request loaded after this long without requests (default 600)")
+    p.add_argument("--no-library", action="store_true",
+                   help="serve only MODEL: a request naming another library model is a 404, not a load")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("models", help="model files: fetch-bench-pair assembles the benchmark models")
     p.add_argument("action", choices=["fetch-bench-pair", "list"])
@@ -269,7 +273,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .serve.headless import serve  # engine/serve/headless.py
 
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=a.api_key, n_ctx=a.ctx, n_threads=a.threads,
-                 cors_origins=tuple(a.cors))
+                 cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload)
 
 
 def cmd_plan(a: argparse.Namespace) -> int:

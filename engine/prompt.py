@@ -76,13 +76,23 @@ class PromptBuilder:
         t0 = perf_counter()
         text = self.render(messages, template_kwargs)
         t1 = perf_counter()
-        b = self.backend
-        # Templates that write the BOS text themselves must not get a second BOS.
-        add_bos = b.add_bos and not (b.bos_token and text.startswith(b.bos_token))
-        ids = b.tokenize(text, add_bos=add_bos, special=True)
+        ids = self._tokenize(text)
         self.template_s += t1 - t0
         self.tokenize_s += perf_counter() - t1
         return text, ids
+
+    def _tokenize(self, text: str) -> list[int]:
+        b = self.backend
+        # Templates that write the BOS text themselves must not get a second BOS.
+        add_bos = b.add_bos and not (b.bos_token and text.startswith(b.bos_token))
+        return b.tokenize(text, add_bos=add_bos, special=True)
+
+    def count(self, messages: Sequence[Message | Mapping[str, Any]],
+              template_kwargs: Mapping[str, Any] | None = None) -> int:
+        """How many tokens the prompt for ``messages`` takes, whole (nothing left out). Safe beside
+        a reply on another thread: the template and the vocabulary are only read, and the timers a
+        reply's timeline diffs are left alone."""
+        return len(self._tokenize(self.render(messages, template_kwargs)))
 
     def build(self, messages: Sequence[Message | Mapping[str, Any]], *, reserve: int,
               policy: str = "drop_oldest", template_kwargs: Mapping[str, Any] | None = None) -> Prompt:

@@ -14,11 +14,11 @@ from engine.serve.server import LocalServer
 
 
 @contextmanager
-def local_server(engine, **scheduler_kw) -> Iterator[LocalServer]:
-    """A started LocalServer serving ``engine`` through a new Scheduler(**scheduler_kw);
-    stopped, and the scheduler closed, on exit (the engine stays open)."""
+def local_server(engine, *, pool=None, **scheduler_kw) -> Iterator[LocalServer]:
+    """A started LocalServer serving ``engine`` through a new Scheduler(**scheduler_kw) (and with
+    ``pool``, the library's models); stopped, and the scheduler closed, on exit (the engine stays open)."""
     sched = Scheduler(engine, **scheduler_kw)
-    srv = LocalServer(port=0)
+    srv = LocalServer(port=0, pool=pool)
     srv.attach(sched)
     srv.start()
     try:

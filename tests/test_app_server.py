@@ -84,7 +84,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_local_server_in_the_window(qtbot, data_dir, monkeypatch):
+def test_local_server_in_the_window(qtbot, data_dir, monkeypatch, bundled_path):
+    import os
     import threading
     from dataclasses import replace
 
@@ -98,6 +99,10 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch):
     from app.window.selftest import write_settings
     from app.settings_ui.settings_dialog import SettingsDialog
 
+    models = data_dir / "models"
+    models.mkdir()
+    os.link(bundled_path, models / "other.gguf")  # another library model (the same weights, another name)
+    monkeypatch.setenv("HEARTH_MODEL_DIR", str(models))
     write_settings(max_tokens=24)
     w = MainWindow()
     try:
@@ -157,6 +162,17 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch):
         assert len(w.store.list_conversations()) == 1
         w.server_host.refresh()
         assert "2 served" in w.server_host.label.text()
+
+        # A library model the window has not loaded: loaded for the request, shown in the status bar.
+        assert {m.id: m.model_extra["loaded"] for m in client.models.list().data} == {mid: True, "other": False}
+        raw = client.chat.completions.with_raw_response.create(
+            model="other", messages=[{"role": "user", "content": "hi"}], max_tokens=4, temperature=0)
+        assert raw.parse().model == "other" and int(raw.headers["x-hearth-load-ms"]) > 0
+        w.server_host.refresh()
+        assert w.server_host.label.text().endswith(" · +1 model")
+        tip = w.server_host.label.toolTip()
+        assert f"It serves {mid} (this window's model)" in tip
+        assert "• other: loaded by a request, idle 0 of 10 min" in tip
 
         # The window's reply went through the same scheduler as the two API requests.
         assert w.host.shared.serving.window_replies == 1

@@ -173,7 +173,7 @@ def test_a_bug_in_the_route_is_an_anthropic_api_error(server, monkeypatch):
     def boom(*_a, **_k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(server, "_current", boom)
+    monkeypatch.setattr(server.targets, "lease", boom)
     m = anthropic_error(post(server, {"model": "m", "max_tokens": 1, "messages": Q}), 500, "api_error")
     assert "RuntimeError: kaboom" in m
 

@@ -173,3 +173,23 @@ def test_a_model_whose_template_takes_no_tools_says_so(bundled_path):
             assert "cannot call tools" in err.value.body["error"]["message"]
     finally:
         e.close()
+
+
+def test_count_tokens_counts_the_prompt_a_request_would_read(client, server):
+    """Claude Code asks ``/v1/messages/count_tokens`` before long requests: the count is the
+    prompt the same Messages request reads (system and tools included), with no max_tokens."""
+    kw = {"system": "Answer briefly.", "tools": TOOLS}
+    counted = client.messages.count_tokens(model=server.model_id, messages=ASK, **kw).input_tokens
+    r = create(client, server, max_tokens=4, **kw)
+    assert counted == r.usage.input_tokens + (r.usage.cache_read_input_tokens or 0)
+    bare = client.messages.count_tokens(model=server.model_id, messages=ASK).input_tokens
+    assert 0 < bare < counted  # the tools' descriptions are in the prompt
+    # Longer than the context: still counted whole (nothing is left out of a count).
+    long = [{"role": "user", "content": "word " * 20_000}]
+    assert client.messages.count_tokens(model=server.model_id, messages=long).input_tokens > 20_000
+    r = httpx.post(f"{url(server)}/v1/messages/count_tokens", timeout=60,
+                   json={"model": server.model_id, "messages": "hello"})
+    assert r.status_code == 400 and r.json()["type"] == "error", r.text
+    assert r.json()["error"]["type"] == "invalid_request_error" and "messages" in r.json()["error"]["message"]
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="no-such-model", messages=ASK)

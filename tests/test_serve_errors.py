@@ -91,13 +91,13 @@ def test_a_bug_in_a_route_is_a_json_500_and_its_traceback_is_logged(served, monk
         raise RuntimeError("kaboom in the route")
 
     caplog.set_level(logging.ERROR, logger="hearth.serve")
-    monkeypatch.setattr(served, "_current", boom)
+    monkeypatch.setattr(served.targets, "lease", boom)
     r = httpx.post(f"{served.url}/chat/completions", json={"model": served.model_id, "messages": Q, "max_tokens": 2})
     err = openai_error(r, 500)
     assert err["type"] == "server_error" and "RuntimeError: kaboom in the route" in err["message"]
     rec = _logged(caplog, "kaboom in the route")
     assert "POST /v1/chat/completions" in rec.getMessage()
-    monkeypatch.setattr(served, "_model_card", boom)
+    monkeypatch.setattr(served.targets, "cards", boom)
     err = openai_error(httpx.get(f"{served.url}/models"), 500)
     assert err["type"] == "server_error"
     monkeypatch.undo()

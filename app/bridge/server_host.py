@@ -24,9 +24,11 @@ from PySide6.QtWidgets import QLabel
 from engine import HearthError, StreamEvent
 from engine.serve import Priority, Scheduler, ServeRequest, Ticket
 from engine.formats.tools import ToolPlan
+from engine.serve.library_pool import library_pool
 from engine.serve.server import LocalServer
 
 from app.bridge.engine_host import EngineHost
+from app.core.paths import data_dir
 from app.core.settings import Settings
 from app.bridge.generation_worker import GenerationJob, SharedEngine
 
@@ -45,9 +47,12 @@ def _cancel_when(cancel: threading.Event, ticket: Ticket) -> None:
 class Serving:
     """The engine-thread half: a scheduler over the loaded engine, attached to the server."""
 
-    def __init__(self, server: LocalServer, parallel: int = 4) -> None:
+    parallel = 4  # API sequences decoded together (the window's model and those the API loads)
+
+    def __init__(self, server: LocalServer, parallel: int | None = None) -> None:
         self.server = server
-        self.parallel = parallel
+        if parallel is not None:
+            self.parallel = parallel
         self.scheduler: Scheduler | None = None
         self.window_replies = 0  # the window's replies that went through the scheduler
 
@@ -132,7 +137,11 @@ class ServerHost(QObject):
             return None
         if not s.server_enabled:
             return None
-        server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors)
+        # Any library model a request names is loaded beside the window's (planned for the memory
+        # left) and unloaded after 10 idle minutes; the window's own model is never unloaded.
+        pool = library_pool(data_dir(), parallel=Serving.parallel, queue_limit=16)
+        server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors,
+                             pool=pool)
         try:
             server.start()
         except HearthError as e:
@@ -163,10 +172,17 @@ class ServerHost(QObject):
             return
         state = f"{srv.served} served" if srv.model_id else "waiting for the model"
         busy = f" · {srv.in_flight} now" if srv.in_flight else ""
-        self.label.setText(f"API :{srv.port} · {state}{busy}")
+        others = [h for h in (srv.pool.describe() if srv.pool is not None else []) if not h["pinned"]]
+        also = f" · +{len(others)} model{'s' if len(others) > 1 else ''}" if others else ""
+        self.label.setText(f"API :{srv.port} · {state}{busy}{also}")
+        held = "".join(f"\n• {h['id']}: loaded by a request, " + (
+            "answering now" if h["busy"] else f"idle {h['idle_s'] / 60:.0f} of "
+            + ("∞" if h["ttl_s"] is None else f"{h['ttl_s'] / 60:.0f}") + " min") for h in others)
         self.label.setToolTip(f"The local OpenAI-compatible server is on at {srv.url}"
                               f"{' (API key required)' if srv.api_key else ''}. Settings → Local server "
-                              "turns it off.")
+                              "turns it off."
+                              + (f"\nIt serves {srv.model_id} (this window's model)" if srv.model_id else "")
+                              + (f" and also holds:{held}" if held else ""))
         self.label.show()
 
     def shutdown(self) -> None:

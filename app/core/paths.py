@@ -9,8 +9,9 @@ import os
 import time
 from pathlib import Path
 
-ENV_DATA_DIR = "HEARTH_DATA_DIR"  # read by engine.paths (this module stays free of the engine's imports)
-LIBRARY_FILE = "library.json"   # the model library's index, in the data folder
+from engine.models.library import LIBRARY_FILE  # noqa: F401  (the model library's index, in the data folder)
+
+ENV_DATA_DIR = "HEARTH_DATA_DIR"  # read by engine.paths
 
 
 def data_dir() -> Path:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import Cancelled, HearthError
+from ..sizing.hardware import Hardware
 from ..sizing.plan import Plan
 from ..sizing.reality import check_against_report, describe_change, load_with_retry, smaller_plan
 from .gpu_guard import GpuGuard
@@ -79,13 +80,16 @@ class LoadResult:
 
 def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None = None,
                threads_poll: int | None = None, progress: Progress | None = None,
-               cancel: threading.Event | None = None, loader: Callable[..., Any] | None = None) -> LoadResult:
+               cancel: threading.Event | None = None, loader: Callable[..., Any] | None = None,
+               hardware: Hardware | None = None) -> LoadResult:
     """Resolve, plan, load (retrying once with a smaller plan on out-of-memory), check and record.
 
     ``data_dir``: where the disk prefix store, the plan log and the GPU-crash marker
     live (None: none of them, for a throwaway load). ``n_threads``: the threads when
     the request says Auto; ``threads_poll``: the thread pool's poll level when the request
     gives none (None: llama.cpp's own threads). ``loader``: Engine.load (tests pass a wrapper).
+    ``hardware``: the machine to plan for (default: as the backend sees it now; the local server
+    passes it less what the models it already holds take).
     Raises HearthError (DownloadCancelled for a cancelled download)."""
     if loader is None:
         from ..engine import Engine
@@ -106,7 +110,7 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
         backend = default_backend(ref)
     poll = req.threads_poll if req.threads_poll is not None else threads_poll
     result = load_planned(ref, req, backend, n_threads=req.n_threads or n_threads, threads_poll=poll,
-                          loader=loader, data_dir=data_dir)
+                          loader=loader, data_dir=data_dir, hardware=hardware)
     result.model = describe(result.engine, result, load_ms=(time.perf_counter() - t0) * 1e3)
     if data_dir is not None:
         note = record(result, Path(data_dir) / PLAN_LOG)
@@ -116,15 +120,16 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
 
 
 def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, loader: Callable[..., Any],
-                 data_dir: Path | None, threads_poll: int | None = None) -> LoadResult:
+                 data_dir: Path | None, threads_poll: int | None = None,
+                 hardware: Hardware | None = None) -> LoadResult:
     """Plan and load a resolved ``ref`` (a local ModelRef) as ``req`` asks on ``backend``."""
     messages: list[str] = []
     plan, retried = None, False
-    fmt, hardware = req.plan_format, None
+    fmt = req.plan_format
     guard = GpuGuard(data_dir) if data_dir is not None else None
     if req.cpu_only:  # this once on the CPU (a GPU failed or stopped the last run); the caller says why
         req = replace(req, gpu_layers=0)
-        hardware = replace(planning.machine(fmt), gpus=()) if fmt is not None else None
+        hardware = replace(hardware or planning.machine(fmt), gpus=()) if fmt is not None else None
     if fmt is not None:
         try:
             plan = plan_request(req, str(ref.path), hardware)

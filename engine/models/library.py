@@ -31,6 +31,7 @@ from .catalogue import bundled_model_path, model_dir
 ORIGIN_BUNDLED, ORIGIN_MODELS, ORIGIN_ADDED, ORIGIN_HF = "bundled", "models folder", "added folder", "HF cache"
 FIT_GPU, FIT_OFFLOAD, FIT_CPU, FIT_NO = "fits on the GPU", "partly offloaded", "CPU only", "won't fit"
 RECENT_MAX = 5
+LIBRARY_FILE = "library.json"   # the library's own state (added folders, last use), in the data folder
 
 
 class LibraryError(HearthError):

@@ -14,15 +14,21 @@ from .server import DEFAULT_PORT, LocalServer
 
 def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
           n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
-          cors_origins: tuple[str, ...] = ()) -> int:
+          cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0) -> int:
     """Load ``model`` through the window's planned load (every setting on Auto but the context
-    and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status."""
+    and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status.
+    ``idle_unload``: a request naming another model of the library loads it the same way, and
+    it is unloaded after this many seconds without requests (None: only ``model`` is served)."""
     from ..loading.load import load_model
     from ..loading.request import LoadRequest
     from ..paths import data_dir
+    from .library_pool import library_pool
     from .scheduler import Scheduler
 
-    server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins)
+    pool = None if idle_unload is None else library_pool(
+        data_dir(), parallel=parallel, queue_limit=queue_limit, n_ctx=n_ctx, n_threads=n_threads,
+        default_ttl=idle_unload)
+    server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool)
     print("loading model...", file=sys.stderr, flush=True)
     # The plan counts the batch context the scheduler opens for ``parallel`` sequences.
     loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads,

@@ -18,9 +18,7 @@ import socket
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, AsyncIterator, Iterable
+from typing import AsyncIterator, Iterable
 
 import anyio
 import uvicorn
@@ -34,7 +32,6 @@ from starlette.routing import Route
 
 from ..errors import HearthError
 from ..formats.tools import ToolError
-from ..models.catalogue import ModelRef
 from ..types import SamplingParams, StreamEvent
 from .http import api_error, error_response, guarded, internal_error, log, read_json
 from .openai_schema import ApiError, ApiRequest
@@ -43,46 +40,38 @@ from .requests import QueueFull, ServeRequest, Ticket
 from .scheduler import Scheduler
 from .security import Guard, check_bind_host
 from .template_vars import TemplateVarsError, check_think
+from .pool import ModelPool, keep_alive
 from .responses import ResponseStore
+from .targets import Lease, Target, Targets
 from .wire import Reply, Wire, anthropic_wire, openai_wire, responses_wire
 
 DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
 MAX_BODY = 1 << 20     # bytes; a chat request is a few KB, a long pasted file well under this
 STARTUP_TIMEOUT_S = 10.0
+REAP_EVERY_S = 5.0     # how often models the API loaded are checked for their idle time
 
 
-def api_model_id(ref: ModelRef | None) -> str:
-    """The name clients put in ``model``: a GGUF's file name without ``.gguf``, a
-    folder's name, or the Hub id as typed."""
-    if ref is None:
-        return "model"
-    if ref.kind == "hub":
-        return ref.label
-    name = Path(ref.path).name
-    return name[:-5] if name.lower().endswith(".gguf") else name
-
-
-@dataclass(slots=True, frozen=True)
-class Target:
-    """What the server serves now: a scheduler and the name clients call its model by."""
-    scheduler: Scheduler
-    model_id: str
-    n_ctx: int
-    created: int
+def lease_headers(lease: Lease | None) -> dict[str, str]:
+    """``X-Hearth-Load-Ms`` on a reply that waited for its model to load."""
+    if lease is None or lease.load_ms is None:
+        return {}
+    return {"X-Hearth-Load-Ms": f"{lease.load_ms:.0f}"}
 
 
 class LocalServer:
     """The OpenAI-compatible API on 127.0.0.1, over whatever scheduler is attached."""
 
     def __init__(self, *, port: int = DEFAULT_PORT, api_key: str | None = None,
-                 cors_origins: Iterable[str] = (), max_body: int = MAX_BODY, host: str = "127.0.0.1") -> None:
+                 cors_origins: Iterable[str] = (), max_body: int = MAX_BODY, host: str = "127.0.0.1",
+                 pool: ModelPool | None = None) -> None:
+        """``pool``: the library's models, loaded when a request names one (None: only the
+        attached model is served)."""
         self.host = check_bind_host(host)
         self.requested_port = port
         self.api_key = api_key or None
         self.max_body = max_body
         self._port = 0
-        self._target: Target | None = None
-        self._unavailable = "no model is loaded yet"
+        self.targets = Targets(pool)
         self._lock = threading.Lock()
         self._active: set[Ticket] = set()
         self.served = 0    # API replies completed
@@ -91,11 +80,15 @@ class LocalServer:
         self.responses = ResponseStore()  # what /v1/responses' previous_response_id continues
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
+        self._leases: dict[Ticket, Lease] = {}
+        self._reaper: threading.Thread | None = None
+        self._stopping = threading.Event()
         routes = [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in (
             ("/v1/models", self._models, "GET"), ("/v1/models/{model_id:path}", self._model, "GET"),
             ("/v1/chat/completions", self._route(openai_wire("chat")), "POST"),
             ("/v1/completions", self._route(openai_wire("completion")), "POST"),
             ("/v1/messages", self._route(anthropic_wire()), "POST"),
+            ("/v1/messages/count_tokens", self._count_tokens, "POST"),
             ("/v1/responses", self._route(responses_wire(self.responses)), "POST"))]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
         self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins)
@@ -104,21 +97,20 @@ class LocalServer:
 
     def attach(self, scheduler: Scheduler) -> None:
         """Serve ``scheduler``'s model from now on."""
-        engine = scheduler.engine
-        target = Target(scheduler, api_model_id(engine.model), engine.backend.n_ctx, int(time.time()))
-        with self._lock:
-            self._target = target
+        self.targets.attach(scheduler)
 
     def detach(self, reason: str) -> None:
-        """Stop serving the current scheduler; requests get a 503 with ``reason`` until the next attach."""
-        with self._lock:
-            self._target = None
-            self._unavailable = reason
+        """Stop serving the current scheduler; requests for it get a 503 with ``reason`` until the
+        next attach (the pool's models are still served)."""
+        self.targets.detach(reason)
 
     @property
     def model_id(self) -> str | None:
-        t = self._target
-        return t.model_id if t is not None else None
+        return self.targets.model_id
+
+    @property
+    def pool(self) -> ModelPool | None:
+        return self.targets.pool
 
     @property
     def in_flight(self) -> int:
@@ -130,45 +122,28 @@ class LocalServer:
         with self._lock:  # the event loop adds and removes them; this may run on any thread
             return list(self._active)
 
-    def _current(self) -> Target:
-        t = self._target
-        if t is None:
-            raise ApiError(503, f"the server has no model to serve right now: {self._unavailable}",
-                           type="server_error", code="model_not_ready")
-        return t
-
     # -- routes -------------------------------------------------------------------
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)  # registered for HTTPException only
         msg = (f"no route {request.method} {request.url.path}; this server offers GET /v1/models, "
-               "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses and POST /v1/messages")
+               "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages "
+               "and POST /v1/messages/count_tokens")
         if exc.status_code != 404:
             msg = f"{exc.detail}: {request.method} {request.url.path}"
         return error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None),
                               request.url.path)
 
-    def _model_card(self, t: Target) -> dict[str, Any]:
-        return {"id": t.model_id, "object": "model", "created": t.created, "owned_by": "hearth",
-                "context_length": t.n_ctx}
-
     async def _models(self, request: Request) -> Response:
-        t = self._target
-        return JSONResponse({"object": "list", "data": [self._model_card(t)] if t is not None else []})
+        cards = await anyio.to_thread.run_sync(self.targets.cards)  # a library scan reads headers
+        return JSONResponse({"object": "list", "data": cards})
 
     async def _model(self, request: Request) -> Response:
         try:
-            t = self._current()
-            if request.path_params["model_id"] != t.model_id:
-                raise self._unknown_model(request.path_params["model_id"], t)
+            card = await anyio.to_thread.run_sync(self.targets.card, request.path_params["model_id"])
         except ApiError as e:
             return error_response(e, request.url.path)
-        return JSONResponse(self._model_card(t))
-
-    @staticmethod
-    def _unknown_model(name: str, t: Target) -> ApiError:
-        return ApiError(404, f"the model {name!r} is not served here; this server runs {t.model_id!r}",
-                        param="model", code="model_not_found")
+        return JSONResponse(card)
 
     def _serve_request(self, req: ApiRequest, t: Target) -> ServeRequest:
         think = t.scheduler.engine.think
@@ -195,6 +170,31 @@ class LocalServer:
         except HearthError as e:
             raise ApiError(400, str(e)) from None
 
+    async def _count_tokens(self, request: Request) -> Response:
+        """Anthropic's ``/v1/messages/count_tokens`` (Claude Code asks it before long requests): the
+        tokens the prompt of a Messages body takes, its system, tools and thinking switch included.
+        The body is a Messages request without ``max_tokens``; nothing is generated."""
+        try:
+            body = await read_json(request, self.max_body)
+            if isinstance(body, dict) and "max_tokens" not in body:
+                body = {**body, "max_tokens": 1}  # checked as a Messages body; this route takes none
+            req = anthropic_wire().parse(body)
+            lease = await self.targets.lease(req.model, keep_alive(body))
+            try:
+                t = lease.target
+                sreq = self._serve_request(req, t)
+                kwargs = (sreq.tools.with_tools(sreq.template_kwargs) if sreq.tools is not None
+                          else sreq.template_kwargs)
+                prompts = t.scheduler.engine.prompts
+                n = await anyio.to_thread.run_sync(lambda: prompts.count(sreq.messages or [], kwargs))
+            except HearthError as e:
+                raise ApiError(400, str(e)) from None
+            finally:
+                self.targets.release(lease)
+        except ApiError as e:
+            return error_response(e, request.url.path)
+        return JSONResponse({"input_tokens": n}, headers=lease_headers(lease))
+
     def _route(self, wire: Wire):
         async def endpoint(request: Request) -> Response:
             return await self._generate(request, wire)
@@ -202,11 +202,14 @@ class LocalServer:
 
     async def _generate(self, request: Request, wire: Wire) -> Response:
         pump: Pump | None = None
+        lease: Lease | None = None
         try:
-            req = wire.parse(await read_json(request, self.max_body))
-            t = self._current()
-            if req.model != t.model_id:
-                raise self._unknown_model(req.model, t)
+            body = await read_json(request, self.max_body)
+            req = wire.parse(body)
+            # The model the request names: loaded first when it is another of the library's (a
+            # streamed client sees no bytes until it is ready; the load time is in a header).
+            lease = await self.targets.lease(req.model, keep_alive(body))
+            t = lease.target
             try:
                 ticket = t.scheduler.submit(self._serve_request(req, t))
             except QueueFull as e:
@@ -216,6 +219,7 @@ class LocalServer:
                                type="server_error", code="model_not_ready") from None
             with self._lock:
                 self._active.add(ticket)
+                self._leases[ticket] = lease  # given back when the request ends
             pump = Pump(ticket)
             try:
                 first = await pump.next()
@@ -226,17 +230,20 @@ class LocalServer:
             reply = wire.reply(req, t.model_id, first)
         except ApiError as e:
             self._release(pump)
+            self.targets.release(lease)
             return error_response(e, request.url.path)
         except BaseException:
             self._release(pump)  # the client left while the request waited for its first token (or a bug)
+            self.targets.release(lease)
             raise
+        headers = lease_headers(lease)
         if req.stream:
             # The background release covers a client gone before the stream's first chunk, when
             # the generator never starts and so never reaches its own ``finally``.
             return EventSourceResponse(self._stream(pump, first, reply), sep="\n", ping=15,
-                                       headers={"Cache-Control": "no-cache"},
+                                       headers={"Cache-Control": "no-cache", **headers},
                                        background=BackgroundTask(self._release, pump))
-        return await self._whole(request, pump, first, reply)
+        return await self._whole(request, pump, first, reply, headers)
 
     def _release(self, pump: Pump | None, *, served: bool = False) -> None:
         if pump is None:
@@ -247,10 +254,13 @@ class LocalServer:
             if ticket in self._active:
                 self._active.discard(ticket)
                 self.finished.append(ticket)
+            lease = self._leases.pop(ticket, None)
+        self.targets.release(lease)
         if served:
             self.served += 1
 
-    async def _whole(self, request: Request, pump: Pump, ev: StreamEvent | None, reply: Reply) -> Response:
+    async def _whole(self, request: Request, pump: Pump, ev: StreamEvent | None, reply: Reply,
+                     headers: dict[str, str]) -> Response:
         served = False
         try:
             async with anyio.create_task_group() as tg:
@@ -261,7 +271,7 @@ class LocalServer:
             if ev is None or ev.stats is None:
                 raise ApiError(500, "the request ended without its final event", type="server_error")
             served = ev.finish_reason != "cancelled"
-            return JSONResponse(reply.whole(ev))
+            return JSONResponse(reply.whole(ev), headers=headers)
         except HearthError as e:
             return error_response(api_error(e), request.url.path)
         except ApiError as e:
@@ -336,6 +346,10 @@ class LocalServer:
         self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="hearth-server",
                                         daemon=True)
         self._thread.start()
+        if self.pool is not None:
+            self._stopping.clear()
+            self._reaper = threading.Thread(target=self._reap, name="hearth-server-idle", daemon=True)
+            self._reaper.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
@@ -352,3 +366,16 @@ class LocalServer:
         if self._thread is not None:
             self._thread.join()
         self._thread = self._uvicorn = None
+        self._stopping.set()
+        if self._reaper is not None:
+            self._reaper.join()
+            self._reaper = None
+        if self.pool is not None:
+            self.pool.close()  # the models the API loaded; the attached one is its owner's
+
+    def _reap(self) -> None:
+        pool = self.pool
+        assert pool is not None  # started only with a pool
+        while not self._stopping.wait(REAP_EVERY_S):
+            for mid in pool.reap():
+                log.info("unloaded %s: idle past its keep-alive", mid)
