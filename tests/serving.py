@@ -41,3 +41,30 @@ def qwen_tool_engine(bundled_path, n_ctx: int = 4096) -> Iterator[Engine]:
         yield e
     finally:
         e.close()
+
+
+def assert_other_protocols(base: str, key: str, model: str) -> None:
+    """The official anthropic client and the openai client's ``responses`` API, streamed and not."""
+    import anthropic
+    import openai
+
+    a = anthropic.Anthropic(base_url=base, api_key=key, max_retries=0, timeout=120)
+    system, msgs = "You answer in a few words.", [{"role": "user", "content": "Name a colour of the sky."}]
+    first = a.messages.create(model=model, max_tokens=4, system=system, messages=msgs, extra_body={"temperature": 0})
+    second = a.messages.create(model=model, max_tokens=4, system=system, messages=msgs, extra_body={"temperature": 0})
+    assert first.content[0].text and second.content[0].text == first.content[0].text
+    assert second.usage.cache_read_input_tokens > 0  # the system prompt and the question, read from the cache
+    with a.messages.stream(model=model, max_tokens=4, system=system, messages=msgs,
+                           extra_body={"temperature": 0}) as st:
+        streamed = "".join(st.text_stream)
+        final = st.get_final_message()
+    assert streamed == first.content[0].text and final.usage.cache_read_input_tokens > 0
+    o = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0, timeout=120)
+    r1 = o.responses.create(model=model, instructions=system, input="Name a colour of the sky.",
+                            max_output_tokens=4, temperature=0)
+    assert r1.output_text and r1.usage.input_tokens > 0
+    events = list(o.responses.create(model=model, instructions=system, input="Name a colour of the sky.",
+                                     max_output_tokens=4, temperature=0, stream=True))
+    # max_output_tokens reached: the Responses API's "incomplete" ending, as the whole reply's status says
+    assert events[-1].type == f"response.{r1.status}" and events[-1].response.output_text == r1.output_text
+    assert events[-1].response.usage.input_tokens_details.cached_tokens > 0

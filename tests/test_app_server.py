@@ -7,6 +7,7 @@ import json
 import pytest
 
 from app.core.settings import Settings, SettingsError, SettingsFile
+from serving import assert_other_protocols
 
 
 def test_server_settings_default_off_validate_and_round_trip(tmp_path):
@@ -173,6 +174,10 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch, bundled_path):
         tip = w.server_host.label.toolTip()
         assert f"It serves {mid} (this window's model)" in tip
         assert "• other: loaded by a request, idle 0 of 10 min" in tip
+
+        # Anthropic's and the Responses clients against the app's server, streamed and not; usage
+        # carries what the prefix cache read.
+        assert_other_protocols(f"http://127.0.0.1:{port}", key, mid)
 
         # The window's reply went through the same scheduler as the two API requests.
         assert w.host.shared.serving.window_replies == 1

@@ -283,6 +283,8 @@ def test_cors_allow_list_and_bind_host():
 def test_headless_serve_answers_then_stops_on_ctrl_c(bundled_path):
     import signal
 
+    from serving import assert_other_protocols
+
     p = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", str(bundled_path), "--port", "0",
                           "--parallel", "2", "--ctx", "1024", "--threads", "1", "--api-key", "k1"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -294,6 +296,7 @@ def test_headless_serve_answers_then_stops_on_ctrl_c(bundled_path):
         c = openai.OpenAI(base_url=url, api_key="k1", max_retries=0, timeout=120)
         assert c.chat.completions.create(model="SmolLM2-135M-Instruct.Q4_1", messages=Q, max_tokens=3,
                                          temperature=0).choices[0].message.content
+        assert_other_protocols(url.removesuffix("/v1"), "k1", "SmolLM2-135M-Instruct.Q4_1")
         p.send_signal(signal.SIGINT)
         assert p.wait(60) == 0
     finally:
@@ -311,3 +314,27 @@ def test_bench_server_smoke():
     assert r["deltas"]["in_process"] == r["deltas"]["scheduler"] == r["deltas"]["api_stream"] >= 2
     assert set(r["decode_deltas_per_s"]) == {"in_process", "scheduler", "api_stream"}
     assert r["ratio_api_stream"] > 0 and r["target_api_stream"] == 0.95
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_repeated_prompt_is_read_from_the_batch_slots_it_left(engine, stream):
+    """The server closes each request once its reply is out; that close must not wipe the KV the
+    finished reply left in its slot. Before, every slot was emptied, so a repeated prompt (no
+    system message) read 0 cached tokens on the batch path, whichever slot it landed in."""
+    from serving import local_server
+
+    with local_server(engine, parallel=4, queue_limit=8) as srv:
+        c = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=120)
+        msgs = [{"role": "user", "content": "Hello there, how are you today?"}]
+        seen = []
+        for _ in range(3):
+            if stream:
+                chunks = list(c.chat.completions.create(model=srv.model_id, messages=msgs, max_tokens=4,
+                                                        temperature=0, stream=True,
+                                                        stream_options={"include_usage": True}))
+                u = chunks[-1].usage
+            else:
+                u = c.chat.completions.create(model=srv.model_id, messages=msgs, max_tokens=4, temperature=0).usage
+            seen.append((u.prompt_tokens, u.prompt_tokens_details.cached_tokens))
+        n = seen[0][0]
+        assert seen[1:] == [(n, n - 1), (n, n - 1)], seen  # all of the prompt but the token that gives logits

@@ -103,6 +103,7 @@ class Ticket:
         self.cancel_flag = threading.Event()
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Event()
+        self._replied = False  # the final event is out: nothing is left to cancel
 
     # -- the consumer's side ----------------------------------------------------
 
@@ -122,7 +123,11 @@ class Ticket:
             yield item
 
     def cancel(self) -> None:
-        """Stop this request: a queued one never starts, a running one stops within one step."""
+        """Stop this request: a queued one never starts, a running one stops within one step. A
+        request whose final event is out is left alone, so the KV its reply left in a batch slot
+        stays for the next prompt to share (the server closes every request once it is answered)."""
+        if self._replied:
+            return
         self.cancel_flag.set()
         if self.on_cancel is not None:
             self.on_cancel()
@@ -147,6 +152,7 @@ class Ticket:
                             ev.stats.finish_reason = why
                     self.times.completion_tokens = len(ev.token_ids)
                     finished = True
+                    self._replied = True
                     yield ev
                     self.finish(openai_finish_reason(ev.finish_reason))
                     return
