@@ -239,6 +239,7 @@ class Engine:
         params = params or SamplingParams()
         if tools is not None:
             template_kwargs = tools.with_tools(template_kwargs)
+            tools = tools.calling()  # tool_choice "none": shown to the model, never called
         if not self._busy.acquire(blocking=False):
             raise HearthError("the engine is already generating a reply")
         try:

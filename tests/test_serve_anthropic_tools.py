@@ -133,9 +133,12 @@ def test_auto_lets_the_model_answer_in_text(client, server):
     assert r.stop_reason in ("end_turn", "max_tokens") and r.content[0].type == "text" and r.content[0].text
 
 
-def test_tool_choice_none_offers_no_tools(client, server):
+def test_tool_choice_none_answers_in_text_with_the_tools_in_the_prompt(client, server):
     r = create(client, server, max_tokens=8, tools=TOOLS, tool_choice={"type": "none"})
-    assert all(b.type == "text" for b in r.content)
+    assert all(b.type == "text" for b in r.content) and r.stop_reason != "tool_use"
+    auto = create(client, server, max_tokens=1, tools=TOOLS)
+    seen = [x.usage.input_tokens + (x.usage.cache_read_input_tokens or 0) for x in (r, auto)]
+    assert seen[0] == seen[1]  # the same prompt as under auto: the tools are shown, not dropped
 
 
 @pytest.mark.parametrize("body, field", [

@@ -147,9 +147,17 @@ def test_a_tool_message_needs_its_call_id(client, server):
     assert "tool_call_id" in e.value.body["param"]
 
 
-def test_tool_choice_none_answers_in_text(client, server):
+def test_tool_choice_none_answers_in_text_with_the_tools_still_in_the_prompt(client, server):
     r = chat(client, server, tools=TOOLS, tool_choice="none", max_tokens=8)
-    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].message.tool_calls is None and r.choices[0].finish_reason in ("stop", "length")
+    # The tools stay in the prompt, as OpenAI keeps them: the same prompt as under auto (so the same
+    # cached prefix), longer than the prompt without them.
+    auto = chat(client, server, tools=TOOLS, max_tokens=1)
+    bare = chat(client, server, max_tokens=1)
+    assert r.usage.prompt_tokens == auto.usage.prompt_tokens > bare.usage.prompt_tokens
+    # Streamed too: text deltas only.
+    chunks = list(chat(client, server, tools=TOOLS, tool_choice="none", max_tokens=8, stream=True))
+    assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
 
 
 def test_a_model_whose_template_takes_no_tools_says_so(bundled_path):
@@ -159,6 +167,10 @@ def test_a_model_whose_template_takes_no_tools_says_so(bundled_path):
             c = openai.OpenAI(base_url=srv.url, api_key="unused", max_retries=0, timeout=60)
             with pytest.raises(openai.BadRequestError) as err:
                 c.chat.completions.create(model=srv.model_id, messages=ASK, tools=TOOLS, max_tokens=5)
+            # tool_choice "none" asks only for text, which such a model writes.
+            r = c.chat.completions.create(model=srv.model_id, messages=ASK, tools=TOOLS, tool_choice="none",
+                                          max_tokens=5, temperature=0)
+            assert r.choices[0].message.content and r.choices[0].message.tool_calls is None
         assert err.value.body["code"] == "tools_not_supported"
         assert "cannot call tools" in err.value.body["message"]
     finally:

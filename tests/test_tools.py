@@ -217,6 +217,14 @@ def test_bad_tool_lists_are_refused():
         ToolPlan(by_name("hermes"), (WEATHER,), "add")
 
 
+def test_choice_none_shows_the_tools_and_calls_nothing():
+    plan = ToolPlan(by_name("hermes"), (WEATHER,), "none")
+    assert plan.calling() is None  # no grammar, no call parsing
+    assert plan.with_tools({})["tools"] == [WEATHER.as_dict()]  # still in the prompt
+    auto = ToolPlan(by_name("hermes"), (WEATHER,))
+    assert auto.calling() is auto
+
+
 def test_mistral_ids_are_what_its_template_demands():
     ids = {by_name("mistral").new_id() for _ in range(50)}
     assert all(len(i) == 9 and i.isalnum() for i in ids) and len(ids) == 50

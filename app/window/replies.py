@@ -258,6 +258,8 @@ class RepliesController:
         cid, mid = s.conv, s.mid
         history = self.history(cid, self.store.conversation(cid).system_prompt)
         s.offer, limit_note = self.tools.offer(s.made)
+        if limit_note:
+            choice = "none"  # the tools are shown, no more calls are made
         settings = self._settings()
         notes = (*self.doc_notes, limit_note) if limit_note else tuple(self.doc_notes)
         job = GenerationJob(cid, mid, history, settings.sampling_params(), self.store.path,

@@ -99,10 +99,12 @@ class ToolTurns(QObject):
         if self.client is None:
             return Offer(), None
         limit = self._settings().max_tool_calls
-        if made >= limit:
-            calls = f"{made} tool call{'s' if made != 1 else ''}"
-            return Offer(), f"this reply made {calls}, the limit (Settings → Tools), so it was written without more"
         found = tool_steps.offer(self.client.tools())
+        if made >= limit:
+            # Still shown to the model (tool_choice "none"): the prompt, and so its cached prefix, stays
+            # the one the steps before read; the step is written in text.
+            calls = f"{made} tool call{'s' if made != 1 else ''}"
+            return found, f"this reply made {calls}, the limit (Settings → Tools), so it was written without more"
         for line in found.left_out:
             if line not in self._said:
                 self._said.add(line)

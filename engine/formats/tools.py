@@ -156,7 +156,9 @@ class ToolPlan:
 
     ``choice``: ``auto`` (the model may answer or call: the grammar waits for the
     syntax's opener), ``required`` (it must call one) or a tool's name (it must call
-    that one); both of the last apply from the first answer token."""
+    that one); both of the last apply from the first answer token. ``none``: the
+    template still shows the tools (so the prompt, and its cached prefix, is the one
+    the other steps read), but the reply is text: no grammar, no call parsing."""
 
     syntax: ToolSyntax
     tools: tuple[Tool, ...]
@@ -173,8 +175,12 @@ class ToolPlan:
                                 t.at(i, "name"))
         if len(set(names)) != len(names):
             raise ToolError("tools: two functions have the same name")
-        if self.choice not in ("auto", "required") and self.choice not in names:
+        if self.choice not in ("auto", "required", "none") and self.choice not in names:
             raise ToolError(f"tool_choice names {self.choice!r}, which is not one of the tools", "tool_choice")
+
+    def calling(self) -> ToolPlan | None:
+        """This plan where the reply may call (its grammar and parser apply), None under ``none``."""
+        return None if self.choice == "none" else self
 
     @property
     def many(self) -> bool:

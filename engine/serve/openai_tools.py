@@ -36,8 +36,8 @@ def tool_calls(m: dict, i: int, role: str) -> tuple[ToolCall, ...]:
 
 
 def parse_tools(body: dict, *, flat: bool = False) -> tuple[tuple[Tool, ...], str, bool]:
-    """``tools``, ``tool_choice`` and ``parallel_tool_calls``: the tools offered (none with
-    tool_choice "none"), the choice ("auto", "required" or a name) and whether several calls may
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls``: the tools offered, the choice
+    ("auto", "required", "none" or a name) and whether several calls may
     come. ``flat``: the Responses API's shapes (``{type: function, name}``, no ``function`` object)."""
     raw, choice, par = body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls")
     if par is not None and not isinstance(par, bool):
@@ -56,8 +56,9 @@ def parse_tools(body: dict, *, flat: bool = False) -> tuple[tuple[Tool, ...], st
 
 def offered(raw: Any, choice: str | None, parallel: bool,
             read: Callable[[], tuple[Tool, ...]]) -> tuple[tuple[Tool, ...], str, bool]:
-    """What every protocol's tool fields come to: the tools (``read()``, ToolError as a 400) unless
-    the choice is "none", the choice, checked against them, and ``parallel``."""
+    """What every protocol's tool fields come to: the tools (``read()``, ToolError as a 400), the
+    choice, checked against them, and ``parallel``. Under "none" the tools stay in the prompt, as
+    OpenAI and Anthropic keep them, and the reply is text."""
     if raw is None or raw == []:
         if choice not in (None, "auto", "none"):
             raise bad("tool_choice", "tool_choice needs tools to choose from")
@@ -66,9 +67,7 @@ def offered(raw: Any, choice: str | None, parallel: bool,
         tools = read()
     except ToolError as e:
         raise bad(e.param, str(e)) from None
-    if choice == "none":
-        return (), "auto", parallel  # the model answers in text; the tools are not offered
-    if choice not in (None, "auto", "required") and choice not in {t.name for t in tools}:
+    if choice not in (None, "auto", "required", "none") and choice not in {t.name for t in tools}:
         raise bad("tool_choice", f"tool_choice names {choice!r}, which is not one of the tools")
     return tools, choice or "auto", parallel
 

@@ -222,6 +222,7 @@ class Scheduler:
         req = ticket.request
         ticket.started = time.perf_counter()
         constraint: TokenConstraint | None = None
+        tools = None
         try:
             if req.prompt is not None:
                 prompt = self._engine.backend.tokenize(req.prompt, add_bos=self._engine.backend.add_bos)
@@ -231,16 +232,17 @@ class Scheduler:
             else:
                 assert req.messages is not None  # ServeRequest checks exactly one is set
                 kw = req.tools.with_tools(req.template_kwargs) if req.tools is not None else req.template_kwargs
+                tools = req.tools.calling() if req.tools is not None else None  # "none": text only
                 built = self._prompts.build(req.messages, reserve=req.params.max_tokens,
                                             policy=CONTEXT_POLICIES[req.context_policy], template_kwargs=kw)
                 prompt, opened = built.tokens, opens_in_prompt(self._engine.layout, built.text)
-            if req.tools is not None:
-                constraint = tool_constraint(self._engine.backend, req.tools)
+            if tools is not None:
+                constraint = tool_constraint(self._engine.backend, tools)
             elif req.grammar is not None:
                 constraint = self._engine.backend.grammar(req.grammar)
             self._runner.admit(ticket, prompt, req.params, constraint,
                                layout=self._engine.layout if req.messages is not None else None, opened=opened,
-                               tools=req.tools)
+                               tools=tools)
         except HearthError as e:
             if constraint is not None:
                 constraint.close()

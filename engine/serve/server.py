@@ -155,10 +155,13 @@ class LocalServer:
         except TemplateVarsError as e:
             raise ApiError(400, str(e), param=e.param) from None
         plan = None
-        if req.tools:
+        if req.tools and req.tool_choice == "none" and t.scheduler.engine.tool_syntax is None:
+            pass  # a model whose template takes no tools answers in text, which is all "none" asks
+        elif req.tools:
             try:
                 plan = t.scheduler.engine.plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
-                plan.grammar()  # a schema the grammar cannot express is refused here, before any work
+                if plan.calling() is not None:
+                    plan.grammar()  # a schema the grammar cannot express is refused here, before any work
             except ToolError as e:
                 raise ApiError(400, str(e), param=e.param) from None
             except HearthError as e:
