@@ -68,14 +68,14 @@ def test_a_request_names_a_library_model_and_it_is_loaded_once(engine, library, 
         assert got.choices[0].message.content == own.choices[0].message.content  # the same weights, greedy
         assert {m.id: m.model_extra["loaded"] for m in client.models.list().data}["alpha"] is True
         assert client.models.retrieve("alpha").model_extra["loaded"] is True
-        # Two requests at once for a model not loaded: one load, both answered, the load time on both.
+        # Eight requests at once for a model not loaded: one load, all answered, the load time on each.
         out: list[httpx.Response] = []
-        threads = [threading.Thread(target=lambda: out.append(ask(srv, "beta"))) for _ in range(2)]
+        threads = [threading.Thread(target=lambda: out.append(ask(srv, "beta"))) for _ in range(8)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        assert [r.status_code for r in out] == [200, 200], [r.text for r in out]
+        assert [r.status_code for r in out] == [200] * 8, [r.text for r in out]
         assert all("x-hearth-load-ms" in r.headers for r in out)
         assert srv.pool.loads == 2  # alpha, then beta once
         with pytest.raises(openai.NotFoundError, match="not in this server's library"):
@@ -144,6 +144,32 @@ def test_idle_models_are_unloaded_and_keep_alive_sets_their_time(engine, library
         assert srv.pool.reap() == []
         bad = ask(srv, "beta", keep_alive="soon")
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "keep_alive"
+
+
+def test_a_model_goes_after_a_short_ttl_and_its_memory_comes_back(engine, library, tmp_path, monkeypatch):
+    import time
+
+    import psutil
+
+    import engine.serve.server as server_module
+
+    monkeypatch.setattr(server_module, "REAP_EVERY_S", 0.2)  # the server's own idle check, run often
+    me = psutil.Process()
+    with served(engine, library, tmp_path, default_ttl=1.0) as srv:
+        assert ask(srv, srv.model_id).status_code == 200
+        before = me.memory_info().rss
+        assert ask(srv, "alpha").status_code == 200
+        loaded = me.memory_info().rss
+        assert "alpha" in {h.model_id for h in srv.pool.held()}
+        deadline = time.monotonic() + 30
+        while len(srv.pool.held()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [h.model_id for h in srv.pool.held()] == [srv.model_id]  # unloaded by the server's own check
+        assert srv.pool.unloads[-1] == ("alpha", "idle for 1 s")
+        after = me.memory_info().rss
+        assert loaded - before > 20 << 20, (before, loaded)  # the model really took memory
+        assert after <= before * 1.10, (before, loaded, after)  # and gave it back
+        assert after - before < (loaded - before) / 2, (before, loaded, after)
 
 
 def test_keep_alive_takes_ollamas_forms():

@@ -101,7 +101,14 @@ class Targets:
             raise ApiError(404, f"the model {model!r} is not served here; this server runs {t.model_id!r}",
                            param="model", code="model_not_found")
         pool = self.pool
-        h, ms = await anyio.to_thread.run_sync(lambda: pool.acquire(model, ttl))
+        got: list[tuple[Held, float | None]] = []
+        try:
+            await anyio.to_thread.run_sync(lambda: got.append(pool.acquire(model, ttl)))
+        except BaseException:
+            if got:  # the client left while its model loaded: the load stays, the hold goes
+                pool.release(got[0][0])
+            raise
+        h, ms = got[0]
         return Lease(Target(h.scheduler, h.model_id, h.n_ctx, h.created), h, ms)
 
     def release(self, lease: Lease | None) -> None:
