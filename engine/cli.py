@@ -216,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pages", type=int, default=20, help="documents: pages of the PDF made from the README")
     p.add_argument("--words-per-page", type=int, default=210, help="documents: words on each of its pages")
     p.add_argument("--n-ctx", type=int, default=8192, help="documents: the context to load the model with")
+    p.add_argument("--cases", default="pdf,folder", help="documents: which cases to run (pdf, folder)")
     p.add_argument("--calls", type=int, default=200, help="tools: forced calls to make and check")
     p.add_argument("--template", default=None, help="tools: a chat template file the model wears (Jinja)")
     p.set_defaults(func=cmd_bench)

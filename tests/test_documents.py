@@ -199,10 +199,13 @@ def test_bench_documents_measures_and_checks_the_answers(bundled_path):
     from engine.bench import NAMES, documents
 
     assert "documents" in NAMES
-    a = argparse.Namespace(model=None, threads=2, backend="llama_cpp", rounds=1, tokens=4, n_ctx=2048)
+    a = argparse.Namespace(model=None, threads=2, backend="llama_cpp", rounds=1, tokens=4, n_ctx=2048,
+                           pages=3, words_per_page=60, cases="pdf")
     pdf = read_document("r.pdf", documents._readme_pdf(3, 60))
     assert [p.split(".")[0] for p in pdf.pages] == ["Page 1", "Page 2", "Page 3"]
-    c = documents._case("pdf", [pdf], a)
+    out = documents.run(a)  # --cases pdf: the folder is left out
+    assert list(out) == ["pdf"]
+    c = out["pdf"]
     assert c["answers_identical_to_uncached"] is True and c["pages"] == 3
     assert c["prefix_tokens"] > 200 and set(c["speedup"]) == {"second", "new_conversation", "restart"}
 

@@ -84,7 +84,8 @@ def _case(name: str, docs: list[Document], a: argparse.Namespace) -> dict[str, A
                 e.close()
         for k, v in (("first", first), ("second", second), ("new_conversation", new), ("restart", restart)):
             rows[k].append(v)
-        print(f"  {name} round {r + 1}: first {first:.0f} ms, second {second:.1f} ms "
+        print(f"  {name} round {r + 1}: answers identical to uncached so far: {same}; first {first:.0f} ms, "
+              f"second {second:.1f} ms "
               f"(prefilled {s2.prefill_tokens}), new conversation {new:.1f} ms (prefilled {s3.prefill_tokens}), "
               f"restart {restart:.1f} ms (prefilled {s4.prefill_tokens})", flush=True)
     med = {k: statistics.median(v) for k, v in rows.items()}
@@ -95,9 +96,14 @@ def _case(name: str, docs: list[Document], a: argparse.Namespace) -> dict[str, A
 
 
 def run(a: argparse.Namespace) -> dict:
-    pdf = read_document("README.pdf", _readme_pdf(a.pages, a.words_per_page))
-    out = {"pdf": _case("pdf", [pdf], a)}
+    cases = set(getattr(a, "cases", "pdf,folder").split(","))
+    out = {}
+    if "pdf" in cases:
+        pdf = read_document("README.pdf", _readme_pdf(a.pages, a.words_per_page))
+        out["pdf"] = _case("pdf", [pdf], a)
     with tempfile.TemporaryDirectory() as tmp:
+        if "folder" not in cases:
+            return _summary(out)
         # A folder of this project's source, sized for an 8k context, with a .gitignore to respect.
         src = Path(__file__).resolve().parents[1] / "kv"
         for name in ("__init__.py", "disk_store.py", "reuse.py"):
@@ -106,6 +112,10 @@ def run(a: argparse.Namespace) -> dict:
         (Path(tmp) / ".gitignore").write_text("*.pyc\n")
         folder, _skipped = read_folder(tmp)
         out["folder"] = _case("folder", folder, a)
+    return _summary(out)
+
+
+def _summary(out: dict) -> dict:
     for name, c in out.items():
         s = c["speedup"]
         print(f"{name}: {c['pages']} pages, {c['prefix_tokens']} tokens of system prompt + documents; "
