@@ -1,0 +1,107 @@
+"""Take the README's pictures of documents in a chat: a PDF's chip before sending, the reply
+given it whole, and a reply to a PDF too long for the context, with the pages it was given.
+
+    .venv/bin/python scripts/document_screenshots.py   # offscreen: assets/documents-*.png
+
+All real: the window, the bundled model, and PDFs written with fpdf2 from this project's
+README (tests/doc_files.py), read back through pdfium. Everything happens in a scratch data
+folder that is deleted afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _save(win, path: Path) -> None:
+    from app.window.selftest import wait_until
+
+    wait_until(lambda: False, 0.5)  # let the layout settle
+    if not win.grab().save(str(path)):
+        raise RuntimeError(f"could not write {path}")
+
+
+def _attach(win, pdf: Path) -> None:
+    from app.window.selftest import wait_until
+
+    tray = win.chat.attach
+    tray.add_paths([str(pdf)])
+    if not wait_until(lambda: len(tray.items) == 1, 300.0):
+        raise RuntimeError(f"{pdf.name} was not attached: " + " | ".join(win.info.messages()))
+
+
+def _ask(win, text: str) -> None:
+    from app.window.selftest import wait_until
+
+    win.chat.set_input_text(text)
+    win.chat._submit()
+    if win.stream is None:
+        raise RuntimeError("the question was not sent: " + " | ".join(win.info.messages()))
+    if not wait_until(lambda: win.stream is None, 900.0):
+        raise RuntimeError("the reply did not end")
+
+
+def take(out: Path, scratch: Path, theme: str) -> None:
+    from app.core.settings import Settings, SettingsFile
+    from app.window.main_window import MainWindow
+    from app.window.selftest import wait_until
+    from doc_files import book_pages, make_pdf
+
+    s = Settings(theme=theme)
+    s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 48})
+    SettingsFile().save(s)
+    win = MainWindow()
+    win.show()
+    win.start()
+    if not wait_until(lambda: win.host.ready or not win.host.loading, 120.0) or not win.host.ready:
+        raise RuntimeError("the model did not load: " + " | ".join(win.info.messages()))
+    win.resize(1280, 800)
+    suffix = "-dark" if theme == "dark" else ""
+
+    manual = make_pdf(scratch / "hearth-manual.pdf", book_pages(6, 200))
+    _attach(win, manual)
+    win.chat.set_input_text("What does Hearth keep in its prefix cache?")
+    _save(win, out / f"documents-chip{suffix}.png")
+    _ask(win, "What does Hearth keep in its prefix cache?")
+    win.rename_conversation(win.current, "A manual")
+    _save(win, out / f"documents-whole{suffix}.png")
+
+    win.new_conversation()
+    big = make_pdf(scratch / "hearth-book.pdf", book_pages(80, 220))
+    _attach(win, big)
+    page = win.chat.attach.items[0].doc.pages[41]
+    words = [w for w in page.split() if len(w) > 6 and w.isalpha()][:3]
+    _ask(win, "What do these pages say about " + ", ".join(words) + "?")
+    win.rename_conversation(win.current, "A long book")
+    _save(win, out / f"documents-sources{suffix}.png")
+    win.close()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=str(ROOT / "assets"), help="folder for the pictures")
+    p.add_argument("--dark", action="store_true", help="the dark theme too")
+    args = p.parse_args()
+    out = Path(args.out).resolve()
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the tests' PDF maker
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv)
+    from app.ui import theme
+
+    for t in ("light", "dark") if args.dark else ("light",):
+        theme.apply(app, t)
+        with tempfile.TemporaryDirectory(prefix="hearth-docs-") as scratch:
+            os.environ["HEARTH_DATA_DIR"] = scratch
+            take(out, Path(scratch), t)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
