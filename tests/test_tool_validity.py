@@ -10,13 +10,12 @@ not write. The count of invalid calls must be 0, and every reply must end with i
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from engine.backends.llama.backend import LlamaCppBackend
+from engine.bench.tools import check
 from engine.engine import Engine
 from engine.formats.tools import Tool
 from engine.models.gguf import model_info
@@ -63,7 +62,6 @@ def engine(bundled_path):
 @pytest.mark.timeout(1200)
 def test_200_forced_calls_all_parse_and_validate(engine):
     invalid, ended = [], {}
-    by_name = {t.name: t for t in SCHEMAS}
     for i in range(N):
         # one tool forced by name, or all four offered and the model picks (required)
         choice = SCHEMAS[i % 4].name if i % 2 else "required"
@@ -72,12 +70,10 @@ def test_200_forced_calls_all_parse_and_validate(engine):
                                 max_tokens=300)
         final = list(engine.stream([Message("user", PROMPTS[i % len(PROMPTS)])], params, tools=plan))[-1]
         ended[final.finish_reason] = ended.get(final.finish_reason, 0) + 1
-        for call in final.tool_calls:
-            try:
-                jsonschema.validate(json.loads(call.arguments), dict(by_name[call.name].parameters))
-            except (jsonschema.ValidationError, ValueError, KeyError) as e:
-                invalid.append((i, call, e))
-        if choice != "required":
-            assert [c.name for c in final.tool_calls] == [choice]
+        # The same check as ``bench tools``: each call names an offered tool (the named one when one is
+        # forced) and its arguments validate with jsonschema.
+        why = check(final.tool_calls, tuple(SCHEMAS), choice)
+        if why is not None:
+            invalid.append((i, final.tool_calls, why))
     assert invalid == []
     assert ended == {"tool_calls": N}, ended
