@@ -13,6 +13,7 @@ from typing import Iterable
 
 from ..errors import HearthError
 from .pool import DEFAULT_TTL_S, ModelPool, Opened, reduced
+from .targets import file_model_id
 
 CATALOG_TTL_S = 5.0   # a scan reads every model's header: /v1/models and a burst of requests share one
 
@@ -23,11 +24,7 @@ def library_ids(models: Iterable) -> dict[str, str]:
     for m in models:
         if m.error:
             continue
-        if m.kind == "gguf":
-            name = Path(m.path).name
-            mid = name[:-5] if name.lower().endswith(".gguf") else name
-        else:
-            mid = m.repo_id or Path(m.path).name
+        mid = file_model_id(m.path) if m.kind == "gguf" else (m.repo_id or Path(m.path).name)
         out.setdefault(mid, str(m.path))
     return out
 

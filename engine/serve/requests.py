@@ -57,6 +57,11 @@ class ServeRequest:
         if not isinstance(self.priority, Priority):
             self.priority = Priority(self.priority)
 
+    @property
+    def prompt_kwargs(self) -> dict[str, Any] | None:
+        """The chat template's variables, the tools included: what its prompt is rendered with."""
+        return self.tools.with_tools(self.template_kwargs) if self.tools is not None else self.template_kwargs
+
 
 @dataclass
 class RequestTimes:

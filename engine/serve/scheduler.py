@@ -231,7 +231,7 @@ class Scheduler:
                 opened = False
             else:
                 assert req.messages is not None  # ServeRequest checks exactly one is set
-                kw = req.tools.with_tools(req.template_kwargs) if req.tools is not None else req.template_kwargs
+                kw = req.prompt_kwargs
                 tools = req.tools.calling() if req.tools is not None else None  # "none": text only
                 built = self._prompts.build(req.messages, reserve=req.params.max_tokens,
                                             policy=CONTEXT_POLICIES[req.context_policy], template_kwargs=kw)

@@ -186,10 +186,8 @@ class LocalServer:
             try:
                 t = lease.target
                 sreq = self._serve_request(req, t)
-                kwargs = (sreq.tools.with_tools(sreq.template_kwargs) if sreq.tools is not None
-                          else sreq.template_kwargs)
                 prompts = t.scheduler.engine.prompts
-                n = await anyio.to_thread.run_sync(lambda: prompts.count(sreq.messages or [], kwargs))
+                n = await anyio.to_thread.run_sync(lambda: prompts.count(sreq.messages or [], sreq.prompt_kwargs))
             except HearthError as e:
                 raise ApiError(400, str(e)) from None
             finally:

@@ -22,6 +22,12 @@ from .pool import Held, ModelPool
 from .scheduler import Scheduler
 
 
+def file_model_id(path: str | Path) -> str:
+    """A model file's or folder's API id: its name, without ``.gguf``."""
+    name = Path(path).name
+    return name[:-5] if name.lower().endswith(".gguf") else name
+
+
 def api_model_id(ref: ModelRef | None) -> str:
     """The name clients put in ``model``: a GGUF's file name without ``.gguf``, a
     folder's name, or the Hub id as typed."""
@@ -29,8 +35,7 @@ def api_model_id(ref: ModelRef | None) -> str:
         return "model"
     if ref.kind == "hub":
         return ref.label
-    name = Path(ref.path).name
-    return name[:-5] if name.lower().endswith(".gguf") else name
+    return file_model_id(ref.path)
 
 
 @dataclass(slots=True, frozen=True)
