@@ -9,13 +9,8 @@ folder that is deleted afterwards.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _save(win, path: Path) -> None:
@@ -83,24 +78,9 @@ def take(out: Path, scratch: Path, theme: str) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=str(ROOT / "assets"), help="folder for the pictures")
-    p.add_argument("--dark", action="store_true", help="the dark theme too")
-    args = p.parse_args()
-    out = Path(args.out).resolve()
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the tests' PDF maker
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtWidgets import QApplication
+    from offscreen_pictures import take_pictures
 
-    app = QApplication.instance() or QApplication(sys.argv)
-    from app.ui import theme
-
-    for t in ("light", "dark") if args.dark else ("light",):
-        theme.apply(app, t)
-        with tempfile.TemporaryDirectory(prefix="hearth-docs-") as scratch:
-            os.environ["HEARTH_DATA_DIR"] = scratch
-            take(out, Path(scratch), t)
-    return 0
+    return take_pictures(__doc__ or "", lambda out, scratch, t, _args: take(out, scratch, t), prefix="hearth-docs-")
 
 
 if __name__ == "__main__":

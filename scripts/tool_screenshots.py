@@ -14,10 +14,7 @@ is deleted afterwards.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,25 +66,13 @@ def take(out: Path, scratch: Path, theme: str, own: str | None) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=str(ROOT / "assets"), help="folder for the pictures")
-    p.add_argument("--dark", action="store_true", help="the dark theme too")
-    p.add_argument("--model", default=None, help="a GGUF whose template takes tools (default: the bundled model)")
-    args = p.parse_args()
-    out = Path(args.out).resolve()
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the tests' template copy and MCP server
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtWidgets import QApplication
+    from offscreen_pictures import take_pictures
 
-    app = QApplication.instance() or QApplication(sys.argv)
-    from app.ui import theme
+    def more(p) -> None:
+        p.add_argument("--model", default=None, help="a GGUF whose template takes tools (default: the bundled model)")
 
-    for t in ("light", "dark") if args.dark else ("light",):
-        theme.apply(app, t)
-        with tempfile.TemporaryDirectory(prefix="hearth-tools-") as scratch:
-            os.environ["HEARTH_DATA_DIR"] = scratch
-            take(out, Path(scratch), t, args.model and str(Path(args.model).resolve()))
-    return 0
+    return take_pictures(__doc__ or "", lambda out, scratch, t, args: take(
+        out, scratch, t, args.model and str(Path(args.model).resolve())), prefix="hearth-tools-", more=more)
 
 
 if __name__ == "__main__":
