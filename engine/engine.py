@@ -140,10 +140,16 @@ class Engine:
             raise HearthError("no draft model is loaded; choose a draft model file first")
         if kind == "auto" and self.draft is not None:
             note = self._model_draft_hopeless()
-        modes = {"none": [], "ngram": ["ngram"], "model": ["model"],
-                 "auto": (["model"] if self.draft and not note else []) + ["ngram"]}[kind]
         self.spec_kind = kind
-        self.spec_ctl = SpecController(modes if force else modes + ["plain"], k_fixed=k) if modes else None
+        if kind == "auto":
+            # The n-gram lookup is free: asked every round, verified where it pays.
+            # The other rounds are a model draft's or plain, as measured.
+            fallback = ["model"] if self.draft and not note else []
+            self.spec_ctl = SpecController(fallback if force and fallback else fallback + ["plain"],
+                                           k_fixed=k, free="ngram")
+        else:
+            modes = {"none": [], "ngram": ["ngram"], "model": ["model"]}[kind]
+            self.spec_ctl = SpecController(modes if force else modes + ["plain"], k_fixed=k) if modes else None
         if note and self.spec_ctl is not None:
             self.spec_ctl.pending_notes.append(note)
 

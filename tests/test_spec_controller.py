@@ -108,3 +108,66 @@ def test_draft_length_grows_past_the_positions_tried_so_far():
         k = ctl.k["model"]
         ctl.record("model", k, k, k + 1, 0.01, st)
     assert ctl.k["model"] >= 5
+
+
+def _free_round(ctl, st, accept_at, c0=0.050, c1=0.040, bucket=None, avail=8):
+    """One round of a controller with a free draft: verify what ``free_len`` says, else a plain step.
+    ``accept_at(k)``: how many of k verified drafts the text accepts. Returns the k verified."""
+    k = ctl.free_len(avail, bucket)
+    if k:
+        acc = accept_at(k)
+        ctl.record(ctl.free, k, acc, acc + 1, c0 + c1 * k, st, bucket=bucket)
+    else:
+        ctl.record("plain", 0, 0, 1, c0, st)
+    return k
+
+
+def test_a_free_draft_is_held_back_where_verifying_costs_more_than_it_brings():
+    # This CPU: a verified token costs 0.8 of a step; prose accepts 1 draft in 4.
+    st = SpecStats()
+    ctl = SpecController(["plain"], free="ngram", hold_probe=8)
+    ks = [_free_round(ctl, st, lambda k: int(k > 0 and ctl.rounds["ngram"] % 4 == 0)) for _ in range(400)]
+    assert ks[0] > 0  # tried at once, before anything is measured
+    late = ks[100:]
+    probes = [i for i, k in enumerate(late) if k]
+    assert 0 < len(probes) <= 8 and all(k <= 2 for k in late if k)  # only rare, short probes
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps)  # the probes thin out while they keep failing
+    assert any("ngram drafts held back" in n for n in st.notes)
+
+
+def test_a_free_draft_that_is_accepted_drafts_long():
+    st = SpecStats()
+    ctl = SpecController(["plain"], free="ngram")
+    ks = [_free_round(ctl, st, lambda k: k) for _ in range(100)]
+    assert min(ks[10:]) >= 6  # copying text: long drafts pay even at 0.8 of a step per token
+    assert ctl.gate_open and not any("held back" in n for n in st.notes)
+
+
+def test_the_match_length_decides_which_hits_are_verified():
+    # Four-token matches continue the text; two-token matches are coincidences.
+    st = SpecStats()
+    ctl = SpecController(["plain"], free="ngram", hold_probe=4)
+    for i in range(300):
+        n = 4 if i % 2 else 2
+        _free_round(ctl, st, (lambda k: k) if n == 4 else (lambda k: 0), c1=0.030, bucket=n)
+    ctl.hold_probe = ctl._hold_interval = 10**6  # no probe now: the decisions themselves
+    assert ctl.free_len(8, 4) >= 4
+    assert ctl.free_len(8, 2) == 0
+
+
+def test_a_free_draft_must_beat_a_model_draft_in_use_not_only_plain():
+    st = SpecStats()
+    ctl = SpecController(["model", "plain"], free="ngram")
+    for _ in range(30):
+        _free_round(ctl, st, lambda k: k // 2)
+    ctl.current, ctl.rate["model"] = "model", 1000.0  # a model draft far faster than anything the n-gram does
+    assert ctl.free_len(8) == 0
+
+
+def test_notes_past_the_cap_are_counted_not_listed():
+    st = SpecStats()
+    st.note([f"switch {i}" for i in range(15)])
+    assert len(st.notes) == SpecStats.MAX_NOTES
+    assert st.notes[:-1] == [f"switch {i}" for i in range(SpecStats.MAX_NOTES - 1)]
+    assert st.notes[-1] == "... and 4 more switches"

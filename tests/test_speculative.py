@@ -63,6 +63,26 @@ def test_greedy_identical_on_bundled_model_until_context_full(pair, plain_fill, 
         assert ev.stats.spec["target_passes_per_token"] < 1 / k + 0.1
 
 
+def test_one_reply_drafting_from_both_the_ngram_lookup_and_the_model_is_exact_until_context_full(pair, plain_fill):
+    # Every n-gram hit verified, the model drafting on the misses (bench's hybrid
+    # row), then auto's gated form of it: both give exactly plain decoding's tokens.
+    _, spec = pair
+    from engine.spec.controller import SpecController
+
+    for ctl in (SpecController(["model"], free="ngram", gated=False), SpecController(["model"], free="ngram")):
+        spec.spec_kind, spec.spec_ctl = "auto", ctl
+        spec.reset()
+        spec.draft.reset()
+        _, ev = collect(spec, FILL)
+        assert plain_fill.finish_reason == ev.finish_reason == "context_full"
+        assert ev.token_ids == plain_fill.token_ids
+        modes = ev.stats.spec["tokens_by_mode"]
+        assert sum(modes.values()) == ev.stats.generated_tokens
+        assert sum(ev.stats.spec["rounds_by_mode"].values()) <= ev.stats.generated_tokens
+        if not ctl.gated:
+            assert modes.get("ngram", 0) > 0 and modes.get("model", 0) > 0
+
+
 @pytest.mark.parametrize("kind,k", [("model", 3), ("ngram", 4)])
 def test_greedy_identical_on_a_kquant_model(kquant_path, kind, k):
     """Q4_K_M weights (the kind most downloaded GGUFs use): verification batches
@@ -116,24 +136,53 @@ def test_cancel_in_the_middle_of_a_run(pair):
     assert spec.backend.kv_len <= ev.stats.prompt_tokens + ev.stats.generated_tokens
 
 
-def test_auto_switches_itself_off_when_slower_and_says_so(bundled_path):
-    # The n-gram draft rarely matches free prose, and verification costs extra:
-    # the controller must notice and fall back to plain decoding.
+def test_auto_holds_back_ngram_drafts_that_do_not_pay_and_says_so(bundled_path):
+    # Free prose rarely continues an earlier n-gram, and verification costs
+    # extra: auto must verify hits only rarely (probes), decode the rest plain,
+    # say so, and give exactly the plain output.
+    g = SamplingParams(temperature=0.0, max_tokens=160, ignore_eos=True)
+    plain = Engine.load(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0)
     e = Engine.load(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0)
     try:
+        prose = [Message("user", "Describe a quiet morning in a small fishing village.")]
+        ref = collect(plain, g, prose)[1]
         e.set_speculation("auto")
         ctl = e.spec_ctl
-        ctl.rate["ngram"] = 1.0        # pretend n-gram measured much slower than plain
-        ctl.rate["plain"] = 100.0
-        ctl.rounds["ngram"] = ctl.explore_rounds  # ... over its whole first visit
-        ctl.current = ctl.choose()
-        assert ctl.current == "plain"
-        _, ev = collect(e, SamplingParams(temperature=0.0, max_tokens=ctl.probe_every + 40, ignore_eos=True))
+        assert ctl.free == "ngram" and ctl.modes == ["plain"]
+        # What earlier replies taught it: hits here are accepted 1 time in 50.
+        ctl._pos_tries["ngram"], ctl._pos_acc["ngram"] = [50], [1]
+        ctl._cost["ngram"] = [(2, 0.03)] * 8
+        ctl._plain_s = [0.01] * 8
+        _, ev = collect(e, g, prose)
         st = ev.stats.spec
-        assert st["tokens_by_mode"].get("plain", 0) > 0
-        assert st["tokens_by_mode"].get("ngram", 0) > 0  # probed again later
+        assert ev.token_ids == ref.token_ids
+        assert st["tokens_by_mode"]["plain"] > 100
+        assert st["drafted"] <= 2 * 8  # a few short probes at most
+        assert any("ngram drafts held back" in n for n in st["notes"])
     finally:
         e.close()
+        plain.close()
+
+
+def test_auto_verifies_ngram_drafts_on_text_that_repeats(bundled_path):
+    # A reply that copies its prompt: the lookup finds it and auto verifies
+    # long drafts from the first round on; output exactly plain decoding's.
+    text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau"
+    msgs = [Message("user", f"Repeat exactly, three times: {text}")]
+    g = SamplingParams(temperature=0.0, max_tokens=120, ignore_eos=True)
+    plain = Engine.load(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0)
+    e = Engine.load(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0)
+    try:
+        ref = collect(plain, g, msgs)[1]
+        e.set_speculation("auto")
+        ev = collect(e, g, msgs)[1]
+        assert ev.token_ids == ref.token_ids
+        st = ev.stats.spec
+        assert st["tokens_by_mode"].get("ngram", 0) > 0 and st["accepted"] > 0
+        assert sum(st["tokens_by_mode"].values()) == ev.stats.generated_tokens
+    finally:
+        e.close()
+        plain.close()
 
 
 def test_auto_leaves_out_a_model_draft_that_cannot_pay_without_touching_the_conversation(bundled_path):
@@ -150,7 +199,7 @@ def test_auto_leaves_out_a_model_draft_that_cannot_pay_without_touching_the_conv
         kv = e.backend.kv_len
         e.set_speculation("auto")  # measures here, mid-conversation
         assert e.backend.kv_len == kv and e._draft_costs is not None
-        assert "model" not in e.spec_ctl.modes and "ngram" in e.spec_ctl.modes
+        assert "model" not in e.spec_ctl.modes and e.spec_ctl.free == "ngram"
         second = collect(e, g, Q2)[1]
         assert [first.token_ids, second.token_ids] == [r.token_ids for r in refs]
         assert any("model draft not used here" in n for n in second.stats.spec["notes"])

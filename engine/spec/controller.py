@@ -3,6 +3,7 @@ drafts each round, from measurements of this engine's own rounds; and the
 cost figures that decide whether a model draft can pay at all."""
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -22,8 +23,11 @@ class SpecStats:
     per_position_drafted: list[int] = field(default_factory=list)
     per_position_accepted: list[int] = field(default_factory=list)
     mode_tokens: dict[str, int] = field(default_factory=dict)
+    mode_rounds: dict[str, int] = field(default_factory=dict)
+    mode_drafted: dict[str, int] = field(default_factory=dict)
     switched_off: int = 0
     notes: list[str] = field(default_factory=list)
+    _more: int = 0
 
     def count_round(self, drafted: int, accepted: int) -> None:
         """One verified round: ``drafted`` proposals, of which the first ``accepted`` were kept."""
@@ -37,6 +41,17 @@ class SpecStats:
             self.per_position_drafted[i] += 1
             self.per_position_accepted[i] += i < accepted
 
+    MAX_NOTES = 12
+
+    def note(self, lines: Sequence[str]) -> None:
+        """Say why the controller switched; past ``MAX_NOTES`` in one reply, only count them."""
+        for line in lines:
+            if not self._more and len(self.notes) < self.MAX_NOTES:
+                self.notes.append(line)
+                continue
+            self._more += 2 if not self._more else 1  # the last note kept becomes part of the count
+            self.notes[-1] = f"... and {self._more} more switches"
+
     def as_dict(self) -> dict:
         acc = [a / d if d else 0.0 for a, d in zip(self.per_position_accepted, self.per_position_drafted)]
         return {
@@ -49,6 +64,8 @@ class SpecStats:
             "target_passes": self.target_passes,
             "target_passes_per_token": round(self.target_passes / self.generated, 4) if self.generated else 0.0,
             "tokens_by_mode": dict(self.mode_tokens),
+            "rounds_by_mode": dict(self.mode_rounds),
+            "drafted_by_mode": dict(self.mode_drafted),
             "switched_off": self.switched_off,
             "notes": list(self.notes),
         }
@@ -83,26 +100,39 @@ class SpecController:
 
     def __init__(self, modes: Sequence[str], *, k_init: int = 3, k_max: int = 8,
                  k_fixed: int | None = None, probe_every: int = 64, alpha: float = 0.3,
-                 round_cost: Callable[[int], float] | None = None, explore_rounds: int = 4) -> None:
+                 round_cost: Callable[[int], float] | None = None, explore_rounds: int = 4,
+                 free: str | None = None, gated: bool = True, hold_probe: int = 8) -> None:
         self.modes = list(dict.fromkeys(modes))  # include "plain" to allow switching off
-        self.k = {m: (k_fixed or k_init) for m in self.modes}
+        # A draft that costs nothing to propose (n-gram lookup), asked every round
+        # before ``current``: when it proposes, ``free_len`` says how much of it to
+        # verify, 0 when verifying is expected to cost more than it brings.
+        self.free = free
+        self.gated = gated
+        self.gate_open: bool | None = None
+        self.hold_probe = hold_probe
+        self._held, self._hold_interval = 0, hold_probe
+        self._plain_s: list[float] = []  # seconds of recent one-token target steps, any mode
+        self._bucket_tries: dict[int, list[int]] = {}
+        self._bucket_acc: dict[int, list[int]] = {}
+        tracked = self.modes + ([free] if free and free not in self.modes else [])
+        self.k = {m: (k_fixed or k_init) for m in tracked}
         self.k_max = k_fixed or k_max
         self.k_fixed = k_fixed
-        self.rate: dict[str, float | None] = {m: None for m in self.modes}
-        self.since_probe: dict[str, int] = {m: 0 for m in self.modes}
-        self.probe_interval: dict[str, int] = {m: probe_every for m in self.modes}
+        self.rate: dict[str, float | None] = {m: None for m in tracked}
+        self.since_probe: dict[str, int] = {m: 0 for m in tracked}
+        self.probe_interval: dict[str, int] = {m: probe_every for m in tracked}
         self.probe_every = probe_every
         self.alpha = alpha
         self.round_cost = round_cost
         self.pending_notes: list[str] = []  # said in the stats of the next reply
         self.explore_rounds = explore_rounds  # a draft mode's first visit: enough rounds to fit its cost
         self.retired: set[str] = set()
-        self.rounds: dict[str, int] = {m: 0 for m in self.modes}
+        self.rounds: dict[str, int] = {m: 0 for m in tracked}
         self.current = self.modes[0]
         self.switching = len(self.modes) > 1
-        self._cost: dict[str, list[tuple[int, float]]] = {m: [] for m in self.modes}
-        self._pos_tries: dict[str, list[int]] = {m: [] for m in self.modes}
-        self._pos_acc: dict[str, list[int]] = {m: [] for m in self.modes}
+        self._cost: dict[str, list[tuple[int, float]]] = {m: [] for m in tracked}
+        self._pos_tries: dict[str, list[int]] = {m: [] for m in tracked}
+        self._pos_acc: dict[str, list[int]] = {m: [] for m in tracked}
 
     def choose(self) -> str:
         if not self.switching:
@@ -139,8 +169,46 @@ class SpecController:
             return None
         return full_acceptance_rate(*fit, self.k_max)
 
+    def _accept_rates(self, mode: str, k_cap: int, bucket: int | None = None) -> list[float]:
+        """Conditional acceptance at each draft position 1..k_cap.
+
+        Each position's rate is shrunk towards the mode's overall rate (two
+        pseudo-tries), so one lucky or unlucky round does not swing k; a
+        position never tried yet is assumed to do as well as the last one
+        tried, so k can grow past what was explored. A ``bucket`` (the free
+        draft's match length) is shrunk the same way towards the mode's rates.
+        """
+        tries, acc = self._pos_tries[mode], self._pos_acc[mode]
+        prior = (sum(acc) + 1) / (sum(tries) + 2)
+        rates, a = [], prior
+        for i in range(k_cap):
+            if i < len(tries) and tries[i]:
+                a = (acc[i] + 2 * prior) / (tries[i] + 2)
+            rates.append(a)
+        if bucket is not None and bucket in self._bucket_tries:
+            bt, ba = self._bucket_tries[bucket], self._bucket_acc[bucket]
+            scale = 1.0
+            for i in range(k_cap):
+                if i < len(bt) and bt[i]:
+                    b = (ba[i] + 2 * rates[i]) / (bt[i] + 2)
+                    scale = b / rates[i] if rates[i] else 1.0
+                rates[i] = min(1.0, rates[i] * scale)
+        return rates
+
+    @staticmethod
+    def _best_rate(rates: Sequence[float], cost: Callable[[int], float]) -> tuple[int, float]:
+        """The k in 1..len(rates) with the best expected tokens per unit of cost, and that rate."""
+        best_k, best_rate, expect, run = 1, 0.0, 1.0, 1.0
+        for k, a in enumerate(rates, 1):
+            run *= a
+            expect += run
+            r = expect / cost(k)
+            if r > best_rate:
+                best_k, best_rate = k, r
+        return best_k, best_rate
+
     def _best_k(self, mode: str) -> int:
-        if self.round_cost is not None:
+        if self.round_cost is not None and mode != self.free:
             cost = self.round_cost
         else:
             fit = self._fit(mode)
@@ -148,30 +216,73 @@ class SpecController:
                 return self.k[mode]
             c0, c1 = fit
             cost = lambda k: c0 + c1 * k  # noqa: E731
-        best_k, best_rate, expect, run = 1, 0.0, 1.0, 1.0
-        tries, acc = self._pos_tries[mode], self._pos_acc[mode]
-        # Each position's rate is shrunk towards the mode's overall rate (two
-        # pseudo-tries), so one lucky or unlucky round does not swing k; a
-        # position never tried yet is assumed to do as well as the last one
-        # tried, so k can grow past what was explored.
-        prior = (sum(acc) + 1) / (sum(tries) + 2)
-        a = prior
-        for k in range(1, self.k_max + 1):
-            i = k - 1
-            if i < len(tries) and tries[i]:
-                a = (acc[i] + 2 * prior) / (tries[i] + 2)
-            run *= a
-            expect += run
-            r = expect / cost(k)
-            if r > best_rate:
-                best_k, best_rate = k, r
-        return best_k
+        return self._best_rate(self._accept_rates(mode, self.k_max), cost)[0]
+
+    def free_costs(self) -> tuple[float, float] | None:
+        """``(c0, c1)`` for the free draft: c0 the median recent one-token step, c1 the
+        median extra seconds per verified draft over it (without a plain step yet, the
+        least-squares fit of its rounds); None until measured."""
+        assert self.free is not None
+        pts = [(k, t) for k, t in self._cost[self.free][-32:] if k]
+        if not self._plain_s:
+            return self._fit(self.free)
+        if not pts:
+            return None
+        c0 = statistics.median(self._plain_s[-32:])
+        return c0, max(0.0, statistics.median((t - c0) / k for k, t in pts))
+
+    def free_len(self, available: int, bucket: int | None = None) -> int:
+        """How many of the free draft's ``available`` proposed tokens to verify this
+        round; 0 makes it a round of ``current`` instead. ``bucket``: the matched
+        n-gram's length, which predicts acceptance.
+
+        Verifying k drafts costs ``c0 + c1 k`` against ``c0`` for a plain step (or
+        the rate of a model draft in use), so a draft is verified only where its
+        expected accepted tokens pay for that. While held back, every
+        ``hold_probe``-th hit (doubling while it keeps failing) is verified
+        anyway, so a text that starts repeating itself is noticed.
+        """
+        assert self.free is not None
+        cap = min(available, self.k_max)
+        costs = self.free_costs() if self.gated else None
+        if costs is None:  # forced, or the costs are not measured yet: draft what there is
+            if self.gated and not self.k_fixed:  # two lengths, so a slope can be fitted
+                return min(cap, self.k[self.free] + self.rounds[self.free] % 2)
+            return min(cap, self.k[self.free])
+        c0, c1 = costs
+        base = 1.0 / c0
+        if self.current != "plain" and self.rate.get(self.current):
+            base = max(base, self.rate[self.current] or 0.0)
+        rates = self._accept_rates(self.free, cap, bucket)
+        k, rate = self._best_rate(rates, lambda k: c0 + c1 * k)
+        opened = rate > base
+        if opened != self.gate_open:
+            self.gate_open = opened
+            verb = "verified again" if opened else "held back"
+            self.pending_notes.append(
+                f"{self.free} drafts {verb}: accepted {rates[0]:.2f} at the first position, a verified token "
+                f"costs {c1 / c0:.2f} of a step")
+        if opened:
+            self._held, self._hold_interval = 0, self.hold_probe
+            return k
+        self._held += 1
+        if self._held < self._hold_interval:
+            return 0
+        self._held, self._hold_interval = 0, min(self._hold_interval * 2, 1024)
+        return min(cap, 2)  # a probe
 
     def record(self, mode: str, drafted: int, accepted: int, produced: int, seconds: float,
-               stats: SpecStats, fit_seconds: float | None = None) -> None:
+               stats: SpecStats, fit_seconds: float | None = None, bucket: int | None = None) -> None:
         if self.pending_notes:
-            stats.notes.extend(self.pending_notes)
+            stats.note(self.pending_notes)
             self.pending_notes.clear()
+        if not drafted and produced == 1 and seconds > 0:
+            self._plain_s.append(seconds)
+            del self._plain_s[:-64]
+        if mode == self.free and mode not in self.modes:
+            self.rounds[mode] += 1
+            self._learn(mode, drafted, accepted, seconds if fit_seconds is None else fit_seconds, bucket)
+            return
         for m in self.modes:
             if m != mode:
                 self.since_probe[m] += produced
@@ -180,20 +291,7 @@ class SpecController:
             old = self.rate[mode]
             self.rate[mode] = r if old is None else (1 - self.alpha) * old + self.alpha * r
         if mode != "plain" and drafted:
-            self._cost[mode].append((drafted, seconds if fit_seconds is None else fit_seconds))
-            del self._cost[mode][:-256]
-            tries, acc = self._pos_tries[mode], self._pos_acc[mode]
-            for i in range(min(drafted, accepted + 1)):  # positions past a rejection were not tried
-                if i >= len(tries):
-                    tries.append(0)
-                    acc.append(0)
-                tries[i] += 1
-                acc[i] += i < accepted
-            if not self.k_fixed:
-                self.k[mode] = self._best_k(mode)
-                if self.k[mode] == drafted and len({k for k, _ in self._cost[mode][-32:]}) < 2:
-                    # Vary k early so the cost slope can be fitted.
-                    self.k[mode] = min(self.k_max, drafted + 1) if accepted == drafted else max(1, drafted - 1)
+            self._learn(mode, drafted, accepted, seconds if fit_seconds is None else fit_seconds)
         self.rounds[mode] += 1
         for m in self.modes:
             if m != "plain":
@@ -204,7 +302,7 @@ class SpecController:
         if self.switching and prev != "plain" and self.current == "plain":
             stats.switched_off += 1
             rates = ", ".join(f"{m} {v:.1f} tok/s" for m, v in self.rate.items() if v)
-            stats.notes.append(f"speculation off: slower than plain here ({rates}); probing again later")
+            stats.note([f"speculation off: slower than plain here ({rates}); probing again later"])
         if not self.switching:
             return
         # A probe that confirmed the mode is slower: wait twice as long before the next.
@@ -215,6 +313,29 @@ class SpecController:
         elif self.current != mode:
             self.probe_interval[mode] = min(self.probe_interval[mode] * 2, 4096)
 
+    def _learn(self, mode: str, drafted: int, accepted: int, seconds: float, bucket: int | None = None) -> None:
+        """A verified draft round: its cost, its acceptance per position (and per
+        ``bucket``), and the draft length it suggests (a gated free draft chooses
+        its own length each round)."""
+        self._cost[mode].append((drafted, seconds))
+        del self._cost[mode][:-256]
+        lists = [(self._pos_tries[mode], self._pos_acc[mode])]
+        if bucket is not None:
+            lists.append((self._bucket_tries.setdefault(bucket, []), self._bucket_acc.setdefault(bucket, [])))
+        for tries, acc in lists:
+            for i in range(min(drafted, accepted + 1)):  # positions past a rejection were not tried
+                if i >= len(tries):
+                    tries.append(0)
+                    acc.append(0)
+                tries[i] += 1
+                acc[i] += i < accepted
+        if self.k_fixed or (mode == self.free and self.gated):
+            return
+        self.k[mode] = self._best_k(mode)
+        if self.k[mode] == drafted and len({k for k, _ in self._cost[mode][-32:]}) < 2:
+            # Vary k early so the cost slope can be fitted.
+            self.k[mode] = min(self.k_max, drafted + 1) if accepted == drafted else max(1, drafted - 1)
+
     def _maybe_retire(self, mode: str, stats: SpecStats) -> None:
         plain = self.rate.get("plain")
         if not self.switching or plain is None or mode in self.retired or len(self._cost[mode]) < 4:
@@ -223,8 +344,8 @@ class SpecController:
         if top is not None and top < plain:
             self.retired.add(mode)
             stats.switched_off += 1
-            stats.notes.append(f"{mode} draft off for this session: even accepting every draft it would "
-                               f"reach {top:.1f} tok/s, plain decoding does {plain:.1f} here")
+            stats.note([f"{mode} draft off for this session: even accepting every draft it would "
+                        f"reach {top:.1f} tok/s, plain decoding does {plain:.1f} here"])
 
 
 def measure_round_costs(target: Backend, draft: Backend, token: int, k: int = 4,

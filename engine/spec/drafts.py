@@ -91,6 +91,7 @@ class NgramDraft:
 
     kind = "ngram"
     catchup_s = 0.0  # indexing the history is cheap enough to leave out
+    matched = 0  # the length of the n-gram the last proposal continues (0: none)
 
     def __init__(self, max_n: int = 4, min_n: int = 2) -> None:
         self.max_n, self.min_n = max_n, min_n
@@ -113,6 +114,7 @@ class NgramDraft:
     def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
         # Index n-grams ending before the last position, so a hit is an earlier occurrence.
         self._catch_up(history, len(history) - 1)
+        self.matched = 0
         for n in range(self.max_n, self.min_n - 1, -1):
             if len(history) < n:
                 continue
@@ -120,6 +122,7 @@ class NgramDraft:
             if pos is not None:
                 cont = list(history[pos + 1:pos + 1 + k])
                 if cont:
+                    self.matched = n
                     return cont, [None] * len(cont)
         return [], []
 

@@ -4,7 +4,9 @@ What depends on the request is chosen once, before the first round: greedy or
 sampled decides how a draft picks its tokens and how the target's rows judge
 them. Per round only the controller's mode varies: a plain round (one target
 step) or a draft round (propose, verify in one pass, roll back the rejected
-tail).
+tail). A controller with a free draft (``auto``'s n-gram lookup) asks it
+first every round and verifies as much of its proposal as ``free_len`` says
+pays; when that is nothing, the round is the controller's current mode.
 """
 from __future__ import annotations
 
@@ -63,6 +65,16 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
         stats.target_passes += 1
         return [(sampler(history, logits), False)], 0, 0, 0.0
 
+    def verify_round(tok: int, proposal: list[int], q: list) -> tuple[Produced, int]:
+        """Feed ``tok`` and the proposal in one pass; keep the accepted drafts and the target's next token."""
+        base = len(history)
+        rows = target.forward([tok] + proposal, all_logits=True)
+        stats.target_passes += 1
+        n, nxt = verify(history, proposal, q, rows)
+        target.truncate(base + n)  # rejected drafts leave the KV here
+        stats.count_round(len(proposal), n)
+        return [(d, True) for d in proposal[:n]] + [(nxt, False)], n
+
     def draft_round(tok: int, mode: str) -> tuple[Produced, int, int, float]:
         draft = drafts[mode]
         k = min(ctl.k[mode], target.n_ctx - len(history))  # verify needs len(history) + k slots
@@ -71,13 +83,23 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
         proposal, q = draft.propose(history, k, pick)
         if not proposal:  # an n-gram miss: the round still counts against its mode
             return plain_round(tok, mode)[0], 0, 0, draft.catchup_s
-        base = len(history)
-        rows = target.forward([tok] + proposal, all_logits=True)
-        stats.target_passes += 1
-        n, nxt = verify(history, proposal, q, rows)
-        target.truncate(base + n)  # rejected drafts leave the KV here
-        stats.count_round(len(proposal), n)
-        return [(d, True) for d in proposal[:n]] + [(nxt, False)], len(proposal), n, draft.catchup_s
+        produced, n = verify_round(tok, proposal, q)
+        return produced, len(proposal), n, draft.catchup_s
+
+    free = drafts.get(ctl.free) if ctl.free else None
+
+    def free_round(tok: int) -> tuple[Produced, int, int] | None:
+        """The free draft's round, or None when it has nothing worth verifying."""
+        assert free is not None
+        room = min(ctl.k_max, target.n_ctx - len(history))
+        if room <= 0:
+            return None
+        proposal, q = free.propose(history, room, pick)
+        k = ctl.free_len(len(proposal), getattr(free, "matched", None)) if proposal else 0
+        if not k:
+            return None
+        produced, n = verify_round(tok, proposal[:k], q[:k])
+        return produced, k, n
 
     try:
         # Prefill all but the last prompt token: the first round then verifies
@@ -87,18 +109,28 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
         tok = pending[-1]
         while True:
             mode = ctl.current
-            run = plain_round if mode == "plain" else draft_round
             t0 = time.perf_counter()
-            produced, drafted, accepted, catchup = run(tok, mode)
-            spent = time.perf_counter() - t0
-            # The mode's rate pays for a draft's catch-up prefill (the user waits
-            # for it too); the per-k cost fit does not, it is a one-off.
-            ctl.record(mode, drafted, accepted, len(produced), spent, stats, fit_seconds=spent - catchup)
-            stats.mode_tokens[mode] = stats.mode_tokens.get(mode, 0) + len(produced)
+            got = free_round(tok) if free is not None else None
+            if got is not None:
+                assert ctl.free is not None
+                mode = ctl.free
+                produced, drafted, accepted = got
+                ctl.record(mode, drafted, accepted, len(produced), time.perf_counter() - t0, stats,
+                           bucket=getattr(free, "matched", None))
+            else:
+                run = plain_round if mode == "plain" else draft_round
+                produced, drafted, accepted, catchup = run(tok, mode)
+                spent = time.perf_counter() - t0
+                # The mode's rate pays for a draft's catch-up prefill (the user waits
+                # for it too); the per-k cost fit does not, it is a one-off.
+                ctl.record(mode, drafted, accepted, len(produced), spent, stats, fit_seconds=spent - catchup)
+            stats.mode_rounds[mode] = stats.mode_rounds.get(mode, 0) + 1
+            stats.mode_drafted[mode] = stats.mode_drafted.get(mode, 0) + drafted
             tok = produced[-1][0]
             for t, from_draft in produced:
                 history.append(t)
                 stats.generated += 1
+                stats.mode_tokens[mode] = stats.mode_tokens.get(mode, 0) + 1  # counted as yielded
                 yield t, from_draft
     finally:
         # Stopped mid-run (stop string, EOS, max tokens): drop KV past what was yielded.
