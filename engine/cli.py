@@ -209,7 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=None, help="tune: how many of the fixed prompts (default 4)")
     p.add_argument("--ppl-tokens", type=int, default=None, help="tune: quality-text tokens for perplexity")
     p.add_argument("--rows", default=None,
-                   help="tune: comma-separated rows to run (baseline always runs); threads: the options to run")
+                   help="tune: comma-separated rows to run (baseline always runs); threads: the options to run; "
+                        "speculative: the draft kinds (model, ngram, hybrid, auto)")
+    p.add_argument("--sets", default=None, help="speculative: the prompt sets to run (default: all)")
     p.add_argument("--out", default=None, help="tune: save the run here (default: the app's data folder)")
     p.add_argument("--csv", default=None, help="tune: also write the rows as CSV to this file")
     p.add_argument("--compare", default=None, help="tune: an earlier saved run to print per-row changes against")
