@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import Qt
 
 from app.window.main_window import MainWindow
 from app.window.selftest import send_and_wait, write_settings
@@ -221,3 +222,25 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
     assert not dlg.rollback_button.isEnabled()
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
     dlg.close()
+
+
+def test_a_reply_s_details_give_each_mode_s_tokens_and_every_switch(qtbot):
+    from app.chat.message_widget import MessageWidget
+    from app.core.text_utils import metrics_line, speculation_lines
+    from app.ui.theme import BUBBLES
+
+    notes = ["model draft <b>d</b>.gguf not used: it failed to load",
+             "ngram drafts held back: accepted 0.22 at the first position, a verified token costs 0.75 of a step"]
+    m = {"generated_tokens": 40, "decode_tok_s": 20.0, "finish_reason": "eos",
+         "spec": {"drafted": 12, "accepted": 9, "acceptance_rate": 0.75, "target_passes_per_token": 0.8,
+                  "tokens_by_mode": {"ngram": 14, "plain": 26}, "notes": notes}}
+    lines = speculation_lines(m)
+    assert lines[0] == ("Speculation: 26 tokens from plain decoding, 14 from n-gram drafts; 9 of 12 drafts accepted, "
+                        "0.80 target passes per token")
+    assert lines[1:] == ["· Model draft <b>d</b>.gguf not used: it failed to load", "· N" + notes[1][1:]]
+    assert speculation_lines({"generated_tokens": 3}) == []  # plain decoding: nothing to say
+    w = MessageWidget(1, "assistant", "", colors=BUBBLES["light"])
+    qtbot.addWidget(w)
+    w.set_result("x", complete=True, finish_reason="eos", metrics=m)
+    assert w.details.text() == "\n".join([metrics_line(m), *lines])
+    assert w.details.textFormat() == Qt.TextFormat.PlainText  # the file name stays text

@@ -22,7 +22,7 @@ from app.chat.reasoning_block import ReasoningBlock
 from app.chat.reply_pieces import SEGMENT_CHARS, ReplyPieces
 from app.chat.source_preview import SourcesLine
 from app.chat.text_view import AutoHeightBrowser
-from app.core.text_utils import code_blocks, finish_note, metrics_line
+from app.core.text_utils import code_blocks, finish_note, metrics_line, speculation_lines
 
 RENDER_MS = 40
 RENDER_SHARE = 4  # the next render waits at least this many times what the last one cost
@@ -116,6 +116,7 @@ class MessageWidget(QFrame):
         self.sources = SourcesLine()  # the passages retrieval gave the reply, each a link to its text
         lay.addWidget(self.sources)
         self.details = QLabel()
+        self.details.setTextFormat(Qt.TextFormat.PlainText)  # notes may name files: never markup
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details.setStyleSheet("color: palette(placeholder-text); font-size: 11px;")
@@ -278,7 +279,7 @@ class MessageWidget(QFrame):
         self.note.setVisible(bool(note))
         self.sources.set_sources((metrics or {}).get("sources"))
         line = metrics_line(metrics)
-        self.details.setText(line)
+        self.details.setText("\n".join([line, *speculation_lines(metrics)]))
         self.btn_details.setToolTip(line)
         self.btn_details.setEnabled(metrics is not None)
         self.btn_perf.setEnabled(has_timeline(metrics))

@@ -78,6 +78,25 @@ def metrics_line(m: dict | None) -> str:
     return " · ".join(parts)
 
 
+MODE_NAMES = {"ngram": "n-gram drafts", "model": "the draft model", "plain": "plain decoding"}
+
+
+def speculation_lines(m: dict | None) -> list[str]:
+    """What speculation did in a reply: the tokens each mode produced, and each
+    switch of the controller with its reason (the engine's notes)."""
+    spec = (m or {}).get("spec") or {}
+    modes = spec.get("tokens_by_mode") or {}
+    if not modes:
+        return []
+    made = ", ".join(f"{n}{' tokens' if not i else ''} from {MODE_NAMES.get(mode, mode)}" for i, (mode, n) in
+                     enumerate(sorted(modes.items(), key=lambda kv: -kv[1])))
+    line = f"Speculation: {made}"
+    if spec.get("drafted"):
+        line += (f"; {spec['accepted']} of {spec['drafted']} drafts accepted, "
+                 f"{spec.get('target_passes_per_token', 0.0):.2f} target passes per token")
+    return [line, *(f"· {str(n)[:1].upper()}{str(n)[1:]}" for n in spec.get("notes") or ())]
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
