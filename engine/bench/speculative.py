@@ -41,8 +41,9 @@ def _controller(engine: Engine, kind: str, ratio: float) -> SpecController:
         # controller would pick k = 1 here, which says nothing about the
         # algorithm; "auto" shows what this CPU does with its own costs.
         # hybrid: every n-gram hit is verified, the model drafts on the misses.
-        free = {"free": "ngram", "gated": False} if kind == "hybrid" else {}
-        return SpecController(["model"], round_cost=lambda k: 1 + k * ratio, **free)  # type: ignore[arg-type]
+        hybrid = kind == "hybrid"
+        return SpecController(["model"], round_cost=lambda k: 1 + k * ratio, free="ngram" if hybrid else None,
+                              gated=not hybrid)
     engine.set_speculation(kind, force=kind != "auto")
     if engine.spec_ctl is None:
         raise HearthError(f"speculation {kind!r} did not start")

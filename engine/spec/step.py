@@ -88,18 +88,20 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
 
     free = drafts.get(ctl.free) if ctl.free else None
 
-    def free_round(tok: int) -> tuple[Produced, int, int] | None:
-        """The free draft's round, or None when it has nothing worth verifying."""
+    def free_round(tok: int) -> tuple[Produced, int, int, int | None] | None:
+        """The free draft's round (with the match length it verified), or None when
+        it has nothing worth verifying."""
         assert free is not None
         room = min(ctl.k_max, target.n_ctx - len(history))
         if room <= 0:
             return None
         proposal, q = free.propose(history, room, pick)
-        k = ctl.free_len(len(proposal), getattr(free, "matched", None)) if proposal else 0
+        bucket = getattr(free, "matched", None)
+        k = ctl.free_len(len(proposal), bucket) if proposal else 0
         if not k:
             return None
         produced, n = verify_round(tok, proposal[:k], q[:k])
-        return produced, k, n
+        return produced, k, n, bucket
 
     try:
         # Prefill all but the last prompt token: the first round then verifies
@@ -114,9 +116,8 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
             if got is not None:
                 assert ctl.free is not None
                 mode = ctl.free
-                produced, drafted, accepted = got
-                ctl.record(mode, drafted, accepted, len(produced), time.perf_counter() - t0, stats,
-                           bucket=getattr(free, "matched", None))
+                produced, drafted, accepted, bucket = got
+                ctl.record(mode, drafted, accepted, len(produced), time.perf_counter() - t0, stats, bucket=bucket)
             else:
                 run = plain_round if mode == "plain" else draft_round
                 produced, drafted, accepted, catchup = run(tok, mode)
