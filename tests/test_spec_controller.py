@@ -142,6 +142,8 @@ def test_a_free_draft_that_is_accepted_drafts_long():
     ks = [_free_round(ctl, st, lambda k: k) for _ in range(100)]
     assert min(ks[10:]) >= 6  # copying text: long drafts pay even at 0.8 of a step per token
     assert ctl.gate_open and not any("held back" in n for n in st.notes)
+    assert any(n.startswith("ngram drafts verified: ") for n in st.notes)  # the first decision: not "again"
+    assert not any("verified again" in n for n in st.notes)
 
 
 def test_the_match_length_decides_which_hits_are_verified():
@@ -171,3 +173,14 @@ def test_notes_past_the_cap_are_counted_not_listed():
     assert len(st.notes) == SpecStats.MAX_NOTES
     assert st.notes[:-1] == [f"switch {i}" for i in range(SpecStats.MAX_NOTES - 1)]
     assert st.notes[-1] == "... and 4 more switches"
+
+
+def test_a_held_back_lookup_that_starts_paying_says_it_is_verified_again():
+    st = SpecStats()
+    ctl = SpecController(["plain"], free="ngram", hold_probe=2)
+    for _ in range(20):
+        _free_round(ctl, st, lambda k: 0)  # prose: every draft rejected
+    for _ in range(2000):
+        _free_round(ctl, st, lambda k: k)  # then the reply starts copying its input
+    said = [n.split(":")[0] for n in st.notes]
+    assert "ngram drafts held back" in said and said[-1] == "ngram drafts verified again"

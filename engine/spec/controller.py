@@ -110,7 +110,7 @@ class SpecController:
         self.gated = gated
         self.gate_open: bool | None = None
         self.hold_probe = hold_probe
-        self._held, self._hold_interval = 0, hold_probe
+        self._held, self._hold_interval, self._probing = 0, hold_probe, False
         self._plain_s: list[float] = []  # seconds of recent one-token target steps, any mode
         self._bucket_tries: dict[int, list[int]] = {}
         self._bucket_acc: dict[int, list[int]] = {}
@@ -257,8 +257,8 @@ class SpecController:
         k, rate = self._best_rate(rates, lambda k: c0 + c1 * k)
         opened = rate > base
         if opened != self.gate_open:
+            verb = "held back" if not opened else "verified again" if self.gate_open is False else "verified"
             self.gate_open = opened
-            verb = "verified again" if opened else "held back"
             self.pending_notes.append(
                 f"{self.free} drafts {verb}: accepted {rates[0]:.2f} at the first position, a verified token "
                 f"costs {c1 / c0:.2f} of a step")
@@ -268,8 +268,8 @@ class SpecController:
         self._held += 1
         if self._held < self._hold_interval:
             return 0
-        self._held, self._hold_interval = 0, min(self._hold_interval * 2, 1024)
-        return min(cap, 2)  # a probe
+        self._held, self._probing = 0, True
+        return min(cap, 2)  # a probe: its outcome sets the next interval (record)
 
     def record(self, mode: str, drafted: int, accepted: int, produced: int, seconds: float,
                stats: SpecStats, fit_seconds: float | None = None, bucket: int | None = None) -> None:
@@ -280,6 +280,9 @@ class SpecController:
             self._plain_s.append(seconds)
             del self._plain_s[:-64]
         if mode == self.free and mode not in self.modes:
+            if self._probing:  # a held-back lookup's probe: wait twice as long only if it failed
+                self._probing = False
+                self._hold_interval = self.hold_probe if accepted == drafted else min(self._hold_interval * 2, 1024)
             self.rounds[mode] += 1
             self._learn(mode, drafted, accepted, seconds if fit_seconds is None else fit_seconds, bucket)
             return
