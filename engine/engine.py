@@ -26,6 +26,7 @@ from .kv.reuse import FINAL_PIECE, KVReuse, ProgressFn, prefill
 from .loading.backend import DEFAULT_CTX, open_backend
 from .spec.find_draft import draft_header_vocab, find_draft_for
 from .metrics import GenerationStats
+from .media import has_media, whole as whole_images
 from .models.catalogue import ModelRef, resolve
 from .prompt import PromptBuilder
 from .grammar import ConstrainedSampler, NoGrammar, TokenConstraint
@@ -72,6 +73,7 @@ class Engine:
              backend: str | None = None, quant: str = "none", device: str = "auto",
              max_memory: dict | None = None, allow_pickle: bool = False, allow_remote_code: bool = False,
              repack: bool = False, exactness: str = "exact", threads_poll: int | None = None,
+             mmproj: str | os.PathLike[str] | None = None,
              progress: Callable[[int, int, str], None] | None = None,
              cancel: threading.Event | None = None) -> "Engine":
         """Load a model (the bundled GGUF by default): a GGUF file, a transformers
@@ -89,6 +91,8 @@ class Engine:
         and speculative output may then differ slightly from plain decoding).
         ``threads_poll``: llama.cpp only: run its threads on a pool of Hearth's own at this
         poll level (0-100; engine/backends/llama/threadpool.py); None: llama.cpp's default.
+        ``mmproj``: a vision projector GGUF to load beside a GGUF model (it then sees images);
+        "auto": the one made for it in the model's folder, if there is one.
         """
         ref = resolve(model)
         if ref.kind == "hub":
@@ -100,7 +104,7 @@ class Engine:
                                      n_gpu_layers=n_gpu_layers, kv_type=kv_type, quant=quant, device=device,
                                      max_memory=max_memory, allow_pickle=allow_pickle,
                                      allow_remote_code=allow_remote_code, repack=repack,
-                                     exactness=exactness, threads_poll=threads_poll)
+                                     exactness=exactness, threads_poll=threads_poll, mmproj=mmproj)
         store = None
         if disk_cache is not None and cache_budget > 0:
             root = Path(disk_cache)
@@ -311,7 +315,7 @@ class Engine:
                 keep = self.kv.prepare(prompt, checkpoints, cancel=cancel, progress=progress)
                 # All but the last few prompt tokens, in chunks: Stop works during a
                 # long prompt. The step loop feeds the rest; its logits start decoding.
-                tail = min(FINAL_PIECE, len(prompt) - b.kv_len)
+                tail = len(prompt) - whole_images(prompt, len(prompt) - min(FINAL_PIECE, len(prompt) - b.kv_len))
                 prefill(b, prompt[b.kv_len:len(prompt) - tail], cancel=cancel, progress=progress,
                         done=b.kv_len, total=len(prompt))
             except Cancelled:
@@ -328,9 +332,14 @@ class Engine:
                 else:
                     spec = SpecStats()
                     drafts: dict[str, DraftSource] = {"ngram": NgramDraft()}
-                    if self.draft is not None:
+                    ctl = self.spec_ctl
+                    if self.draft is not None and has_media(prompt):
+                        # The draft model cannot see the images: this reply drafts by n-gram lookup only.
+                        ctl = SpecController(["plain"], k_fixed=ctl.k_fixed, free="ngram")
+                        ctl.pending_notes.append("the draft model cannot see images: n-gram drafts only")
+                    elif self.draft is not None:
                         drafts["model"] = self.draft
-                    steps = speculative_step(b, drafts, self.spec_ctl, prompt[b.kv_len:], sampler, history, spec)
+                    steps = speculative_step(b, drafts, ctl, prompt[b.kv_len:], sampler, history, spec)
             yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
                                      stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec, timeline=rec,
                                      t_prefill=t_prefill, layout=layout, opened=opened,

@@ -40,3 +40,7 @@ class ContextFullError(HearthError):
 class Cancelled(HearthError):
     """Stop was pressed while a long computation (a prompt's prefill) ran; the
     KV holds only what was complete before it."""
+
+
+class NoVisionError(HearthError):
+    """A message holds an image and the loaded model has no vision projector."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
 from .errors import HearthError
@@ -46,9 +46,14 @@ class TextPart:
 
 @dataclass(slots=True, frozen=True)
 class ImagePart:
-    """An image, stored once in the data folder under its SHA-256."""
+    """An image, stored once in the data folder under its SHA-256.
+
+    ``data``: the file's bytes where the caller has them (the window reads them from its store, the
+    API from a data: URL). They are not part of the message's identity or its stored form: the hash is.
+    """
     sha256: str
     mime: str
+    data: bytes | None = field(default=None, compare=False, repr=False)
     kind: ClassVar[str] = "image"
 
     def __post_init__(self) -> None:

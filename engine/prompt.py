@@ -9,15 +9,18 @@ same from turn to turn and the KV (and prefix cache) keep serving them.
 """
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, Mapping, Sequence
 
 from .backends.base import Backend
 from .chat_template import ChatTemplate
-from .errors import HearthError, PromptTooLongError
+from .errors import HearthError, NoVisionError, PromptTooLongError
+from .images import DecodedImage, decode
 from .kv.prefix_cache import common_prefix_len
-from .messages import Message, merge
+from .messages import ImagePart, Message, Part, TextPart, merge
 
 CONTEXT_POLICIES = ("drop_oldest", "stop")
 REFILL = 0.75  # after a cut, the kept turns fill at most this share of the room, leaving headroom
@@ -49,6 +52,32 @@ def as_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[Message
     return out
 
 
+# Where an image goes in the rendered text: private-use characters around its index, which no
+# template writes and a user's own "<__media__>" or "<image>" cannot imitate.
+_MARK = "\ue000hearth-image-{}\ue001"
+_MARK_RE = re.compile("\ue000hearth-image-(\\d+)\ue001")
+
+
+def with_markers(msgs: list[Message]) -> tuple[list[Message], list[ImagePart]]:
+    """Messages whose image parts are text markers (any template renders them in place), and
+    the images in marker order."""
+    images: list[ImagePart] = []
+    out: list[Message] = []
+    for m in msgs:
+        if not any(isinstance(p, ImagePart) for p in m.parts):
+            out.append(m)
+            continue
+        parts: list[Part] = []
+        for p in m.parts:
+            if isinstance(p, ImagePart):
+                parts.append(TextPart(_MARK.format(len(images))))
+                images.append(p)
+            else:
+                parts.append(p)
+        out.append(dataclasses.replace(m, content="", parts=tuple(parts)))
+    return out, images
+
+
 class PromptBuilder:
     """Renders conversations for one backend and fits them into its context."""
 
@@ -56,6 +85,7 @@ class PromptBuilder:
         self.backend = backend
         self.template = template
         self._sys_tokens: dict[str, list[int]] = {}
+        self._images: dict[str, DecodedImage] = {}  # decoded once per prompt build, not per candidate cut
         self._cut: tuple[tuple[Message, ...], int] | None = None  # (the messages left out, how many)
         # Seconds spent rendering and tokenizing so far; a request's timeline diffs them.
         self.template_s = 0.0
@@ -74,25 +104,56 @@ class PromptBuilder:
     def _encode(self, messages: Sequence[Message | Mapping[str, Any]],
                 template_kwargs: Mapping[str, Any] | None) -> tuple[str, list[int]]:
         t0 = perf_counter()
-        text = self.render(messages, template_kwargs)
+        marked, images = with_markers(as_messages(messages))
+        text = self.render(marked, template_kwargs)
         t1 = perf_counter()
-        ids = self._tokenize(text)
+        ids = self._tokenize(text, images)
         self.template_s += t1 - t0
         self.tokenize_s += perf_counter() - t1
         return text, ids
 
-    def _tokenize(self, text: str) -> list[int]:
+    def _tokenize(self, text: str, images: Sequence[ImagePart] = ()) -> list[int]:
         b = self.backend
         # Templates that write the BOS text themselves must not get a second BOS.
         add_bos = b.add_bos and not (b.bos_token and text.startswith(b.bos_token))
-        return b.tokenize(text, add_bos=add_bos, special=True)
+        if not images:
+            return b.tokenize(text, add_bos=add_bos, special=True)
+        if not b.sees_images:
+            raise NoVisionError(f"{b.describe().name} cannot see images; load a vision model with its "
+                                "projector (mmproj), or send the message without the image")
+        return b.tokenize_images(self._pieces(text, images), add_bos=add_bos)
+
+    def _pieces(self, text: str, images: Sequence[ImagePart]) -> list[str | DecodedImage]:
+        """The rendered text split at its image markers, each marker replaced by its decoded image."""
+        out: list[str | DecodedImage] = []
+        pos = 0
+        for m in _MARK_RE.finditer(text):
+            out.append(text[pos:m.start()])
+            out.append(self._decoded(images[int(m.group(1))]))
+            pos = m.end()
+        out.append(text[pos:])
+        return [p for p in out if not isinstance(p, str) or p]
+
+    def _decoded(self, part: ImagePart) -> DecodedImage:
+        img = self._images.get(part.sha256)
+        if img is None:
+            if part.data is None:
+                raise HearthError(f"the image {part.sha256[:12]} is not in the data folder any more")
+            img = decode(part.data)
+            if img.sha256 != part.sha256:
+                raise HearthError(f"the image {part.sha256[:12]} does not match its stored bytes")
+            if len(self._images) >= 16:
+                self._images.pop(next(iter(self._images)))
+            self._images[part.sha256] = img
+        return img
 
     def count(self, messages: Sequence[Message | Mapping[str, Any]],
               template_kwargs: Mapping[str, Any] | None = None) -> int:
         """How many tokens the prompt for ``messages`` takes, whole (nothing left out). Safe beside
         a reply on another thread: the template and the vocabulary are only read, and the timers a
         reply's timeline diffs are left alone."""
-        return len(self._tokenize(self.render(messages, template_kwargs)))
+        marked, images = with_markers(as_messages(messages))
+        return len(self._tokenize(self.render(marked, template_kwargs), images))
 
     def build(self, messages: Sequence[Message | Mapping[str, Any]], *, reserve: int,
               policy: str = "drop_oldest", template_kwargs: Mapping[str, Any] | None = None) -> Prompt:

@@ -84,3 +84,12 @@ def make_window(qtbot, data_dir):
     yield make
     for w in made:
         w.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(bundled_path):
+    """(model GGUF, projector GGUF): SmolLM2 with a random-weight vision tower, converted by
+    llama.cpp's own convert_hf_to_gguf.py (tests/vlm_model.py; built once, cached, ~1 min)."""
+    from vlm_model import build
+
+    return build(bundled_path)

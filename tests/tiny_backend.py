@@ -34,6 +34,13 @@ class TinyBackend:
         b = seq[-1]
         return self.table[len(seq) % 7, a, b].copy()
 
+    sees_images = False
+
+    def tokenize_images(self, pieces, *, add_bos: bool) -> list[int]:
+        from engine.errors import NoVisionError
+
+        raise NoVisionError("the tiny backend reads text only")
+
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
         return [ord(c) % self.n_vocab for c in text]
 

@@ -63,6 +63,14 @@ class Backend(Protocol):
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
         """Text -> ids. ``special`` parses control tokens like ``<|im_start|>`` in ``text``."""
 
+    @property
+    def sees_images(self) -> bool:
+        """Whether a vision projector is loaded beside the model."""
+
+    def tokenize_images(self, pieces: Sequence[Any], *, add_bos: bool) -> list[int]:
+        """Text pieces and ``images.DecodedImage``s, in order -> ids; an image's positions are
+        ``engine.media`` ids (below zero). errors.NoVisionError where no projector is loaded."""
+
     def token_bytes(self, token_id: int) -> bytes:
         """The raw bytes a token contributes to the output (b"" for control tokens)."""
 

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 from ..backends.base import Backend
 from ..errors import Cancelled, HearthError
+from ..media import has_media, run_end, whole
 from .disk_store import PrefixStore
 from .prefix_cache import PrefixCache, common_prefix_len
 
@@ -43,12 +44,16 @@ def prefill(backend: Backend, tokens: Sequence[int], *, cancel: threading.Event 
         return
     backend.set_abort(cancel)
     try:
-        for i in range(0, len(tokens), chunk):
+        i = 0
+        while i < len(tokens):
             if cancel is not None and cancel.is_set():
                 raise PrefillCancelled()
-            backend.forward(tokens[i:i + chunk])
+            end = whole(tokens, i + chunk)  # a chunk never ends inside an image
+            end = end if end > i else run_end(tokens, i)  # an image longer than a chunk: all of it
+            backend.forward(tokens[i:end])
+            i = end
             if progress is not None:
-                progress(done + min(i + chunk, len(tokens)), total)
+                progress(done + min(i, len(tokens)), total)
     finally:
         backend.set_abort(None)
 
@@ -103,6 +108,7 @@ class KVReuse:
         if state is not None:
             b.restore(state)
             keep = n_cached
+        keep = whole(prompt, keep)  # an image is read whole or not at all
         b.truncate(keep)
         # Prefill up to each checkpoint and snapshot it, so the shared system
         # prompt lands in the cache even on this first, cold request.
@@ -117,22 +123,24 @@ class KVReuse:
         """Bring the KV to exactly ``tokens``: from disk if stored, else by
         prefilling; then cache it in memory (pinned) and on disk."""
         b = self.backend
-        stored = self.store.load(tokens) if self.store else None
+        # Image positions name this process's encoded chunks: such a prefix is never stored on disk.
+        store = self.store if self.store is not None and not has_media(tokens) else None
+        stored = store.load(tokens) if store else None
         if stored is not None:
             try:
                 state = b.state_from_bytes(len(tokens), stored)
                 b.restore(state)  # the KV now equals this state: it is what the memory cache keeps too
                 served = len(tokens)
             except HearthError as e:  # passed its checksum but the backend refused it
-                self.store.reject(tokens, str(e))  # type: ignore[union-attr]
+                store.reject(tokens, str(e))  # type: ignore[union-attr]
                 b.truncate(0)
                 stored, served = None, 0
         if stored is None:
             prefill(b, tokens[b.kv_len:], cancel=cancel, progress=progress, done=b.kv_len, total=total)
             state = b.snapshot()
         self.cache.insert(tokens, lambda: state, b.nbytes, pinned=True)
-        if self.store and stored is None:
-            self.store.save(tokens, b.state_bytes(state))
+        if store and stored is None:
+            store.save(tokens, b.state_bytes(state))
         return served
 
     def _save_live(self) -> None:

@@ -94,6 +94,8 @@ def engine_kwargs(plan: Plan | None, req: LoadRequest, backend: str, n_threads: 
     ``n_threads``/``threads_poll``: the threads, as the request or the caller's Auto decided."""
     kw: dict[str, Any] = {"n_threads": n_threads, "threads_poll": threads_poll, "backend": backend,
                           "exactness": req.exactness or "exact"}
+    if backend != "hf":
+        kw["mmproj"] = req.mmproj or "auto"
     if data_dir is not None:
         kw.update(disk_cache=prefix_store_dir(data_dir), disk_cache_bytes=DEFAULT_DISK_BUDGET)
     draft = req.draft or "auto"

@@ -76,6 +76,7 @@ class LoadRequest:
     quant: str = "auto"             # one of QUANTS (transformers only; a GGUF carries its own)
     context: int | None = None      # None: Auto
     draft: str = "auto"             # "auto", "none", "ngram" or a draft GGUF path
+    mmproj: str = "auto"            # a GGUF's vision projector: "auto" (the one beside it), "none" or a path
     n_threads: int | None = None    # None: Auto
     threads_poll: int | None = None  # llama.cpp's poll level 0-100 on a pool of Hearth's own; None: llama.cpp's default
     gpu_layers: int | str | None = None  # None: Auto; "all"; or a number
@@ -100,7 +101,7 @@ class LoadRequest:
         existed means that field's default; keys this version does not know are ignored."""
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
-        for k in ("backend", "quant", "kv_type", "exactness", "draft"):
+        for k in ("backend", "quant", "kv_type", "exactness", "draft", "mmproj"):
             if kw.get(k) is None:
                 kw.pop(k, None)  # null in an old file: the default, as a missing key
         return cls(**kw)

@@ -121,6 +121,8 @@ class NgramDraft:
             pos = self._index.get(tuple(history[-n:]))
             if pos is not None:
                 cont = list(history[pos + 1:pos + 1 + k])
+                # An image's positions (ids below zero) are not tokens the model can write.
+                cont = cont[:next((i for i, t in enumerate(cont) if t < 0), len(cont))]
                 if cont:
                     self.matched = n
                     return cont, [None] * len(cont)

@@ -18,7 +18,7 @@ import torch
 import transformers
 from transformers import DynamicCache
 
-from ...errors import ContextFullError, UnsupportedModelError
+from ...errors import ContextFullError, NoVisionError, UnsupportedModelError
 from ...grammar import NoGrammar, TokenConstraint
 from ...types import BackendInfo, Vocab
 from . import kv
@@ -108,6 +108,12 @@ class HFBackend:
         return load(resolve(path), n_ctx=self.n_ctx, n_threads=n_threads)
 
     # -- tokens ------------------------------------------------------------------------------
+
+    sees_images = False
+
+    def tokenize_images(self, pieces: Sequence[object], *, add_bos: bool) -> list[int]:
+        raise NoVisionError("images need a GGUF model with its projector (mmproj); "
+                            "the transformers backend reads text only for now")
 
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
         ids = self.tok.encode(text, add_special_tokens=False, split_special_tokens=not special)

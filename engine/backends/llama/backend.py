@@ -18,13 +18,16 @@ import numpy as np
 
 import llama_cpp as lc
 
-from ...errors import Cancelled, ContextFullError, HearthError, ModelLoadError, UnsupportedModelError
+from ...errors import Cancelled, ContextFullError, HearthError, ModelLoadError, NoVisionError, UnsupportedModelError
+from ...images import DecodedImage
+from ...media import has_media
 from ...models.gguf import ModelInfo, model_info
 from ...types import BackendInfo, Vocab
 from . import devices, init
 from .batch import LlamaBatch
 from .grammar import LlamaGrammar
-from .log import _log_mark, _log_since, decode_error, out_of_memory_text
+from .log import _log_mark, _log_since, decode_error, out_of_memory_text, parse_buffer_sizes
+from .mtmd import Projector, decode_rows, forward_mixed
 from .threadpool import ThreadPool, check_poll, default_threads
 
 log = logging.getLogger("hearth.llama_cpp")
@@ -37,34 +40,16 @@ KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2, "f32": 0, "bf16": 30}
 # (GGML_CPU_TILED_MM, set in init()), so a profile chosen after start-up cannot change it.
 EXACTNESS = ("exact", "fast")
 
-_BUF_RE = re.compile(r"(\S+)\s+(model|KV|compute|output|RS)\s+buffer size\s*=\s*([\d.]+)\s*MiB")
-
-
-def parse_buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
-    """Sum the 'X buffer size = N MiB' lines llama.cpp prints, by kind, in bytes.
-
-    Keys: weights, kv, compute, output, recurrent; plus ``<kind>@<device>``
-    entries so a GPU/CPU split can be checked part by part.
-    """
-    names = {"model": "weights", "KV": "kv", "compute": "compute", "output": "output", "RS": "recurrent"}
-    out: dict[str, int] = {}
-    for line in lines:
-        for dev, kind, mib in _BUF_RE.findall(line):
-            key = names[kind]
-            b = int(float(mib) * 1024 * 1024)
-            out[key] = out.get(key, 0) + b
-            out[f"{key}@{dev}"] = out.get(f"{key}@{dev}", 0) + b
-    return out
-
-
 class LlamaCppBackend:
     name = "llama_cpp"
 
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
                  flash_attn: bool | None = None, repack: bool = False,
-                 info: ModelInfo | None = None, exactness: str = "exact", threads_poll: int | None = None) -> None:
+                 info: ModelInfo | None = None, exactness: str = "exact", threads_poll: int | None = None,
+                 mmproj: str | os.PathLike[str] | None = None) -> None:
         self._pool: ThreadPool | None = None
+        self._projector: Projector | None = None
         # Parse the header ourselves first: a missing/truncated/corrupt file gets
         # a clear message here instead of a NULL pointer from C.
         self.info = info or model_info(path)
@@ -157,6 +142,14 @@ class LlamaCppBackend:
         self.chat_template = self.info.chat_template
         self.bos_token = self._token_text(lc.llama_vocab_bos(self._vocab))
         self.eos_token = self._token_text(lc.llama_vocab_eos(self._vocab))
+        self.n_embd_inp = lc.llama_model_n_embd_inp(self._model)
+        if mmproj is not None:
+            try:
+                self._projector = Projector(mmproj, self._model, n_embd=self.n_embd_inp, n_threads=n_threads,
+                                            use_gpu=n_gpu_layers != 0, abort=abort)
+            except BaseException:
+                self.close()
+                raise
 
     def _raise_load_failure(self, lines: list[str], what: str) -> None:
         text = "".join(lines)
@@ -217,6 +210,11 @@ class LlamaCppBackend:
         return self._n_past
 
     def forward(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        if self._projector is not None and has_media(tokens):
+            return forward_mixed(self, self._projector, tokens, all_logits)
+        return self.forward_text(tokens, all_logits=all_logits)
+
+    def forward_text(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
         n = len(tokens)
         if n == 0:
             raise ValueError("forward() needs at least one token")
@@ -253,6 +251,27 @@ class LlamaCppBackend:
         if all_logits:
             return rows[0] if len(rows) == 1 else np.concatenate(rows)
         return np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, -1), shape=(self.n_vocab,))
+
+    def forward_embd(self, rows: np.ndarray, *, all_logits: bool, non_causal: bool) -> np.ndarray:
+        """Append an image's encoded rows to the KV in one batch; logits of every row or the last."""
+        if self._n_past + len(rows) > self.n_ctx:
+            raise ContextFullError(f"context is full ({self._n_past} + {len(rows)} > {self.n_ctx} tokens)")
+        try:
+            out = decode_rows(self._ctx, rows, self._n_past, self.n_vocab, all_logits, non_causal)
+        except BaseException:
+            lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)  # whatever part of the batch landed
+            raise
+        self._n_past += len(rows)
+        return out
+
+    @property
+    def sees_images(self) -> bool:
+        return self._projector is not None
+
+    def tokenize_images(self, pieces: Sequence[str | DecodedImage], *, add_bos: bool) -> list[int]:
+        if self._projector is None:
+            raise NoVisionError(f"{self.info.name} cannot see images: load a vision model with its projector")
+        return self._projector.tokenize(pieces, add_bos=add_bos)
 
     def set_abort(self, flag: threading.Event | None) -> None:
         """While ``flag`` is given, llama.cpp checks it between graph nodes, so a
@@ -341,6 +360,9 @@ class LlamaCppBackend:
         return rep
 
     def close(self) -> None:
+        if self._projector is not None:  # before the model it reads
+            self._projector.close()
+            self._projector = None
         if self._batch is not None:
             lc.llama_batch_free(self._batch)
             self._batch = None

@@ -93,3 +93,23 @@ def decode_error(rc: int, n_tokens: int, log_mark: int | None = None) -> HearthE
     if rc == -3:  # GGML_STATUS_FAILED: the backend's compute failed (on a GPU: a reset, a lost device)
         return HearthError(f"the device failed to compute a batch of {n_tokens} tokens (llama_decode returned -3)")
     return HearthError(f"llama_decode failed with code {rc}")
+
+
+_BUF_RE = re.compile(r"(\S+)\s+(model|KV|compute|output|RS)\s+buffer size\s*=\s*([\d.]+)\s*MiB")
+
+
+def parse_buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
+    """Sum the 'X buffer size = N MiB' lines llama.cpp prints, by kind, in bytes.
+
+    Keys: weights, kv, compute, output, recurrent; plus ``<kind>@<device>``
+    entries so a GPU/CPU split can be checked part by part.
+    """
+    names = {"model": "weights", "KV": "kv", "compute": "compute", "output": "output", "RS": "recurrent"}
+    out: dict[str, int] = {}
+    for line in lines:
+        for dev, kind, mib in _BUF_RE.findall(line):
+            key = names[kind]
+            b = int(float(mib) * 1024 * 1024)
+            out[key] = out.get(key, 0) + b
+            out[f"{key}@{dev}"] = out.get(f"{key}@{dev}", 0) + b
+    return out

@@ -1,0 +1,252 @@
+"""Images through a real vision GGUF and its projector (tests/vlm_model.py): exactness, the
+prefix cache keyed by the image's hash, Stop during an encode, and every bad input."""
+from __future__ import annotations
+
+import io
+import threading
+
+import numpy as np
+import pytest
+
+from engine.errors import HearthError, ModelFileError, NoVisionError
+from engine.images import ImageError, decode, probe
+from engine.messages import ImagePart, Message, TextPart
+from engine.types import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+
+
+def png(seed: int, size=(150, 100), fmt="PNG") -> bytes:
+    from PIL import Image
+
+    a = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, fmt)
+    return buf.getvalue()
+
+
+def image_part(data: bytes) -> ImagePart:
+    img = probe(data)
+    return ImagePart(img.sha256, img.mime, data)
+
+
+def ask(*parts) -> list[Message]:
+    return [Message.of("user", *parts)]
+
+
+@pytest.fixture(scope="module")
+def vlm(tiny_vlm):
+    from engine.backends.llama.backend import LlamaCppBackend
+
+    model, mmproj = tiny_vlm
+    b = LlamaCppBackend(model, n_ctx=2048, n_threads=2, mmproj=mmproj)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def vengine(tiny_vlm):
+    from engine.engine import Engine
+
+    model, mmproj = tiny_vlm
+    e = Engine.load(model, n_ctx=2048, n_threads=2, mmproj=mmproj)
+    yield e
+    e.close()
+
+
+def reply(engine, messages) -> tuple[str, object]:
+    text, stats = "", None
+    for ev in engine.stream(messages, GREEDY):
+        text += ev.text
+        stats = ev.stats or stats
+    return text, stats
+
+
+# -- the backend: logits are exact however the image is batched or cached ------------------------
+
+def test_logits_after_an_image_do_not_depend_on_how_the_prompt_was_split(vlm):
+    toks = vlm.tokenize_images(["<|im_start|>user\n", decode(png(1)), "What is in it?<|im_end|>\n"],
+                               add_bos=False)
+    assert sum(t < 0 for t in toks) >= 4 and vlm.sees_images
+    vlm.truncate(0)
+    whole = vlm.forward(toks).copy()
+    for cut in (3, 7, 11, len(toks) - 2):
+        vlm.truncate(0)
+        vlm.forward(toks[:cut])
+        assert np.array_equal(vlm.forward(toks[cut:]), whole), cut
+    vlm.truncate(0)
+    for t in toks[:-1]:
+        vlm.forward([t])
+    assert np.array_equal(vlm.forward(toks[-1:]), whole)
+    snap = vlm.snapshot()
+    vlm.truncate(0)
+    vlm.restore(snap)
+    vlm.truncate(len(toks) - 1)
+    assert np.array_equal(vlm.forward(toks[-1:]), whole)
+
+
+def test_two_images_are_read_in_their_order_and_each_by_its_hash(vlm):
+    a, b = decode(png(2)), decode(png(3))
+    ab = vlm.tokenize_images(["<|im_start|>user\n", a, b, "Compare.<|im_end|>\n"], add_bos=False)
+    ba = vlm.tokenize_images(["<|im_start|>user\n", b, a, "Compare.<|im_end|>\n"], add_bos=False)
+    assert ab != ba and sorted(ab) == sorted(ba)
+    again = vlm.tokenize_images(["<|im_start|>user\n", a, b, "Compare.<|im_end|>\n"], add_bos=False)
+    assert again == ab  # the same image at the same place is the same tokens: the cache's key
+    vlm.truncate(0)
+    first = vlm.forward(ab).copy()
+    vlm.truncate(0)
+    other = vlm.forward(ba).copy()
+    assert not np.array_equal(first, other)
+    vlm._projector.forget()  # uncached: encoded again from the pixels
+    vlm.tokenize_images(["<|im_start|>user\n", a, b, "Compare.<|im_end|>\n"], add_bos=False)
+    vlm.truncate(0)
+    assert np.array_equal(vlm.forward(ab), first)
+
+
+# -- the engine: a reply about an image, the second question reads it from the cache -----------------
+
+def test_a_second_question_about_the_same_image_does_not_encode_it_again(vengine):
+    img = image_part(png(4))
+    first = ask(img, TextPart("Describe the picture."))
+    text, stats = reply(vengine, first)
+    proj = vengine.backend._projector
+    assert text and proj.encodes > 0
+    encodes = proj.encodes
+    follow = first + [Message("assistant", text), Message("user", "And its colours?")]
+    text2, stats2 = reply(vengine, follow)
+    assert proj.encodes == encodes, "the image was encoded again"
+    assert stats2.cached_tokens >= stats.prompt_tokens  # the whole first turn, image included
+    # The same answer as a fresh engine that never saw the image (cached = uncached).
+    vengine.reset()
+    vengine.cache.clear()
+    proj.forget()
+    assert reply(vengine, follow)[0] == text2
+    assert proj.encodes > encodes
+
+
+def test_a_draft_model_cannot_see_images_so_the_reply_drafts_by_ngram_and_says_so(vengine, bundled_path):
+    plain = reply(vengine, ask(image_part(png(5)), TextPart("Say hello.")))[0]
+    vengine.set_speculation(str(bundled_path), force=True)  # SmolLM2 drafts for SmolLM2 with eyes
+    try:
+        text, stats = reply(vengine, ask(image_part(png(5)), TextPart("Say hello.")))
+        assert text == plain
+        assert "the draft model cannot see images: n-gram drafts only" in stats.spec["notes"]
+        assert "model" not in stats.spec["tokens_by_mode"]
+        text, stats = reply(vengine, [Message("user", "Say hello.")])  # no image: the draft model drafts
+        assert stats.spec["tokens_by_mode"].get("model")
+    finally:
+        vengine.set_speculation("none")
+
+
+def test_stop_during_an_image_encode_stops_it_and_keeps_the_kv_whole(vengine):
+    proj = vengine.backend._projector
+    big = image_part(png(6, size=(640, 480)))
+    cancel = threading.Event()
+    calls = []
+    real = proj.embeddings
+
+    def stop_then_encode(slot):
+        calls.append(slot)
+        cancel.set()  # Stop is pressed as the encode starts: the graph stops at its next node
+        return real(slot)
+
+    proj.embeddings = stop_then_encode
+    try:
+        events = list(vengine.stream(ask(big, TextPart("What is it?")), GREEDY, cancel=cancel))
+    finally:
+        del proj.embeddings
+    assert calls and events[-1].stats.finish_reason in ("cancelled", "stop")
+    assert vengine.backend.kv_len <= len(vengine.kv.kv_tokens) + 1
+    text, _ = reply(vengine, ask(big, TextPart("What is it?")))  # the next try works from a whole KV
+    assert text
+
+
+# -- bad input: one clear line each, nothing lost ----------------------------------------------
+
+def test_a_text_only_model_says_it_cannot_see_images_before_anything_is_sent(engine):
+    with pytest.raises(NoVisionError, match="cannot see images"):
+        list(engine.stream(ask(image_part(png(7)), TextPart("hi")), GREEDY))
+
+
+@pytest.mark.parametrize("data, match", [
+    (png(8)[:200], "corrupt|truncated"),
+    (b"GIF89a" + b"\0" * 40, "corrupt|not an image"),
+    (b"%PDF-1.4 not an image", "not an image Hearth reads"),
+    (b"", "empty"),
+])
+def test_bad_image_bytes_get_one_clear_line(data, match):
+    with pytest.raises(ImageError, match=match):
+        decode(data)
+
+
+def test_a_huge_image_and_a_bomb_are_refused_from_the_header():
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("1", (20_000, 20_000)).save(buf, "PNG")  # a few KB on disk, 400 megapixels decoded
+    assert len(buf.getvalue()) < 200_000
+    with pytest.raises(ImageError, match="too large to decode safely.*400000000 pixels"):
+        decode(buf.getvalue())
+    buf = io.BytesIO()
+    Image.new("L", (8000, 6000)).save(buf, "PNG")  # 48 MP of zeros: a decompression bomb's shape
+    with pytest.raises(ImageError, match="megapixels"):
+        probe(buf.getvalue())
+
+
+def test_other_formats_are_refused_and_a_gif_reads_its_first_frame():
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, "BMP")
+    with pytest.raises(ImageError, match="PNG, JPEG, WebP or GIF"):
+        decode(buf.getvalue())
+    frames = [Image.new("P", (8, 8), c) for c in (1, 2)]
+    buf = io.BytesIO()
+    frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:])
+    assert decode(buf.getvalue()).mime == "image/gif"
+    for fmt, mime in (("JPEG", "image/jpeg"), ("WEBP", "image/webp")):
+        d = decode(png(9, fmt=fmt))
+        assert d.mime == mime and len(d.rgb) == d.width * d.height * 3
+
+
+def test_a_projector_for_another_model_is_refused_by_its_width(tiny_vlm, kquant_path, tmp_path):
+    from engine.backends.llama.backend import LlamaCppBackend
+    from engine.backends.llama.mtmd import projector_header
+
+    model, mmproj = tiny_vlm
+    header = projector_header(mmproj, 576)
+    assert header["projector_type"] == "idefics3"
+    with pytest.raises(ModelFileError, match="does not match this model"):
+        projector_header(mmproj, 896)
+    with pytest.raises(ModelFileError, match="not a vision projector"):
+        LlamaCppBackend(kquant_path, n_ctx=256, mmproj=kquant_path)
+    broken = tmp_path / "mmproj-broken.gguf"
+    broken.write_bytes(mmproj.read_bytes()[:5000])
+    with pytest.raises(ModelFileError):
+        LlamaCppBackend(model, n_ctx=256, mmproj=broken)
+
+
+def test_a_projector_given_as_the_model_says_what_it_is(tiny_vlm):
+    from engine.engine import Engine
+
+    with pytest.raises(ModelFileError, match="is a vision projector"):
+        Engine.load(tiny_vlm[1], n_ctx=256)
+
+
+def test_auto_pairs_the_projector_beside_the_model_by_its_header(tiny_vlm, tmp_path):
+    from engine.models.projector import find_projector, is_projector
+
+    model, mmproj = tiny_vlm
+    assert is_projector(mmproj) and not is_projector(model)
+    (tmp_path / "model.gguf").symlink_to(model)
+    (tmp_path / "vision.gguf").symlink_to(mmproj)  # no "mmproj" in its name
+    assert find_projector(tmp_path / "model.gguf", 576) == tmp_path / "vision.gguf"
+    assert find_projector(tmp_path / "model.gguf", 896) is None
+
+
+def test_an_image_whose_bytes_changed_is_refused(vengine):
+    a = png(10)
+    part = ImagePart(probe(a).sha256, "image/png", png(11))
+    with pytest.raises(HearthError, match="does not match"):
+        list(vengine.stream(ask(part, TextPart("hi")), GREEDY))
+
