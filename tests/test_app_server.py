@@ -129,7 +129,7 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch, bundled_path):
         client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=120)
         mid = client.models.list().data[0].id
         # Bad requests get a clear 4xx; the server and the window go on (below).
-        for bad, status in ((b"{nope", 400), (b"x" * (10 << 20), 413)):
+        for bad, status in ((b"{nope", 400), (b"x" * (40 << 20), 413)):
             r = httpx.post(f"{url}/chat/completions", content=bad, headers={"Authorization": f"Bearer {key}"},
                            timeout=60)
             assert r.status_code == status and r.json()["error"]["message"]

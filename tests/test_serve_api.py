@@ -227,7 +227,7 @@ def test_bad_requests_get_clear_4xx_and_the_server_keeps_working(server):
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     r = httpx.post(url, content=b"[1, 2]")
     assert r.status_code == 400 and "JSON object" in r.json()["error"]["message"]
-    r = httpx.post(url, content=b"x" * (10 << 20), timeout=60)
+    r = httpx.post(url, content=b"x" * (40 << 20), timeout=60)
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     r = httpx.get(f"{server.url}/models", headers={"Host": "attacker.example:%d" % server.port})
     assert r.status_code == 403 and "DNS rebinding" in r.json()["error"]["message"]

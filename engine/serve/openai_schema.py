@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..formats.tools import Tool
-from ..messages import REASONING_FIELDS, ToolCall
+from ..messages import REASONING_FIELDS, Part, TextPart, ToolCall
 from .errors import ApiError, bad  # noqa: F401  (ApiError: re-exported, the server raises it)
+from .images import image_part
 from .openai_tools import parse_tools, tool_calls as _tool_calls, wire_call
 from ..metrics import openai_finish_reason
 from ..types import Message
@@ -92,22 +93,29 @@ def _stop(body: dict) -> tuple[str, ...]:
     return tuple(s for s in items if s)
 
 
-def _content(m: dict, i: int) -> str:
+def _content(m: dict, i: int) -> tuple[Part, ...]:
+    """A message's content as parts: text, and in a user message ``image_url`` parts (data: URLs)."""
     c = m.get("content")
     if c is None:
-        return ""
+        return ()
     if isinstance(c, str):
-        return c
+        return (TextPart(c),) if c else ()
     if isinstance(c, list):
-        parts = []
-        for p in c:
-            if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
-                kind = p.get("type") if isinstance(p, dict) else type(p).__name__
-                raise bad(f"messages[{i}].content", f"messages[{i}].content: only text parts are supported "
-                                                    f"here, got {short(kind)}")
-            parts.append(p["text"])
-        return "".join(parts)
-    raise bad(f"messages[{i}].content", f"messages[{i}].content must be text or a list of text parts")
+        parts: list[Part] = []
+        for j, p in enumerate(c):
+            kind = p.get("type") if isinstance(p, dict) else type(p).__name__
+            if kind == "text" and isinstance(p.get("text"), str):
+                parts.append(TextPart(p["text"]))
+            elif kind == "image_url" and m.get("role") == "user":
+                iu = p.get("image_url")
+                url = iu.get("url") if isinstance(iu, dict) else iu
+                parts.append(image_part(url, f"messages[{i}].content[{j}].image_url.url"))
+            else:
+                where = " in a user message" if kind == "image_url" else ""
+                raise bad(f"messages[{i}].content", f"messages[{i}].content: only text and image_url parts "
+                                                    f"are supported{where}, got {short(kind)}")
+        return tuple(parts)
+    raise bad(f"messages[{i}].content", f"messages[{i}].content must be text or a list of content parts")
 
 
 def _messages(body: dict) -> list[Message]:
@@ -128,7 +136,7 @@ def _messages(body: dict) -> list[Message]:
         if role == "tool" and not isinstance(call_id, str):
             raise bad(f"messages[{i}].tool_call_id", f"messages[{i}]: a tool message needs the tool_call_id "
                                                      "of the call it answers")
-        out.append(Message(role, _content(m, i), reasoning=_reasoning(m, i, role), tool_calls=calls,
+        out.append(Message(role, "", _content(m, i), reasoning=_reasoning(m, i, role), tool_calls=calls,
                            tool_call_id=call_id if role == "tool" else None))
     return out
 

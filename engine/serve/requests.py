@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import HearthError
 from ..formats.tools import ToolPlan
+from ..messages import ImagePart
 from ..metrics import openai_finish_reason
 from ..types import Message, SamplingParams, StreamEvent
 
@@ -56,6 +57,12 @@ class ServeRequest:
                               f"choose one of {', '.join(CONTEXT_POLICIES)}")
         if not isinstance(self.priority, Priority):
             self.priority = Priority(self.priority)
+
+    @property
+    def has_images(self) -> bool:
+        """Whether a message holds an image: such a request runs through the engine, one at a time
+        (the batch context has no projector)."""
+        return any(isinstance(p, ImagePart) for m in self.messages or () for p in m.parts)
 
     @property
     def prompt_kwargs(self) -> dict[str, Any] | None:

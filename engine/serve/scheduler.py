@@ -169,6 +169,13 @@ class Scheduler:
         admits: list[Ticket] = []
         if self._runner is not None:
             while self._api_q and len(admits) < self._runner.free():
+                if self._api_q[0].request.has_images:  # through the engine, one at a time, beside the batch
+                    if self._solo is not None or self._window is not None:
+                        break
+                    t = self._api_q.popleft()
+                    self._running.add(t)
+                    self._solo = self._drive(t)
+                    continue
                 admits.append(self._api_q.popleft())
         elif self._solo is None and self._window is None and self._api_q:
             t = self._api_q.popleft()

@@ -46,7 +46,7 @@ from .targets import Lease, Target, Targets
 from .wire import Reply, Wire, anthropic_wire, openai_wire, responses_wire
 
 DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
-MAX_BODY = 1 << 20     # bytes; a chat request is a few KB, a long pasted file well under this
+MAX_BODY = 32 << 20    # bytes: a chat request is a few KB; an inline image (base64 data: URL) up to 20 MiB
 STARTUP_TIMEOUT_S = 10.0
 REAP_EVERY_S = 5.0     # how often models the API loaded are checked for their idle time
 
