@@ -156,3 +156,4 @@ class BackendInfo:
     kv_type: str = "f16"
     weight_bytes: int = 0
     exactness: str = "exact"  # "exact" (batch-invariant kernels) or "fast"; see LlamaCppBackend
+    projector: str = ""       # the vision projector (mmproj) loaded beside the model, if any: it sees images

@@ -80,6 +80,11 @@ class EngineHost(QObject):
         return self.model is not None and self._load is None
 
     @property
+    def sees_images(self) -> bool:
+        """The loaded model has its vision projector: a message may carry images."""
+        return self.model is not None and self.model.sees_images
+
+    @property
     def shared(self) -> SharedEngine:
         """The engine-thread state (touch it only from a worker on that thread)."""
         return self._shared

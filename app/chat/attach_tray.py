@@ -15,8 +15,12 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QWidget
 
 from app.bridge.background import Background, error_text
-from app.core.attached_docs import Pending, estimate_tokens
+from app.chat.image_strip import thumbnail
+from app.core.attached_docs import Pending, PendingImage, estimate_tokens
 from engine.documents import document_block, read_file, read_folder
+from engine.images import ImageError, decode
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif")
 
 TokenCounter = Callable[[str], "int | None"]
 
@@ -31,6 +35,7 @@ class AttachTray(QWidget):
         self.n_ctx = 0                      # the loaded model's context, for the cost line
         self.conversation_tokens = 0        # what the conversation so far takes: read again after a new document
         self.items: list[Pending] = []
+        self.images: list[PendingImage] = []
         self._bg = Background(self)
         self._cancel: threading.Event | None = None
         lay = QHBoxLayout(self)
@@ -60,9 +65,10 @@ class AttachTray(QWidget):
     # -- adding ------------------------------------------------------------------
 
     def _pick_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Attach documents", "",
-                                                "Documents (*.pdf *.docx *.md *.txt *.html *.htm *.py *.js *.ts *.c "
-                                                "*.cpp *.h *.rs *.go *.java *.json *.yaml *.toml *.csv);;All files (*)")
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach documents or images", "",
+                                                "Documents and images (*.pdf *.docx *.md *.txt *.html *.htm *.py *.js "
+                                                "*.ts *.c *.cpp *.h *.rs *.go *.java *.json *.yaml *.toml *.csv *.png "
+                                                "*.jpg *.jpeg *.webp *.gif);;All files (*)")
         if paths:
             self.add_paths(paths)
 
@@ -71,8 +77,31 @@ class AttachTray(QWidget):
         if folder:
             self.add_paths([folder])
 
+    def add_image(self, data: bytes, name: str) -> bool:
+        """An image for the next message, checked (engine.images) before it is shown; False and one
+        line where it cannot be used. The same image twice is attached once."""
+        try:
+            img = decode(data, name)
+        except ImageError as e:
+            self.notify.emit(str(e))
+            return False
+        if all(p.sha256 != img.sha256 for p in self.images):
+            self.images.append(PendingImage(img.sha256, img.mime, data, name, img.width, img.height))
+        self._redraw()
+        return True
+
     def add_paths(self, paths: list[str]) -> None:
-        """Read ``paths`` (files or folders) in the background, then show them as chips."""
+        """Read ``paths`` (files or folders) in the background, then show them as chips; image
+        files are attached as images."""
+        pictures = [p for p in paths if Path(p).suffix.lower() in IMAGE_SUFFIXES and Path(p).is_file()]
+        for p in pictures:
+            try:
+                self.add_image(Path(p).read_bytes(), Path(p).name)
+            except OSError as e:
+                self.notify.emit(f"{Path(p).name} cannot be read: {e}")
+        paths = [p for p in paths if p not in pictures]
+        if not paths:
+            return
         self._cancel = cancel = threading.Event()
         count = self.count_tokens
 
@@ -142,10 +171,11 @@ class AttachTray(QWidget):
 
     def remove(self, sha256: str) -> None:
         self.items = [p for p in self.items if p.doc.sha256 != sha256]
+        self.images = [p for p in self.images if p.sha256 != sha256]
         self._redraw()
 
     def clear(self) -> None:
-        self.items = []
+        self.items, self.images = [], []
         self._redraw()
 
     def tokens(self) -> int | None:
@@ -166,8 +196,17 @@ class AttachTray(QWidget):
             chip.setToolTip(f"{p.doc.name}: {pages}{tokens}. Click to remove it from this message.")
             chip.clicked.connect(lambda _=False, s=p.doc.sha256: self.remove(s))
             self.chips.addWidget(chip)
+        for im in self.images:
+            self.chips.addWidget(thumbnail(im.data, im.name))
+            x = QToolButton()
+            x.setText("✕")
+            x.setToolTip(f"Remove {im.name} from this message")
+            x.clicked.connect(lambda _=False, s=im.sha256: self.remove(s))
+            self.chips.addWidget(x)
         total = self.tokens()
-        if not self.items:
+        if self.images and not self.items:
+            self.status.setText(f"{len(self.images)} image{'s' if len(self.images) > 1 else ''} attached")
+        elif not self.items:
             self.status.setText("")
         elif total is not None:
             share = f" ({100 * total / self.n_ctx:.0f}% of the {self.n_ctx:,}-token context)" if self.n_ctx else ""

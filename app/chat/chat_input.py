@@ -1,8 +1,8 @@
 """The chat's input box and the conversation's system-prompt bar."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeyEvent
+from PySide6.QtCore import QBuffer, QIODevice, QMimeData, Qt, QTimer, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QKeyEvent
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QToolButton, QVBoxLayout, QWidget
 
 from app.ui.shortcuts import matches
@@ -18,7 +18,8 @@ class InputBox(QPlainTextEdit):
     submitted = Signal()
     escaped = Signal()
     up_in_empty = Signal()
-    files_dropped = Signal(list)  # local paths dropped on the box: documents to attach
+    files_dropped = Signal(list)  # local paths dropped on the box: documents and images to attach
+    image_pasted = Signal(bytes)  # an image pasted from the clipboard, as PNG bytes
     MIN_LINES, MAX_LINES = 2, 10
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -55,6 +56,25 @@ class InputBox(QPlainTextEdit):
             self.files_dropped.emit(paths)
             return
         super().dropEvent(e)
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:  # noqa: N802 (Qt override)
+        return source.hasImage() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 (Qt override)
+        """Pasting an image (a screenshot, a copied picture) attaches it; pasting files attaches them."""
+        files = [u.toLocalFile() for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
+        if files:
+            self.files_dropped.emit(files)
+            return
+        if source.hasImage():
+            img = source.imageData()
+            if isinstance(img, QImage) and not img.isNull():
+                buf = QBuffer()
+                buf.open(QIODevice.OpenModeFlag.WriteOnly)
+                img.save(buf, "PNG")
+                self.image_pasted.emit(bytes(buf.data().data()))
+                return
+        super().insertFromMimeData(source)
 
     def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 (Qt override)
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):

@@ -5,6 +5,8 @@ main window decides what happens and talks to the store and the engine.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton,
@@ -87,11 +89,13 @@ class ChatView(QWidget):
         self.edit_banner.setStyleSheet("color: palette(link);")
         self.edit_banner.hide()
         lay.addWidget(self.edit_banner)
+        self.read_attachment: Callable[[str], bytes] | None = None  # the store's, for the images' thumbnails
         self.attach = AttachTray()  # documents going with the next message (its notices: the window's)
         lay.addWidget(self.attach)
         row = QHBoxLayout()
         self.input = InputBox()
         self.input.files_dropped.connect(self.attach.add_paths)
+        self.input.image_pasted.connect(lambda data: self.attach.add_image(data, "Pasted image"))
         self.input.setPlaceholderText("Message Hearth — Enter sends, Shift+Enter adds a line")
         self.input.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.input.submitted.connect(self._submit)
@@ -141,7 +145,7 @@ class ChatView(QWidget):
     def _build(self, m: StoredMessage, index: int) -> MessageWidget:
         w = self._make_widget(m.id, m.role, m.content, index)
         if m.parts:
-            w.show_documents(m.parts)
+            w.show_documents(m.parts, self.read_attachment)
         if m.role == "assistant":
             w.set_result(m.content, complete=m.complete, finish_reason=m.finish_reason, error=m.error,
                          metrics=m.metrics, reasoning=m.reasoning, reasoning_open=m.reasoning_open,

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, Q
 
 from engine.metrics import has_timeline
 
+from app.chat.image_strip import ImageStrip, ReadFn
 from app.chat.reasoning_block import ReasoningBlock
 from app.chat.reply_pieces import SEGMENT_CHARS, ReplyPieces
 from app.chat.source_preview import SourcesLine
@@ -100,6 +101,8 @@ class MessageWidget(QFrame):
         self.documents.setStyleSheet("color: palette(placeholder-text);")
         self.documents.hide()
         lay.addWidget(self.documents)
+        self.images = ImageStrip()  # a user message's images, as thumbnails
+        lay.addWidget(self.images)
         self.pieces = ReplyPieces(colors, self)
         self.pieces.code_copied.connect(self._code_copied)
         self.pieces.link_refused.connect(self.notify)
@@ -285,8 +288,10 @@ class MessageWidget(QFrame):
         self.btn_perf.setEnabled(has_timeline(metrics))
         self._render()
 
-    def show_documents(self, parts) -> None:
-        """The documents this message carries (DocumentParts): name and pages, as inert text."""
+    def show_documents(self, parts, read: ReadFn | None = None) -> None:
+        """The documents this message carries (DocumentParts): name and pages, as inert text; and its
+        images as thumbnails (their bytes from the part, or ``read(sha256)`` from the store)."""
+        self.images.show_parts(parts, read)
         docs = [p for p in parts if getattr(p, "kind", "") == "document"]
         self.documents.setText("   ".join(f"📄 {p.name}" + (f" · {p.pages} pages" if p.pages else "") for p in docs))
         self.documents.setVisible(bool(docs))

@@ -17,7 +17,7 @@ from typing import Sequence
 from app.core.attachments import AttachmentError, Attachments
 from app.core.store_rows import StoredMessage
 from engine.documents import Document, DocumentError, read_document, system_with_documents
-from engine.messages import DocumentPart, Message
+from engine.messages import DocumentPart, ImagePart, Message, Part, TextPart
 from engine.retrieval import Index, system_with_passages
 
 # The estimate before a model counts (BPE vocabularies average 3-4 bytes of text a token): it decides
@@ -35,6 +35,17 @@ class Pending:
     doc: Document
     path: Path
     tokens: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingImage:
+    """An image checked and waiting to be sent with the next message."""
+    sha256: str
+    mime: str
+    data: bytes
+    name: str
+    width: int
+    height: int
 
 
 class DocumentShelf:
@@ -69,11 +80,17 @@ class DocumentShelf:
         return out, problems
 
 
-def store_pending(attachments: Attachments, shelf: DocumentShelf, pending: Sequence[Pending]
-                  ) -> tuple[list[DocumentPart], tuple[str, str] | None]:
-    """Each pending document's file into the attachment store, as parts of the message; or the
-    first one that cannot go (its hash, and why: unreadable, or changed on disk since it was read)."""
-    parts = []
+def store_pending(attachments: Attachments, shelf: DocumentShelf, pending: Sequence[Pending],
+                  images: Sequence[PendingImage] = (), *, sees_images: bool = True
+                  ) -> tuple[list[Part], tuple[str, str] | None]:
+    """Each pending document's file and each image into the attachment store, as parts of the
+    message; or the first one that cannot go (its hash, and why: unreadable, or changed on disk
+    since it was read). Images for a model that cannot see them go nowhere: ("", why), so the
+    tray keeps them and the box keeps the text."""
+    if images and not sees_images:
+        return [], ("", "the loaded model cannot see images; load a vision model with its projector "
+                        "(mmproj), or remove the image")
+    parts: list[Part] = []
     for p in pending:
         try:
             sha = attachments.put_file(p.path)
@@ -83,6 +100,12 @@ def store_pending(attachments: Attachments, shelf: DocumentShelf, pending: Seque
             return [], (p.doc.sha256, f"{p.doc.name} changed on disk since it was attached; attach it again")
         shelf.keep(p.doc)
         parts.append(DocumentPart(sha, p.doc.name, len(p.doc.pages) if p.doc.paged else None, p.doc.mime))
+    for im in images:
+        try:
+            sha = attachments.put(im.data)
+        except (AttachmentError, OSError) as e:
+            return [], (im.sha256, f"{im.name} cannot be stored ({e})")
+        parts.append(ImagePart(sha, im.mime))
     return parts, None
 
 
@@ -127,9 +150,21 @@ def with_documents(shelf: DocumentShelf, system_prompt: str, stored: Sequence[St
     return Given(system_with_passages(system_prompt, chosen), missing, [note], sources)
 
 
-def model_message(m: StoredMessage) -> Message:
+def model_message(m: StoredMessage, attachments: Attachments | None = None) -> Message:
     """A stored message as the model gets it: a document's text is in the system slot, so a
-    message that carried one keeps only its words here."""
-    if not any(isinstance(p, DocumentPart) for p in m.parts):
+    message that carried one keeps only its words here; its images keep their place, with their
+    bytes read from ``attachments`` (an image gone from the store is left without: the engine says so)."""
+    if all(isinstance(p, TextPart) for p in m.parts):
         return m.as_message()
-    return Message(m.role, m.content, reasoning=m.reasoning, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id)
+    parts: list[Part] = []
+    for p in m.parts:
+        if isinstance(p, ImagePart):
+            try:
+                data = attachments.read(p.sha256) if attachments is not None else None
+            except AttachmentError:
+                data = None
+            parts.append(ImagePart(p.sha256, p.mime, data))
+        elif isinstance(p, TextPart):
+            parts.append(p)
+    return Message(m.role, "", tuple(parts), reasoning=m.reasoning, tool_calls=m.tool_calls,
+                   tool_call_id=m.tool_call_id)

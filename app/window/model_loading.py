@@ -194,12 +194,14 @@ class LoadingController:
         self._end_loading()
         fast = model.exactness == "fast"
         self.model_label.setText(f"{model.label} · {model.quant} · context {model.n_ctx:,}"
+                                 + (" · sees images" if model.sees_images else "")
                                  + (" · fast kernels" if fast else ""))
         draft = model.draft + (f" ({model.draft_model})" if model.draft_model else "")
         self.model_label.setToolTip(f"{model.path}\nbackend: {model.backend}\n"
                                     f"runs on: {model.runtime} ({model.device})\n"
                                     f"GPU layers: {model.n_gpu_layers}, KV cache: {model.kv_type}\n"
                                     f"speculative decoding: {draft}\n"
+                                    + (f"vision projector: {model.projector}\n" if model.projector else "") +
                                     f"CPU threads: {model.n_threads}\n"
                                     f"loaded in {model.load_ms:.0f} ms"
                                     + (f"\n{FAST_NOTE}" if fast else ""))

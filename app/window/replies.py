@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from PySide6.QtWidgets import QLabel
 
 from engine import Message
-from engine.messages import DocumentPart
+from engine.messages import Part
 
 from app.window.tool_turns import ToolTurns
 from app.core.tool_steps import Offer, first_step
@@ -62,6 +62,7 @@ class RepliesController:
                  adopt_settings: Callable[[Settings], None] = lambda s: None) -> None:
         self.store, self.host, self.chat, self.info, self.monitor = store, host, chat, info, monitor
         self.shelf = DocumentShelf(store.attachments)  # attached documents, read once a session
+        chat.read_attachment = store.attachments.read  # the images' thumbnails in the history
         self.doc_notes: list[str] = []  # the last history's: which documents, or passages, a reply is given
         self.doc_sources: list[dict[str, str]] = []  # and each passage's text, for the citations' preview
         self.stats_label = stats_label
@@ -85,8 +86,7 @@ class RepliesController:
         h.loaded.connect(self.on_model_loaded)
         self.chat.think.chosen.connect(self.think_chosen)
 
-    def streaming_in(self) -> int | None:
-        """The conversation a reply is being written in, if any."""
+    def streaming_in(self) -> int | None:  # the conversation a reply is being written in, if any
         return self.stream.conv if self.stream is not None else None
 
     def show_context(self, cid: int, msgs: list[StoredMessage] | None = None) -> None:
@@ -177,9 +177,10 @@ class RepliesController:
         self.chat.set_input_text("")
         self.chat.attach.clear()
 
-    def _attached(self) -> list[DocumentPart] | None:
-        """The tray's documents, stored by hash; None (nothing sent) if one cannot be stored."""
-        parts, problem = store_pending(self.store.attachments, self.shelf, self.chat.attach.items)
+    def _attached(self) -> list[Part] | None:
+        """The tray's documents and images, stored by hash; None (nothing sent) if one cannot go."""
+        parts, problem = store_pending(self.store.attachments, self.shelf, self.chat.attach.items,
+                                       self.chat.attach.images, sees_images=self.host.sees_images)
         if problem is not None:
             self.info.show_message(f"The message was not sent: {problem[1]}. Your text is still there.", "error")
             self.chat.attach.remove(problem[0])
@@ -226,15 +227,15 @@ class RepliesController:
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
         # Cut-short replies stay in the history: the user saw them, so the model should too.
         # Each with its reasoning and tool calls: the template decides what of them to keep.
-        out += [model_message(m) for m in stored if m.content or m.tool_calls]
+        out += [model_message(m, self.store.attachments) for m in stored if m.content or m.tool_calls]
         return out
 
     def start_reply(self, cid: int, user_text: str | None, replace_from: int | None = None,
-                    attached: list[DocumentPart] | None = None) -> None:
+                    attached: list[Part] | None = None) -> None:
         """Save the turn (one transaction), show it, and hand the job to the engine thread."""
         user_mid, mid = self.store.start_turn(cid, user_text, replace_from=replace_from, attached=attached or ())
         if user_mid is not None:
-            self.chat.add_message(user_mid, "user", user_text).show_documents(attached or ())
+            self.chat.add_message(user_mid, "user", user_text).show_documents(attached or (), self.chat.read_attachment)
         self.tools.reconnect_failed()
         conv = self.store.conversation(cid)
         self.stream = ReplyStream(cid, mid, user_mid, user_text, conv.title)

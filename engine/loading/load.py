@@ -64,6 +64,11 @@ class LoadedModel:
     notes: tuple[str, ...] = ()
     load_ms: float = 0.0
     threads_poll: int | None = None  # the poll level of Hearth's own llama.cpp thread pool; None: none
+    projector: str | None = None     # the vision projector's file name: the model sees images
+
+    @property
+    def sees_images(self) -> bool:
+        return bool(self.projector)
 
 
 @dataclass(slots=True)
@@ -211,7 +216,7 @@ def describe(engine, result: LoadResult | None = None, *, load_ms: float = 0.0) 
         prefix_budget=int(engine.cache_stats()["budget_bytes"]), devices=_device_memory(),
         plan=plan_view(result) if result is not None else None,
         notes=tuple(result.messages) if result is not None else (), load_ms=load_ms,
-        threads_poll=getattr(b, "threads_poll", None))
+        threads_poll=getattr(b, "threads_poll", None), projector=Path(info.projector).name if info.projector else None)
 
 
 def plan_view(result: LoadResult) -> dict[str, Any] | None:

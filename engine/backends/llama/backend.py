@@ -334,7 +334,8 @@ class LlamaCppBackend:
                            quant=self.info.file_type, runtime=where.runtime,
                            device=where.device, threads=self.n_threads, n_ctx=self.n_ctx,
                            n_gpu_layers=self.n_gpu_layers, kv_type=self.kv_type,
-                           weight_bytes=self.info.weight_bytes, exactness=self.exactness)
+                           weight_bytes=self.info.weight_bytes, exactness=self.exactness,
+                           projector=str(self._projector.path) if self._projector is not None else "")
 
     def vocab(self) -> Vocab:
         return self.info.vocab()

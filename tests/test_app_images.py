@@ -1,0 +1,114 @@
+"""Images in the window, end to end on a real vision GGUF with its projector (tests/vlm_model.py):
+attach by file, paste and drop; thumbnails in the box and the history; the reply streams; the image
+and the reply survive a restart, export and import; a text-only model keeps the message in the box."""
+from __future__ import annotations
+
+import json
+
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
+from PySide6.QtWidgets import QApplication
+
+from app.core.settings import Settings, SettingsFile
+from app.window.selftest import wait_until
+from engine.messages import ImagePart
+from test_images import png
+
+
+def send(w, text: str) -> int:
+    w.chat.set_input_text(text)
+    w.chat._submit()
+    assert w.stream is not None, w.info.messages()
+    mid = w.stream.mid
+    assert wait_until(lambda: w.stream is None, 180)
+    return mid
+
+
+def vision_settings(tiny_vlm, tmp_path) -> None:
+    folder = tmp_path / "models"
+    folder.mkdir(exist_ok=True)
+    for f in tiny_vlm:  # the model and its projector side by side, as a download leaves them
+        if not (folder / f.name).exists():
+            (folder / f.name).symlink_to(f)
+    s = Settings(model=str(folder / tiny_vlm[0].name), draft="none", context=2048)
+    s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 8})
+    SettingsFile().save(s)
+
+
+def test_an_image_by_file_paste_and_drop_goes_with_the_question_and_survives_a_restart(
+        qtbot, make_window, tiny_vlm, tmp_path):
+    vision_settings(tiny_vlm, tmp_path)
+    w = make_window(write=False)
+    assert w.host.sees_images and "sees images" in w.loading.model_label.text()
+    tray = w.chat.attach
+    picture = tmp_path / "cat.png"
+    picture.write_bytes(png(30))
+    tray.add_paths([str(picture)])  # 📎 → Attach files…
+    QApplication.clipboard().setImage(QImage.fromData(png(31)))
+    w.chat.input.paste()  # Ctrl+V of a screenshot
+    third = tmp_path / "dog.jpg"
+    third.write_bytes(png(32, fmt="JPEG"))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(third))])
+    box = w.chat.input
+    QApplication.sendEvent(box.viewport(), QDragEnterEvent(QPoint(5, 5), Qt.DropAction.CopyAction, mime,
+                                                           Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier))
+    QApplication.sendEvent(box.viewport(), QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime,
+                                                      Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier))
+    assert [p.name for p in tray.images] == ["cat.png", "Pasted image", "dog.jpg"]
+    assert "3 images attached" in tray.status.text() and box.toPlainText() == ""  # the paste added no text
+
+    first = send(w, "What is in these pictures?")
+    assert tray.images == []
+    cid = w.current
+    user = w.store.messages(cid)[0]
+    shas = [p.sha256 for p in user.parts if isinstance(p, ImagePart)]
+    assert len(shas) == 3 and w.store.attachments.read(shas[0]) == picture.read_bytes()
+    reply1 = w.store.message(first)
+    assert reply1.content and reply1.error is None
+    assert w.chat.widget(user.id).images.shown == shas  # thumbnails in the history
+    second = send(w, "And the colours?")
+    m1, m2 = reply1.metrics, w.store.message(second).metrics
+    assert m2["cached_tokens"] >= m1["prompt_tokens"] - 1  # the images were read once
+
+    w.close()
+    w2 = make_window(write=False)
+    w2.open_conversation(cid)
+    qtbot.waitUntil(lambda: w2.current == cid, timeout=5_000)
+    assert w2.chat.widget(user.id).images.shown == shas
+    assert w2.store.message(first).content == reply1.content
+    history = w2.replies.history(cid, "")
+    assert [p.data for p in history[0].parts if isinstance(p, ImagePart)][0] == picture.read_bytes()
+
+    from app.core import export
+    from app.core.store import Store
+
+    text = export.to_json(w2.store, cid)
+    assert all(s in json.loads(text)["attachments"] for s in shas)  # base64, carried whole
+    other = Store(tmp_path / "other" / "hearth.db")
+    new = export.import_json(other, text)
+    assert other.messages(new)[0].parts == user.parts
+    assert other.attachments.read(shas[1]) == w2.store.attachments.read(shas[1])
+    assert export.to_json(other, new) == text  # the JSON round trip is identical, images included
+
+
+def test_a_text_only_model_keeps_the_image_and_the_words_in_the_box(qtbot, make_window, tmp_path):
+    w = make_window()
+    assert not w.host.sees_images
+    assert w.chat.attach.add_image(png(33), "photo.png")
+    w.chat.set_input_text("Describe it")
+    w.chat._submit()
+    assert w.stream is None
+    assert any("cannot see images" in m for m in w.info.messages())
+    assert w.chat.input_text() == "Describe it" and len(w.chat.attach.images) == 1
+    assert w.store.messages(w.current) == []
+
+
+def test_a_bad_image_is_one_line_and_nothing_else_is_touched(qtbot, make_window, tmp_path):
+    w = make_window(start=False)
+    w.chat.set_input_text("keep me")
+    assert not w.chat.attach.add_image(png(34)[:120], "broken.png")
+    assert not w.chat.attach.add_image(b"not an image at all", "notes.png")
+    lines = w.info.messages()
+    assert any("broken.png is corrupt" in m for m in lines) and any("notes.png is not an image" in m for m in lines)
+    assert w.chat.attach.images == [] and w.chat.input_text() == "keep me"
