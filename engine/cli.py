@@ -41,6 +41,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="a .gguf file, a transformers folder or a Hub id (default: the bundled model)")
     p.add_argument("--ctx", type=int, default=None, help="context length (default: auto)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
+    p.add_argument("--mmproj", default=None,
+                   help="a vision projector GGUF for a GGUF model (default: the one beside it, if any; 'none': none)")
 
 
 def cmd_info(a: argparse.Namespace) -> int:
@@ -107,7 +109,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
     print("loading model...", file=sys.stderr, flush=True)
     # The window's planned load: what is left on Auto comes from the memory plan for this machine.
     req = LoadRequest(model=a.model or "bundled", backend=a.backend or "auto", quant=a.quant, context=a.ctx,
-                      draft=a.draft or "auto", n_threads=a.threads)
+                      draft=a.draft or "auto", n_threads=a.threads, mmproj=a.mmproj or "auto")
     loaded = load_model(req, data_dir=data_dir(), progress=_download_progress())
     assert loaded.model is not None  # load_model describes what it loaded
     for note in loaded.model.notes:
@@ -276,7 +278,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .serve.headless import serve  # engine/serve/headless.py
 
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=a.api_key, n_ctx=a.ctx, n_threads=a.threads,
-                 cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload)
+                 cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj)
 
 
 def cmd_plan(a: argparse.Namespace) -> int:

@@ -112,3 +112,21 @@ def test_a_bad_image_is_one_line_and_nothing_else_is_touched(qtbot, make_window,
     lines = w.info.messages()
     assert any("broken.png is corrupt" in m for m in lines) and any("notes.png is not an image" in m for m in lines)
     assert w.chat.attach.images == [] and w.chat.input_text() == "keep me"
+
+
+def test_a_deleted_conversations_images_go_only_when_the_deletion_cannot_be_undone(tmp_path):
+    from app.core.store import Store
+
+    s = Store(tmp_path / "hearth.db")
+    shared, own = s.attachments.put(png(40)), s.attachments.put(png(41))
+    a, b = s.create_conversation().id, s.create_conversation().id
+    s.start_turn(a, "two", attached=[ImagePart(shared, "image/png"), ImagePart(own, "image/png")])
+    s.start_turn(b, "one", attached=[ImagePart(shared, "image/png")])
+    s.delete_conversation(a)
+    s.attachments.collect(s._conn)  # what any tidy-up does while undo is still possible
+    assert s.attachments.has(own)
+    s.restore_conversation(a)
+    assert [p.sha256 for p in s.messages(a)[0].parts if isinstance(p, ImagePart)] == [shared, own]
+    s.delete_conversation(a)
+    s.purge_deleted()  # the next start: the deletion can no longer be undone
+    assert not s.attachments.has(own) and s.attachments.has(shared)  # the other conversation still shows it

@@ -10,7 +10,7 @@ import argparse
 import importlib
 
 NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak", "tune", "server", "serve",
-         "threads", "handover", "documents", "tools")
+         "threads", "handover", "documents", "tools", "images")
 
 
 def run(which: str, a: argparse.Namespace) -> dict:
