@@ -73,7 +73,7 @@ class Engine:
              backend: str | None = None, quant: str = "none", device: str = "auto",
              max_memory: dict | None = None, allow_pickle: bool = False, allow_remote_code: bool = False,
              repack: bool = False, exactness: str = "exact", threads_poll: int | None = None,
-             mmproj: str | os.PathLike[str] | None = None,
+             mmproj: str | os.PathLike[str] | None = "auto",
              progress: Callable[[int, int, str], None] | None = None,
              cancel: threading.Event | None = None) -> "Engine":
         """Load a model (the bundled GGUF by default): a GGUF file, a transformers

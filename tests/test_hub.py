@@ -170,3 +170,29 @@ def test_the_hub_client_is_a_core_dependency():
 
     meta = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
     assert any(d.replace("_", "-").lower().startswith("huggingface-hub") for d in meta["dependencies"])
+
+
+def test_a_vision_models_projector_comes_with_it_and_the_engine_pairs_it(tiny_vlm, monkeypatch, tmp_path):
+    from engine.engine import Engine
+    from engine.models.hub_files import projector_files
+
+    model, mmproj = tiny_vlm
+    names = ["v-Q8_0.gguf", "v-Q4_K_M.gguf", "mmproj-v-f32.gguf", "mmproj-v-f16.gguf", "sub/mmproj-x-f16.gguf"]
+    assert projector_files(names, ["v-Q8_0.gguf"]) == ["mmproj-v-f16.gguf"]
+    assert projector_files(["a-Q8_0.gguf"], ["a-Q8_0.gguf"]) == []
+    srv = FakeHub({"hearth/vision-GGUF": {"tiny-vlm-Q8_0.gguf": model.read_bytes(),
+                                          "mmproj-tiny-vlm-f16.gguf": mmproj.read_bytes(), "README.md": b"# v\n"}})
+    monkeypatch.setenv("HF_ENDPOINT", srv.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hfcache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    try:
+        f = hub.download("hearth/vision-GGUF", quant="Q8_0")
+        assert f.name == "tiny-vlm-Q8_0.gguf" and (f.parent / "mmproj-tiny-vlm-f16.gguf").is_file()
+        e = Engine.load("hearth/vision-GGUF:Q8_0", n_ctx=512, n_threads=2)
+        try:
+            assert e.backend.sees_images and e.backend.describe().projector.endswith("mmproj-tiny-vlm-f16.gguf")
+        finally:
+            e.close()
+    finally:
+        srv.close()

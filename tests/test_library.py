@@ -165,3 +165,17 @@ def test_an_auto_draft_that_will_not_load_leaves_ngram_and_says_why(models_dir, 
     with pytest.raises(lib.HearthError, match="header-only.gguf"):  # chosen by name: the user hears at once
         Engine.load(bundled_path, n_ctx=512, n_threads=2, draft=str(models_dir / "header-only.gguf"),
                     cache_budget=0)
+
+
+def test_a_projector_is_known_by_its_header_and_shown_on_its_models_row(tiny_vlm, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "vision-model.gguf").symlink_to(tiny_vlm[0])
+    (models / "eyes.gguf").symlink_to(tiny_vlm[1])  # nothing in the name says projector
+    li = lib.Library(tmp_path / "library.json", models_folder=models, hf_cache=tmp_path / "none")
+    rows = [m for m in li.scan() if m.origin == lib.ORIGIN_MODELS]
+    assert [m.path.name for m in rows] == ["vision-model.gguf"]
+    assert rows[0].projector == "eyes.gguf" and not rows[0].error
+    imported = li.import_gguf(tiny_vlm[1])  # a projector dropped on the library joins its model's folder
+    assert imported.parent == models and [m.path.name for m in li.scan() if m.origin == lib.ORIGIN_MODELS] == [
+        "vision-model.gguf"]

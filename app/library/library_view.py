@@ -185,13 +185,15 @@ class LibraryView(QWidget):
         self.models, self._drafts = found
         self.table.setRowCount(len(self.models))
         for r, m in enumerate(self.models):
-            cells = (m.name, m.architecture, params_text(m.n_params), m.quant or "—",
+            cells = (m.name + (" · sees images" if m.projector else ""), m.architecture, params_text(m.n_params),
+                     m.quant or "—",
                      human_bytes(m.size) if m.size else "—", f"{m.n_ctx:,}" if m.n_ctx else "—",
                      when_text(m.last_used), self.badges.get(m.key, ("…", ""))[0] if not m.error else "unreadable",
                      m.origin + (f" ({m.repo_id})" if m.repo_id else ""))
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setToolTip(m.error or (f"{m.name}\n{m.path}" if c == 0 else str(m.path)))
+                eyes = f"\nvision projector: {m.projector}" if m.projector else ""
+                item.setToolTip(m.error or (f"{m.name}\n{m.path}{eyes}" if c == 0 else str(m.path)))
                 self.table.setItem(r, c, item)
             if str(m.path) == self.loaded_path:
                 f = self.table.item(r, 0).font()

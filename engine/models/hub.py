@@ -33,7 +33,7 @@ from typing import Callable
 
 from ..errors import HearthError
 from .catalogue import ModelRef, parse_hub_id
-from .hub_files import HubError, select_gguf_files, select_model_files
+from .hub_files import HubError, projector_files, select_gguf_files, select_model_files
 
 log = logging.getLogger("hearth.hub")
 
@@ -261,6 +261,8 @@ def _resolve_remote(repo_id, revision, filename, quant, allow_pickle, allow_remo
         listed = {s.rfilename: s.lfs.sha256 for s in (info.siblings or []) if s.lfs is not None and s.lfs.sha256}
         if filename or quant:
             wanted = select_gguf_files(names, filename=filename, quant=quant, repo_id=repo_id)
+            if not any(n in wanted for n in names if "mmproj" in n.lower()):
+                wanted += projector_files(names, wanted)  # a vision model's eyes come with it
         else:
             wanted = select_model_files(names, allow_pickle=allow_pickle,
                                         allow_remote_code=allow_remote_code, repo_id=repo_id)

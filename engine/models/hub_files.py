@@ -61,6 +61,18 @@ def quant_choices(ggufs: list[str]) -> list[str]:
     return out or ["Q4_K_M"]
 
 
+def projector_files(names: list[str], chosen: list[str]) -> list[str]:
+    """The vision projector to fetch with ``chosen`` (a GGUF model's files), if the repo has one in
+    the same folder: its file name is all the Hub says before a download, so it is picked by name
+    (``mmproj`` in it; f16 first, the converter's default, then the shortest name). Once here the
+    library checks its header and pairs it by its width (engine/models/projector.py)."""
+    folder = chosen[0].rsplit("/", 1)[0] if chosen and "/" in chosen[0] else ""
+    found = [n for n in names if n.endswith(".gguf") and "mmproj" in n.lower() and n not in chosen
+             and (n.rsplit("/", 1)[0] if "/" in n else "") == folder]
+    found.sort(key=lambda n: ("f16" not in n.lower() or "bf16" in n.lower(), len(n), n))
+    return found[:1]
+
+
 def select_gguf_files(names: list[str], *, filename: str | None, quant: str | None,
                       repo_id: str = "") -> list[str]:
     """The one GGUF file (or the shards of one split file) the user chose."""

@@ -27,6 +27,8 @@ from pathlib import Path
 from ..atomic import atomic_write
 from ..errors import HearthError
 from .catalogue import bundled_model_path, model_dir
+from .gguf import model_info
+from .projector import find_projector, is_projector
 
 ORIGIN_BUNDLED, ORIGIN_MODELS, ORIGIN_ADDED, ORIGIN_HF = "bundled", "models folder", "added folder", "HF cache"
 FIT_GPU, FIT_OFFLOAD, FIT_CPU, FIT_NO = "fits on the GPU", "partly offloaded", "CPU only", "won't fit"
@@ -54,6 +56,7 @@ class LibraryModel:
     last_used: float | None = None
     repo_id: str = ""         # for the HF cache
     error: str = ""           # the header could not be read: shown instead of the figures
+    projector: str = ""       # a GGUF's vision projector beside it (paired by its header): it sees images
 
     @property
     def deletable(self) -> bool:
@@ -158,7 +161,8 @@ class Library:
         for folder, origin in [(self.models_folder, ORIGIN_MODELS)] + [(Path(f), ORIGIN_ADDED)
                                                                         for f in self.state.folders]:
             for p in sorted(folder.glob("*.gguf")) if folder.is_dir() else []:
-                add(p, "gguf", origin)
+                if not is_projector(p):  # a projector is a model's eyes, not a model: it shows on its model's row
+                    add(p, "gguf", origin)
         for path, kind, repo in hf_cache_models(self.hf_cache):
             add(path, kind, ORIGIN_HF, repo)
         return out
@@ -216,6 +220,8 @@ def describe(m: LibraryModel) -> None:
             spec = spec_from_gguf(m.path)
             m.size = m.path.stat().st_size
             m.quant = spec.quant
+            found = find_projector(m.path, model_info(m.path).n_embd)
+            m.projector = found.name if found is not None else ""
         else:
             spec = specs_from_hf_dir(m.path)[0]
             m.size = sum(p.stat().st_size for p in m.path.iterdir() if p.is_file())
@@ -245,7 +251,7 @@ def hf_cache_models(cache: Path) -> list[tuple[Path, str, str]]:
         for rev in sorted(repo.revisions, key=lambda r: r.commit_hash):
             names = {f.file_name for f in rev.files}
             for f in sorted(rev.files, key=lambda f: str(f.file_path)):
-                if f.file_name.endswith(".gguf") and "mmproj" not in f.file_name.lower():
+                if f.file_name.endswith(".gguf") and not is_projector(f.file_path):
                     out.append((f.file_path, "gguf", repo.repo_id))
             if "config.json" in names and any(n.endswith(".safetensors") for n in names):
                 out.append((rev.snapshot_path, "hf_dir", repo.repo_id))
