@@ -250,3 +250,16 @@ def test_an_image_whose_bytes_changed_is_refused(vengine):
     with pytest.raises(HearthError, match="does not match"):
         list(vengine.stream(ask(part, TextPart("hi")), GREEDY))
 
+
+
+def test_the_memory_plan_counts_the_projector_as_llama_cpp_allocates_it(vlm, tiny_vlm):
+    from engine.models.projector import projector_memory
+    from engine.sizing.plan import plan_for
+
+    plan = plan_for(str(tiny_vlm[0]))
+    weights, compute = projector_memory(tiny_vlm[1])
+    assert plan.breakdown.ram.vision == weights + compute == plan.spec.vision_bytes
+    real = vlm.memory_report()["vision"]
+    assert abs(plan.breakdown.ram.vision - real) / real < 0.2  # within the plan's margin
+    text_only = plan_for(None)  # the bundled model has no projector beside it
+    assert text_only.breakdown.ram.vision == 0

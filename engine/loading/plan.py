@@ -126,6 +126,7 @@ def shortfall_text(plan: Plan) -> str:
 
 def buffers_total(report: dict[str, int]) -> int:
     """Weights + KV cache + compute buffers as the backend allocated them: what the
-    status bar shows, and the same three parts the plan's 'predicted' total counts."""
+    status bar shows, and the same three parts the plan's 'predicted' total counts; plus a vision
+    projector's weights and compute buffer (``vision``)."""
     a = actual_buffers(report)
-    return a["weights"] + a["kv"] + a["compute"]
+    return a["weights"] + a["kv"] + a["compute"] + report.get("vision", 0)

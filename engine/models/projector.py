@@ -27,6 +27,26 @@ def projector_width(path: str | os.PathLike[str]) -> int | None:
     return int(width) if isinstance(width, int) else None
 
 
+def projector_memory(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """(weights, compute buffer) bytes of a vision projector, from its header. The compute buffer
+    is what one tile's forward holds at its peak: the widest activation of every patch (eight of
+    them live at once, as measured on a SigLIP-style encoder) plus one head's attention scores per head, in f32 (libmtmd reserves it at
+    load, with a warm-up image of the encoder's own size)."""
+    g = read_gguf(path, vocab=False)
+    m = g.metadata
+
+    def num(key: str, default: int = 0) -> int:
+        v = m.get(key, default)
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+    size, patch = num("clip.vision.image_size", 224), max(1, num("clip.vision.patch_size", 14))
+    patches = (size // patch) ** 2 + 1
+    width = max(num("clip.vision.embedding_length", 1024), num("clip.vision.feed_forward_length", 4096))
+    heads = max(1, num("clip.vision.attention.head_count", 16))
+    compute = 4 * (8 * patches * width + heads * patches * patches)
+    return sum(t.nbytes for t in g.tensors), compute
+
+
 def is_projector(path: str | os.PathLike[str]) -> bool:
     try:
         return read_gguf(path, vocab=False).metadata.get("general.architecture") == "clip"

@@ -79,12 +79,14 @@ class Usage:
     draft: int = 0
     prefix_cache: int = 0
     batch: int = 0           # the server's batch context: its KV streams and compute buffer
+    vision: int = 0          # the vision projector: its weights and compute buffer
     shared: int = 0          # RAM only: what a unified-memory GPU holds in the same memory
     layers: int = 0          # blocks placed here
 
     @property
     def subtotal(self) -> int:
-        return self.weights + self.kv + self.compute + self.overhead + self.draft + self.prefix_cache + self.batch
+        return (self.weights + self.kv + self.compute + self.overhead + self.draft + self.prefix_cache + self.batch
+                + self.vision)
 
     @property
     def margin(self) -> int:
@@ -206,6 +208,9 @@ def estimate(cfg: Config, hw: Hardware) -> Breakdown:
     b = (_estimate_hf if cfg.backend == "hf" else _estimate_llama)(cfg, hw)
     if cfg.draft is not None:
         _add_draft(b, cfg, cfg.draft, hw)
+    if cfg.spec.vision_bytes and cfg.backend == "llama_cpp":
+        # libmtmd puts the projector on the GPU whenever layers are (use_gpu), else in RAM.
+        (b.gpus[0] if b.gpus and cfg.n_gpu_layers != 0 else b.ram).vision += cfg.spec.vision_bytes
     b.ram.prefix_cache = cfg.prefix_cache  # snapshots are copied to host memory
     for g, pool in zip(hw.gpus, b.gpus):
         if g.unified:  # Apple: the GPU's allocations come out of the same RAM

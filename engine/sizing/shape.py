@@ -65,6 +65,7 @@ class ModelSpec:
     download_bytes: int = 0
     source: str = ""                # path, folder or catalogue id
     hf_modules: dict[str, str] = field(default_factory=dict)  # transformers module names for device_map
+    vision_bytes: int = 0           # a GGUF's vision projector beside it: its weights and compute buffer
 
     @property
     def weight_bytes(self) -> int:
@@ -164,7 +165,21 @@ def spec_from_gguf(path: str | os.PathLike[str]) -> ModelSpec:
         read_gguf(p)  # raises the clear "not found" message
         raise
     spec = _gguf_spec_cached(str(p), st.st_size, st.st_mtime)
-    return ModelSpec.from_dict(spec.to_dict())  # a copy: callers may not mutate the cache
+    out = ModelSpec.from_dict(spec.to_dict())  # a copy: callers may not mutate the cache
+    try:
+        folder_mtime = p.parent.stat().st_mtime  # a projector added beside the model changes the folder
+    except OSError:
+        folder_mtime = 0.0
+    out.vision_bytes = _vision_cached(str(p), spec.n_embd, folder_mtime)
+    return out
+
+
+@lru_cache(maxsize=32)
+def _vision_cached(path: str, n_embd: int, _folder_mtime: float) -> int:
+    from ..models.projector import find_projector, projector_memory
+
+    found = find_projector(path, n_embd)
+    return sum(projector_memory(found)) if found is not None else 0
 
 
 # -- transformers checkpoints (safetensors) ---------------------------------------------

@@ -358,6 +358,8 @@ class LlamaCppBackend:
     def memory_report(self) -> dict[str, int]:
         rep = parse_buffer_sizes(self._load_log)
         rep["model_size"] = int(lc.llama_model_size(self._model))
+        if self._projector is not None:
+            rep["vision"] = self._projector.memory
         return rep
 
     def close(self) -> None:

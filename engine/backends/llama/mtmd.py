@@ -29,7 +29,7 @@ from ...errors import Cancelled, ContextFullError, HearthError, ModelFileError, 
 from ...images import DecodedImage
 from ...media import MAX_SLOTS, SPAN, media_token
 from ...models.gguf_header import read_gguf
-from .log import _log_mark, _log_since, decode_error
+from .log import _log_mark, _log_since, decode_error, parse_buffer_sizes
 
 EMBD_BUDGET = 256 * 2**20  # encoded image rows kept, by bytes
 MAX_WAITING = 256          # prepared chunks not encoded yet
@@ -99,6 +99,7 @@ class Projector:
             why = next((ln.strip() for ln in reversed(_log_since(mark)) if "error" in ln.lower()
                         or "failed" in ln.lower()), "libmtmd could not read it")
             raise ModelLoadError(f"could not load the projector {self.path.name}: {why}")
+        self.buffers = parse_buffer_sizes(_log_since(mark))  # its compute buffer, as libmtmd reserved it
         if not mt.mtmd_support_vision(self._ctx):
             self.close()
             raise UnsupportedModelError(f"{self.path.name} cannot read images")
@@ -117,6 +118,11 @@ class Projector:
     @property
     def weight_bytes(self) -> int:
         return int(self.header["weight_bytes"])  # type: ignore[call-overload]
+
+    @property
+    def memory(self) -> int:
+        """Its weights and its compute buffer, in bytes."""
+        return self.weight_bytes + self.buffers.get("compute", 0)
 
     def _slot(self, sha: str, k: int) -> int:
         key = (sha, k)
