@@ -214,6 +214,13 @@ class Engine:
                       template_kwargs: Mapping[str, object] | None = None) -> list[int]:
         return self.prompts.tokens(messages, template_kwargs)
 
+    def count_image_tokens(self, data: bytes) -> int:
+        """The positions an image takes in a prompt (its wrapping tokens included), counted by the
+        model's own projector; safe beside a reply on another thread. NoVisionError without one."""
+        from .images import decode
+
+        return len(self.backend.tokenize_images([decode(data)], add_bos=False))
+
     def plan_tools(self, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
         """``tools`` for this model's call syntax; HearthError says why a model cannot take them."""
         if self.tool_syntax is None:

@@ -56,7 +56,11 @@ def test_an_image_by_file_paste_and_drop_goes_with_the_question_and_survives_a_r
     QApplication.sendEvent(box.viewport(), QDropEvent(QPointF(5, 5), Qt.DropAction.CopyAction, mime,
                                                       Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier))
     assert [p.name for p in tray.images] == ["cat.png", "Pasted image", "dog.jpg"]
-    assert "3 images attached" in tray.status.text() and box.toPlainText() == ""  # the paste added no text
+    assert box.toPlainText() == ""  # the paste added no text
+    # Before sending, the box says what the images take of the context, as the model counts them.
+    qtbot.waitUntil(lambda: len(tray.image_tokens) == 3, timeout=20_000)
+    n = sum(tray.image_tokens.values())
+    assert n >= 3 * 20 and f"3 images attached · {n:,} tokens (" in tray.status.text()
 
     first = send(w, "What is in these pictures?")
     assert tray.images == []
@@ -69,6 +73,7 @@ def test_an_image_by_file_paste_and_drop_goes_with_the_question_and_survives_a_r
     assert w.chat.widget(user.id).images.shown == shas  # thumbnails in the history
     second = send(w, "And the colours?")
     m1, m2 = reply1.metrics, w.store.message(second).metrics
+    assert m1["prompt_tokens"] - n < 40  # the count was exact: the rest is the template and the words
     assert m2["cached_tokens"] >= m1["prompt_tokens"] - 1  # the images were read once
 
     w.close()

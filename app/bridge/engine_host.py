@@ -84,6 +84,12 @@ class EngineHost(QObject):
         """The loaded model has its vision projector: a message may carry images."""
         return self.model is not None and self.model.sees_images
 
+    def count_image_tokens(self, data: bytes) -> int | None:
+        """An image's tokens for the loaded model (None: no model that sees images). Call it off the
+        GUI thread: the projector reads the image (it waits while the engine thread encodes one)."""
+        engine = self._shared.engine
+        return engine.count_image_tokens(data) if engine is not None and self.sees_images else None
+
     @property
     def shared(self) -> SharedEngine:
         """The engine-thread state (touch it only from a worker on that thread)."""

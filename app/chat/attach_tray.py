@@ -36,6 +36,8 @@ class AttachTray(QWidget):
         self.conversation_tokens = 0        # what the conversation so far takes: read again after a new document
         self.items: list[Pending] = []
         self.images: list[PendingImage] = []
+        self.count_image: Callable[[bytes], "int | None"] | None = None  # the model's count of an image's tokens
+        self.image_tokens: dict[str, int] = {}  # counted, by hash
         self._bg = Background(self)
         self._cancel: threading.Event | None = None
         lay = QHBoxLayout(self)
@@ -87,8 +89,17 @@ class AttachTray(QWidget):
             return False
         if all(p.sha256 != img.sha256 for p in self.images):
             self.images.append(PendingImage(img.sha256, img.mime, data, name, img.width, img.height))
+            count = self.count_image
+            if count is not None and img.sha256 not in self.image_tokens:
+                self._bg.run(lambda: count(data), on_done=lambda n, s=img.sha256: self._counted(s, n),
+                             on_failed=lambda e: self.notify.emit(error_text(e)))
         self._redraw()
         return True
+
+    def _counted(self, sha256: str, n: int | None) -> None:
+        if n is not None:
+            self.image_tokens[sha256] = n
+            self._redraw()
 
     def add_paths(self, paths: list[str]) -> None:
         """Read ``paths`` (files or folders) in the background, then show them as chips; image
@@ -205,7 +216,11 @@ class AttachTray(QWidget):
             self.chips.addWidget(x)
         total = self.tokens()
         if self.images and not self.items:
-            self.status.setText(f"{len(self.images)} image{'s' if len(self.images) > 1 else ''} attached")
+            counts = [self.image_tokens.get(p.sha256) for p in self.images]
+            n = sum(c for c in counts if c is not None)
+            share = f" ({100 * n / self.n_ctx:.0f}% of the {self.n_ctx:,}-token context)" if self.n_ctx else ""
+            cost = f" · {n:,} tokens{share}" if None not in counts else ""
+            self.status.setText(f"{len(self.images)} image{'s' if len(self.images) > 1 else ''} attached{cost}")
         elif not self.items:
             self.status.setText("")
         elif total is not None:

@@ -62,7 +62,7 @@ class RepliesController:
                  adopt_settings: Callable[[Settings], None] = lambda s: None) -> None:
         self.store, self.host, self.chat, self.info, self.monitor = store, host, chat, info, monitor
         self.shelf = DocumentShelf(store.attachments)  # attached documents, read once a session
-        chat.read_attachment = store.attachments.read  # the images' thumbnails in the history
+        chat.read_attachment, chat.attach.count_image = store.attachments.read, host.count_image_tokens
         self.doc_notes: list[str] = []  # the last history's: which documents, or passages, a reply is given
         self.doc_sources: list[dict[str, str]] = []  # and each passage's text, for the citations' preview
         self.stats_label = stats_label

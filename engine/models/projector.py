@@ -30,8 +30,8 @@ def projector_width(path: str | os.PathLike[str]) -> int | None:
 def projector_memory(path: str | os.PathLike[str]) -> tuple[int, int]:
     """(weights, compute buffer) bytes of a vision projector, from its header. The compute buffer
     is what one tile's forward holds at its peak: the widest activation of every patch (eight of
-    them live at once, as measured on a SigLIP-style encoder) plus one head's attention scores per head, in f32 (libmtmd reserves it at
-    load, with a warm-up image of the encoder's own size)."""
+    them live at once, as measured on a SigLIP-style encoder) plus each head's attention scores,
+    in f32 (libmtmd reserves it at load, with a warm-up image of the encoder's own size)."""
     g = read_gguf(path, vocab=False)
     m = g.metadata
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -112,6 +113,9 @@ class Projector:
         self._chunks: OrderedDict[int, int] = OrderedDict()  # slot -> an mtmd chunk waiting to be encoded
         self._non_causal: dict[int, bool] = {}
         self._embd: OrderedDict[int, np.ndarray] = OrderedDict()
+        # The engine thread tokenizes and encodes; the window counts an attached image's tokens on
+        # another thread before it is sent: one at a time in this context.
+        self._lock = threading.RLock()
         self.encodes = 0          # chunks encoded so far (tests and the bench read it)
         self.encode_s = 0.0
 
@@ -136,6 +140,12 @@ class Projector:
 
     def tokenize(self, pieces: Sequence[str | DecodedImage], *, add_bos: bool) -> list[int]:
         """Token ids for text and images in order; text control tokens are parsed."""
+        with self._lock:
+            if not self._ctx:
+                raise HearthError("the vision model was closed")
+            return self._tokenize(pieces, add_bos)
+
+    def _tokenize(self, pieces: Sequence[str | DecodedImage], add_bos: bool) -> list[int]:
         keep: list[object] = []
         parts: list[mt.mtmd_input_part] = []
         bitmaps = []
@@ -208,10 +218,13 @@ class Projector:
         if rows is not None:
             self._embd.move_to_end(slot)
             return rows
+        with self._lock:
+            return self._encode(slot)
+
+    def _encode(self, slot: int) -> np.ndarray:
         chunk = self._chunks.get(slot)
         if chunk is None:
             raise HearthError("an image in this prompt was not prepared by this model; send the message again")
-        import time
         t0 = time.perf_counter()
         rc = mt.mtmd_encode_chunk(self._ctx, chunk)
         stop = self._abort[0] is not None and self._abort[0].is_set()
@@ -235,13 +248,14 @@ class Projector:
         self._embd.clear()
 
     def close(self) -> None:
-        for c in self._chunks.values() if hasattr(self, "_chunks") else ():
-            mt.mtmd_input_chunk_free(c)
-        if hasattr(self, "_chunks"):
-            self._chunks.clear()
-        if self._ctx:
-            mt.mtmd_free(self._ctx)
-            self._ctx = None
+        with getattr(self, "_lock", threading.RLock()):
+            for c in self._chunks.values() if hasattr(self, "_chunks") else ():
+                mt.mtmd_input_chunk_free(c)
+            if hasattr(self, "_chunks"):
+                self._chunks.clear()
+            if self._ctx:
+                mt.mtmd_free(self._ctx)
+                self._ctx = None
 
 
 def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
