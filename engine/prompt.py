@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from .backends.base import Backend
 from .chat_template import ChatTemplate
-from .errors import HearthError, NoVisionError, PromptTooLongError
+from .errors import HearthError, PromptTooLongError
 from .images import DecodedImage, decode
 from .kv.prefix_cache import common_prefix_len
 from .messages import ImagePart, Message, Part, TextPart, merge
@@ -118,9 +118,8 @@ class PromptBuilder:
         add_bos = b.add_bos and not (b.bos_token and text.startswith(b.bos_token))
         if not images:
             return b.tokenize(text, add_bos=add_bos, special=True)
-        if not b.sees_images:
-            raise NoVisionError(f"{b.describe().name} cannot see images; load a vision model with its "
-                                "projector (mmproj), or send the message without the image")
+        if not b.sees_images:  # before any image is decoded; each backend says why in its own words
+            return b.tokenize_images([], add_bos=add_bos)
         return b.tokenize_images(self._pieces(text, images), add_bos=add_bos)
 
     def _pieces(self, text: str, images: Sequence[ImagePart]) -> list[str | DecodedImage]:

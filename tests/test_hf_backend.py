@@ -479,3 +479,15 @@ def test_bundled_model_agrees_across_backends(engine):
         gaps = [float(np.diff(np.sort(r[k])[-2:])[0]) for r in (ll, lh)]
         assert k <= agree and max(gaps) < noise / 2, (k, gaps, noise)
     hf_engine.close()
+
+
+def test_an_image_for_the_transformers_backend_says_it_needs_a_gguf_with_its_projector(hfb):
+    from engine.engine import Engine
+    from engine.errors import NoVisionError
+    from engine.messages import ImagePart, Message, TextPart
+    from engine.types import SamplingParams
+
+    e = Engine(hfb)
+    msg = Message.of("user", ImagePart("a" * 64, "image/png", b"not read"), TextPart("hi"))
+    with pytest.raises(NoVisionError, match="images need a GGUF model with its projector"):
+        list(e.stream([msg], SamplingParams(max_tokens=2)))

@@ -270,7 +270,8 @@ class LlamaCppBackend:
 
     def tokenize_images(self, pieces: Sequence[str | DecodedImage], *, add_bos: bool) -> list[int]:
         if self._projector is None:
-            raise NoVisionError(f"{self.info.name} cannot see images: load a vision model with its projector")
+            raise NoVisionError(f"{self.info.name} cannot see images: load a vision model with its projector "
+                                "(mmproj), or send the message without the image")
         return self._projector.tokenize(pieces, add_bos=add_bos)
 
     def set_abort(self, flag: threading.Event | None) -> None:
