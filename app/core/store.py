@@ -1,8 +1,7 @@
 """Conversations, messages and per-message metrics in SQLite. Qt-free.
 
 Why it looks like this:
-- WAL mode, so the generation thread can commit partial replies while the
-  window reads, and a killed process keeps every committed transaction.
+- WAL mode: the generation thread commits partial replies while the window reads; a kill keeps them.
 - ``synchronous=FULL``: a commit is on disk before it returns, so even a power
   cut keeps it. Partial replies are throttled by the caller, so this is cheap.
 - Every change runs in one ``BEGIN IMMEDIATE`` transaction (``_tx``).
@@ -31,7 +30,7 @@ from app.core.attachments import FOLDER as ATTACHMENTS_FOLDER, Attachments
 from app.core.paths import data_dir, move_aside
 from app.core.store_rows import StoredMessage, messages_from, text_of, tool_calls_json, write_parts
 from app.core.store_schema import SCHEMA_VERSION, run_step
-from engine.messages import Part, TextPart, ToolCall
+from engine.messages import ImagePart, Part, TextPart, ToolCall
 
 __all__ = ["SCHEMA_VERSION", "Conversation", "Store", "StoreError", "StoredMessage", "title_from"]
 
@@ -294,15 +293,16 @@ class Store:
         With ``replace_from`` (edit-and-resend, regenerate) the new messages become
         a sibling branch of that message; the old branch is kept. Adds the user's
         message (if any) and clears the draft it came from, then adds the empty,
-        incomplete reply. Returns (user message id, reply id). ``attached``: parts after its text.
+        incomplete reply. Returns (user message id, reply id). ``attached``: its images and documents.
         """
         with self._tx() as c:
             parent = branches.leaf(c, cid) if replace_from is None else branches.parent_of(c, replace_from)
             user_mid = None
             if user_text is not None:
                 user_mid = parent = self._insert(c, cid, "user", user_text, True, parent)
-                if attached:
-                    write_parts(c, user_mid, [TextPart(user_text), *attached])
+                if attached:  # images before the words (as shown; vision models are asked so), documents after
+                    pics = [p for p in attached if isinstance(p, ImagePart)]
+                    write_parts(c, user_mid, [*pics, TextPart(user_text), *[p for p in attached if p not in pics]])
                 c.execute("UPDATE conversations SET draft = '' WHERE id = ?", (cid,))
             return user_mid, self._insert(c, cid, "assistant", "", False, parent)
 
