@@ -42,20 +42,13 @@ def _ask(win, text: str) -> None:
 
 
 def take(out: Path, scratch: Path, theme: str) -> None:
-    from app.core.settings import Settings, SettingsFile
-    from app.window.main_window import MainWindow
-    from app.window.selftest import wait_until
+    from app.core.settings import Settings
     from doc_files import book_pages, make_pdf
+    from offscreen_pictures import open_window
 
     s = Settings(theme=theme)
     s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 48})
-    SettingsFile().save(s)
-    win = MainWindow()
-    win.show()
-    win.start()
-    if not wait_until(lambda: win.host.ready or not win.host.loading, 120.0) or not win.host.ready:
-        raise RuntimeError("the model did not load: " + " | ".join(win.info.messages()))
-    win.resize(1280, 800)
+    win = open_window(s)
     suffix = "-dark" if theme == "dark" else ""
 
     manual = make_pdf(scratch / "hearth-manual.pdf", book_pages(6, 200))

@@ -36,10 +36,10 @@ def _drawing(kind: str) -> bytes:
 
 
 def take(out: Path, scratch: Path, theme: str, _args) -> None:
-    from app.core.settings import Settings, SettingsFile
-    from app.window.main_window import MainWindow
+    from app.core.settings import Settings
     from app.window.selftest import wait_until
     from engine.models.catalogue import bundled_model_path
+    from offscreen_pictures import open_window
     from vlm_model import build
 
     model, mmproj = build(bundled_model_path())
@@ -49,13 +49,7 @@ def take(out: Path, scratch: Path, theme: str, _args) -> None:
         (folder / f.name).symlink_to(f)
     s = Settings(theme=theme, model=str(folder / model.name), draft="none", context=4096)
     s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 40})
-    SettingsFile().save(s)
-    win = MainWindow()
-    win.show()
-    win.start()
-    if not wait_until(lambda: win.host.ready or not win.host.loading, 120.0) or not win.host.ready:
-        raise RuntimeError("the model did not load: " + " | ".join(win.info.messages()))
-    win.resize(1280, 800)
+    win = open_window(s)
     suffix = "-dark" if theme == "dark" else ""
     tray = win.chat.attach
     for name in ("house", "trees"):

@@ -36,3 +36,19 @@ def take_pictures(doc: str, take: Callable[[Path, Path, str, argparse.Namespace]
             os.environ["HEARTH_DATA_DIR"] = scratch
             take(out, Path(scratch), t, args)
     return 0
+
+
+def open_window(settings, *, size: tuple[int, int] = (1280, 800)):
+    """Save ``settings``, then a shown MainWindow whose model has loaded, at ``size``."""
+    from app.core.settings import SettingsFile
+    from app.window.main_window import MainWindow
+    from app.window.selftest import wait_until
+
+    SettingsFile().save(settings)
+    win = MainWindow()
+    win.show()
+    win.start()
+    if not wait_until(lambda: win.host.ready or not win.host.loading, 120.0) or not win.host.ready:
+        raise RuntimeError("the model did not load: " + " | ".join(win.info.messages()))
+    win.resize(*size)
+    return win

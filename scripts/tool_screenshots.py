@@ -22,10 +22,10 @@ PROMPT = "What is 12 + 30? Use the add tool."
 
 
 def take(out: Path, scratch: Path, theme: str, own: str | None) -> None:
-    from app.core.settings import Settings, SettingsFile
-    from app.window.main_window import MainWindow
+    from app.core.settings import Settings
     from app.window.selftest import wait_until
     from engine.models.catalogue import bundled_model_path
+    from offscreen_pictures import open_window
     from serving import QWEN
     from test_app_think import with_template
 
@@ -35,16 +35,10 @@ def take(out: Path, scratch: Path, theme: str, own: str | None) -> None:
     s = Settings(model=str(model), mcp_servers=[calc], tool_choice="required",
                  max_tool_calls=1, theme=theme)
     s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 200 if own else 60})
-    SettingsFile().save(s)
-    win = MainWindow()
-    win.show()
-    win.start()
-    if not wait_until(lambda: win.host.ready or not win.host.loading, 120.0) or not win.host.ready:
-        raise RuntimeError("the model did not load: " + " | ".join(win.info.messages()))
+    win = open_window(s)
     tools = win.replies.tools
     if not wait_until(lambda: "calculator" in tools.states, 60.0) or not tools.states["calculator"].ready:
         raise RuntimeError(f"the MCP server did not start: {tools.states}")
-    win.resize(1280, 800)
     win.send(PROMPT)
     win.rename_conversation(win.current, "A tool call")
     if not wait_until(lambda: (tools.pending is not None and tools.pending.card is not None) or win.stream is None,

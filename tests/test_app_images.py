@@ -10,18 +10,13 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QApplication
 
 from app.core.settings import Settings, SettingsFile
-from app.window.selftest import wait_until
+from test_app_documents import send as send_and_wait
 from engine.messages import ImagePart
 from test_images import png
 
 
 def send(w, text: str) -> int:
-    w.chat.set_input_text(text)
-    w.chat._submit()
-    assert w.stream is not None, w.info.messages()
-    mid = w.stream.mid
-    assert wait_until(lambda: w.stream is None, 180)
-    return mid
+    return send_and_wait(None, w, text)
 
 
 def vision_settings(tiny_vlm, tmp_path) -> None:
