@@ -187,6 +187,15 @@ def test_a_vision_models_projector_comes_with_it_and_the_engine_pairs_it(tiny_vl
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     try:
+        from engine.models.hub_search import fit, repo_files
+        from engine.models.projector import projector_memory
+        from engine.sizing.hardware import simulated
+
+        (entry,), _ = repo_files("hearth/vision-GGUF")  # the browser: the projector named on its model's row
+        assert entry.name == "tiny-vlm-Q8_0.gguf" and entry.projector == "mmproj-tiny-vlm-f16.gguf"
+        assert entry.projector_size == mmproj.stat().st_size
+        _badge, _summary, spec = fit("hearth/vision-GGUF", entry, simulated(ram="16GiB"))
+        assert spec.vision_bytes == sum(projector_memory(mmproj))  # the badge counts its eyes, from headers
         f = hub.download("hearth/vision-GGUF", quant="Q8_0")
         assert f.name == "tiny-vlm-Q8_0.gguf" and (f.parent / "mmproj-tiny-vlm-f16.gguf").is_file()
         e = Engine.load("hearth/vision-GGUF:Q8_0", n_ctx=512, n_threads=2)

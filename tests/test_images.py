@@ -263,3 +263,19 @@ def test_the_memory_plan_counts_the_projector_as_llama_cpp_allocates_it(vlm, tin
     assert abs(plan.breakdown.ram.vision - real) / real < 0.2  # within the plan's margin
     text_only = plan_for(None)  # the bundled model has no projector beside it
     assert text_only.breakdown.ram.vision == 0
+
+
+def test_a_projector_for_another_width_or_for_sound_is_refused_before_libmtmd_reads_it(bundled_path, tmp_path):
+    from engine.backends.llama.backend import LlamaCppBackend
+    from engine.errors import UnsupportedModelError
+    from gguf_writer import write_gguf
+
+    meta = {"general.architecture": "clip", "clip.has_vision_encoder": True, "clip.vision.projection_dim": 896,
+            "clip.projector_type": "gemma3"}
+    other = write_gguf(tmp_path / "mmproj-qwen-f16.gguf", meta, [("mm.weight", (896, 4), 0)])
+    with pytest.raises(ModelFileError, match="writes 896-wide embeddings and the model reads 576"):
+        LlamaCppBackend(bundled_path, n_ctx=256, mmproj=other)
+    sound = write_gguf(tmp_path / "mmproj-audio.gguf", {"general.architecture": "clip",
+                                                         "clip.has_audio_encoder": True}, [("a.weight", (8,), 0)])
+    with pytest.raises(UnsupportedModelError, match="no vision encoder"):
+        LlamaCppBackend(bundled_path, n_ctx=256, mmproj=sound)

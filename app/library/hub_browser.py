@@ -138,7 +138,10 @@ class HubBrowser(QWidget):
             name = f.name or "model weights (safetensors)"
             if len(f.parts) > 1:
                 name += f" (+{len(f.parts) - 1} parts)"
-            for c, text in enumerate((name, human_bytes(f.size), "…", "…", sha[:12] or "not listed")):
+            if f.projector:  # downloaded with it, and counted in its badge: the model sees images
+                name += f" + {f.projector.rsplit('/', 1)[-1]} (sees images)"
+            size = human_bytes(f.size + f.projector_size)
+            for c, text in enumerate((name, size, "…", "…", sha[:12] or "not listed")):
                 self.table.setItem(r, c, QTableWidgetItem(text))
         self.status.setText(f"{repo_id}: {len(self.files)} model file(s)" if self.files else
                             f"{repo_id} has no {'GGUF files' if kind == 'gguf' else 'safetensors weights'}.")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..errors import HearthError
 from .hub import _network_errors, hub_endpoint, offline_mode
-from .hub_files import HubError
+from .hub_files import HubError, projector_files
 
 KINDS = ("gguf", "transformers")
 HEADER_FIRST = 1 << 20
@@ -58,6 +58,8 @@ class HubFile:
     size: int                          # bytes, every part together
     sha256: dict[str, str]             # part -> the LFS sha256 the Hub lists (when it lists one)
     etags: dict[str, str] = field(default_factory=dict)  # part -> the blob name in the cache
+    projector: str = ""                # a GGUF's vision projector, fetched with it (engine/models/hub_files.py)
+    projector_size: int = 0
 
 
 def _api():
@@ -94,7 +96,8 @@ def repo_files(repo_id: str, revision: str | None = None) -> tuple[list[HubFile]
     """(GGUF files, transformers weights) of a repository, with sizes and sha256.
 
     A split GGUF is one entry; the transformers list has one entry (all safetensors
-    shards) or none. Projector files (mmproj) are not models and are left out."""
+    shards) or none. Projector files (mmproj) are not models: each GGUF entry names the one
+    that is downloaded with it, if the repository has one."""
     from huggingface_hub.errors import RepositoryNotFoundError
 
     _offline_guard("asked for files")
@@ -114,6 +117,9 @@ def repo_files(repo_id: str, revision: str | None = None) -> tuple[list[HubFile]
         if n.endswith(".gguf") and "mmproj" not in n.lower():
             ggufs.setdefault(_SPLIT.sub("", n), []).append(n)
     out = [_entry(parts[0], parts, sizes, shas) for parts in ggufs.values()]
+    for entry in out:
+        for proj in projector_files(sorted(sizes), entry.parts):
+            entry.projector, entry.projector_size = proj, sizes[proj]
     weights = [n for n in sizes if "/" not in n and n.endswith(".safetensors")]
     hf = [_entry("", sorted(weights), sizes, shas)] if weights and "config.json" in sizes else []
     return out, hf
@@ -173,6 +179,12 @@ def remote_spec(repo_id: str, f: HubFile, revision: str | None = None):
         tensors.extend((t.name, t.shape, t.type_name) for t in g.tensors)
     assert meta is not None  # an entry has at least one part
     spec = gguf_spec(meta, tensors, source=f"{repo_id}/{f.name}", file_size=f.size)
+    if f.projector:  # its eyes come with it: the plan and the fit badge count them
+        from .projector import memory_of
+
+        g = remote_gguf_header(repo_id, f.projector, f.projector_size, revision)
+        if g.metadata.get("clip.vision.projection_dim") in (None, spec.n_embd):
+            spec.vision_bytes = sum(memory_of(g.metadata, sum(t.nbytes for t in g.tensors)))
     return spec
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Mapping
 
 from ..errors import HearthError
 from .gguf_header import read_gguf
@@ -28,13 +29,16 @@ def projector_width(path: str | os.PathLike[str]) -> int | None:
 
 
 def projector_memory(path: str | os.PathLike[str]) -> tuple[int, int]:
-    """(weights, compute buffer) bytes of a vision projector, from its header. The compute buffer
-    is what one tile's forward holds at its peak: the widest activation of every patch (eight of
-    them live at once, as measured on a SigLIP-style encoder) plus each head's attention scores,
-    in f32 (libmtmd reserves it at load, with a warm-up image of the encoder's own size)."""
+    """(weights, compute buffer) bytes of a vision projector file (see ``memory_of``)."""
     g = read_gguf(path, vocab=False)
-    m = g.metadata
+    return memory_of(g.metadata, sum(t.nbytes for t in g.tensors))
 
+
+def memory_of(m: Mapping[str, Any], weights: int) -> tuple[int, int]:
+    """(weights, compute buffer) of a projector from its header. The compute buffer is what one
+    tile's forward holds at its peak: the widest activation of every patch (eight of them live at
+    once, as measured on a SigLIP-style encoder) plus each head's attention scores, in f32
+    (libmtmd reserves it at load, with a warm-up image of the encoder's own size)."""
     def num(key: str, default: int = 0) -> int:
         v = m.get(key, default)
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
@@ -43,8 +47,7 @@ def projector_memory(path: str | os.PathLike[str]) -> tuple[int, int]:
     patches = (size // patch) ** 2 + 1
     width = max(num("clip.vision.embedding_length", 1024), num("clip.vision.feed_forward_length", 4096))
     heads = max(1, num("clip.vision.attention.head_count", 16))
-    compute = 4 * (8 * patches * width + heads * patches * patches)
-    return sum(t.nbytes for t in g.tensors), compute
+    return weights, 4 * (8 * patches * width + heads * patches * patches)
 
 
 def is_projector(path: str | os.PathLike[str]) -> bool:
