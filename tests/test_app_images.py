@@ -130,3 +130,30 @@ def test_a_deleted_conversations_images_go_only_when_the_deletion_cannot_be_undo
     s.delete_conversation(a)
     s.purge_deleted()  # the next start: the deletion can no longer be undone
     assert not s.attachments.has(own) and s.attachments.has(shared)  # the other conversation still shows it
+
+
+def test_the_projector_is_chosen_by_hand_in_settings_or_turned_off(qtbot, data_dir, tiny_vlm, tmp_path):
+    import pytest
+
+    from app.core.settings import SettingsError
+    from app.settings_ui.settings_dialog import SettingsDialog
+    from engine.loading.load import load_model
+
+    model, mmproj = tiny_vlm
+    dlg = SettingsDialog(Settings(model=str(model)))
+    qtbot.addWidget(dlg)
+    assert dlg.projector.value() == "auto"
+    dlg.projector.set_value(str(mmproj))  # what "Choose…" sets
+    s = dlg.build()
+    assert s.mmproj == str(mmproj) and s.load_request().mmproj == str(mmproj)
+    SettingsFile().save(s)
+    assert SettingsFile().load()[0].mmproj == str(mmproj)  # kept across a restart
+    dlg.projector.set_value("none")
+    off = dlg.build().load_request()
+    loaded = load_model(off, data_dir=None)
+    try:
+        assert off.mmproj == "none" and not loaded.model.sees_images  # text only, as chosen
+    finally:
+        loaded.engine.close()
+    with pytest.raises(SettingsError, match="mmproj: must be auto, none or a vision projector"):
+        Settings(mmproj=str(tmp_path / "gone.gguf")).validate()

@@ -40,7 +40,7 @@ DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
 DEFAULT_CONTEXT_POLICY = "drop_oldest"
 LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "threads_poll", "gpu_layers",
-             "kv_type", "exactness")
+             "kv_type", "exactness", "mmproj")
 # The load settings a "Benchmark this model" row can set as a model's default.
 TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
 
@@ -78,6 +78,7 @@ class Settings:
     quant: str = "auto"             # transformers only: "auto" | "none" | "int8" | "int4"
     context: int | None = None      # None = Auto (the engine picks)
     draft: str = "auto"             # "auto" | "none" | the path of a draft GGUF (the library's compatible ones)
+    mmproj: str = "auto"            # a GGUF's vision projector: "auto" (the one beside it) | "none" | a .gguf path
     n_threads: int | None = None    # None = the engine's default
     threads_poll: int | None = None  # llama.cpp's thread-pool poll level 0-100; None = llama.cpp's default threads
     gpu_layers: int | str | None = None  # None = Auto (the memory plan), "all", or blocks on the GPU
@@ -139,6 +140,9 @@ class Settings:
                     not 256 <= self.context <= MAX_CONTEXT:
                 raise SettingsError(f"context: must be Auto or a whole number from 256 to {MAX_CONTEXT}, "
                                     f"got {self.context!r}")
+        if self.mmproj not in ("auto", "none") and not is_draft_file(self.mmproj):
+            raise SettingsError(f"mmproj: must be auto, none or a vision projector's .gguf file that exists, "
+                                f"got {self.mmproj!r}")
         if self.draft not in DRAFTS and not is_draft_file(self.draft):
             raise SettingsError(f"draft: must be {', '.join(DRAFTS)} or a draft model's .gguf file that exists, "
                                 f"got {self.draft!r}")

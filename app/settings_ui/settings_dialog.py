@@ -87,7 +87,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
         s = Settings(model=self.chosen_model(), source=self.chosen_source(), backend=self.chosen_backend(),
                      quant=self.chosen_quant(),
                      context=None if self.ctx_auto.isChecked() else self.ctx.value(),
-                     draft=self.chosen_draft(), n_threads=self._orig.n_threads,
+                     draft=self.chosen_draft(), mmproj=self.projector.value(), n_threads=self._orig.n_threads,
                      threads_poll=self._orig.threads_poll,
                      gpu_layers=self.chosen_gpu_layers(), kv_type=self.chosen_kv_type(),
                      exactness=self.chosen_exactness(), tuning=self._orig.tuning,

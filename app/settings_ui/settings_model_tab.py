@@ -28,6 +28,7 @@ from engine.loading.request import HUB_PLACEHOLDER, KV_TYPES, QUANTS, LoadReques
 from app.core.paths import prefix_store_dir
 from app.bridge.plan_runner import PlanRunner
 from app.settings_ui.draft_list import DraftList
+from app.settings_ui.projector_box import ProjectorBox
 from app.core.exactness import exactness_note, measured_difference
 from app.core.plan_text import headline
 from app.core.settings import BUNDLED, EXACTNESS, MAX_CONTEXT, Settings
@@ -136,6 +137,8 @@ class ModelTabMixin:
                               "when there is one, and with n-gram lookup; it switches itself off where "
                               "it does not pay. The output is the same either way.")
         form.addRow("Draft model", self.draft)
+        self.projector = ProjectorBox(s.mmproj)
+        form.addRow("Vision projector", self.projector)
         ctx_row = QHBoxLayout()
         self.ctx_auto = QCheckBox("Auto")
         self.ctx_auto.setChecked(s.context is None)
