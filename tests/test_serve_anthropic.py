@@ -144,8 +144,11 @@ def test_bad_requests_raise_the_right_anthropic_errors(client, server):
         create(client, server, tools=[{"name": "get_weather", "description": "the weather",
                                        "input_schema": {"type": "object", "properties": {}}}])
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
-    with pytest.raises(anthropic.BadRequestError, match="image blocks are not supported"):
+    with pytest.raises(anthropic.BadRequestError, match=r"messages\[0\]\.content\[0\]\.source: the image is"):
         create(client, server, messages=[{"role": "user", "content": [image, {"type": "text", "text": "What?"}]}])
+    by_url = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    with pytest.raises(anthropic.BadRequestError, match="fetches nothing from the network"):
+        create(client, server, messages=[{"role": "user", "content": [by_url, {"type": "text", "text": "What?"}]}])
     with pytest.raises(anthropic.BadRequestError, match="a tool_use block belongs in an assistant turn"):
         create(client, server, messages=[{"role": "user", "content": [
             {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}])

@@ -75,3 +75,19 @@ def test_an_image_sent_to_a_text_only_model_is_a_400(engine):
         with pytest.raises(openai.BadRequestError, match="cannot see images"):
             c.chat.completions.create(model=c.models.list().data[0].id, messages=image_message(png(22)),
                                       max_tokens=4)
+
+
+def test_the_anthropic_and_responses_endpoints_read_base64_images_too(client, vision_engine):
+    import anthropic
+
+    base = str(client.base_url).rstrip("/").removesuffix("/v1")
+    model = client.models.list().data[0].id
+    data = base64.b64encode(png(23)).decode()
+    a = anthropic.Anthropic(base_url=base, api_key="x", max_retries=0, timeout=120)
+    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    first = a.messages.create(model=model, max_tokens=6, messages=[{"role": "user", "content": [
+        block, {"type": "text", "text": "What is it?"}]}], extra_body={"temperature": 0})
+    assert first.content and first.usage.input_tokens > 20  # the image's positions were read
+    r = client.responses.create(model=model, max_output_tokens=6, temperature=0, input=[{"role": "user", "content": [
+        {"type": "input_image", "image_url": URL + data}, {"type": "input_text", "text": "What is it?"}]}])
+    assert r.output_text is not None and r.usage.input_tokens == first.usage.input_tokens

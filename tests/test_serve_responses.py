@@ -127,9 +127,12 @@ def test_unsupported_inputs_are_a_clear_400(client, server):
         respond(client, server, tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}])
     with pytest.raises(openai.BadRequestError, match="web_search_call' items are not supported"):
         respond(client, server, input=[{"type": "web_search_call", "id": "ws_1", "status": "completed"}])
-    with pytest.raises(openai.BadRequestError, match="input_image parts are not supported"):
+    with pytest.raises(openai.BadRequestError, match=r"input\[0\]\.content\[0\]\.image_url: the image is"):
         respond(client, server, input=[{"role": "user", "content": [
             {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}])
+    with pytest.raises(openai.BadRequestError, match="fetches nothing from the network"):
+        respond(client, server, input=[{"role": "user", "content": [
+            {"type": "input_image", "image_url": "https://example.com/a.png"}]}])
     with pytest.raises(openai.BadRequestError, match="max_output_tokens"):
         respond(client, server, max_output_tokens=0)
     with pytest.raises(openai.NotFoundError, match="not served here"):

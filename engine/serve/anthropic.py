@@ -14,7 +14,7 @@ template's ``reasoning_effort``), llama-server's ``grammar``, and tool use: ``to
 calls are ``tool_use`` blocks with ``stop_reason: tool_use``; streamed, each is a
 content_block_start (input ``{}``), one ``input_json_delta`` with the whole input, and
 its content_block_stop. What would change the reply and is not supported is a 400 that
-says so: Anthropic's server tools, image blocks, and a last assistant message to
+says so: Anthropic's server tools, image blocks by URL or file, and a last assistant message to
 continue (a prefill).
 
 Usage counts as Anthropic's do: ``input_tokens`` are the prompt tokens computed for

@@ -19,8 +19,9 @@ import json
 from typing import Any
 
 from ..formats.tools import Tool, ToolError, check_tool
-from ..messages import Message, ToolCall
+from ..messages import ImagePart, Message, Part, TextPart, ToolCall
 from .errors import bad
+from .images import image_part
 from .openai_tools import offered
 from .template_vars import short
 
@@ -71,11 +72,15 @@ def turn(blocks: list, where: str, role: str) -> list[Message]:
     """One turn's blocks as messages: its tool results (a user's), then its text (with an
     assistant's reasoning and calls). ``role`` "system": text blocks only."""
     texts, thoughts, calls, results = [], [], [], []
+    parts: list[Part] = []  # a user's text and images, in order
     for j, b in enumerate(blocks):
         at = f"{where}[{j}]"
         kind = b.get("type") if isinstance(b, dict) else None
         if kind == "text" and isinstance(b.get("text"), str):
             texts.append(b["text"])
+            parts.append(TextPart(b["text"]))
+        elif kind == "image" and role == "user":
+            parts.append(_image(b, at))
         elif kind in ("thinking", "redacted_thinking") and role == "assistant":
             if kind == "thinking":  # redacted thinking is opaque data another server encrypted
                 if not isinstance(b.get("thinking"), str):
@@ -98,7 +103,23 @@ def turn(blocks: list, where: str, role: str) -> list[Message]:
     text = "".join(texts)
     if role == "assistant":
         return [Message(role, text, reasoning="".join(thoughts) if thoughts else None, tool_calls=tuple(calls))]
+    if any(isinstance(p, ImagePart) for p in parts):
+        return [*results, Message(role, "", tuple(parts))]
     return [*results, Message(role, text)] if text or not results else results
+
+
+def _image(b: dict, at: str) -> ImagePart:
+    """An image block: its ``source`` base64 data (a URL is refused: this server fetches nothing)."""
+    src = b.get("source")
+    if not isinstance(src, dict):
+        src = {}
+    kind = src.get("type")
+    if kind == "base64" and isinstance(src.get("data"), str) and isinstance(src.get("media_type"), str):
+        return image_part(f"data:{src['media_type']};base64,{src['data']}", f"{at}.source")
+    if kind in ("url", "file"):
+        raise bad(f"{at}.source", f"{at}.source: this server fetches nothing from the network or a file store; "
+                                  "send the image as base64 data")
+    raise bad(f"{at}.source", f"{at}.source must be {{\"type\": \"base64\", \"media_type\", \"data\"}}")
 
 
 def _tools(raw: Any) -> tuple[Tool, ...]:

@@ -14,7 +14,7 @@ tools: ``tools`` (``{type: function, name, description, parameters, strict}``),
 ``function_call_output`` input items (responses_input.py). A reply's calls are
 ``function_call`` output items; streamed, each is output_item.added, one
 function_call_arguments.delta with the whole arguments, .done, and output_item.done. Other
-tool types, other item types and image parts are a 400 that says so.
+tool types, other item types and input_image parts by URL or file are a 400 that says so.
 
 A thinking model's reasoning is a ``reasoning`` output item (its text as ``reasoning_text``
 content) before the message; usage counts as the chat path's does (``input_tokens`` holds

@@ -14,8 +14,9 @@ import dataclasses
 import uuid
 from typing import Any
 
-from ..messages import Message, ToolCall
+from ..messages import Message, Part, TextPart, ToolCall
 from .errors import bad
+from .images import image_part
 from .template_vars import short
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -33,11 +34,27 @@ def text_of(content: Any, at: str) -> str:
         kind = p.get("type") if isinstance(p, dict) else None
         if kind in TEXT_PARTS and isinstance(p.get("text"), str):
             out.append(p["text"])
-        elif kind in ("input_image", "input_file", "input_audio"):
-            raise bad(f"{at}[{j}]", f"{at}[{j}]: {kind} parts are not supported by this server: send text only")
+        elif kind == "input_image":
+            raise bad(f"{at}[{j}]", f"{at}[{j}]: an input_image belongs in a user message")
+        elif kind in ("input_file", "input_audio"):
+            raise bad(f"{at}[{j}]", f"{at}[{j}]: {kind} parts are not supported by this server: send text "
+                                    "(and images in a user message)")
         else:
             raise bad(f"{at}[{j}]", f"{at}[{j}] must be an input_text part, got {short(kind if kind else p)}")
     return "".join(out)
+
+
+def user_parts(content: Any, at: str) -> tuple[Part, ...]:
+    """A user message's content as parts: its text, and ``input_image`` parts with a data: URL."""
+    if not isinstance(content, list):
+        return (TextPart(text_of(content, at)),)
+    out: list[Part] = []
+    for j, p in enumerate(content):
+        if isinstance(p, dict) and p.get("type") == "input_image":
+            out.append(image_part(p.get("image_url"), f"{at}[{j}].image_url"))
+        else:
+            out.append(TextPart(text_of([p], at)))
+    return tuple(out)
 
 
 def _text_field(item: dict, key: str, at: str) -> str:
@@ -91,7 +108,10 @@ def read_input(v: Any) -> list[Message]:
                                         f"got {short(item.get('role'))}")
             reasoning = ("".join(thought) or None) if role == "assistant" else None
             thought = [] if role == "assistant" else thought
-            out.append(Message(role, text_of(item.get("content"), f"{at}.content"), reasoning=reasoning))
+            if role == "user":
+                out.append(Message(role, "", user_parts(item.get("content"), f"{at}.content")))
+            else:
+                out.append(Message(role, text_of(item.get("content"), f"{at}.content"), reasoning=reasoning))
         else:
             raise bad(at, f"{at}: {short(kind)} items are not supported by this server: send message, "
                           "function_call and function_call_output items")
