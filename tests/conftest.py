@@ -93,3 +93,12 @@ def tiny_vlm(bundled_path):
     from vlm_model import build
 
     return build(bundled_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2vl(bundled_path):
+    """(model GGUF, projector GGUF): a tiny random Qwen2-VL, whose images take fewer positions than
+    tokens (M-RoPE), converted by llama.cpp's own converter (tests/vlm_model.py; cached)."""
+    from vlm_model import build_mrope
+
+    return build_mrope(bundled_path)

@@ -279,3 +279,97 @@ def test_a_projector_for_another_width_or_for_sound_is_refused_before_libmtmd_re
                                                          "clip.has_audio_encoder": True}, [("a.weight", (8,), 0)])
     with pytest.raises(UnsupportedModelError, match="no vision encoder"):
         LlamaCppBackend(bundled_path, n_ctx=256, mmproj=sound)
+
+
+# -- M-RoPE (Qwen2-VL and later): an image takes fewer positions than tokens --------------------------
+
+@pytest.fixture(scope="module")
+def qvl(tiny_qwen2vl):
+    from engine.backends.llama.backend import LlamaCppBackend
+
+    b = LlamaCppBackend(tiny_qwen2vl[0], n_ctx=1024, n_threads=2, mmproj=tiny_qwen2vl[1])
+    yield b
+    b.close()
+
+
+def _helper_logits(b, pieces) -> tuple[np.ndarray, int]:
+    """llama.cpp's own mtmd_helper_eval_chunks on the same pieces: the reference for positions."""
+    import ctypes
+
+    import llama_cpp as lc
+    import llama_cpp.mtmd_cpp as mt
+
+    keep, parts = [], []
+    for p in pieces:
+        part = mt.mtmd_input_part()
+        if isinstance(p, str):
+            raw = p.encode()
+            t = mt.mtmd_input_text()
+            t.text, t.text_len, t.add_special, t.parse_special = raw, len(raw), False, True
+            keep += [raw, t]
+            part.text, part.bitmap = ctypes.pointer(t), None
+        else:
+            bm = mt.mtmd_bitmap_init(p.width, p.height, (ctypes.c_ubyte * len(p.rgb)).from_buffer_copy(p.rgb))
+            keep.append(bm)
+            part.text, part.bitmap = None, bm
+        parts.append(part)
+    arr = (ctypes.POINTER(mt.mtmd_input_part) * len(parts))(*[ctypes.pointer(x) for x in parts])
+    chunks = mt.mtmd_input_chunks_init()
+    assert mt.mtmd_tokenize_from_parts(b._projector._ctx, chunks, arr, len(parts), False) == 0
+    b.truncate(0)
+    new_pos = lc.llama_pos(0)
+    assert mt.mtmd_helper_eval_chunks(b._projector._ctx, b._ctx, chunks, 0, 0, 512, True, ctypes.byref(new_pos)) == 0
+    logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(b._ctx, -1), shape=(b.n_vocab,)).copy()
+    mt.mtmd_input_chunks_free(chunks)
+    for x in keep:
+        if isinstance(x, int):
+            mt.mtmd_bitmap_free(x)
+    lc.llama_memory_seq_rm(b._mem, 0, -1, -1)
+    b._n_past, b._shifts = 0, []
+    return logits, new_pos.value
+
+
+def test_m_rope_positions_equal_llama_cpps_own_helper_and_the_cache_counts_tokens(qvl):
+    a, c = decode(png(60)), decode(png(61, size=(200, 90)))
+    pieces = ["<|im_start|>user\n", a, "What is in it and", c, "in this?<|im_end|>\n"]
+    toks = qvl.tokenize_images(pieces, add_bos=False)
+    images = [i for i, t in enumerate(toks) if t < 0]
+    qvl.truncate(0)
+    ours = qvl.forward(toks).copy()
+    assert qvl.kv_len == len(toks)  # the KV record counts tokens ...
+    ref, n_pos = _helper_logits(qvl, pieces)
+    assert n_pos < len(toks) - 20  # ... while the images took far fewer positions
+    assert np.array_equal(ours, ref)
+    for cut in (3, images[0], images[-1] + 1, len(toks) - 3):  # cut where the cache may: never inside an image
+        qvl.truncate(0)
+        qvl.forward(toks[:cut])
+        assert np.array_equal(qvl.forward(toks[cut:]), ours), cut
+    qvl.truncate(images[-1] + 1)  # back to just after the second image, then on again
+    assert np.array_equal(qvl.forward(toks[images[-1] + 1:]), ours)
+    snap = qvl.snapshot()
+    qvl.truncate(0)
+    qvl.restore(snap)
+    qvl.truncate(len(toks) - 1)
+    assert np.array_equal(qvl.forward(toks[-1:]), ours)
+    with pytest.raises(HearthError, match="split across two batches"):
+        qvl.truncate(0)
+        qvl.forward(toks[:images[0] + 3])
+
+
+def test_an_m_rope_models_second_question_reads_the_image_from_the_cache(tiny_qwen2vl):
+    from engine.engine import Engine
+
+    e = Engine.load(tiny_qwen2vl[0], n_ctx=1024, n_threads=2, mmproj=tiny_qwen2vl[1])
+    try:
+        first = ask(image_part(png(62)), TextPart("Describe it."))
+        text, stats = reply(e, first)
+        follow = first + [Message("assistant", text or "Noise."), Message("user", "And the colour?")]
+        encodes = e.backend._projector.encodes
+        text2, stats2 = reply(e, follow)
+        assert stats2.cached_tokens >= stats.prompt_tokens - 1 and e.backend._projector.encodes == encodes
+        e.reset()
+        e.cache.clear()
+        e.backend._projector.forget()
+        assert reply(e, follow)[0] == text2  # cached = uncached
+    finally:
+        e.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import re
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -18,7 +17,7 @@ import numpy as np
 
 import llama_cpp as lc
 
-from ...errors import Cancelled, ContextFullError, HearthError, ModelLoadError, NoVisionError, UnsupportedModelError
+from ...errors import Cancelled, ContextFullError, HearthError, NoVisionError
 from ...images import DecodedImage
 from ...media import has_media
 from ...models.gguf import ModelInfo, model_info
@@ -26,7 +25,7 @@ from ...types import BackendInfo, Vocab
 from . import devices, init
 from .batch import LlamaBatch
 from .grammar import LlamaGrammar
-from .log import _log_mark, _log_since, decode_error, out_of_memory_text, parse_buffer_sizes
+from .log import _log_mark, _log_since, decode_error, load_failure, parse_buffer_sizes
 from .mtmd import Projector, decode_rows, forward_mixed
 from .threadpool import ThreadPool, check_poll, default_threads
 
@@ -135,6 +134,8 @@ class LlamaCppBackend:
         self._abort = abort
         self._abort_cb = lc.ggml_abort_callback(lambda _data: abort[0] is not None and abort[0].is_set())
         self._n_past = 0
+        # M-RoPE images take fewer positions than tokens: (index after one, positions' lag from there).
+        self._shifts: list[tuple[int, int]] = []
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self._piece_buf = ctypes.create_string_buffer(256)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self._vocab))
@@ -152,16 +153,7 @@ class LlamaCppBackend:
                 raise
 
     def _raise_load_failure(self, lines: list[str], what: str) -> None:
-        text = "".join(lines)
-        m = re.search(r"unknown model architecture: '([^']+)'", text)
-        if m:
-            raise UnsupportedModelError(
-                f"{self.path.name}: model architecture '{m.group(1)}' is not supported by this llama.cpp build")
-        errors = [ln.strip() for ln in lines if ln.strip() and ("error" in ln.lower() or "failed" in ln.lower())]
-        detail = errors[-1] if errors else "no details from llama.cpp"
-        if re.search(r"alloc|out of memory|cannot allocate", text, re.I):
-            raise ModelLoadError(f"{out_of_memory_text(lines)} to {what} for {self.path.name} ({detail})")
-        raise ModelLoadError(f"llama.cpp could not {what} for {self.path.name}: {detail}")
+        raise load_failure(lines, what, self.path.name)
 
     def _token_text(self, tid: int) -> str:
         if tid < 0 or tid >= self.n_vocab:
@@ -227,9 +219,10 @@ class LlamaCppBackend:
             chunk = tokens[start:start + self.n_batch]
             m = len(chunk)
             last_chunk = start + m == n
+            pos0 = self._pos(self._n_past)
             for i, t in enumerate(chunk):
                 batch.token[i] = t
-                batch.pos[i] = self._n_past + i
+                batch.pos[i] = pos0 + i
                 batch.n_seq_id[i] = 1
                 batch.seq_id[i][0] = 0
                 batch.logits[i] = all_logits or (last_chunk and i == m - 1)
@@ -238,7 +231,7 @@ class LlamaCppBackend:
             rc = lc.llama_decode(self._ctx, batch)
             if rc != 0:
                 # Roll back whatever part of this chunk may have landed.
-                lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)
+                lc.llama_memory_seq_rm(self._mem, 0, pos0, -1)
                 if rc == 1:
                     raise ContextFullError("no room left in the KV cache for this batch")
                 if rc == 2:
@@ -252,16 +245,31 @@ class LlamaCppBackend:
             return rows[0] if len(rows) == 1 else np.concatenate(rows)
         return np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, -1), shape=(self.n_vocab,))
 
-    def forward_embd(self, rows: np.ndarray, *, all_logits: bool, non_causal: bool) -> np.ndarray:
-        """Append an image's encoded rows to the KV in one batch; logits of every row or the last."""
+    def _pos(self, n: int) -> int:
+        """The position of the token at index ``n`` (its index, less what images before it saved)."""
+        lag = 0
+        for i, d in self._shifts:
+            if i <= n:
+                lag = d
+        return n - lag
+
+    def forward_embd(self, rows: np.ndarray, *, all_logits: bool, non_causal: bool,
+                     mrope: tuple[np.ndarray, np.ndarray, int] | None = None) -> np.ndarray:
+        """Append an image's encoded rows to the KV in one batch; logits of every row or the last.
+        ``mrope`` (a model that places images in 2-D): the rows' positions for a first position of 0
+        and how each moves with it (section-major, 4 x n), and the positions the image takes."""
         if self._n_past + len(rows) > self.n_ctx:
             raise ContextFullError(f"context is full ({self._n_past} + {len(rows)} > {self.n_ctx} tokens)")
+        pos0 = self._pos(self._n_past)
         try:
-            out = decode_rows(self._ctx, rows, self._n_past, self.n_vocab, all_logits, non_causal)
+            out = decode_rows(self._ctx, rows, pos0, self.n_vocab, all_logits, non_causal,
+                              None if mrope is None else mrope[0] + pos0 * mrope[1])
         except BaseException:
-            lc.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)  # whatever part of the batch landed
+            lc.llama_memory_seq_rm(self._mem, 0, pos0, -1)  # whatever part of the batch landed
             raise
         self._n_past += len(rows)
+        if mrope is not None and mrope[2] != len(rows):
+            self._shifts.append((self._n_past, self._n_past - (pos0 + mrope[2])))
         return out
 
     @property
@@ -289,22 +297,24 @@ class LlamaCppBackend:
         if n >= self._n_past:
             return
         n = max(0, n)
-        if not lc.llama_memory_seq_rm(self._mem, 0, n, -1):
+        if not lc.llama_memory_seq_rm(self._mem, 0, self._pos(n), -1):
             raise HearthError("this model's memory cannot be partially rolled back")
         self._n_past = n
+        self._shifts = [(i, d) for i, d in self._shifts if i <= n]
 
-    def snapshot(self) -> tuple[int, bytearray]:
+    def snapshot(self) -> tuple:
         size = lc.llama_state_seq_get_size(self._ctx, 0)
         data = bytearray(size)
         written = lc.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
         if written != size:
             del data[written:]
-        return (self._n_past, data)
+        return (self._n_past, data, tuple(self._shifts))
 
-    def restore(self, state: tuple[int, bytearray]) -> None:
-        n_past, data = state
+    def restore(self, state: tuple) -> None:
+        n_past, data = state[0], state[1]
         lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
         self._n_past = 0
+        self._shifts = []
         if n_past == 0:
             return
         size = len(data)
@@ -312,6 +322,7 @@ class LlamaCppBackend:
         if not ok:
             raise HearthError("could not restore a KV snapshot (it was taken from another model or context)")
         self._n_past = n_past
+        self._shifts = list(state[2]) if len(state) > 2 else []
 
     def nbytes(self, state: tuple[int, bytearray]) -> int:
         return len(state[1])

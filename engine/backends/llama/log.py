@@ -113,3 +113,20 @@ def parse_buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
             out[key] = out.get(key, 0) + b
             out[f"{key}@{dev}"] = out.get(f"{key}@{dev}", 0) + b
     return out
+
+
+def load_failure(lines: Sequence[str], what: str, name: str) -> HearthError:
+    """The error for a load that failed (``what``: "load the model", "create a 4096-token context"),
+    read from llama.cpp's log lines: an unknown architecture, memory, or the last error line."""
+    from ...errors import ModelLoadError, UnsupportedModelError
+
+    text = "".join(lines)
+    m = re.search(r"unknown model architecture: '([^']+)'", text)
+    if m:
+        return UnsupportedModelError(f"{name}: model architecture '{m.group(1)}' is not supported by this "
+                                     "llama.cpp build")
+    errors = [ln.strip() for ln in lines if ln.strip() and ("error" in ln.lower() or "failed" in ln.lower())]
+    detail = errors[-1] if errors else "no details from llama.cpp"
+    if re.search(r"alloc|out of memory|cannot allocate", text, re.I):
+        return ModelLoadError(f"{out_of_memory_text(lines)} to {what} for {name} ({detail})")
+    return ModelLoadError(f"llama.cpp could not {what} for {name}: {detail}")

@@ -9,8 +9,9 @@ was evicted. Each bitmap's id is its SHA-256, never a placeholder.
 
 The header is checked strictly before libmtmd sees the file: a model file given as
 a projector, a projector for another model (its embedding size) and an audio-only
-one each get one clear line. Models whose images take other positions than tokens
-(M-RoPE: Qwen2-VL and later) are refused at load for now, with that reason.
+one each get one clear line. Models whose images take fewer positions than tokens (M-RoPE:
+Qwen2-VL and later) get each token's 2-D position from libmtmd; the backend keeps
+token indices (what the KV record and the cache count) and positions apart.
 """
 from __future__ import annotations
 
@@ -104,11 +105,10 @@ class Projector:
         if not mt.mtmd_support_vision(self._ctx):
             self.close()
             raise UnsupportedModelError(f"{self.path.name} cannot read images")
-        if mt.mtmd_decode_use_mrope(self._ctx):
-            self.close()
-            raise UnsupportedModelError(
-                f"{self.path.name} places image tokens with M-RoPE positions (Qwen2-VL and later); "
-                "Hearth does not run those yet")
+        # Qwen2-VL and later place an image's tokens on a 2-D grid (M-RoPE): it takes fewer
+        # positions than tokens, and the backend keeps token indices and positions apart.
+        self.mrope = bool(mt.mtmd_decode_use_mrope(self._ctx))
+        self._mpos: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         self._slots: dict[tuple[str, int], int] = {}
         self._chunks: OrderedDict[int, int] = OrderedDict()  # slot -> an mtmd chunk waiting to be encoded
         self._non_causal: dict[int, bool] = {}
@@ -201,6 +201,8 @@ class Projector:
             k = seen.get(sha, 0)
             seen[sha] = k + 1
             slot = self._slot(sha, k)
+            if self.mrope and slot not in self._mpos:
+                self._mpos[slot] = _grid_positions(c, n)
             if slot not in self._embd and slot not in self._chunks:
                 self._chunks[slot] = mt.mtmd_input_chunk_copy(c)
                 self._non_causal[slot] = bool(mt.mtmd_decode_use_non_causal(self._ctx, c))
@@ -208,6 +210,10 @@ class Projector:
                     mt.mtmd_input_chunk_free(self._chunks.popitem(last=False)[1])
             out.extend(media_token(slot, r) for r in range(n))
         return out
+
+    def mrope_positions(self, slot: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """An M-RoPE image's positions (see LlamaCppBackend.forward_embd), None for other models."""
+        return self._mpos.get(slot) if self.mrope else None
 
     def non_causal(self, slot: int) -> bool:
         return self._non_causal.get(slot, False)
@@ -258,6 +264,20 @@ class Projector:
                 self._ctx = None
 
 
+def _grid_positions(chunk: object, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """An M-RoPE image chunk's positions for a first position of 0, how each moves with the first
+    (the decoder's sections are t, y, x, z, as llama.cpp's own helper writes them; read for two
+    first positions), and its n_pos."""
+    tokens = mt.mtmd_input_chunk_get_tokens_image(chunk)
+    at = []
+    for base in (0, 1):
+        out = (mt.mtmd_decoder_pos * n)()
+        mt.mtmd_helper_image_get_decoder_pos(tokens, base, out)
+        at.append(np.array([[p.t for p in out], [p.y for p in out], [p.x for p in out], [p.z for p in out]],
+                           dtype=np.int64))
+    return at[0], at[1] - at[0], int(mt.mtmd_input_chunk_get_n_pos(chunk))
+
+
 def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
     """``backend.forward`` for a token list holding images: text runs as text, each image chunk's
     rows as embeddings in one batch of their own (where the model attends across an image at once,
@@ -277,9 +297,11 @@ def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int
             while j < n and tokens[j] < 0 and slot_row(tokens[j]) == (slot, row + j - i):
                 j += 1
             rows = proj.embeddings(slot)[row:row + j - i]
-            if proj.non_causal(slot) and (row or row + j - i < len(proj.embeddings(slot))):
+            grid = proj.mrope_positions(slot)
+            if (proj.non_causal(slot) or grid is not None) and (row or row + j - i < len(proj.embeddings(slot))):
                 raise HearthError("an image was split across two batches; this model reads each image whole")
-            out = backend.forward_embd(rows, all_logits=all_logits or j == n, non_causal=proj.non_causal(slot))
+            out = backend.forward_embd(rows, all_logits=all_logits or j == n, non_causal=proj.non_causal(slot),
+                                       mrope=grid)
         outs.append(out if all_logits else out.copy())
         i = j
     if all_logits:
@@ -288,14 +310,22 @@ def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int
 
 
 def decode_rows(ctx: object, rows: np.ndarray, n_past: int, n_vocab: int, all_logits: bool,
-                non_causal: bool) -> np.ndarray:
-    """One llama_decode of embedding rows at positions n_past..; logits of every row or the last."""
+                non_causal: bool, grid: np.ndarray | None = None) -> np.ndarray:
+    """One llama_decode of embedding rows at positions n_past.. (``grid``: M-RoPE positions, 4 x n,
+    section-major); logits of every row or the last."""
     m, width = rows.shape
     batch = lc.llama_batch_init(m, width, 1)
+    # llama_batch_free frees the batch's own pos array: keep its address (a ctypes pointer field
+    # read back would follow the field, not the address) and put it back before.
+    own_pos = ctypes.cast(batch.pos, ctypes.c_void_p).value
+    if grid is not None:
+        flat = (lc.llama_pos * (4 * m))(*np.ascontiguousarray(grid, dtype=np.int64).reshape(-1).tolist())
+        batch.pos = ctypes.cast(flat, ctypes.POINTER(lc.llama_pos))
     try:
         ctypes.memmove(batch.embd, np.ascontiguousarray(rows, dtype=np.float32).ctypes.data, m * width * 4)
         for i in range(m):
-            batch.pos[i] = n_past + i
+            if grid is None:
+                batch.pos[i] = n_past + i
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = 0
             batch.logits[i] = all_logits or i == m - 1
@@ -315,6 +345,7 @@ def decode_rows(ctx: object, rows: np.ndarray, n_past: int, n_vocab: int, all_lo
         if rc != 0:
             raise decode_error(rc, m, mark)
     finally:
+        batch.pos = ctypes.cast(own_pos or 0, ctypes.POINTER(lc.llama_pos))
         lc.llama_batch_free(batch)
     if all_logits:
         return np.ctypeslib.as_array(lc.llama_get_logits(ctx), shape=(m, n_vocab)).copy()
@@ -326,4 +357,5 @@ class MixedForward(Protocol):
 
     def forward_text(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray: ...
 
-    def forward_embd(self, rows: np.ndarray, *, all_logits: bool, non_causal: bool) -> np.ndarray: ...
+    def forward_embd(self, rows: np.ndarray, *, all_logits: bool, non_causal: bool,
+                     mrope: tuple[np.ndarray, np.ndarray, int] | None = None) -> np.ndarray: ...
