@@ -157,3 +157,18 @@ def test_the_projector_is_chosen_by_hand_in_settings_or_turned_off(qtbot, data_d
         loaded.engine.close()
     with pytest.raises(SettingsError, match="mmproj: must be auto, none or a vision projector"):
         Settings(mmproj=str(tmp_path / "gone.gguf")).validate()
+
+
+def test_a_missing_image_file_shows_its_place_and_the_rest_still_shows(qtbot, make_window):
+    w = make_window(start=False)
+    cid = w.current
+    keep, lose = w.store.attachments.put(png(71)), w.store.attachments.put(png(72))
+    w.store.start_turn(cid, "two pictures", attached=[ImagePart(keep, "image/png"), ImagePart(lose, "image/png")])
+    w.store.attachments.path(lose).unlink()  # gone behind Hearth's back
+    w.open_conversation(cid)
+    user = w.store.messages(cid)[0]
+    strip = w.chat.widget(user.id).images
+    labels = [strip.row.itemAt(i).widget() for i in range(strip.row.count()) if strip.row.itemAt(i).widget()]
+    assert strip.shown == [keep, lose] and labels[1].text() == f"[image {lose[:12]} is missing]"
+    parts = w.replies.history(cid, "")[0].parts
+    assert [p.data is not None for p in parts if isinstance(p, ImagePart)] == [True, False]

@@ -373,3 +373,9 @@ def test_an_m_rope_models_second_question_reads_the_image_from_the_cache(tiny_qw
         assert reply(e, follow)[0] == text2  # cached = uncached
     finally:
         e.close()
+
+
+def test_an_image_gone_from_the_data_folder_is_named_not_replaced(vengine):
+    gone = probe(png(70))
+    with pytest.raises(HearthError, match=f"the image {gone.sha256[:12]} is not in the data folder any more"):
+        list(vengine.stream(ask(ImagePart(gone.sha256, gone.mime), TextPart("hi")), GREEDY))
