@@ -80,6 +80,9 @@ def test_fit_badges_come_from_headers_read_with_range_requests(server):
     q4 = next(f for f in ggufs if f.name == "qwen-7b-Q4_K_M.gguf")
     badge, summary, spec = hub_search.fit("acme/Qwen-7B-GGUF", q4, HW8)
     assert badge == lib.FIT_GPU and spec.quant == "Q4_K_M" and spec.n_layers == 28
+    # The repository's projector is not a GGUF: the model still gets its badge, the projector
+    # counted by its size (it is downloaded with the model, and refused when it loads).
+    assert q4.projector == "mmproj-qwen-F16.gguf" and spec.vision_bytes == 2000
     # The header is bigger than the first MiB: the read grows, and never fetches the weights.
     assert server.gets("qwen-7b-Q4_K_M.gguf") == ["bytes=0-1048575", "bytes=0-4194303"]
     split = next(f for f in ggufs if len(f.parts) == 2)

@@ -182,9 +182,17 @@ def remote_spec(repo_id: str, f: HubFile, revision: str | None = None):
     if f.projector:  # its eyes come with it: the plan and the fit badge count them
         from .projector import memory_of
 
-        g = remote_gguf_header(repo_id, f.projector, f.projector_size, revision)
-        if g.metadata.get("clip.vision.projection_dim") in (None, spec.n_embd):
-            spec.vision_bytes = sum(memory_of(g.metadata, sum(t.nbytes for t in g.tensors)))
+        try:
+            g = remote_gguf_header(repo_id, f.projector, f.projector_size, revision)
+        except HubOffline:
+            raise
+        except HubError:
+            # An unreadable projector must not hide the model's badge: it is downloaded with the
+            # model, so its bytes count; loading it later refuses it with the file's own error.
+            spec.vision_bytes = f.projector_size
+        else:
+            if g.metadata.get("clip.vision.projection_dim") in (None, spec.n_embd):
+                spec.vision_bytes = sum(memory_of(g.metadata, sum(t.nbytes for t in g.tensors)))
     return spec
 
 
@@ -222,7 +230,7 @@ def fit(repo_id: str, f: HubFile, hardware=None, *, kind: str = "gguf", revision
     """(badge, summary, spec) for one entry on this machine (or ``hardware``): the
     planner on the real shapes. ``kind`` "transformers" plans the repository's weights."""
     from ..sizing.plan import plan_for
-    from ..sizing.shape import Resolved
+    from ..sizing.resolve import Resolved
     from .library import badge_for_plan
 
     if kind == "gguf":
