@@ -29,7 +29,7 @@ from .metrics import GenerationStats
 from .media import has_media, whole as whole_images
 from .models.catalogue import ModelRef, resolve
 from .prompt import PromptBuilder
-from .grammar import ConstrainedSampler, NoGrammar, TokenConstraint
+from .grammar import ConstrainedSampler, tool_constraint
 from .spec.controller import SpecController, SpecStats, measure_round_costs, model_draft_ceiling
 from .spec.drafts import DraftSource, ModelDraft, NgramDraft, check_draft_compatible
 from .spec.step import speculative_step
@@ -384,15 +384,6 @@ class Engine:
         if self.draft is not None:
             self.draft.backend.close()
         self.backend.close()
-
-
-def tool_constraint(backend: Backend, plan: ToolPlan) -> TokenConstraint | None:
-    """The grammar every call of ``plan`` follows; None on a backend without grammars,
-    whose calls are parsed and validated instead (ToolCallParser)."""
-    try:
-        return backend.grammar(plan.grammar(), plan.triggers())
-    except NoGrammar:
-        return None
 
 
 def _detect_layout(backend: Backend) -> Layout | None:

@@ -8,11 +8,15 @@ scheduler's batched one.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 import numpy as np
 
 from .errors import HearthError
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
+    from .formats.tools import ToolPlan
 
 
 class TokenConstraint(Protocol):
@@ -32,6 +36,15 @@ class GrammarError(HearthError):
 
 class NoGrammar(GrammarError):
     """This backend has no grammars: a tool call is then parsed and validated, not constrained."""
+
+
+def tool_constraint(backend: "Backend", plan: "ToolPlan") -> TokenConstraint | None:
+    """The grammar every call of ``plan`` follows; None on a backend without grammars,
+    whose calls are parsed and validated instead (ToolCallParser)."""
+    try:
+        return backend.grammar(plan.grammar(), plan.triggers())
+    except NoGrammar:
+        return None
 
 
 class Gate(Protocol):

@@ -23,8 +23,8 @@ from engine.sizing.memory import MARGIN, Config, estimate, kv_cells, kv_layer_by
 from engine.sizing.plan import STATUS_FITS, STATUS_NO, STATUS_OFFLOAD, Choices, plan_for
 from engine.sizing.report import plan_dict, reasons, render_table
 from engine.sizing.search import Search
-from engine.sizing.shape import (ModelSpec, Resolved, find_known, gguf_spec, known_models, resolve_spec,
-                                spec_from_gguf, specs_from_hf_dir)
+from engine.sizing.resolve import Resolved, find_known, known_models, resolve_spec
+from engine.sizing.shape import ModelSpec, gguf_spec, spec_from_gguf, specs_from_hf_dir
 
 HERE = Path(__file__).parent / "fixtures" / "sizing"
 _spec = importlib.util.spec_from_file_location("make_fixtures", HERE / "make_fixtures.py")

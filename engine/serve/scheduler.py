@@ -23,9 +23,9 @@ from collections import deque
 from typing import Generator, Iterator
 
 from .. import openmp
-from ..engine import Engine, tool_constraint
+from ..engine import Engine
 from ..errors import HearthError
-from ..grammar import TokenConstraint
+from ..grammar import TokenConstraint, tool_constraint
 from ..metrics import GenerationStats, openai_finish_reason
 from ..formats import opens_in_prompt
 from ..prompt import PromptBuilder

@@ -20,7 +20,8 @@ from ..errors import HearthError
 from .hardware import Hardware, probe
 from .memory import Breakdown, Config, estimate
 from .search import CTX_FLOOR, Choices, Search, Shortfall
-from .shape import AUTO_QUANTS, KnownModel, ModelSpec, Resolved, known_models, resolve_spec, spec_from_gguf
+from .resolve import KnownModel, Resolved, known_models, resolve_spec
+from .shape import AUTO_QUANTS, ModelSpec, spec_from_gguf
 
 __all__ = ["STATUS_FITS", "STATUS_NO", "STATUS_OFFLOAD", "Choices", "Plan", "plan_for"]
 

@@ -18,7 +18,7 @@ from .hardware import Hardware, format_size
 from .memory import MARGIN, Breakdown
 from .plan import Choices, Plan, plan_for
 from .report import knob_values
-from .shape import Resolved
+from .resolve import Resolved
 
 log = logging.getLogger("hearth.sizing")
 
