@@ -265,8 +265,9 @@ class Engine:
             spent = self.prompts.template_s, self.prompts.tokenize_s
             built = self.prompts.build(messages, reserve=params.max_tokens, policy=context_policy,
                                        template_kwargs=template_kwargs)
-            shared = self.prompts.shared_system_tokens(built.messages, template_kwargs)
-            checkpoints = self.kv.checkpoint(shared, built.tokens) if shared else []
+            checkpoints = self.kv.checkpoint(built.tokens,
+                                             self.prompts.shared_system_tokens(built.messages, template_kwargs),
+                                             self.prompts.shared_image_tokens(built.messages, template_kwargs))
             rec.prompt_built(self.prompts.template_s - spent[0], self.prompts.tokenize_s - spent[1])
             yield from self._run(built.tokens, params, cancel, t_start, checkpoints, progress, built.dropped, rec,
                                  t_prefill=time.perf_counter(), layout=self.layout,

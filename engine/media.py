@@ -7,12 +7,13 @@ the projector that encoded it) and the row inside it. Two prompts then share a
 prefix through an image exactly when they hold the same image (its SHA-256)
 at the same place, and no text token can ever equal an image position.
 
-Slots are per process: a token list holding images is never written to the
-on-disk prefix store (another process would read other images into them).
+Slots are per process. For the on-disk prefix store a token list is made
+portable first: its slots renumbered in order of appearance, beside the names of
+the images they hold (``portable``), which another process compares in full.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 SPAN = 1 << 16             # most positions one encoded chunk takes
 MAX_SLOTS = (1 << 15) - 1  # keeps every id within int32
@@ -58,3 +59,18 @@ def run_end(tokens: Sequence[int], i: int) -> int:
     while j < len(tokens) and tokens[j] < 0 and slot_row(tokens[j]) == (slot, j - i + slot_row(tokens[i])[1]):
         j += 1
     return j
+
+
+def portable(tokens: Sequence[int], name_of: Callable[[int], str]) -> tuple[list[int], list[str]]:
+    """``tokens`` with each image's slot renumbered by its first appearance (0, 1, ...), and the
+    names of those images (``name_of(slot)``: the SHA-256 and appearance, Backend.media_name).
+    The same prompt in another process gives the same pair; text tokens are unchanged."""
+    order: dict[int, int] = {}
+    out: list[int] = []
+    for t in tokens:
+        if t >= 0:
+            out.append(t)
+            continue
+        slot, row = slot_row(t)
+        out.append(media_token(order.setdefault(slot, len(order)), row))
+    return out, [name_of(slot) for slot in order]

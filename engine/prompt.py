@@ -85,6 +85,7 @@ class PromptBuilder:
         self.backend = backend
         self.template = template
         self._sys_tokens: dict[str, list[int]] = {}
+        self._img_tokens: dict[tuple, list[int]] = {}  # shared_image_tokens, per system prompt and images
         self._images: dict[str, DecodedImage] = {}  # decoded once per prompt build, not per candidate cut
         self._cut: tuple[tuple[Message, ...], int] | None = None  # (the messages left out, how many)
         # Seconds spent rendering and tokenizing so far; a request's timeline diffs them.
@@ -243,4 +244,36 @@ class PromptBuilder:
             self.template_s += t1 - t0
             self.tokenize_s += perf_counter() - t1
             shared = self._sys_tokens[key] = ta[:common_prefix_len(ta, tb)]
+        return shared
+
+    def shared_image_tokens(self, messages: Sequence[Message],
+                            template_kwargs: Mapping[str, Any] | None = None) -> list[int] | None:
+        """The tokens every conversation shares that starts (after any system prompt) with the
+        images the first user message opens with: the system prompt, the user header and those
+        images. A new conversation, or a restart (the disk store), then reads them without an
+        encode or a prefill. None when the first user message does not open with an image."""
+        head = 1 if messages and messages[0].role == "system" else 0
+        if len(messages) <= head or messages[head].role != "user":
+            return None
+        images = []
+        for p in messages[head].parts:
+            if not isinstance(p, ImagePart):
+                break
+            images.append(p)
+        if not images:
+            return None
+        kw = dict(template_kwargs or {})
+        key = (messages[0].content if head else None, tuple(p.sha256 for p in images),
+               repr(sorted(kw.items(), key=lambda i: i[0])))
+        shared = self._img_tokens.get(key)
+        if shared is None:
+            # Two renders that differ only in the user's words after the images (as for the system prompt).
+            try:
+                ta, tb = (self._encode([*messages[:head], Message.of("user", *images, u)], kw)[1]
+                          for u in ("A", "Z"))
+            except HearthError:  # a template that insists on another shape: no checkpoint
+                return None
+            if len(self._img_tokens) > 16:
+                self._img_tokens.clear()
+            shared = self._img_tokens[key] = ta[:common_prefix_len(ta, tb)]
         return shared

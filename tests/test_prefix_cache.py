@@ -250,7 +250,7 @@ def test_a_restart_keeps_the_disk_snapshot_in_memory_as_read(bundled_path, tmp_p
     e2 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
     read = []
     real_load = e2.store.load
-    e2.store.load = lambda tokens: read.append(real_load(tokens)) or read[-1]
+    e2.store.load = lambda *args: read.append(real_load(*args)) or read[-1]
     r2 = run(e2, conv)
     assert r2.stats.cached_tokens > 0 and len(read) == 1 and read[0] is not None
     assert any(e.state[1] is read[0] for e in e2.cache._entries.values())

@@ -71,6 +71,10 @@ class Backend(Protocol):
         """Text pieces and ``images.DecodedImage``s, in order -> ids; an image's positions are
         ``engine.media`` ids (below zero). errors.NoVisionError where no projector is loaded."""
 
+    def media_name(self, slot: int) -> str:
+        """The image behind an ``engine.media`` slot, named the same in every process (its
+        SHA-256 and appearance), so a prefix holding it can be stored on disk."""
+
     def token_bytes(self, token_id: int) -> bytes:
         """The raw bytes a token contributes to the output (b"" for control tokens)."""
 

@@ -4,7 +4,9 @@ An entry's identity is the *content* of the model file (a SHA-256, memoised
 by path/size/mtime so it is computed once per file version), the backend and
 its state-format version, and every setting that changes the KV bytes (KV
 type). A file whose header, identity or checksum does not match is deleted
-and ignored, never restored.
+and ignored, never restored. A prefix that holds images is stored with its
+tokens made portable (``engine.media.portable``) and the images' names (SHA-256
+and appearance) in its header; both are compared in full before a restore.
 """
 from __future__ import annotations
 
@@ -61,16 +63,18 @@ class PrefixStore:
         self._id_digest = hashlib.sha256(json.dumps(self.identity).encode()).hexdigest()
         self.rejected = 0
 
-    def _path(self, tokens: np.ndarray) -> Path:
-        h = hashlib.sha256(self._id_digest.encode() + tokens.tobytes()).hexdigest()
+    def _path(self, tokens: np.ndarray, images: Sequence[str] = ()) -> Path:
+        named = "\n".join(images).encode()
+        h = hashlib.sha256(self._id_digest.encode() + tokens.tobytes() + named).hexdigest()
         return self.root / f"{h[:32]}.kv"
 
-    def save(self, tokens: Sequence[int], state: bytes | bytearray) -> Path:
+    def save(self, tokens: Sequence[int], state: bytes | bytearray, images: Sequence[str] = ()) -> Path:
+        """Store ``state`` for exactly ``tokens`` (portable ids, with ``images`` naming their slots)."""
         arr = np.asarray(tokens, dtype=np.int32)
         payload = arr.tobytes() + bytes(state)
         header = json.dumps({"identity": self.identity, "n_tokens": len(arr), "state_len": len(state),
-                             "sha256": hashlib.sha256(payload).hexdigest()}).encode()
-        path = self._path(arr)
+                             "images": list(images), "sha256": hashlib.sha256(payload).hexdigest()}).encode()
+        path = self._path(arr, images)
         blob = MAGIC + struct.pack("<I", len(header)) + header + payload
         if self.max_bytes is not None and len(blob) > self.max_bytes:
             return path  # could never fit: write nothing rather than evict everything
@@ -101,14 +105,14 @@ class PrefixStore:
             total -= size
             self.evictions += 1
 
-    def load(self, tokens: Sequence[int]) -> bytearray | None:
+    def load(self, tokens: Sequence[int], images: Sequence[str] = ()) -> bytearray | None:
         """The stored state for exactly ``tokens``, or None. Bad files are deleted.
 
         The file is read once into the buffer that is returned, and checked through
         views of it: a restart's first reply waits on this, and each extra copy of a
         snapshot of tens of MB costs as much as its checksum."""
         arr = np.asarray(tokens, dtype=np.int32)
-        path = self._path(arr)
+        path = self._path(arr, images)
         if not path.exists():
             return None
         try:
@@ -117,11 +121,11 @@ class PrefixStore:
                 got = f.readinto(data)
             if got != len(data):
                 del data[got:]  # shrunk while being read: the checks below see it truncated
-            why, offset = self._check(data, arr)
+            why, offset = self._check(data, arr, images)
         except OSError as e:
             why, offset = f"unreadable ({e.strerror})", 0
         if why:
-            self.reject(tokens, why)
+            self.reject(tokens, why, images)
             return None
         try:
             os.utime(path)  # recently used: the cap evicts others first
@@ -130,7 +134,7 @@ class PrefixStore:
         del data[:offset]  # the state alone; CPython drops a bytearray's head without moving the rest
         return data
 
-    def _check(self, data: bytearray, arr: np.ndarray) -> tuple[str, int]:
+    def _check(self, data: bytearray, arr: np.ndarray, images: Sequence[str]) -> tuple[str, int]:
         """("", where the state starts) for a sound entry; (why not, 0) otherwise."""
         if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
             return "bad magic", 0
@@ -144,6 +148,8 @@ class PrefixStore:
             return "bad header", 0
         if header.get("identity") != self.identity:
             return "stale (model or settings changed)", 0
+        if header.get("images", []) != list(images):
+            return "image mismatch", 0
         with memoryview(data) as view, view[start + hlen:] as payload:  # released: the caller trims data
             if len(payload) != arr.nbytes + header["state_len"]:
                 return "truncated", 0
@@ -153,9 +159,9 @@ class PrefixStore:
                 return "token mismatch", 0
         return "", start + hlen + arr.nbytes
 
-    def reject(self, tokens: Sequence[int], why: str) -> None:
+    def reject(self, tokens: Sequence[int], why: str, images: Sequence[str] = ()) -> None:
         """Drop an entry that failed a check (or failed to restore)."""
         self.rejected += 1
-        path = self._path(np.asarray(tokens, dtype=np.int32))
+        path = self._path(np.asarray(tokens, dtype=np.int32), images)
         log.warning("dropping cached prefix %s: %s", path.name, why)
         path.unlink(missing_ok=True)

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from ..backends.base import Backend
 from ..errors import Cancelled, HearthError
-from ..media import has_media, run_end, whole
+from ..media import has_media, portable, run_end, whole
 from .disk_store import PrefixStore
 from .prefix_cache import PrefixCache, common_prefix_len
 
@@ -78,15 +78,19 @@ class KVReuse:
         """The tokens the backend's KV holds now (a copy)."""
         return list(self._kv_tokens)
 
-    def checkpoint(self, shared: Sequence[int], prompt: Sequence[int]) -> list[int]:
-        """Prompt lengths worth snapshotting on the way through prefill: the part
-        of ``prompt`` that it shares with ``shared`` (a system prompt and the
-        template's user header), if it is at least one block and leaves the
-        last prompt token to compute."""
+    def checkpoint(self, prompt: Sequence[int], *shared: Sequence[int] | None) -> list[int]:
+        """Prompt lengths worth snapshotting on the way through prefill: for each of
+        ``shared`` (a system prompt and the template's user header; the same with the
+        first message's images), the part of ``prompt`` it shares, if that is at least
+        one block and leaves the last prompt token to compute. Shortest first."""
         if not self.enabled:
             return []
-        n = common_prefix_len(shared, prompt)
-        return [n] if self.cache.block <= n < len(prompt) - 1 else []
+        out = set()
+        for s in shared:
+            n = whole(prompt, common_prefix_len(s, prompt)) if s else 0
+            if self.cache.block <= n < len(prompt) - 1:
+                out.add(n)
+        return sorted(out)
 
     def prepare(self, prompt: list[int], checkpoints: Sequence[int] = (), *,
                 cancel: threading.Event | None = None, progress: ProgressFn | None = None) -> int:
@@ -123,24 +127,25 @@ class KVReuse:
         """Bring the KV to exactly ``tokens``: from disk if stored, else by
         prefilling; then cache it in memory (pinned) and on disk."""
         b = self.backend
-        # Image positions name this process's encoded chunks: such a prefix is never stored on disk.
-        store = self.store if self.store is not None and not has_media(tokens) else None
-        stored = store.load(tokens) if store else None
+        store = self.store
+        # Image positions name this process's slots: on disk they are renumbered and named.
+        key, images = portable(tokens, b.media_name) if has_media(tokens) else (tokens, [])
+        stored = store.load(key, images) if store is not None else None
         if stored is not None:
             try:
                 state = b.state_from_bytes(len(tokens), stored)
                 b.restore(state)  # the KV now equals this state: it is what the memory cache keeps too
                 served = len(tokens)
             except HearthError as e:  # passed its checksum but the backend refused it
-                store.reject(tokens, str(e))  # type: ignore[union-attr]
+                store.reject(key, str(e), images)  # type: ignore[union-attr]
                 b.truncate(0)
                 stored, served = None, 0
         if stored is None:
             prefill(b, tokens[b.kv_len:], cancel=cancel, progress=progress, done=b.kv_len, total=total)
             state = b.snapshot()
         self.cache.insert(tokens, lambda: state, b.nbytes, pinned=True)
-        if store and stored is None:
-            store.save(tokens, b.state_bytes(state))
+        if store is not None and stored is None:
+            store.save(key, b.state_bytes(state), images)
         return served
 
     def _save_live(self) -> None:

@@ -115,6 +115,9 @@ class HFBackend:
         raise NoVisionError("images need a GGUF model with its projector (mmproj); "
                             "the transformers backend reads text only for now")
 
+    def media_name(self, slot: int) -> str:
+        raise NoVisionError("the transformers backend reads no images")
+
     def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
         ids = self.tok.encode(text, add_special_tokens=False, split_special_tokens=not special)
         if add_bos and self._bos_id is not None:

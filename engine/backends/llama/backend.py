@@ -22,7 +22,7 @@ from ...images import DecodedImage
 from ...media import has_media
 from ...models.gguf import ModelInfo, model_info
 from ...types import BackendInfo, Vocab
-from . import devices, init
+from . import devices, init, state
 from .batch import LlamaBatch
 from .grammar import LlamaGrammar
 from .log import _log_mark, _log_since, decode_error, load_failure, parse_buffer_sizes
@@ -303,38 +303,34 @@ class LlamaCppBackend:
         self._shifts = [(i, d) for i, d in self._shifts if i <= n]
 
     def snapshot(self) -> tuple:
-        size = lc.llama_state_seq_get_size(self._ctx, 0)
-        data = bytearray(size)
-        written = lc.llama_state_seq_get_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
-        if written != size:
-            del data[written:]
-        return (self._n_past, data, tuple(self._shifts))
+        return state.take(self._ctx, self._n_past, tuple(self._shifts))
 
-    def restore(self, state: tuple) -> None:
-        n_past, data = state[0], state[1]
+    def restore(self, snap: tuple) -> None:
         lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
         self._n_past = 0
         self._shifts = []
-        if n_past == 0:
+        if snap[0] == 0:
             return
-        size = len(data)
-        ok = lc.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
-        if not ok:
-            raise HearthError("could not restore a KV snapshot (it was taken from another model or context)")
-        self._n_past = n_past
-        self._shifts = list(state[2]) if len(state) > 2 else []
+        state.put(self._ctx, snap[1])
+        self._n_past = snap[0]
+        self._shifts = list(snap[2]) if len(snap) > 2 else []
 
-    def nbytes(self, state: tuple[int, bytearray]) -> int:
-        return len(state[1])
+    def nbytes(self, snap: tuple) -> int:
+        return len(snap[1])
 
-    def state_bytes(self, state: tuple[int, bytearray]) -> bytearray:
-        return state[1]
+    def state_bytes(self, snap: tuple) -> bytes:
+        return state.to_bytes(snap)
 
-    def state_from_bytes(self, n_tokens: int, data: bytearray) -> tuple[int, bytearray]:
-        return (n_tokens, data)
+    def state_from_bytes(self, n_tokens: int, data: bytearray) -> tuple:
+        return state.from_bytes(n_tokens, data)
+
+    def media_name(self, slot: int) -> str:
+        if self._projector is None:
+            raise NoVisionError(f"{self.info.name} has read no images")
+        return self._projector.name(slot)
 
     def state_identity(self) -> dict[str, str]:
-        return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__}",
+        return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__} {state.FORMAT}",
                 "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack),
                 "tiled_mm": os.environ.get("GGML_CPU_TILED_MM", "1")}
 

@@ -110,6 +110,7 @@ class Projector:
         self.mrope = bool(mt.mtmd_decode_use_mrope(self._ctx))
         self._mpos: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         self._slots: dict[tuple[str, int], int] = {}
+        self._names: list[str] = []  # slot -> "sha256:appearance"
         self._chunks: OrderedDict[int, int] = OrderedDict()  # slot -> an mtmd chunk waiting to be encoded
         self._non_causal: dict[int, bool] = {}
         self._embd: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -136,7 +137,15 @@ class Projector:
                 raise HearthError("this model has read too many different images since it was loaded; "
                                   "reload it to read more")
             slot = self._slots[key] = len(self._slots)
+            self._names.append(f"{sha}:{k}")
         return slot
+
+    def name(self, slot: int) -> str:
+        """What a slot holds, the same in every process: the image's SHA-256 and, for an image
+        that appears again in one prompt, which appearance."""
+        if not 0 <= slot < len(self._names):
+            raise HearthError("an image position names no image this model has read")
+        return self._names[slot]
 
     def tokenize(self, pieces: Sequence[str | DecodedImage], *, add_bos: bool) -> list[int]:
         """Token ids for text and images in order; text control tokens are parsed."""

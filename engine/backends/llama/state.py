@@ -1,0 +1,65 @@
+"""A llama.cpp sequence's KV snapshot, in memory and as bytes for the disk store.
+
+A snapshot is (tokens in the KV, llama.cpp's sequence state, the M-RoPE shifts).
+The shifts matter for models that place an image on a 2-D grid (Qwen2-VL and
+later): the image takes fewer positions than tokens, so every token after it sits
+at its index less a lag. The KV bytes hold those positions already; the shifts let
+the backend place the next token, roll back, and restore a snapshot exactly. They
+travel in the bytes too, so a prefix with such an image read back after a restart
+continues at the right position.
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import llama_cpp as lc
+
+from ...errors import HearthError
+
+# The bytes' layout: a count, then (token index, lag) pairs, then llama.cpp's state.
+FORMAT = "shifts1"
+_COUNT = struct.Struct("<I")
+_PAIR = struct.Struct("<qq")
+
+Shifts = tuple[tuple[int, int], ...]
+State = tuple[int, bytearray, Shifts]
+
+
+def take(ctx: object, n_past: int, shifts: Shifts) -> State:
+    """Sequence 0's state as it is now."""
+    size = lc.llama_state_seq_get_size(ctx, 0)
+    data = bytearray(size)
+    written = lc.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
+    if written != size:
+        del data[written:]
+    return (n_past, data, shifts)
+
+
+def put(ctx: object, data: bytearray) -> None:
+    """Write a state back into sequence 0 (which the caller emptied)."""
+    ok = lc.llama_state_seq_set_data(ctx, (ctypes.c_uint8 * len(data)).from_buffer(data), len(data), 0)
+    if not ok:
+        raise HearthError("could not restore a KV snapshot (it was taken from another model or context)")
+
+
+def to_bytes(state: tuple) -> bytes:
+    """The state with its shifts in front (one copy of the state, which the store makes anyway)."""
+    shifts: Shifts = state[2] if len(state) > 2 else ()
+    head = _COUNT.pack(len(shifts)) + b"".join(_PAIR.pack(i, d) for i, d in shifts)
+    return head + bytes(state[1])
+
+
+def from_bytes(n_tokens: int, data: bytearray) -> State:
+    """Inverse of ``to_bytes``; ``data`` is trimmed in place (no copy of the state)."""
+    if len(data) < _COUNT.size:
+        raise HearthError("a stored KV snapshot is too short to be one")
+    (count,) = _COUNT.unpack_from(data, 0)
+    end = _COUNT.size + count * _PAIR.size
+    if count > n_tokens or len(data) < end:
+        raise HearthError("a stored KV snapshot's image positions are damaged")
+    shifts = tuple(_PAIR.unpack_from(data, _COUNT.size + k * _PAIR.size) for k in range(count))
+    if any(not 0 < i <= n_tokens or d < 0 for i, d in shifts):
+        raise HearthError("a stored KV snapshot's image positions are damaged")
+    del data[:end]  # CPython drops a bytearray's head without moving the rest
+    return (n_tokens, data, shifts)
