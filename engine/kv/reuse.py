@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from ..backends.base import Backend
 from ..errors import Cancelled, HearthError
-from ..media import has_media, portable, run_end, whole
+from ..media import portable, run_end, whole
 from .disk_store import PrefixStore
 from .prefix_cache import PrefixCache, common_prefix_len
 
@@ -129,7 +129,7 @@ class KVReuse:
         b = self.backend
         store = self.store
         # Image positions name this process's slots: on disk they are renumbered and named.
-        key, images = portable(tokens, b.media_name) if has_media(tokens) else (tokens, [])
+        key, images = portable(tokens, b.media_name)  # text alone: the tokens themselves, no names
         stored = store.load(key, images) if store is not None else None
         if stored is not None:
             try:

@@ -44,10 +44,11 @@ def put(ctx: object, data: bytearray) -> None:
 
 
 def to_bytes(state: tuple) -> bytes:
-    """The state with its shifts in front (one copy of the state, which the store makes anyway)."""
+    """The state with its shifts in front: one copy of the state (bytes + bytearray), as
+    ``bytes(state)`` made before; the store's ``bytes()`` of it then copies nothing."""
     shifts: Shifts = state[2] if len(state) > 2 else ()
     head = _COUNT.pack(len(shifts)) + b"".join(_PAIR.pack(i, d) for i, d in shifts)
-    return head + bytes(state[1])
+    return head + state[1]
 
 
 def from_bytes(n_tokens: int, data: bytearray) -> State:
