@@ -197,6 +197,22 @@ def test_ngram_draft_proposes_earlier_continuation():
     assert d.propose([7, 8, 9], 3, None) == ([], [])
 
 
+def test_ngram_draft_copies_from_the_longest_match_not_the_latest_coincidence():
+    # The reply copies a passage (11 12 13 ... 19 then 20 21); the pair (4, 5) it
+    # now ends with also occurs later, by chance, followed by 99. The 2-gram alone
+    # would copy 99; the 9-token match finds the passage and its continuation.
+    passage = [11, 12, 13, 14, 15, 16, 17, 4, 5]
+    hist = passage + [20, 21, 22] + [7, 4, 5, 99, 98] + passage
+    d = NgramDraft()
+    toks, _ = d.propose(hist, 3, None)
+    assert toks == [20, 21, 22] and d.matched == 8  # the longest indexed size (9 tokens match)
+    toks, _ = NgramDraft(max_n=2).propose(hist, 3, None)
+    assert toks == [99, 98, 11]  # the latest occurrence of the pair
+    # The index follows a history that grows, and starts over for a new one.
+    assert d.propose(hist + [20], 2, None)[0] == [21, 22] and d.matched >= 8
+    assert d.propose([1, 2, 3, 1, 2], 2, None)[0] == [3, 1] and d.matched == 2
+
+
 def test_compatibility_is_checked_on_vocabularies(tmp_path, bundled_path):
     def header(name, tokens):
         return model_info(write_gguf(tmp_path / name, {"general.architecture": "llama",

@@ -85,40 +85,52 @@ class ModelDraft:
 
 
 class NgramDraft:
-    """Copies the continuation of the latest earlier occurrence of the history's
+    """Copies the continuation of the longest earlier match of the history's
     suffix (prompt lookup decoding). Free to draft; strong when the answer
-    repeats its input: editing code, rewriting, quoting."""
+    repeats its input: editing code, rewriting, quoting.
+
+    Suffixes of ``SIZES`` tokens (up to ``max_n``) are indexed; the longest one
+    that occurred before wins, and its latest occurrence. A short match is
+    often a coincidence (``    return`` occurs all over a file); a 16- or
+    32-token match is the place in the input the reply is copying, so the
+    longest match finds where a rewrite really is, and ``matched`` (its length)
+    tells the controller how far to trust it.
+    """
 
     kind = "ngram"
     catchup_s = 0.0  # indexing the history is cheap enough to leave out
     matched = 0  # the length of the n-gram the last proposal continues (0: none)
+    SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 
-    def __init__(self, max_n: int = 4, min_n: int = 2) -> None:
-        self.max_n, self.min_n = max_n, min_n
-        self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest occurrence
+    def __init__(self, max_n: int = 32, min_n: int = 2) -> None:
+        self.sizes = tuple(n for n in self.SIZES if min_n <= n <= max_n) or (min_n,)
+        # per size: n-gram -> end position of its latest occurrence
+        self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self.sizes}
         self._upto = 0
         self._seen: list[int] = []
 
     def _catch_up(self, history: Sequence[int], end: int) -> None:
         # History only grows within a request; if it was rewritten, rebuild.
-        if self._upto > len(history) or self._seen != list(history[:self._upto]):
-            self._index.clear()
-            self._upto = 0
+        if self._upto > len(history) or self._seen[-64:] != list(history[max(0, self._upto - 64):self._upto]):
+            for index in self._index.values():
+                index.clear()
+            self._upto, self._seen = 0, []
         for j in range(self._upto, end):
-            for n in range(self.min_n, self.max_n + 1):
-                if j - n + 1 >= 0:
-                    self._index[tuple(history[j - n + 1:j + 1])] = j
+            for n in self.sizes:
+                if j - n + 1 < 0:
+                    break
+                self._index[n][tuple(history[j - n + 1:j + 1])] = j
         self._upto = max(self._upto, end)
-        self._seen = list(history[:self._upto])
+        self._seen = list(history[max(0, self._upto - 64):self._upto])
 
     def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
         # Index n-grams ending before the last position, so a hit is an earlier occurrence.
         self._catch_up(history, len(history) - 1)
         self.matched = 0
-        for n in range(self.max_n, self.min_n - 1, -1):
+        for n in reversed(self.sizes):
             if len(history) < n:
                 continue
-            pos = self._index.get(tuple(history[-n:]))
+            pos = self._index[n].get(tuple(history[-n:]))
             if pos is not None:
                 cont = list(history[pos + 1:pos + 1 + k])
                 # An image's positions (ids below zero) are not tokens the model can write.
