@@ -8,6 +8,7 @@ step generator (plain or speculative, chosen once) -> text events.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -30,7 +31,8 @@ from .media import has_media, whole as whole_images
 from .models.catalogue import ModelRef, resolve
 from .prompt import PromptBuilder
 from .grammar import ConstrainedSampler, tool_constraint
-from .spec.controller import SpecController, SpecStats, measure_round_costs, model_draft_ceiling
+from .spec.controller import SpecController, SpecStats
+from .spec.costs import measure_round_costs, measure_verify_costs, model_draft_hopeless
 from .spec.drafts import DraftSource, ModelDraft, NgramDraft, check_draft_compatible
 from .spec.step import speculative_step
 from .timeline import NO_TIMELINE, Recorder
@@ -60,6 +62,7 @@ class Engine:
         self.spec_kind = "none"
         self.spec_ctl: SpecController | None = None
         self._draft_costs: tuple[float, float, float] | None = None  # measure_round_costs()
+        self._verify_costs: tuple[float, dict[int, float]] | None = None  # measure_verify_costs()
         # Each reply's final stats carry its timeline (engine/timeline.py); off only
         # to measure what recording costs.
         self.record_timeline = True
@@ -146,25 +149,32 @@ class Engine:
             note = self._model_draft_hopeless()
         self.spec_kind = kind
         if kind == "auto":
-            # The n-gram lookup is free: asked every round, verified where it pays.
-            # The other rounds are a model draft's or plain, as measured.
+            # The n-gram lookup: asked every round, verified where it pays; else a model draft or plain.
             fallback = ["model"] if self.draft and not note else []
             self.spec_ctl = SpecController(fallback if force and fallback else fallback + ["plain"],
                                            k_fixed=k, free="ngram")
+            self._seed_verify_costs(self.spec_ctl)
         else:
             modes = {"none": [], "ngram": ["ngram"], "model": ["model"]}[kind]
             self.spec_ctl = SpecController(modes if force else modes + ["plain"], k_fixed=k) if modes else None
         if note and self.spec_ctl is not None:
             self.spec_ctl.pending_notes.append(note)
 
+    def _seed_verify_costs(self, ctl: SpecController) -> None:
+        """Seed auto's cost line for verifying n-gram drafts: measured once per engine (~0.8 s)."""
+        if ctl.k_fixed:
+            return
+        with contextlib.suppress(ValueError):  # no room to measure: the controller measures its rounds
+            self._verify_costs = self._verify_costs or measure_verify_costs(
+                self.backend, self.backend.tokenize("Hello")[0])
+            ctl.seed_costs(*self._verify_costs)
+
     def _model_draft_hopeless(self) -> str | None:
         """Why ``auto`` leaves the model draft out on this machine, or None to try it.
 
-        Before a model draft's first use costs a prefill of the whole
-        conversation on the draft, measure (~0.5 s on a CPU, once per draft)
-        what a target step, a verified token and a draft step cost here. If
-        even accepting every draft could not beat plain decoding, auto never
-        runs it; a GPU, where verifying is nearly free, passes easily.
+        Before a model draft's first use costs a prefill of the conversation on the
+        draft, measure (~0.5 s on a CPU, once per draft) what a target step, a verified
+        token and a draft step cost here (``costs.model_draft_hopeless``).
         """
         if self._draft_costs is None:
             token = self.backend.tokenize("Hello")[0]
@@ -173,13 +183,7 @@ class Engine:
                 self._draft_costs = measure_round_costs(self.backend, self.draft.backend, token)
             except ValueError:
                 return None  # no room to measure: let the controller find out
-        step, per_token, draft_step = self._draft_costs
-        best = model_draft_ceiling(step, per_token, draft_step)
-        if best >= 1.0:
-            return None
-        return (f"model draft not used here: a verified token costs {per_token / step:.2f} of a step and a "
-                f"draft step {draft_step / step:.2f}, so even accepting every draft it would run at "
-                f"{best:.2f}x plain decoding")
+        return model_draft_hopeless(*self._draft_costs)
 
     def _load_draft(self, path: Path, n_threads: int | None) -> None:
         """Load a draft on the target's backend kind, after checking that its

@@ -2,7 +2,8 @@
 cost and acceptance, probing, retiring a draft that cannot pay."""
 from __future__ import annotations
 
-from engine.spec.controller import SpecController, SpecStats, model_draft_ceiling
+from engine.spec.controller import SpecController, SpecStats
+from engine.spec.costs import model_draft_ceiling
 
 
 def test_controller_picks_k_from_measured_cost_and_acceptance():
@@ -184,3 +185,76 @@ def test_a_held_back_lookup_that_starts_paying_says_it_is_verified_again():
         _free_round(ctl, st, lambda k: k)  # then the reply starts copying its input
     said = [n.split(":")[0] for n in st.notes]
     assert "ngram drafts held back" in said and said[-1] == "ngram drafts verified again"
+
+
+# This CPU's verification costs, in steps (bench pair 1.5B, exact kernels): feeding
+# k + 1 tokens costs 1 / 2.14 / 3.65 / 6.13 / 10.96 / 22.3 steps for k = 0 / 1 / 3 / 7 / 15 / 31.
+CPU_STEPS = {0: 1.0, 1: 2.14, 3: 3.65, 7: 6.13, 15: 10.96, 31: 22.3}
+
+
+def _cpu_seconds(k, step=0.05):
+    import numpy as np
+    ks = sorted(CPU_STEPS)
+    return step * float(np.interp(k, ks, [CPU_STEPS[x] for x in ks]))
+
+
+def _copy_round(ctl, st, accept_at, matched):
+    """A free-draft round with this CPU's costs; the draft continues a ``matched``-token match."""
+    k = ctl.free_len(32, matched)
+    if k:
+        acc = accept_at(k)
+        ctl.record(ctl.free, k, acc, acc + 1, _cpu_seconds(k), st, bucket=matched)
+    else:
+        ctl.record("plain", 0, 0, 1, _cpu_seconds(0), st)
+    return k
+
+
+def _seeded():
+    ctl = SpecController(["plain"], free="ngram")
+    ctl.seed_costs(_cpu_seconds(0), {4: _cpu_seconds(4), 16: _cpu_seconds(16)})
+    return ctl
+
+
+def test_a_long_copy_is_verified_in_long_drafts_and_a_short_one_not_at_all():
+    # Seeded with this CPU's measured line, a copy accepted whole is first held back
+    # (nothing is known of its acceptance), probed, then verified in drafts that grow
+    # at most 4 at a time (never 1 token: 2 tokens for 2.14 steps loses) to 20-32,
+    # ~1.4 tokens per step; where nothing is accepted nothing is verified but the
+    # rare, short probes.
+    st = SpecStats()
+    ctl = _seeded()
+    ks = [_copy_round(ctl, st, lambda k: k, 32) for _ in range(60)]
+    verified = [k for k in ks if k]
+    assert verified[0] == 2 and 1 not in ks and min(ks[30:]) >= 20
+    assert all(b <= a + 4 for a, b in zip(verified, verified[1:]))
+    late = ks[30:]
+    tokens, steps = sum(k + 1 for k in late), sum(_cpu_seconds(k) / 0.05 for k in late)
+    assert tokens / steps > 1.35
+    prose = _seeded()
+    ks = [_copy_round(prose, st, lambda k: 0, 2) for _ in range(200)]
+    assert sum(ks) <= 12 and all(k <= 2 for k in ks)
+
+
+def test_a_rejection_late_in_a_draft_does_not_cap_the_length_for_good():
+    # Per-position rates made one rejection at position 12 hold k at 11 from then on;
+    # rates per match length pool every position, so k grows again.
+    st = SpecStats()
+    ctl = _seeded()
+    for _ in range(30):
+        _copy_round(ctl, st, lambda k: k, 32)
+    assert _copy_round(ctl, st, lambda k: min(k, 11), 32) > 12  # a copy that stopped after 11 tokens
+    ks = [_copy_round(ctl, st, lambda k: k, 32) for _ in range(12)]
+    assert ks[0] <= 15 and ks[-1] >= 20  # it grows again from what was accepted
+
+
+def test_match_classes_learn_separately():
+    st = SpecStats()
+    ctl = _seeded()
+    for i in range(300):
+        if i % 2:
+            _copy_round(ctl, st, lambda k: k, 24)  # a 24-token match: the place being copied
+        else:
+            _copy_round(ctl, st, lambda k: 0, 3)   # a 3-token match: a coincidence
+    assert ctl._match_rates(3, 1)[0] <= 0.5 < 0.95 < ctl._match_rates(24, 1)[0]
+    ctl.hold_probe = ctl._hold_interval = 10**6  # no probe now: the decisions themselves
+    assert ctl.free_len(32, 3) == 0 and ctl.free_len(32, 24) > 4

@@ -149,8 +149,8 @@ def test_auto_holds_back_ngram_drafts_that_do_not_pay_and_says_so(bundled_path):
         e.set_speculation("auto")
         ctl = e.spec_ctl
         assert ctl.free == "ngram" and ctl.modes == ["plain"]
-        # What earlier replies taught it: hits here are accepted 1 time in 50.
-        ctl._pos_tries["ngram"], ctl._pos_acc["ngram"] = [50], [1]
+        # What earlier replies taught it: hits here are accepted 1 time in 50, whatever their match length.
+        ctl._len_tries, ctl._len_acc = [50] * len(ctl._len_tries), [1] * len(ctl._len_acc)
         ctl._cost["ngram"] = [(2, 0.03)] * 8
         ctl._plain_s = [0.01] * 8
         _, ev = collect(e, g, prose)
@@ -199,6 +199,9 @@ def test_auto_leaves_out_a_model_draft_that_cannot_pay_without_touching_the_conv
         kv = e.backend.kv_len
         e.set_speculation("auto")  # measures here, mid-conversation
         assert e.backend.kv_len == kv and e._draft_costs is not None
+        # ... and what verifying 4 and 16 n-gram drafts costs, the line auto starts from
+        step, verify = e._verify_costs
+        assert 0 < step < verify[4] < verify[16] and sorted(e.spec_ctl._cost["ngram"]) == sorted(verify.items())
         assert "model" not in e.spec_ctl.modes and e.spec_ctl.free == "ngram"
         second = collect(e, g, Q2)[1]
         assert [first.token_ids, second.token_ids] == [r.token_ids for r in refs]

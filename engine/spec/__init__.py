@@ -7,6 +7,8 @@ alone would produce.
   the history) and whether a draft model can propose for a target;
 - ``controller``: per round, which mode (a draft kind, or plain) and how many
   drafts, from this engine's own measurements;
+- ``costs``: what a step, a verified token and a draft step cost here,
+  measured once before speculation starts;
 - ``step``: ``speculative_step``, a sibling of ``generate.generate_step`` with
   the same yield shape ``(token, from_draft)``.
 

@@ -1,74 +1,26 @@
 """The adaptive controller: which mode (a draft kind, or plain) and how many
-drafts each round, from measurements of this engine's own rounds; and the
-cost figures that decide whether a model draft can pay at all."""
+drafts each round, from measurements of this engine's own rounds (the
+one-off measurements that start it are in ``costs.py``)."""
 from __future__ import annotations
 
+import bisect
 import statistics
-import time
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..backends.base import Backend
+from .costs import full_acceptance_rate
+from .stats import SpecStats
+
+__all__ = ["SpecController", "SpecStats", "MATCH_CLASSES", "match_class"]
 
 
-@dataclass(slots=True)
-class SpecStats:
-    """What speculation did during one reply; ``as_dict`` is what the stats report."""
+# Match lengths (tokens of context a copied draft continues), grouped: the
+# acceptance of each class is learnt separately (``SpecController._match_rates``).
+MATCH_CLASSES = (0, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    target_passes: int = 0
-    generated: int = 0
-    per_position_drafted: list[int] = field(default_factory=list)
-    per_position_accepted: list[int] = field(default_factory=list)
-    mode_tokens: dict[str, int] = field(default_factory=dict)
-    mode_rounds: dict[str, int] = field(default_factory=dict)
-    mode_drafted: dict[str, int] = field(default_factory=dict)
-    switched_off: int = 0
-    notes: list[str] = field(default_factory=list)
-    _more: int = 0
 
-    def count_round(self, drafted: int, accepted: int) -> None:
-        """One verified round: ``drafted`` proposals, of which the first ``accepted`` were kept."""
-        self.rounds += 1
-        self.drafted += drafted
-        self.accepted += accepted
-        for i in range(drafted):
-            if i >= len(self.per_position_drafted):
-                self.per_position_drafted.append(0)
-                self.per_position_accepted.append(0)
-            self.per_position_drafted[i] += 1
-            self.per_position_accepted[i] += i < accepted
-
-    MAX_NOTES = 12
-
-    def note(self, lines: Sequence[str]) -> None:
-        """Say why the controller switched; past ``MAX_NOTES`` in one reply, only count them."""
-        for line in lines:
-            if not self._more and len(self.notes) < self.MAX_NOTES:
-                self.notes.append(line)
-                continue
-            self._more += 2 if not self._more else 1  # the last note kept becomes part of the count
-            self.notes[-1] = f"... and {self._more} more switches"
-
-    def as_dict(self) -> dict:
-        acc = [a / d if d else 0.0 for a, d in zip(self.per_position_accepted, self.per_position_drafted)]
-        return {
-            "rounds": self.rounds,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "acceptance_rate": round(self.accepted / self.drafted, 4) if self.drafted else 0.0,
-            "mean_accepted_length": round(self.accepted / self.rounds, 3) if self.rounds else 0.0,
-            "acceptance_per_position": [round(x, 4) for x in acc],
-            "target_passes": self.target_passes,
-            "target_passes_per_token": round(self.target_passes / self.generated, 4) if self.generated else 0.0,
-            "tokens_by_mode": dict(self.mode_tokens),
-            "rounds_by_mode": dict(self.mode_rounds),
-            "drafted_by_mode": dict(self.mode_drafted),
-            "switched_off": self.switched_off,
-            "notes": list(self.notes),
-        }
+def match_class(length: int) -> int:
+    """The index in ``MATCH_CLASSES`` of the longest class not longer than ``length``."""
+    return bisect.bisect_right(MATCH_CLASSES, length) - 1
 
 
 class SpecController:
@@ -101,7 +53,8 @@ class SpecController:
     def __init__(self, modes: Sequence[str], *, k_init: int = 3, k_max: int = 8,
                  k_fixed: int | None = None, probe_every: int = 64, alpha: float = 0.3,
                  round_cost: Callable[[int], float] | None = None, explore_rounds: int = 4,
-                 free: str | None = None, gated: bool = True, hold_probe: int = 8) -> None:
+                 free: str | None = None, gated: bool = True, hold_probe: int = 8,
+                 free_k_max: int | None = None) -> None:
         self.modes = list(dict.fromkeys(modes))  # include "plain" to allow switching off
         # A draft that costs nothing to propose (n-gram lookup), asked every round
         # before ``current``: when it proposes, ``free_len`` says how much of it to
@@ -111,12 +64,20 @@ class SpecController:
         self.gate_open: bool | None = None
         self.hold_probe = hold_probe
         self._held, self._hold_interval, self._probing = 0, hold_probe, False
+        self._last_accepted = 0
         self._plain_s: list[float] = []  # seconds of recent one-token target steps, any mode
-        self._bucket_tries: dict[int, list[int]] = {}
-        self._bucket_acc: dict[int, list[int]] = {}
+        # A copied draft's acceptance by how much context it matches: a draft from an
+        # L-token match, once its first i tokens are accepted, continues an (L+i)-token
+        # match. Tries and accepts per class of that length (MATCH_CLASSES).
+        self._len_tries = [0] * len(MATCH_CLASSES)
+        self._len_acc = [0] * len(MATCH_CLASSES)
         tracked = self.modes + ([free] if free and free not in self.modes else [])
         self.k = {m: (k_fixed or k_init) for m in tracked}
         self.k_max = k_fixed or k_max
+        # A free draft (a copy from the history) may run long: where a reply copies
+        # its input, a 16-32 token draft is accepted whole, and verifying it costs
+        # less per token than a short one.
+        self.free_k_max = k_fixed or free_k_max or max(k_max, 32)
         self.k_fixed = k_fixed
         self.rate: dict[str, float | None] = {m: None for m in tracked}
         self.since_probe: dict[str, int] = {m: 0 for m in tracked}
@@ -175,9 +136,11 @@ class SpecController:
         Each position's rate is shrunk towards the mode's overall rate (two
         pseudo-tries), so one lucky or unlucky round does not swing k; a
         position never tried yet is assumed to do as well as the last one
-        tried, so k can grow past what was explored. A ``bucket`` (the free
-        draft's match length) is shrunk the same way towards the mode's rates.
+        tried, so k can grow past what was explored. With a ``bucket`` (the
+        free draft's match length) the rates come from ``_match_rates``.
         """
+        if bucket is not None:
+            return self._match_rates(bucket, k_cap)
         tries, acc = self._pos_tries[mode], self._pos_acc[mode]
         prior = (sum(acc) + 1) / (sum(tries) + 2)
         rates, a = [], prior
@@ -185,15 +148,22 @@ class SpecController:
             if i < len(tries) and tries[i]:
                 a = (acc[i] + 2 * prior) / (tries[i] + 2)
             rates.append(a)
-        if bucket is not None and bucket in self._bucket_tries:
-            bt, ba = self._bucket_tries[bucket], self._bucket_acc[bucket]
-            scale = 1.0
-            for i in range(k_cap):
-                if i < len(bt) and bt[i]:
-                    b = (ba[i] + 2 * rates[i]) / (bt[i] + 2)
-                    scale = b / rates[i] if rates[i] else 1.0
-                rates[i] = min(1.0, rates[i] * scale)
         return rates
+
+    def _match_rates(self, matched: int, k_cap: int) -> list[float]:
+        """Acceptance at positions 1..k_cap of a draft copied after a ``matched``-token
+        match: position i continues a ``matched + i - 1`` token match, and the rate of
+        its length class is what this engine measured for that class. A class is shrunk
+        towards the class below it (two pseudo-tries), the shortest towards all classes
+        pooled, so a class not seen yet does as well as the longest match seen below it.
+        Pooling every position of a class keeps one rejection at position 12 from
+        stopping k at 11 for good, as per-position rates did."""
+        prior = (sum(self._len_acc) + 1) / (sum(self._len_tries) + 2)
+        per_class = []
+        for tries, acc in zip(self._len_tries, self._len_acc):
+            prior = (acc + 2 * prior) / (tries + 2)
+            per_class.append(prior)
+        return [per_class[match_class(matched + i)] for i in range(k_cap)]
 
     @staticmethod
     def _best_rate(rates: Sequence[float], cost: Callable[[int], float]) -> tuple[int, float]:
@@ -218,50 +188,75 @@ class SpecController:
             cost = lambda k: c0 + c1 * k  # noqa: E731
         return self._best_rate(self._accept_rates(mode, self.k_max), cost)[0]
 
-    def free_costs(self) -> tuple[float, float] | None:
-        """``(c0, c1)`` for the free draft: c0 the median recent one-token step, c1 the
-        median extra seconds per verified draft over it (without a plain step yet, the
-        least-squares fit of its rounds); None until measured."""
+    def free_costs(self) -> tuple[float, float, float] | None:
+        """``(c0, a, b)`` for the free draft: a plain step costs ``c0`` (the median
+        recent one-token step), verifying k drafts ``a + b k``; None until measured.
+
+        ``a`` and ``b`` are the least-squares line through its recent rounds once
+        their k spread over at least 4 (at least one plain step: a bigger batch
+        never costs less). On a CPU that line is what the batches cost: feeding 2
+        tokens costs ~2.1 steps here, 17 tokens ~11, so a verified token costs
+        ~1.1 of a step at k = 1 and ~0.65 from k = 4 on; one slope through the
+        plain step would make long copies look dearer than they are. Until the
+        spread is there, the slope is the median over the plain step.
+        """
         assert self.free is not None
-        pts = [(k, t) for k, t in self._cost[self.free][-32:] if k]
+        pts = [(k, t) for k, t in self._cost[self.free][-64:] if k]
         if not self._plain_s:
-            return self._fit(self.free)
+            fit = self._fit(self.free)
+            return None if fit is None else (fit[0], fit[0], fit[1])
         if not pts:
             return None
         c0 = statistics.median(self._plain_s[-32:])
-        return c0, max(0.0, statistics.median((t - c0) / k for k, t in pts))
+        ks = [k for k, _ in pts]
+        if len(pts) >= 3 and max(ks) - min(ks) >= 4:
+            n = len(pts)
+            mk, mt = sum(ks) / n, sum(t for _, t in pts) / n
+            slope = max(0.0, sum((k - mk) * (t - mt) for k, t in pts) / sum((k - mk) ** 2 for k in ks))
+            return c0, max(c0, mt - slope * mk), slope
+        return c0, c0, max(0.0, statistics.median((t - c0) / k for k, t in pts))
+
+    def seed_costs(self, step: float, verify: dict[int, float]) -> None:
+        """Start the free draft's cost line from a measurement (``measure_verify_costs``):
+        one plain step, and the seconds to verify each k drafts. Later rounds refine it;
+        without a seed the first rounds would have to explore k to find the line."""
+        assert self.free is not None
+        self._plain_s.append(step)
+        self._cost[self.free].extend(sorted(verify.items()))
 
     def free_len(self, available: int, bucket: int | None = None) -> int:
         """How many of the free draft's ``available`` proposed tokens to verify this
         round; 0 makes it a round of ``current`` instead. ``bucket``: the matched
         n-gram's length, which predicts acceptance.
 
-        Verifying k drafts costs ``c0 + c1 k`` against ``c0`` for a plain step (or
+        Verifying k drafts costs ``a + b k`` against ``c0`` for a plain step (or
         the rate of a model draft in use), so a draft is verified only where its
         expected accepted tokens pay for that. While held back, every
         ``hold_probe``-th hit (doubling while it keeps failing) is verified
         anyway, so a text that starts repeating itself is noticed.
         """
         assert self.free is not None
-        cap = min(available, self.k_max)
+        # Grow slowly: at most 4 more than the last verified round accepted, so a copy
+        # that stops (an edit, the end of a quote) costs a short draft, not a 32-token one.
+        cap = min(available, self.free_k_max, self._last_accepted + 4)
         costs = self.free_costs() if self.gated else None
         if costs is None:  # forced, or the costs are not measured yet: draft what there is
-            if self.gated and not self.k_fixed:  # two lengths, so a slope can be fitted
-                return min(cap, self.k[self.free] + self.rounds[self.free] % 2)
+            if self.gated and not self.k_fixed:  # lengths 4 apart, so a line can be fitted
+                return min(cap, self.k[self.free] + 4 * (self.rounds[self.free] % 2))
             return min(cap, self.k[self.free])
-        c0, c1 = costs
+        c0, a, b = costs
         base = 1.0 / c0
         if self.current != "plain" and self.rate.get(self.current):
             base = max(base, self.rate[self.current] or 0.0)
         rates = self._accept_rates(self.free, cap, bucket)
-        k, rate = self._best_rate(rates, lambda k: c0 + c1 * k)
+        k, rate = self._best_rate(rates, lambda k: a + b * k)
         opened = rate > base
         if opened != self.gate_open:
             verb = "held back" if not opened else "verified again" if self.gate_open is False else "verified"
             self.gate_open = opened
             self.pending_notes.append(
                 f"{self.free} drafts {verb}: accepted {rates[0]:.2f} at the first position, a verified token "
-                f"costs {c1 / c0:.2f} of a step")
+                f"costs {b / c0:.2f} of a step")
         if opened:
             self._held, self._hold_interval = 0, self.hold_probe
             return k
@@ -280,6 +275,7 @@ class SpecController:
             self._plain_s.append(seconds)
             del self._plain_s[:-64]
         if mode == self.free and mode not in self.modes:
+            self._last_accepted = accepted
             if self._probing:  # a held-back lookup's probe: wait twice as long only if it failed
                 self._probing = False
                 self._hold_interval = self.hold_probe if accepted == drafted else min(self._hold_interval * 2, 1024)
@@ -322,16 +318,17 @@ class SpecController:
         its own length each round)."""
         self._cost[mode].append((drafted, seconds))
         del self._cost[mode][:-256]
-        lists = [(self._pos_tries[mode], self._pos_acc[mode])]
-        if bucket is not None:
-            lists.append((self._bucket_tries.setdefault(bucket, []), self._bucket_acc.setdefault(bucket, [])))
-        for tries, acc in lists:
-            for i in range(min(drafted, accepted + 1)):  # positions past a rejection were not tried
-                if i >= len(tries):
-                    tries.append(0)
-                    acc.append(0)
-                tries[i] += 1
-                acc[i] += i < accepted
+        tries, acc = self._pos_tries[mode], self._pos_acc[mode]
+        for i in range(min(drafted, accepted + 1)):  # positions past a rejection were not tried
+            if i >= len(tries):
+                tries.append(0)
+                acc.append(0)
+            tries[i] += 1
+            acc[i] += i < accepted
+            if bucket is not None:
+                c = match_class(bucket + i)
+                self._len_tries[c] += 1
+                self._len_acc[c] += i < accepted
         if self.k_fixed or (mode == self.free and self.gated):
             return
         self.k[mode] = self._best_k(mode)
@@ -349,50 +346,3 @@ class SpecController:
             stats.switched_off += 1
             stats.note([f"{mode} draft off for this session: even accepting every draft it would "
                         f"reach {top:.1f} tok/s, plain decoding does {plain:.1f} here"])
-
-
-def measure_round_costs(target: Backend, draft: Backend, token: int, k: int = 4,
-                        repeats: int = 2) -> tuple[float, float, float]:
-    """Seconds for one target step, each extra verified token, and one draft step.
-
-    Runs a few forwards past the end of both KV caches and truncates them back,
-    so a conversation in progress is untouched. The first pass of each model is
-    a warm-up (it pages the weights in) and is not timed; the best of
-    ``repeats`` is kept, as a noisy machine only ever adds time.
-    """
-    t_len, d_len = target.kv_len, draft.kv_len
-    if t_len + k + 2 > target.n_ctx or d_len + 2 > draft.n_ctx:
-        raise ValueError("no room left in the context to measure")
-
-    def timed(backend: Backend, tokens: list[int], base: int) -> float:
-        best = float("inf")
-        for i in range(repeats + 1):
-            backend.truncate(base + 1)
-            t0 = time.perf_counter()
-            backend.forward(tokens, all_logits=len(tokens) > 1)
-            if i:  # the first one is the warm-up
-                best = min(best, time.perf_counter() - t0)
-        return best
-
-    try:
-        target.forward([token])
-        draft.forward([token])
-        step = timed(target, [token], t_len)
-        verify = timed(target, [token] * (k + 1), t_len)
-        draft_step = timed(draft, [token], d_len)
-    finally:
-        target.truncate(t_len)
-        draft.truncate(d_len)
-    return step, max(0.0, (verify - step) / k), draft_step
-
-
-def full_acceptance_rate(c0: float, c1: float, k_max: int) -> float:
-    """Tokens per unit of cost with every draft accepted, best k, for rounds costing ``c0 + c1 k``."""
-    return max((k + 1) / (c0 + c1 * k) for k in range(1, k_max + 1))
-
-
-def model_draft_ceiling(step: float, per_token: float, draft_step: float, k_max: int = 8) -> float:
-    """Speedup over plain decoding a model draft would reach accepting every draft:
-    a round of k drafts costs a target step, k verified tokens and k draft steps."""
-    return step * full_acceptance_rate(step, per_token + draft_step, k_max)
-

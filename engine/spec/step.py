@@ -92,7 +92,7 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
         """The free draft's round (with the match length it verified), or None when
         it has nothing worth verifying."""
         assert free is not None
-        room = min(ctl.k_max, target.n_ctx - len(history))
+        room = min(ctl.free_k_max, target.n_ctx - len(history))
         if room <= 0:
             return None
         proposal, q = free.propose(history, room, pick)
