@@ -65,6 +65,7 @@ class SpecController:
         self.hold_probe = hold_probe
         self._held, self._hold_interval, self._probing = 0, hold_probe, False
         self._last_accepted = 0
+        self.grow = 4  # how much longer than the last accepted run a free draft may be
         self._plain_s: list[float] = []  # seconds of recent one-token target steps, any mode
         # A copied draft's acceptance by how much context it matches: a draft from an
         # L-token match, once its first i tokens are accepted, continues an (L+i)-token
@@ -238,7 +239,7 @@ class SpecController:
         assert self.free is not None
         # Grow slowly: at most 4 more than the last verified round accepted, so a copy
         # that stops (an edit, the end of a quote) costs a short draft, not a 32-token one.
-        cap = min(available, self.free_k_max, self._last_accepted + 4)
+        cap = min(available, self.free_k_max, self._last_accepted + self.grow)
         costs = self.free_costs() if self.gated else None
         if costs is None:  # forced, or the costs are not measured yet: draft what there is
             if self.gated and not self.k_fixed:  # lengths 4 apart, so a line can be fitted
