@@ -161,12 +161,12 @@ class Engine:
             self.spec_ctl.pending_notes.append(note)
 
     def _seed_verify_costs(self, ctl: SpecController) -> None:
-        """Seed auto's cost line for verifying n-gram drafts: measured once per engine (~0.8 s)."""
-        if ctl.k_fixed:
-            return
-        with contextlib.suppress(ValueError):  # no room to measure: the controller measures its rounds
-            self._verify_costs = self._verify_costs or measure_verify_costs(
-                self.backend, self.backend.tokenize("Hello")[0])
+        """Seed auto's cost line for verifying n-gram drafts: measured once per engine (~0.8 s).
+        Without room, a KV that cannot be cut back or a token, it fits the line from its rounds."""
+        with contextlib.suppress(ValueError, IndexError, HearthError):
+            if ctl.k_fixed:
+                return
+            self._verify_costs = self._verify_costs or measure_verify_costs(self.backend, self.backend.tokenize("A")[0])
             ctl.seed_costs(*self._verify_costs)
 
     def _model_draft_hopeless(self) -> str | None:

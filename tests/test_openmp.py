@@ -132,10 +132,11 @@ def test_the_window_gives_back_the_engine_threads_team_before_a_benchmark(qtbot,
     from test_app_window import type_and_enter, wait_reply
 
     w = make_window(max_tokens=4, temperature=0.0)
-    idle = _threads()
     type_and_enter(w, "Hello")
     wait_reply(qtbot, w)
-    assert _threads() == idle + 1  # the engine thread's team: one libgomp worker, idle
+    # The engine thread has computed (at load, auto measured what verifying drafts costs;
+    # then the reply): it holds its team, one idle libgomp worker.
+    team = _threads()
     w.performance.open_benchmark()
     dlg = w.performance.tune_dialog
     assert dlg is not None
@@ -145,5 +146,5 @@ def test_the_window_gives_back_the_engine_threads_team_before_a_benchmark(qtbot,
     dlg.start()  # the benchmark's thread loads its own copy of the model; the release comes first
     assert runs == [1]
     dlg.done(0)  # stop the run and end its thread (whose own team goes with it)
-    # what is left is the engine thread's team, unless it was given back
-    qtbot.waitUntil(lambda: _threads() <= idle, timeout=30_000)
+    # the engine thread's team was given back
+    qtbot.waitUntil(lambda: _threads() <= team - 1, timeout=30_000)

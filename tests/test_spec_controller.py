@@ -258,3 +258,22 @@ def test_match_classes_learn_separately():
     assert ctl._match_rates(3, 1)[0] <= 0.5 < 0.95 < ctl._match_rates(24, 1)[0]
     ctl.hold_probe = ctl._hold_interval = 10**6  # no probe now: the decisions themselves
     assert ctl.free_len(32, 3) == 0 and ctl.free_len(32, 24) > 4
+
+
+def test_the_seed_gives_the_cost_line_at_once_and_a_fixed_length_is_kept():
+    ctl = _seeded()
+    c0, a, b = ctl.free_costs()
+    # the line through the two seeded passes (5 and 17 tokens), not a slope through the plain step
+    assert c0 == _cpu_seconds(0)
+    assert abs(a + 4 * b - _cpu_seconds(4)) < 1e-9 and abs(a + 16 * b - _cpu_seconds(16)) < 1e-9
+    fixed = SpecController(["plain"], free="ngram", k_fixed=8, gated=False)
+    assert fixed.free_len(32, 2) == 8  # no growth cap on a length the user fixed
+    ungated = SpecController(["plain"], free="ngram", gated=False)
+    assert ungated.free_len(32, 2) <= 4  # ... but a learnt one grows from what was accepted
+
+
+def test_a_plain_step_is_timed_without_the_lookups_one_off_indexing():
+    st = SpecStats()
+    ctl = _seeded()
+    ctl.record("plain", 0, 0, 1, 0.5, st, fit_seconds=0.05)  # 0.45 s of it indexed a long history
+    assert ctl._plain_s[-1] == 0.05 and ctl.rate["plain"] == 1 / 0.5

@@ -211,6 +211,11 @@ def test_ngram_draft_copies_from_the_longest_match_not_the_latest_coincidence():
     # The index follows a history that grows, and starts over for a new one.
     assert d.propose(hist + [20], 2, None)[0] == [21, 22] and d.matched >= 8
     assert d.propose([1, 2, 3, 1, 2], 2, None)[0] == [3, 1] and d.matched == 2
+    # Indexing a new reply's history is a one-off catch-up, reported apart from the rounds
+    long = list(range(3000)) + [5, 6]
+    d = NgramDraft()
+    assert d.propose(long, 2, None)[0] == [7, 8] and d.catchup_s > 0
+    assert d.propose(long + [7], 2, None)[0] == [8, 9] and d.catchup_s == 0.0
 
 
 def test_compatibility_is_checked_on_vocabularies(tmp_path, bundled_path):

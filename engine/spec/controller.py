@@ -210,7 +210,7 @@ class SpecController:
             return None
         c0 = statistics.median(self._plain_s[-32:])
         ks = [k for k, _ in pts]
-        if len(pts) >= 3 and max(ks) - min(ks) >= 4:
+        if max(ks) - min(ks) >= 4:
             n = len(pts)
             mk, mt = sum(ks) / n, sum(t for _, t in pts) / n
             slope = max(0.0, sum((k - mk) * (t - mt) for k, t in pts) / sum((k - mk) ** 2 for k in ks))
@@ -239,7 +239,9 @@ class SpecController:
         assert self.free is not None
         # Grow slowly: at most 4 more than the last verified round accepted, so a copy
         # that stops (an edit, the end of a quote) costs a short draft, not a 32-token one.
-        cap = min(available, self.free_k_max, self._last_accepted + self.grow)
+        cap = min(available, self.free_k_max)
+        if not self.k_fixed:  # a length the user fixed is kept
+            cap = min(cap, self._last_accepted + self.grow)
         costs = self.free_costs() if self.gated else None
         if costs is None:  # forced, or the costs are not measured yet: draft what there is
             if self.gated and not self.k_fixed:  # lengths 4 apart, so a line can be fitted
@@ -272,8 +274,8 @@ class SpecController:
         if self.pending_notes:
             stats.note(self.pending_notes)
             self.pending_notes.clear()
-        if not drafted and produced == 1 and seconds > 0:
-            self._plain_s.append(seconds)
+        if not drafted and produced == 1 and seconds > 0:  # a plain step, less any one-off catch-up
+            self._plain_s.append(seconds if fit_seconds is None else fit_seconds)
             del self._plain_s[:-64]
         if mode == self.free and mode not in self.modes:
             self._last_accepted = accepted

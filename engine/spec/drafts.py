@@ -98,7 +98,7 @@ class NgramDraft:
     """
 
     kind = "ngram"
-    catchup_s = 0.0  # indexing the history is cheap enough to leave out
+    catchup_s = 0.0  # seconds the last propose spent indexing a new reply's history (a one-off)
     matched = 0  # the length of the n-gram the last proposal continues (0: none)
     SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 
@@ -125,7 +125,9 @@ class NgramDraft:
 
     def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
         # Index n-grams ending before the last position, so a hit is an earlier occurrence.
+        t0, fresh = time.perf_counter(), len(history) - 1 - self._upto > 2
         self._catch_up(history, len(history) - 1)
+        self.catchup_s = time.perf_counter() - t0 if fresh else 0.0
         self.matched = 0
         for n in reversed(self.sizes):
             if len(history) < n:

@@ -113,18 +113,22 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
             mode = ctl.current
             t0 = time.perf_counter()
             got = free_round(tok) if free is not None else None
+            # The lookup indexing a new reply's history is a one-off too (see below).
+            lookup = free.catchup_s if free is not None else 0.0
             if got is not None:
                 assert ctl.free is not None
                 mode = ctl.free
                 produced, drafted, accepted, bucket = got
-                ctl.record(mode, drafted, accepted, len(produced), time.perf_counter() - t0, stats, bucket=bucket)
+                spent = time.perf_counter() - t0
+                ctl.record(mode, drafted, accepted, len(produced), spent, stats, bucket=bucket,
+                           fit_seconds=spent - lookup)
             else:
                 run = plain_round if mode == "plain" else draft_round
                 produced, drafted, accepted, catchup = run(tok, mode)
                 spent = time.perf_counter() - t0
                 # The mode's rate pays for a draft's catch-up prefill (the user waits
                 # for it too); the per-k cost fit does not, it is a one-off.
-                ctl.record(mode, drafted, accepted, len(produced), spent, stats, fit_seconds=spent - catchup)
+                ctl.record(mode, drafted, accepted, len(produced), spent, stats, fit_seconds=spent - catchup - lookup)
             stats.mode_rounds[mode] = stats.mode_rounds.get(mode, 0) + 1
             stats.mode_drafted[mode] = stats.mode_drafted.get(mode, 0) + drafted
             tok = produced[-1][0]
