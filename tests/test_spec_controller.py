@@ -260,12 +260,16 @@ def test_match_classes_learn_separately():
     assert ctl.free_len(32, 3) == 0 and ctl.free_len(32, 24) > 4
 
 
-def test_the_seed_gives_the_cost_line_at_once_and_a_fixed_length_is_kept():
+def test_the_seed_starts_the_cost_line_and_a_fixed_length_is_kept():
     ctl = _seeded()
+    # Two single seeded passes give a slope through the plain step (a line through two noisy
+    # samples measured 1.19 of a step per token in one bench run and held the rewrite back) ...
     c0, a, b = ctl.free_costs()
-    # the line through the two seeded passes (5 and 17 tokens), not a slope through the plain step
-    assert c0 == _cpu_seconds(0)
-    assert abs(a + 4 * b - _cpu_seconds(4)) < 1e-9 and abs(a + 16 * b - _cpu_seconds(16)) < 1e-9
+    assert c0 == a == _cpu_seconds(0) and 0.6 * c0 < b < 0.85 * c0
+    # ... and a third round the least-squares line
+    ctl.record("ngram", 8, 8, 9, _cpu_seconds(8), SpecStats(), bucket=32)
+    c0, a, b = ctl.free_costs()
+    assert a > c0 and 0.55 * c0 < b < 0.75 * c0
     fixed = SpecController(["plain"], free="ngram", k_fixed=8, gated=False)
     assert fixed.free_len(32, 2) == 8  # no growth cap on a length the user fixed
     ungated = SpecController(["plain"], free="ngram", gated=False)

@@ -210,7 +210,7 @@ class SpecController:
             return None
         c0 = statistics.median(self._plain_s[-32:])
         ks = [k for k, _ in pts]
-        if max(ks) - min(ks) >= 4:
+        if len(pts) >= 3 and max(ks) - min(ks) >= 4:  # two single passes are too noisy for a line
             n = len(pts)
             mk, mt = sum(ks) / n, sum(t for _, t in pts) / n
             slope = max(0.0, sum((k - mk) * (t - mt) for k, t in pts) / sum((k - mk) ** 2 for k in ks))
