@@ -23,6 +23,16 @@ def match_class(length: int) -> int:
     return bisect.bisect_right(MATCH_CLASSES, length) - 1
 
 
+def _line(pts: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares ``(intercept, slope)`` of seconds against k, the slope at least 0
+    (a longer draft never costs less); ``pts`` must hold two different k."""
+    n = len(pts)
+    mk = sum(k for k, _ in pts) / n
+    mt = sum(t for _, t in pts) / n
+    slope = max(0.0, sum((k - mk) * (t - mt) for k, t in pts) / sum((k - mk) ** 2 for k, _ in pts))
+    return mt - slope * mk, slope
+
+
 class SpecController:
     """Chooses, per round, the decoding mode (a draft kind, or plain) and the
     draft length, from measurements of this engine's own rounds.
@@ -117,12 +127,8 @@ class SpecController:
             pts = self._cost[mode]
             if len({k for k, _ in pts}) < 2:
                 return None
-        n = len(pts)
-        mk = sum(k for k, _ in pts) / n
-        mt = sum(t for _, t in pts) / n
-        var = sum((k - mk) ** 2 for k, _ in pts)
-        c1 = max(0.0, sum((k - mk) * (t - mt) for k, t in pts) / var)
-        return max(1e-6, mt - c1 * mk), c1
+        c0, c1 = _line(pts)
+        return max(1e-6, c0), c1
 
     def ceiling(self, mode: str) -> float | None:
         """Tokens/second this mode would reach if every draft were accepted (measured cost)."""
@@ -211,10 +217,8 @@ class SpecController:
         c0 = statistics.median(self._plain_s[-32:])
         ks = [k for k, _ in pts]
         if len(pts) >= 3 and max(ks) - min(ks) >= 4:  # two single passes are too noisy for a line
-            n = len(pts)
-            mk, mt = sum(ks) / n, sum(t for _, t in pts) / n
-            slope = max(0.0, sum((k - mk) * (t - mt) for k, t in pts) / sum((k - mk) ** 2 for k in ks))
-            return c0, max(c0, mt - slope * mk), slope
+            a, b = _line(pts)
+            return c0, max(c0, a), b
         return c0, c0, max(0.0, statistics.median((t - c0) / k for k, t in pts))
 
     def seed_costs(self, step: float, verify: dict[int, float]) -> None:
