@@ -110,6 +110,7 @@ def test_stops_inside_an_accepted_run_truncate_exactly(pair):
     spec.reset()
     _, ev = collect(spec, SamplingParams(temperature=0.0, max_tokens=5))
     assert ev.token_ids == ref.token_ids[:5] and ev.finish_reason == "max_tokens"
+    assert ev.stats.spec["drafted"] == 4  # not 8: no pass verifies drafts past max_tokens
     # A stop string inside a run: nothing past it is shown.
     words = ref.text.split()
     stop = words[len(words) // 2]

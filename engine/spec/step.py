@@ -54,10 +54,21 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
     """Same contract as ``generate_step``: prefill ``pending``, then yield
     ``(token, from_draft)`` forever; ``history`` grows with every yield.
 
+    No round drafts past the request's ``max_tokens`` (its sampler's params): a
+    round yields its accepted drafts and one more token, so with ``left`` tokens
+    to go it drafts at most ``left - 1``; verifying drafts the reply will never
+    show would cost a longer pass for nothing.
+
     Invariant at the top of each round: ``tok == history[-1]`` and the target's
     KV holds ``history[:-1]``; a round feeds ``tok`` plus the drafts.
     """
     pick, verify = pick_and_verify(sampler)
+    end = len(history) + sampler.params.max_tokens  # history holds the prompt: its length at the limit
+
+    def room(cap: int) -> int:
+        """Drafts a round may verify: the verify pass needs ``len(history) + k`` KV
+        slots, and past ``max_tokens`` nothing is read."""
+        return min(cap, target.n_ctx - len(history), end - len(history) - 1)
 
     # Each round returns (tokens to yield, drafted, accepted, catch-up seconds).
     def plain_round(tok: int, mode: str) -> tuple[Produced, int, int, float]:
@@ -77,7 +88,7 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
 
     def draft_round(tok: int, mode: str) -> tuple[Produced, int, int, float]:
         draft = drafts[mode]
-        k = min(ctl.k[mode], target.n_ctx - len(history))  # verify needs len(history) + k slots
+        k = room(ctl.k[mode])
         if k <= 0:
             return plain_round(tok, mode)
         proposal, q = draft.propose(history, k, pick)
@@ -92,10 +103,10 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
         """The free draft's round (with the match length it verified), or None when
         it has nothing worth verifying."""
         assert free is not None
-        room = min(ctl.free_k_max, target.n_ctx - len(history))
-        if room <= 0:
+        most = room(ctl.free_k_max)
+        if most <= 0:
             return None
-        proposal, q = free.propose(history, room, pick)
+        proposal, q = free.propose(history, most, pick)
         bucket = getattr(free, "matched", None)
         k = ctl.free_len(len(proposal), bucket) if proposal else 0
         if not k:
