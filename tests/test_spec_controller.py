@@ -99,6 +99,17 @@ def test_model_draft_ceiling_from_measured_costs():
     assert model_draft_ceiling(1.0, 0.0, 0.0, k_max=8) == 9.0
 
 
+def test_a_model_draft_is_left_out_where_it_could_pay_only_accepting_nearly_everything():
+    from engine.spec.costs import model_draft_hopeless
+    # A bench run here measured 0.69 of a step per verified token and a draft step
+    # of 0.25: 1.06x accepting every draft, 0.93x at 80%, so it is left out...
+    assert model_draft_ceiling(1.0, 0.69, 0.25) > 1.0 > model_draft_ceiling(1.0, 0.69, 0.25, accept=0.8)
+    why = model_draft_hopeless(1.0, 0.69, 0.25)
+    assert why and "with 80% of its drafts accepted it would run at 0.93x" in why and "(1.06x accepting every one)" in why
+    # ... and a GPU's draft is used.
+    assert model_draft_hopeless(1.0, 0.02, 0.3) is None
+
+
 def test_draft_length_grows_past_the_positions_tried_so_far():
     # Every draft accepted, the bench pair's GPU cost model (a draft step 0.437
     # of a pass): k must climb past the first positions tried (it stopped at 3
@@ -179,12 +190,31 @@ def test_notes_past_the_cap_are_counted_not_listed():
 def test_a_held_back_lookup_that_starts_paying_says_it_is_verified_again():
     st = SpecStats()
     ctl = SpecController(["plain"], free="ngram", hold_probe=2)
-    for _ in range(20):
-        _free_round(ctl, st, lambda k: 0)  # prose: every draft rejected
-    for _ in range(2000):
-        _free_round(ctl, st, lambda k: k)  # then the reply starts copying its input
+    for _ in range(40):
+        _free_round(ctl, st, lambda k: 0, bucket=2)  # prose: two-token coincidences, all rejected
+    assert ctl.gate_open is False
+    # Then the reply starts copying its input: each token copied makes the match one
+    # longer (the lookup finds the place), and a long match is verified without
+    # waiting for a probe.
+    copied, ks = 0, []
+    for _ in range(40):
+        k = _free_round(ctl, st, lambda k: k, bucket=min(32, 2 + copied))
+        copied += k + 1
+        ks.append(k)
     said = [n.split(":")[0] for n in st.notes]
     assert "ngram drafts held back" in said and said[-1] == "ngram drafts verified again"
+    assert ks.index(next(k for k in ks if k)) <= 8 and min(ks[-10:]) >= 6
+
+
+def test_probes_thin_out_until_the_gate_opens():
+    # A held-back lookup whose probes are accepted but do not pay (two-token
+    # matches, a verified token costing 0.8 of a step) is probed ever more rarely.
+    st = SpecStats()
+    ctl = SpecController(["plain"], free="ngram", hold_probe=4)
+    ks = [_free_round(ctl, st, lambda k: int(ctl.rounds["ngram"] % 2 == 0), bucket=2) for _ in range(600)]
+    probes = [i for i, k in enumerate(ks[50:]) if k]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert len(probes) <= 6 and gaps == sorted(gaps)
 
 
 # This CPU's verification costs, in steps (bench pair 1.5B, exact kernels): feeding
@@ -216,8 +246,8 @@ def _seeded():
 
 
 def test_a_long_copy_is_verified_in_long_drafts_and_a_short_one_not_at_all():
-    # Seeded with this CPU's measured line, a copy accepted whole is first held back
-    # (nothing is known of its acceptance), probed, then verified in drafts that grow
+    # Seeded with this CPU's measured line, a copy after a 32-token match is verified
+    # at once (the match length says it is the place being copied), in drafts that grow
     # at most 4 at a time (never 1 token: 2 tokens for 2.14 steps loses) to 20-32,
     # ~1.4 tokens per step; where nothing is accepted nothing is verified but the
     # rare, short probes.
@@ -225,7 +255,7 @@ def test_a_long_copy_is_verified_in_long_drafts_and_a_short_one_not_at_all():
     ctl = _seeded()
     ks = [_copy_round(ctl, st, lambda k: k, 32) for _ in range(60)]
     verified = [k for k in ks if k]
-    assert verified[0] == 2 and 1 not in ks and min(ks[30:]) >= 20
+    assert ks[0] == 4 and 1 not in ks and min(ks[30:]) >= 20
     assert all(b <= a + 4 for a, b in zip(verified, verified[1:]))
     late = ks[30:]
     tokens, steps = sum(k + 1 for k in late), sum(_cpu_seconds(k) / 0.05 for k in late)
@@ -255,7 +285,7 @@ def test_match_classes_learn_separately():
             _copy_round(ctl, st, lambda k: k, 24)  # a 24-token match: the place being copied
         else:
             _copy_round(ctl, st, lambda k: 0, 3)   # a 3-token match: a coincidence
-    assert ctl._match_rates(3, 1)[0] <= 0.5 < 0.95 < ctl._match_rates(24, 1)[0]
+    assert ctl._match_rates(3, 1)[0] <= 0.6 < 0.95 < ctl._match_rates(24, 1)[0]
     ctl.hold_probe = ctl._hold_interval = 10**6  # no probe now: the decisions themselves
     assert ctl.free_len(32, 3) == 0 and ctl.free_len(32, 24) > 4
 
@@ -281,3 +311,29 @@ def test_a_plain_step_is_timed_without_the_lookups_one_off_indexing():
     ctl = _seeded()
     ctl.record("plain", 0, 0, 1, 0.5, st, fit_seconds=0.05)  # 0.45 s of it indexed a long history
     assert ctl._plain_s[-1] == 0.05 and ctl.rate["plain"] == 1 / 0.5
+
+
+def test_the_gate_opens_on_a_clear_gain_and_closes_at_break_even():
+    # A predicted gain of 2.5% is within the prediction's own noise: it does not open a
+    # held-back gate, but it keeps an open one open.
+    from engine.spec.controller import OPEN_MARGIN, match_class
+    ctl = _seeded()
+    ctl.hold_probe = ctl._hold_interval = 10**6  # no probe: the decisions themselves
+    c0, a, b = ctl.free_costs()
+    cls = match_class(8)
+
+    def gain(r):  # predicted tokens per step of a copy after an 8-token match, class rate r
+        ctl._len_tries[cls], ctl._len_acc[cls] = 100000, round(r * 100000)
+        return ctl._best_rate(ctl._match_rates(8, 4), lambda k: a + b * k)[1] * c0
+
+    lo, hi = 0.5, 1.0
+    for _ in range(40):  # the class rate that predicts a 2.5% gain
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if gain(mid) < 1.025 else (lo, mid)
+    assert 1.02 < gain(hi) < OPEN_MARGIN
+    ctl.gate_open = False
+    assert ctl.free_len(32, 8) == 0
+    ctl.gate_open = True
+    assert ctl.free_len(32, 8) > 0
+    gain(0.3)
+    assert ctl.free_len(32, 8) == 0 and ctl.gate_open is False

@@ -10,12 +10,21 @@ from typing import Callable, Sequence
 from .costs import full_acceptance_rate
 from .stats import SpecStats
 
-__all__ = ["SpecController", "SpecStats", "MATCH_CLASSES", "match_class"]
+__all__ = ["SpecController", "SpecStats", "MATCH_CLASSES", "MATCH_PRIORS", "match_class"]
 
 
 # Match lengths (tokens of context a copied draft continues), grouped: the
 # acceptance of each class is learnt separately (``SpecController._match_rates``).
 MATCH_CLASSES = (0, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+# Before a class is measured, a copy that has continued L tokens continues one more
+# with probability (L + 1) / (L + 2) (Laplace's rule of succession): 0.75 after a
+# 2-token match (often a coincidence), 0.97 after 32 (the place being copied). So
+# the first long match of a reply that copies its input is verified at once.
+MATCH_PRIORS = tuple((n + 1) / (n + 2) for n in MATCH_CLASSES)
+# The gate opens where verifying is expected to beat the alternative by 5% and
+# closes where it no longer beats it: a prediction at break-even is within its own
+# noise, and verifying it would cost a pass of several steps for nothing.
+OPEN_MARGIN = 1.05
 
 
 def match_class(length: int) -> int:
@@ -160,16 +169,13 @@ class SpecController:
     def _match_rates(self, matched: int, k_cap: int) -> list[float]:
         """Acceptance at positions 1..k_cap of a draft copied after a ``matched``-token
         match: position i continues a ``matched + i - 1`` token match, and the rate of
-        its length class is what this engine measured for that class. A class is shrunk
-        towards the class below it (two pseudo-tries), the shortest towards all classes
-        pooled, so a class not seen yet does as well as the longest match seen below it.
-        Pooling every position of a class keeps one rejection at position 12 from
-        stopping k at 11 for good, as per-position rates did."""
-        prior = (sum(self._len_acc) + 1) / (sum(self._len_tries) + 2)
-        per_class = []
-        for tries, acc in zip(self._len_tries, self._len_acc):
-            prior = (acc + 2 * prior) / (tries + 2)
-            per_class.append(prior)
+        its length class is what this engine measured for that class, shrunk towards
+        the class's prior (``MATCH_PRIORS``, two pseudo-tries), so a class not seen yet
+        is trusted as far as its length says and two rejections bring it down. Pooling
+        every position of a class keeps one rejection at position 12 from stopping k
+        at 11 for good, as per-position rates did."""
+        per_class = [(acc + 2 * prior) / (tries + 2)
+                     for tries, acc, prior in zip(self._len_tries, self._len_acc, MATCH_PRIORS)]
         return [per_class[match_class(matched + i)] for i in range(k_cap)]
 
     @staticmethod
@@ -236,9 +242,10 @@ class SpecController:
 
         Verifying k drafts costs ``a + b k`` against ``c0`` for a plain step (or
         the rate of a model draft in use), so a draft is verified only where its
-        expected accepted tokens pay for that. While held back, every
-        ``hold_probe``-th hit (doubling while it keeps failing) is verified
-        anyway, so a text that starts repeating itself is noticed.
+        expected accepted tokens pay for that, by ``OPEN_MARGIN`` to open the
+        gate. While held back, the ``hold_probe``-th hit is verified anyway (then
+        the 16th, 32nd, ... after it, until the gate opens), so a text that
+        starts repeating itself in short matches is noticed too.
         """
         assert self.free is not None
         # Grow slowly: at most 4 more than the last verified round accepted, so a copy
@@ -257,7 +264,7 @@ class SpecController:
             base = max(base, self.rate[self.current] or 0.0)
         rates = self._accept_rates(self.free, cap, bucket)
         k, rate = self._best_rate(rates, lambda k: a + b * k)
-        opened = rate > base
+        opened = rate > base * (1.0 if self.gate_open else OPEN_MARGIN)
         if opened != self.gate_open:
             verb = "held back" if not opened else "verified again" if self.gate_open is False else "verified"
             self.gate_open = opened
@@ -283,9 +290,10 @@ class SpecController:
             del self._plain_s[:-64]
         if mode == self.free and mode not in self.modes:
             self._last_accepted = accepted
-            if self._probing:  # a held-back lookup's probe: wait twice as long only if it failed
+            if self._probing:  # a held-back lookup's probe: the next waits twice as long (the
+                # gate opening starts the count again); what it measured may open the gate
                 self._probing = False
-                self._hold_interval = self.hold_probe if accepted == drafted else min(self._hold_interval * 2, 1024)
+                self._hold_interval = min(self._hold_interval * 2, 1024)
             self.rounds[mode] += 1
             self._learn(mode, drafted, accepted, seconds if fit_seconds is None else fit_seconds, bucket)
             return
