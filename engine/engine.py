@@ -161,7 +161,7 @@ class Engine:
             self.spec_ctl.pending_notes.append(note)
 
     def _seed_verify_costs(self, ctl: SpecController) -> None:
-        """Seed auto's cost line for verifying n-gram drafts: measured once per engine (~0.8 s).
+        """Seed auto's cost line for verifying n-gram drafts: measured once per engine (~0.9 s).
         Without room, a KV that cannot be cut back or a token, it fits the line from its rounds."""
         with contextlib.suppress(ValueError, IndexError, HearthError):
             if ctl.k_fixed:

@@ -105,7 +105,8 @@ def test_a_model_draft_is_left_out_where_it_could_pay_only_accepting_nearly_ever
     # of 0.25: 1.06x accepting every draft, 0.93x at 80%, so it is left out...
     assert model_draft_ceiling(1.0, 0.69, 0.25) > 1.0 > model_draft_ceiling(1.0, 0.69, 0.25, accept=0.8)
     why = model_draft_hopeless(1.0, 0.69, 0.25)
-    assert why and "with 80% of its drafts accepted it would run at 0.93x" in why and "(1.06x accepting every one)" in why
+    assert why and "with 80% of its drafts accepted it would run at 0.93x" in why
+    assert "(1.06x accepting every one)" in why
     # ... and a GPU's draft is used.
     assert model_draft_hopeless(1.0, 0.02, 0.3) is None
 
@@ -241,7 +242,7 @@ def _copy_round(ctl, st, accept_at, matched):
 
 def _seeded():
     ctl = SpecController(["plain"], free="ngram")
-    ctl.seed_costs(_cpu_seconds(0), {4: _cpu_seconds(4), 16: _cpu_seconds(16)})
+    ctl.seed_costs(_cpu_seconds(0), {k: _cpu_seconds(k) for k in (1, 4, 16)})
     return ctl
 
 
@@ -255,7 +256,7 @@ def test_a_long_copy_is_verified_in_long_drafts_and_a_short_one_not_at_all():
     ctl = _seeded()
     ks = [_copy_round(ctl, st, lambda k: k, 32) for _ in range(60)]
     verified = [k for k in ks if k]
-    assert ks[0] == 4 and 1 not in ks and min(ks[30:]) >= 20
+    assert ks[0] >= 3 and 1 not in ks and min(ks[30:]) >= 20
     assert all(b <= a + 4 for a, b in zip(verified, verified[1:]))
     late = ks[30:]
     tokens, steps = sum(k + 1 for k in late), sum(_cpu_seconds(k) / 0.05 for k in late)
@@ -324,7 +325,7 @@ def test_the_gate_opens_on_a_clear_gain_and_closes_at_break_even():
 
     def gain(r):  # predicted tokens per step of a copy after an 8-token match, class rate r
         ctl._len_tries[cls], ctl._len_acc[cls] = 100000, round(r * 100000)
-        return ctl._best_rate(ctl._match_rates(8, 4), lambda k: a + b * k)[1] * c0
+        return ctl._best_rate(ctl._match_rates(8, 4), ctl._verify_cost(a, b))[1] * c0
 
     lo, hi = 0.5, 1.0
     for _ in range(40):  # the class rate that predicts a 2.5% gain
@@ -337,3 +338,26 @@ def test_the_gate_opens_on_a_clear_gain_and_closes_at_break_even():
     assert ctl.free_len(32, 8) > 0
     gain(0.3)
     assert ctl.free_len(32, 8) == 0 and ctl.gate_open is False
+
+
+def test_a_one_token_draft_is_costed_at_what_a_two_token_pass_measured():
+    # This CPU, in steps per pass verifying k drafts (bench pair 1.5B): the line through
+    # the passes of 5 / 9 / 17 tokens says verifying one draft costs ~1.8 steps; a pass
+    # of 2 tokens measures 2.14, and a draft that brings at most 2 tokens never pays
+    # for that, however sure the match.
+    steps = {1: 2.14, 4: 3.65, 8: 6.13, 16: 10.96}
+
+    def fed(extra):
+        ctl = SpecController(["plain"], free="ngram")
+        ctl.hold_probe = ctl._hold_interval = 10**6
+        ctl.seed_costs(0.05, {})
+        for _ in range(10):
+            ctl._cost["ngram"].extend((k, 0.05 * steps[k]) for k in (4, 8, 16))
+        ctl._cost["ngram"].extend((k, 0.05 * steps[k]) for k in extra)
+        return ctl
+
+    c0, a, b = fed([]).free_costs()
+    assert a + b < 1.9 * c0  # the line alone underrates a 2-token pass
+    assert fed([]).free_len(1, 32) == 1  # ... so a lone sure draft would be verified
+    assert fed([1, 1]).free_len(1, 32) == 0  # measured: it is not
+    assert fed([1, 1]).free_len(32, 32) >= 4  # longer drafts still are

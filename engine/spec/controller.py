@@ -25,6 +25,7 @@ MATCH_PRIORS = tuple((n + 1) / (n + 2) for n in MATCH_CLASSES)
 # closes where it no longer beats it: a prediction at break-even is within its own
 # noise, and verifying it would cost a pass of several steps for nothing.
 OPEN_MARGIN = 1.05
+SHORT_KS = 3  # verifying up to this many drafts costs at least what was measured at that k
 
 
 def match_class(length: int) -> int:
@@ -205,13 +206,15 @@ class SpecController:
         """``(c0, a, b)`` for the free draft: a plain step costs ``c0`` (the median
         recent one-token step), verifying k drafts ``a + b k``; None until measured.
 
-        ``a`` and ``b`` are the least-squares line through its recent rounds once
-        their k spread over at least 4 (at least one plain step: a bigger batch
-        never costs less). On a CPU that line is what the batches cost: feeding 2
-        tokens costs ~2.1 steps here, 17 tokens ~11, so a verified token costs
-        ~1.1 of a step at k = 1 and ~0.65 from k = 4 on; one slope through the
-        plain step would make long copies look dearer than they are. Until the
-        spread is there, the slope is the median over the plain step.
+        ``a`` and ``b`` are the least-squares line through its recent rounds of
+        more than ``SHORT_KS`` drafts once there are three, their k spread over at
+        least 4 (at least one plain step: a bigger batch never costs less). On a
+        CPU that line is what the longer batches cost: feeding 5 tokens costs
+        ~3.7 steps here, 17 tokens ~11, so a verified token costs ~0.65 of a step
+        from k = 4 on; one slope through the plain step would make long copies
+        look dearer than they are. Shorter passes cost what they measured
+        (``_verify_cost``). Until the line is there, the slope is the median
+        over the plain step.
         """
         assert self.free is not None
         pts = [(k, t) for k, t in self._cost[self.free][-64:] if k]
@@ -221,11 +224,31 @@ class SpecController:
         if not pts:
             return None
         c0 = statistics.median(self._plain_s[-32:])
-        ks = [k for k, _ in pts]
-        if len(pts) >= 3 and max(ks) - min(ks) >= 4:  # two single passes are too noisy for a line
-            a, b = _line(pts)
+        long = [(k, t) for k, t in pts if k > SHORT_KS]  # shorter passes: _short_costs
+        ks = [k for k, _ in long]
+        if len(long) >= 3 and max(ks) - min(ks) >= 4:  # two single passes are too noisy for a line
+            a, b = _line(long)
             return c0, max(c0, a), b
         return c0, c0, max(0.0, statistics.median((t - c0) / k for k, t in pts))
+
+    def _verify_cost(self, a: float, b: float) -> Callable[[int], float]:
+        """Seconds to verify k free drafts: the line ``a + b k``, or more where a short
+        pass measured more (``_short_costs``)."""
+        short = self._short_costs()
+        return lambda k: max(a + b * k, short.get(k, 0.0))
+
+    def _short_costs(self) -> dict[int, float]:
+        """The median recent seconds of verifying exactly 1, 2 or 3 drafts. A CPU
+        changes kernels past one token: a pass of 2 tokens costs ~2.1 steps here, more
+        than the line through longer passes says (~1.8), and a 1-token draft, which
+        brings at most 2 tokens, would look worth verifying when it never is. So for
+        these k the cost is at least what was measured at that k."""
+        assert self.free is not None
+        by_k: dict[int, list[float]] = {}
+        for k, t in self._cost[self.free][-64:]:
+            if k <= SHORT_KS:
+                by_k.setdefault(k, []).append(t)
+        return {k: statistics.median(ts) for k, ts in by_k.items()}
 
     def seed_costs(self, step: float, verify: dict[int, float]) -> None:
         """Start the free draft's cost line from a measurement (``measure_verify_costs``):
@@ -263,7 +286,7 @@ class SpecController:
         if self.current != "plain" and self.rate.get(self.current):
             base = max(base, self.rate[self.current] or 0.0)
         rates = self._accept_rates(self.free, cap, bucket)
-        k, rate = self._best_rate(rates, lambda k: a + b * k)
+        k, rate = self._best_rate(rates, self._verify_cost(a, b))
         opened = rate > base * (1.0 if self.gate_open else OPEN_MARGIN)
         if opened != self.gate_open:
             verb = "held back" if not opened else "verified again" if self.gate_open is False else "verified"

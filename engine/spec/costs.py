@@ -45,11 +45,12 @@ def measure_round_costs(target: Backend, draft: Backend, token: int, k: int = 4,
     return step, max(0.0, (verify - step) / k), draft_step
 
 
-def measure_verify_costs(target: Backend, token: int, ks: Sequence[int] = (4, 16)) -> tuple[float, dict[int, float]]:
+def measure_verify_costs(target: Backend, token: int,
+                         ks: Sequence[int] = (1, 4, 16)) -> tuple[float, dict[int, float]]:
     """Seconds for one target step and for verifying each k in ``ks`` drafts (k + 1
     tokens in one pass), past the end of the KV cache, which is truncated back.
     What ``SpecController.seed_costs`` starts the free draft's cost line from
-    (~0.8 s once on this CPU for the 1.5B: a warm-up, two steps, 5 and 17 tokens)."""
+    (~0.9 s once on this CPU for the 1.5B: a warm-up, two steps, 2, 5 and 17 tokens)."""
     t_len = target.kv_len
     if t_len + max(ks) + 2 > target.n_ctx:
         raise ValueError("no room left in the context to measure")
