@@ -361,3 +361,15 @@ def test_a_one_token_draft_is_costed_at_what_a_two_token_pass_measured():
     assert fed([]).free_len(1, 32) == 1  # ... so a lone sure draft would be verified
     assert fed([1, 1]).free_len(1, 32) == 0  # measured: it is not
     assert fed([1, 1]).free_len(32, 32) >= 4  # longer drafts still are
+
+
+def test_short_passes_do_not_steepen_the_first_slope():
+    # Seeded with this CPU's passes and two 2-draft rounds (2.6 steps: 0.8 of a step a
+    # token): until the line is there the slope comes from the longer passes (~0.64),
+    # not from short ones that cost more per token (it was 0.8 and held a copy back).
+    ctl = SpecController(["plain"], free="ngram")
+    ctl.seed_costs(0.05, {1: 0.05 * 2.14, 4: 0.05 * 3.65, 16: 0.05 * 10.96})
+    for _ in range(2):
+        ctl.record("ngram", 2, 2, 3, 0.05 * 2.6, SpecStats(), bucket=32)
+    c0, a, b = ctl.free_costs()
+    assert a == c0 and 0.6 < b / c0 < 0.66

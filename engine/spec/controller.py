@@ -214,7 +214,9 @@ class SpecController:
         from k = 4 on; one slope through the plain step would make long copies
         look dearer than they are. Shorter passes cost what they measured
         (``_verify_cost``). Until the line is there, the slope is the median
-        over the plain step.
+        over the plain step of the longer passes (of any pass while there are
+        none): a 2-token pass's 1.1 steps per token would make the first long
+        copy look dearer than it is.
         """
         assert self.free is not None
         pts = [(k, t) for k, t in self._cost[self.free][-64:] if k]
@@ -229,7 +231,7 @@ class SpecController:
         if len(long) >= 3 and max(ks) - min(ks) >= 4:  # two single passes are too noisy for a line
             a, b = _line(long)
             return c0, max(c0, a), b
-        return c0, c0, max(0.0, statistics.median((t - c0) / k for k, t in pts))
+        return c0, c0, max(0.0, statistics.median((t - c0) / k for k, t in long or pts))
 
     def _verify_cost(self, a: float, b: float) -> Callable[[int], float]:
         """Seconds to verify k free drafts: the line ``a + b k``, or more where a short
