@@ -208,14 +208,15 @@ def test_a_held_back_lookup_that_starts_paying_says_it_is_verified_again():
 
 
 def test_probes_thin_out_until_the_gate_opens():
-    # A held-back lookup whose probes are accepted but do not pay (two-token
-    # matches, a verified token costing 0.8 of a step) is probed ever more rarely.
+    # A held-back lookup whose probes are accepted whole but can never pay (a verified
+    # token costing 1.2 steps) is probed ever more rarely: a fully accepted probe used
+    # to start the count again, and kept a break-even probe every few hits.
     st = SpecStats()
     ctl = SpecController(["plain"], free="ngram", hold_probe=4)
-    ks = [_free_round(ctl, st, lambda k: int(ctl.rounds["ngram"] % 2 == 0), bucket=2) for _ in range(600)]
+    ks = [_free_round(ctl, st, lambda k: k, c1=0.060, bucket=2) for _ in range(600)]
     probes = [i for i, k in enumerate(ks[50:]) if k]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
-    assert len(probes) <= 6 and gaps == sorted(gaps)
+    assert 0 < len(probes) <= 6 and gaps == sorted(gaps) and ctl.gate_open is False
 
 
 # This CPU's verification costs, in steps (bench pair 1.5B, exact kernels): feeding
