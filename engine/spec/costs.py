@@ -64,9 +64,11 @@ def measure_verify_costs(target: Backend, token: int,
     return step, verify
 
 
-def full_acceptance_rate(c0: float, c1: float, k_max: int) -> float:
-    """Tokens per unit of cost with every draft accepted, best k, for rounds costing ``c0 + c1 k``."""
-    return max((k + 1) / (c0 + c1 * k) for k in range(1, k_max + 1))
+def full_acceptance_rate(c0: float, c1: float, k_max: int, accept: float = 1.0) -> float:
+    """Tokens per unit of cost at the best k, for rounds costing ``c0 + c1 k`` that bring
+    ``1 + a + ... + a^k`` tokens with each draft accepted with probability ``accept``
+    (1: every draft, ``k + 1`` tokens)."""
+    return max(sum(accept ** i for i in range(k + 1)) / (c0 + c1 * k) for k in range(1, k_max + 1))
 
 
 # The acceptance a model draft is given the benefit of before it has drafted: a
@@ -79,10 +81,9 @@ LIKELY_ACCEPTANCE = 0.8
 def model_draft_ceiling(step: float, per_token: float, draft_step: float, k_max: int = 8,
                         accept: float = 1.0) -> float:
     """Speedup over plain decoding a model draft would reach with each draft accepted
-    with probability ``accept`` (1: every draft), best k: a round of k drafts costs a
-    target step, k verified tokens and k draft steps, and brings ``1 + a + ... + a^k``."""
-    cost = lambda k: step + (per_token + draft_step) * k  # noqa: E731
-    return step * max(sum(accept ** i for i in range(k + 1)) / cost(k) for k in range(1, k_max + 1))
+    with probability ``accept`` (1: every draft): a round of k drafts costs a target
+    step, k verified tokens and k draft steps."""
+    return step * full_acceptance_rate(step, per_token + draft_step, k_max, accept)
 
 
 def model_draft_hopeless(step: float, per_token: float, draft_step: float) -> str | None:
