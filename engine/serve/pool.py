@@ -244,13 +244,15 @@ class ModelPool:
             self._close(h, "the server stopped")
 
     def _close(self, h: Held, why: str) -> None:
-        self.unloads.append((h.model_id, why))
-        del self.unloads[:-64]
         scheduler = h.scheduler
         engine = getattr(scheduler, "engine", None)
-        scheduler.close()
-        if engine is not None:
-            engine.close()
+        try:
+            scheduler.close()
+            if engine is not None:
+                engine.close()
+        finally:  # recorded once its memory is given back, not when it leaves the list
+            self.unloads.append((h.model_id, why))
+            del self.unloads[:-64]
 
     def describe(self) -> list[dict[str, Any]]:
         """What the window shows: each model held, whose it is, and how long it has been idle."""
