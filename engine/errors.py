@@ -44,3 +44,15 @@ class Cancelled(HearthError):
 
 class NoVisionError(HearthError):
     """A message holds an image and the loaded model has no vision projector."""
+
+
+class GrammarError(HearthError):
+    """A grammar that cannot be used (bad syntax, or a backend without grammars)."""
+
+
+class NoGrammar(GrammarError):
+    """This backend has no grammars: a tool call is then parsed and validated, not constrained."""
+
+
+class ToolsUnsupported(HearthError):
+    """The model cannot call tools (its chat template takes none Hearth can parse)."""

@@ -1,4 +1,4 @@
-"""Small value types shared across the engine.
+"""The value types a request and a reply are made of: sampling parameters in, typed events out.
 
 Every dataclass validates itself in ``__post_init__`` so a bad value fails at
 the edge (CLI flag, settings file) with a clear message instead of deep inside
@@ -7,15 +7,14 @@ the decode loop.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .errors import HearthError
-from .messages import (ROLES, DocumentPart, ImagePart, Message, Part, TextPart, ToolCall,  # noqa: F401
-                       ToolCallDelta)
-from .metrics import GenerationStats
 
-# A message and its parts live in engine/messages.py; they are re-exported here, where callers
-# have always found Message.
+if TYPE_CHECKING:
+    from .decode.metrics import GenerationStats
+    from .prompt.messages import ToolCall, ToolCallDelta
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -121,39 +120,3 @@ class StreamEvent:
     tool_call: ToolCallDelta | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     stop_string: str | None = None
-
-
-@dataclass(slots=True, frozen=True)
-class Vocab:
-    """What the draft-compatibility check needs of a model: its tokenizer kind,
-    every token's text by id, and its size (a draft must be much smaller)."""
-    name: str
-    tokenizer_model: str
-    tokens: tuple[str, ...] | list[str]
-    weight_bytes: int = 0
-    path: str = ""
-
-
-@dataclass(slots=True, frozen=True)
-class BackendInfo:
-    """What a loaded backend says about itself, for the window, the CLI and the
-    benchmarks (so no caller reaches into a backend's attributes).
-
-    ``backend``: "llama_cpp" or "hf"; ``runtime``: what computes ("cpu",
-    "cuda", "vulkan", "metal"); ``device``: where the weights are ("CPU",
-    "Vulkan0", "cuda:0", "cuda:0+cpu"...); ``quant``: the label the window
-    shows (a GGUF's own file type, or the bitsandbytes choice / torch dtype).
-    """
-    backend: str
-    name: str
-    path: str
-    quant: str
-    runtime: str = "cpu"
-    device: str = "CPU"
-    threads: int | None = None
-    n_ctx: int = 0
-    n_gpu_layers: int = 0
-    kv_type: str = "f16"
-    weight_bytes: int = 0
-    exactness: str = "exact"  # "exact" (batch-invariant kernels) or "fast"; see LlamaCppBackend
-    projector: str = ""       # the vision projector (mmproj) loaded beside the model, if any: it sees images

@@ -138,16 +138,20 @@ def _offload_everything() -> None:
     """Every load in the benchmark modules puts all layers on the GPU (drafts too)."""
     import llama_cpp
 
+    from dataclasses import replace
+
     from engine.backends.llama.backend import LlamaCppBackend
     from engine.engine import Engine
 
-    load = Engine.load.__func__
+    load = Engine.open.__func__
 
-    def gpu_load(cls, model=None, **kw):
-        kw.setdefault("n_gpu_layers", 999)
-        return load(cls, model, **kw)
+    def gpu_load(cls, config=None, **kw):
+        # A config that keeps every layer on the CPU (the default) gets every layer on the GPU here.
+        if config is not None and config.n_gpu_layers == 0:
+            config = replace(config, n_gpu_layers=999)
+        return load(cls, config, **kw)
 
-    Engine.load = classmethod(gpu_load)
+    Engine.open = classmethod(gpu_load)
     for cls, default in ((llama_cpp.Llama, -1), (LlamaCppBackend, 999)):
         init = cls.__init__
 
@@ -185,13 +189,15 @@ def _try(fn, *a):
 
 def _decode(path: Path, bw: float) -> dict:
     from engine.bench.overhead import bench_overhead
+    from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.types import Message, SamplingParams
+    from engine.prompt.messages import Message
+    from engine.types import SamplingParams
 
     r = bench_overhead(argparse.Namespace(model=str(path), tokens=256, rounds=3, threads=None, generate=False))
     row = {k: r[k] for k in ("decode_tok_s", "reference_tok_s", "ratio", "model_bytes")}
     row["roofline_fraction"] = round(r["model_bytes"] * r["decode_tok_s"] / bw, 4)
-    e = Engine.load(path, n_ctx=4096, cache_budget=0)
+    e = Engine.open(EngineConfig(path, n_ctx=4096, cache_budget=0))
     try:
         text = " ".join(["The lighthouse keeper counted the waves and wrote them down."] * 60)
         speeds = []
@@ -211,6 +217,7 @@ def _decode(path: Path, bw: float) -> dict:
 def _plan_vs_nvml(path: Path) -> dict:
     import pynvml
 
+    from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.sizing.hardware import probe
     from engine.sizing.plan import Choices, plan_for
@@ -219,7 +226,7 @@ def _plan_vs_nvml(path: Path) -> dict:
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     before = pynvml.nvmlDeviceGetMemoryInfo(h).used
     plan = plan_for(str(path), probe(), Choices(n_ctx=8192, draft="none", prefix_cache=0))
-    e = Engine.load(plan.load_ref(str(path)), **plan.engine_kwargs())
+    e = Engine.open(plan.to_config(EngineConfig(plan.load_ref(str(path)))))
     try:
         used = pynvml.nvmlDeviceGetMemoryInfo(h).used - before
     finally:

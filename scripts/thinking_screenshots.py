@@ -56,7 +56,7 @@ def words(text: str) -> list[str]:
 
 
 def take(out: Path, theme: str) -> None:
-    from engine.metrics import GenerationStats
+    from engine.decode.metrics import GenerationStats
     from engine.types import StreamEvent
 
     from app.window.main_window import MainWindow

@@ -48,8 +48,9 @@ def llama_backend(bundled_path):
 def engine(bundled_path):
     """A real engine on the bundled model; module-scoped because loading costs ~0.5 s."""
     from engine.engine import Engine
+    from engine.config import EngineConfig
 
-    e = Engine.load(bundled_path, n_ctx=2048, n_threads=2)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2))
     yield e
     e.close()
 

@@ -9,8 +9,8 @@ from typing import Iterator
 from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
 from engine.models.gguf import model_info
-from engine.serve.scheduler import Scheduler
-from engine.serve.server import LocalServer
+from engine.serve.runtime.scheduler import Scheduler
+from engine.serve.http.server import LocalServer
 
 
 @contextmanager

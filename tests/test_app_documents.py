@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.window.selftest import wait_until
 from doc_files import book_pages, make_pdf
-from engine.messages import DocumentPart
+from engine.prompt.messages import DocumentPart
 
 
 def send(qtbot, w, text: str) -> int:
@@ -146,7 +146,7 @@ def test_export_carries_the_documents_and_import_restores_them(tmp_path):
 
     from app.core import export
     from app.core.store import Store
-    from engine.messages import TextPart
+    from engine.prompt.messages import TextPart
 
     a = Store(tmp_path / "a" / "hearth.db")
     sha = a.attachments.put(b"%PDF-not-really but bytes")

@@ -8,7 +8,7 @@ import pytest
 
 from app.core.export import ImportFailed, import_json, to_json, to_markdown
 from app.core.store import Store
-from engine.messages import ImagePart, TextPart, ToolCall
+from engine.prompt.messages import ImagePart, TextPart, ToolCall
 
 
 def branched(store: Store) -> int:

@@ -9,7 +9,7 @@ import pytest
 from app.library.downloads import CANCELLED, DONE, PAUSED, RUNNING
 from app.window.main_window import MainWindow
 from app.window.selftest import write_settings
-from engine.models import library as lib
+from engine.library import local as lib
 from engine.sizing.hardware import simulated
 from hub_server import HubServer, Sparse
 from model_files import gguf_bytes_header, write_model_gguf
@@ -150,7 +150,7 @@ def test_a_download_that_breaks_says_why_and_the_next_one_starts(qtbot, monkeypa
     from pathlib import Path
 
     from engine.models import hub
-    from engine.models.hub_search import HubFile
+    from engine.library.hub_search import HubFile
 
     from app.library.downloads import FAILED, DownloadQueue
 

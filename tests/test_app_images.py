@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.core.settings import Settings, SettingsFile
 from test_app_documents import send as send_and_wait
-from engine.messages import ImagePart
+from engine.prompt.messages import ImagePart
 from test_images import png
 
 

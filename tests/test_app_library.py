@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.window.main_window import MainWindow
 from app.window.selftest import write_settings
-from engine.models import library as lib
+from engine.library import local as lib
 from engine.models.gguf import model_info
 from engine.sizing.hardware import simulated
 from gguf_writer import write_gguf
@@ -193,8 +193,8 @@ def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot,
     req = s.load_request()
     plan = plan_load.plan_request(req, hardware=HW8)
     assert plan.draft_source == str(draft)                    # the planner sizes the chosen draft
-    assert plan_load.engine_kwargs(plan, req, "llama_cpp", 2, None)["draft"] == str(draft)
-    # The window carries it to Engine.load: this header-only draft cannot run, and the load says so.
+    assert plan_load.engine_config(plan, req, req.model_ref(), "llama_cpp", 2, None).draft == str(draft)
+    # The window carries it to Engine.open: this header-only draft cannot run, and the load says so.
     window.apply_settings(s)
     qtbot.waitUntil(lambda: any("tiny-draft.gguf" in m for m in window.info.messages()), timeout=60_000)
     with pytest.raises(SettingsError, match="draft model's .gguf file"):

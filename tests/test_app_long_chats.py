@@ -146,6 +146,7 @@ def test_the_sampling_tab_edits_the_context_policy(qtbot, data_dir):
 
 def test_a_long_prompt_shows_reading_progress_and_stop_works_while_it_is_read(qtbot, make_window, bundled_path):
     from engine import Engine
+    from engine.config import EngineConfig
 
     w = make_window()
     cid = w.current
@@ -185,7 +186,7 @@ def test_a_long_prompt_shows_reading_progress_and_stop_works_while_it_is_read(qt
     assert reply.metrics["prompt_tokens"] > 1400
     *history, last = w.replies.history(cid, w.store.conversation(cid).system_prompt)
     assert [m.role for m in history] == ["system", "user", "user"] and last.content == reply.content
-    fresh = Engine.load(bundled_path, n_ctx=w.host.model.n_ctx, n_threads=w.host.model.n_threads)
+    fresh = Engine.open(EngineConfig(bundled_path, n_ctx=w.host.model.n_ctx, n_threads=w.host.model.n_threads))
     try:
         final = [ev for ev in fresh.stream(history, w.settings.sampling_params()) if ev.kind != "delta"][-1]
     finally:

@@ -60,7 +60,8 @@ def test_performance_panel_renders_a_real_reply_offscreen(qtbot, engine, tmp_pat
     from PySide6.QtCharts import QBarSeries, QHorizontalStackedBarSeries, QLineSeries
 
     from app.performance.performance_panel import PART_COLORS, PerformancePanel, roofline, tok_s_curve
-    from engine.types import Message, SamplingParams
+    from engine.prompt.messages import Message
+    from engine.types import SamplingParams
 
     evs = list(engine.stream([Message("user", "Tell me about the sea.")],
                              SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)))
@@ -97,7 +98,8 @@ def test_performance_panel_renders_a_real_reply_offscreen(qtbot, engine, tmp_pat
 def test_a_bandwidth_that_cannot_be_measured_says_so_on_the_roofline(qtbot, engine, monkeypatch):
     from app.performance import performance_panel
     from engine.sizing import bandwidth
-    from engine.types import Message, SamplingParams
+    from engine.prompt.messages import Message
+    from engine.types import SamplingParams
 
     def no_memory(threads, mib):
         raise MemoryError("64 MiB")
@@ -198,12 +200,12 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
         ["baseline", "KV q8_0", "baseline (again)"]
     assert len(dlg.chart.series()) == 1 and dlg.chart.series()[0].count() == 2  # TTFT and TPOT bars
     saved = report.last_run(w.host.model.path)
-    assert saved is not None and report.load(saved)["rows"] == dlg.result["rows"]
+    assert saved is not None and report.load_run(saved)["rows"] == dlg.result["rows"]
     assert dlg.table.item(0, 7).text() == "—"  # nothing earlier to compare with
     dlg.export_csv(tmp_path / "t.csv")
     dlg.export_json(tmp_path / "t.json")
     assert (tmp_path / "t.csv").read_text().count("\n") == 4
-    assert report.load(tmp_path / "t.json")["rows"] == dlg.result["rows"]
+    assert report.load_run(tmp_path / "t.json")["rows"] == dlg.result["rows"]
 
     dlg.start_button.click()
     qtbot.waitUntil(lambda: not dlg.running, timeout=1_500_000)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 from PySide6.QtCore import Qt
@@ -73,20 +73,20 @@ def make_window(qtbot, data_dir):
 
 
 def fail_first_load(monkeypatch, message: str = OOM) -> list[dict]:
-    """Engine.load runs out of memory the first time (a device that was shorter than it
-    said), then loads for real; returns the keyword arguments of every call."""
+    """Engine.open runs out of memory the first time (a device that was shorter than it
+    said), then loads for real; returns the fields of every call's EngineConfig."""
     from engine import Engine
 
-    real = Engine.load
+    real = Engine.open
     calls: list[dict] = []
 
-    def load(cls, *args, **kwargs):
-        calls.append(kwargs)
+    def load(cls, config, **kwargs):
+        calls.append(asdict(config))
         if len(calls) == 1:
             raise ModelLoadError(message)
-        return real(*args, **kwargs)
+        return real(config, **kwargs)
 
-    monkeypatch.setattr(Engine, "load", classmethod(load))
+    monkeypatch.setattr(Engine, "open", classmethod(load))
     return calls
 
 
@@ -139,22 +139,23 @@ def test_auto_takes_the_plan_and_fixed_choices_stay_as_chosen(data_dir):
     # the plan shrank the KV, then offloaded: the output head (llama.cpp offloads it first, with its
     # ~100 MiB logits buffer) and 3 blocks
     assert plan.n_gpu_layers == 4 and plan.kv_type == "q8_0" and plan.gpu_layers_text == "3/30 + head"
-    kw = plan_load.engine_kwargs(plan, auto, "llama_cpp", 1, data_dir)
-    assert (kw["n_ctx"], kw["n_gpu_layers"], kw["kv_type"], kw["cache_budget"]) == \
+    ref = auto.model_ref()
+    kw = plan_load.engine_config(plan, auto, ref, "llama_cpp", 1, data_dir)
+    assert (kw.n_ctx, kw.n_gpu_layers, kw.kv_type, kw.cache_budget) == \
         (plan.n_ctx, 4, "q8_0", plan.prefix_cache)
-    assert kw["disk_cache"] == data_dir / plan_load.PREFIX_STORE and kw["disk_cache_bytes"] > 0
-    assert kw["draft"] == "auto" and kw["backend"] == "llama_cpp"
+    assert kw.disk_cache == data_dir / plan_load.PREFIX_STORE and kw.disk_cache_bytes > 0
+    assert kw.draft == "auto" and kw.backend == "llama_cpp"
 
     fixed = replace(auto, context=4096, gpu_layers=10, kv_type="f16", draft="none")
     plan = plan_load.plan_request(fixed, hardware=hw)
-    kw = plan_load.engine_kwargs(plan, fixed, "llama_cpp", 1, data_dir)
-    assert (kw["n_ctx"], kw["n_gpu_layers"], kw["kv_type"], kw["draft"]) == (4096, 10, "f16", "none")
+    kw = plan_load.engine_config(plan, fixed, ref, "llama_cpp", 1, data_dir)
+    assert (kw.n_ctx, kw.n_gpu_layers, kw.kv_type, kw.draft) == (4096, 10, "f16", "none")
     everything = plan_load.plan_request(replace(auto, gpu_layers="all"), hardware=hw)
     assert everything.config.all_on_gpu  # "all" is every block and the output head
     # with no plan (a GGUF file on transformers), the settings go through as chosen
     assert replace(auto, backend="hf").plan_format is None
-    kw = plan_load.engine_kwargs(None, replace(auto, gpu_layers="all", context=2048), "llama_cpp", 1, data_dir)
-    assert (kw["n_gpu_layers"], kw["kv_type"], kw["n_ctx"]) == (-1, "f16", 2048)
+    kw = plan_load.engine_config(None, replace(auto, gpu_layers="all", context=2048), ref, "llama_cpp", 1, data_dir)
+    assert (kw.n_gpu_layers, kw.kv_type, kw.n_ctx) == (-1, "f16", 2048)
 
 
 def test_a_plan_that_does_not_fit_says_why_and_keeps_the_choices():
@@ -405,9 +406,10 @@ def test_a_start_after_stopping_with_the_model_on_a_gpu_runs_on_the_cpu_once_and
     guard.path.write_text(json.dumps({
         "phase": "running", "model": "SmolLM2-135M-Instruct.Q4_1.gguf", "device": "CUDA0", "runtime": "cuda",
         "pid": int(dead.stdout), "started": 1.0}))
-    real = Engine.load
+    real = Engine.open
     calls: list[dict] = []
-    monkeypatch.setattr(Engine, "load", classmethod(lambda cls, *a, **kw: calls.append(kw) or real(*a, **kw)))
+    monkeypatch.setattr(Engine, "open", classmethod(lambda cls, config, **kw: calls.append(asdict(config))
+                                                    or real(config, **kw)))
     w = make_window()
     assert calls[0]["n_gpu_layers"] == 0 and w.host.model.n_gpu_layers == 0
     bars = [b for b in w.info.bars() if "stopped unexpectedly" in b.text()]

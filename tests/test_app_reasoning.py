@@ -13,7 +13,7 @@ import threading
 import pytest
 from PySide6.QtGui import QGuiApplication, QTextFormat
 
-from engine.metrics import GenerationStats
+from engine.decode.metrics import GenerationStats
 from engine.types import StreamEvent
 
 from app.bridge.generation_worker import FLUSH_DELTAS
@@ -248,7 +248,7 @@ def test_the_budget_in_the_settings_dialog(qtbot):
 
 
 def test_the_think_box_shows_each_kind_and_the_models_default(qtbot):
-    from engine.formats import ThinkControl
+    from engine.reply_formats import ThinkControl
 
     from app.chat.think_control import ThinkBox, effective
 
@@ -280,8 +280,8 @@ def test_the_think_box_shows_each_kind_and_the_models_default(qtbot):
 
 
 def test_a_system_prompt_flag_goes_into_the_system_prompt_once_chosen(qtbot, tmp_path, monkeypatch):
-    from engine.formats import detect
-    from engine.messages import Message
+    from engine.reply_formats import detect
+    from engine.prompt.messages import Message
 
     from test_formats_templates import source
 

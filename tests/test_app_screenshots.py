@@ -7,7 +7,7 @@ from PySide6.QtGui import QImage
 from app.window import selftest
 from app.__main__ import _parser
 from app.library.library_view import FIT_COL
-from engine.models import library as lib
+from engine.library import local as lib
 
 
 def test_show_library_screenshot_pictures_the_open_dock_with_the_bundled_model(qtbot, tmp_path, monkeypatch,

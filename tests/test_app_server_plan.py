@@ -9,7 +9,7 @@ from app.bridge.load_worker import LoadJob, LoadWorker
 from app.bridge.server_host import Serving
 from engine.errors import HearthError
 from engine.loading.request import LoadRequest
-from engine.serve.server import LocalServer
+from engine.serve.http.server import LocalServer
 
 
 @pytest.mark.parametrize("serving, planned", [(None, 0), (3, 3)])

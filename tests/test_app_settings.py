@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine.loading.estimate import auto_context, estimate
+from engine.loading.estimate import auto_context, quick_estimate
 from app.core.settings import Settings, SettingsError, SettingsFile
 from app.core.text_utils import code_blocks, finish_note, human_bytes, metrics_line
 
@@ -132,12 +132,12 @@ def test_memory_estimate_for_the_bundled_model(bundled_path):
     from engine.models.gguf import model_info
 
     info = model_info(bundled_path)
-    est = estimate(info, 2048)
+    est = quick_estimate(info, 2048)
     assert est.n_ctx == 2048
     assert est.weights == info.weight_bytes
     assert est.kv == int(info.kv_bytes_per_token(2.0) * 2048)
     assert est.fits  # 135M parameters fit anywhere this test runs
-    assert estimate(info, None).n_ctx == auto_context(info.n_ctx_train)
+    assert quick_estimate(info, None).n_ctx == auto_context(info.n_ctx_train)
 
 
 def test_segment_bounds_cut_only_between_top_level_blocks():

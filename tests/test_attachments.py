@@ -8,7 +8,7 @@ import pytest
 
 from app.core.attachments import AttachmentError, Attachments
 from app.core.store import Store
-from engine.messages import DocumentPart, ImagePart, TextPart
+from engine.prompt.messages import DocumentPart, ImagePart, TextPart
 
 
 def test_put_is_once_per_content_and_read_checks_the_hash(tmp_path):

@@ -6,10 +6,10 @@ import argparse
 
 
 def test_bench_images_counts_no_encode_after_the_first(tiny_vlm):
-    from engine.bench import run
+    from engine.bench import run_benchmark
 
-    out = run("images", argparse.Namespace(model=str(tiny_vlm[0]), mmproj=str(tiny_vlm[1]), ctx=2048, threads=2,
-                                           rounds=2))
+    out = run_benchmark("images", argparse.Namespace(model=str(tiny_vlm[0]), mmproj=str(tiny_vlm[1]), ctx=2048,
+                                                     threads=2, rounds=2))
     assert out["projector"].endswith(tiny_vlm[1].name)
     assert all(e["cold"] >= 1 and e["follow_up_and_new_conversation"] == 0 and e["after_restart"] == 0
                for e in out["encodes"])

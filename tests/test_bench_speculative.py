@@ -6,7 +6,7 @@ import json
 from importlib.resources import files
 
 from engine.bench.speculative import _gpu_speedup, _messages, _Row, _set_report
-from engine.spec.controller import SpecController
+from engine.speculative.controller import SpecController
 
 
 def _row(speedups, tokens_by_mode, drafted=0, accepted=0):

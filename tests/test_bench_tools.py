@@ -4,7 +4,7 @@ wearing Qwen 2.5's template (Hermes syntax) and every one must validate."""
 from __future__ import annotations
 
 from engine.bench import tools as bench
-from engine.messages import ToolCall
+from engine.prompt.messages import ToolCall
 from serving import qwen_tool_engine
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from transformers.utils import chat_template_utils as hf
 
-from engine import chat_template as ct
-from engine.chat_template import CHATML_FALLBACK, MAX_OUTPUT_CHARS, ChatTemplate
+from engine.prompt import chat_template as ct
+from engine.prompt.chat_template import CHATML_FALLBACK, MAX_OUTPUT_CHARS, ChatTemplate
 from engine.errors import TemplateError
-from engine.types import Message
+from engine.prompt.messages import Message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"
 

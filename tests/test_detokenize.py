@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from engine.detokenize import IncrementalDetokenizer
+from engine.decode.detokenize import IncrementalDetokenizer
 
 SAMPLES = [
     "plain ascii",

@@ -26,10 +26,10 @@ def test_runtime_of_names_what_computes():
 
 
 def test_placement_reads_the_load_log():
-    assert devices.placement(FULL) == devices.Placement("vulkan", "Vulkan0", 31, 31)
-    assert devices.placement(PARTIAL) == devices.Placement("cuda", "CUDA0+CPU", 12, 31)
-    assert devices.placement(NONE) == devices.Placement("cpu", "CPU", 0, 31)
-    assert devices.placement([]) == devices.Placement("cpu", "CPU", 0, 0)
+    assert devices.placement(FULL) == devices.DevicePlacement("vulkan", "Vulkan0", 31, 31)
+    assert devices.placement(PARTIAL) == devices.DevicePlacement("cuda", "CUDA0+CPU", 12, 31)
+    assert devices.placement(NONE) == devices.DevicePlacement("cpu", "CPU", 0, 31)
+    assert devices.placement([]) == devices.DevicePlacement("cpu", "CPU", 0, 0)
 
 
 def test_ggml_lists_its_devices_with_memory():

@@ -17,11 +17,13 @@ import gpu_check
 gpu_check._offload_everything()
 import llama_cpp
 from engine.engine import Engine
+from engine.config import EngineConfig
 from engine.backends.llama.backend import LlamaCppBackend
-e = Engine.load(n_ctx=256, cache_budget=0)
+e = Engine.open(EngineConfig(n_ctx=256, cache_budget=0))
 d = LlamaCppBackend(e.backend.path, n_ctx=256)
+explicit = Engine.open(EngineConfig(n_ctx=256, n_gpu_layers=3, cache_budget=0))
 print(json.dumps({"engine": e.backend.describe().n_gpu_layers, "draft": d.n_gpu_layers,
-                  "explicit": Engine.load(n_ctx=256, n_gpu_layers=3, cache_budget=0).backend.n_gpu_layers}))
+                  "explicit": explicit.backend.n_gpu_layers}))
 """
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine.config import EngineConfig
 
 HERE = Path(__file__).resolve()
 pytestmark = pytest.mark.timeout(1800)
@@ -23,12 +24,12 @@ CTX = 512
 def _twice(model: str, mmproj: str, data: bytes) -> list[dict]:
     """The same question about an image twice on a fresh engine with every layer on the device."""
     from engine import Engine, SamplingParams
-    from engine.images import probe
-    from engine.messages import ImagePart, Message, TextPart
+    from engine.inputs.images import probe_image
+    from engine.prompt.messages import ImagePart, Message, TextPart
 
-    img = probe(data)
+    img = probe_image(data)
     msgs = [Message.of("user", ImagePart(img.sha256, img.mime, data), TextPart("What is it?"))]
-    e = Engine.load(model, n_ctx=CTX, n_threads=2, n_gpu_layers=999, mmproj=mmproj)
+    e = Engine.open(EngineConfig(model, n_ctx=CTX, n_threads=2, n_gpu_layers=999, mmproj=mmproj))
     try:
         runs = []
         for _ in range(2):
@@ -45,18 +46,18 @@ def worker(model: str, mmproj: str, qwen: str, qwen_mmproj: str) -> dict:
 
     from engine import Engine, SamplingParams
     from engine.backends.llama import devices
-    from engine.images import decode, probe
-    from engine.messages import ImagePart, Message, TextPart
+    from engine.inputs.images import decode, probe_image
+    from engine.prompt.messages import ImagePart, Message, TextPart
     from test_images import png
 
     out: dict = {"devices": [repr(d) for d in devices.list_devices()]}
     if not devices.gpu_devices():
         return out
-    e = Engine.load(model, n_ctx=CTX, n_threads=2, n_gpu_layers=999, mmproj=mmproj)
+    e = Engine.open(EngineConfig(model, n_ctx=CTX, n_threads=2, n_gpu_layers=999, mmproj=mmproj))
     try:
         out["device"] = e.backend.describe().device
         data = png(50, size=(200, 130))
-        img = probe(data)
+        img = probe_image(data)
         msgs = [Message.of("user", ImagePart(img.sha256, img.mime, data), TextPart("What is it?"))]
         proj = e.backend._projector
         runs = []

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from engine.config import EngineConfig
 
 HERE = Path(__file__).resolve()
 # The worker's run on lavapipe takes minutes on 2 cores (about 4 on a quiet machine), all of it
@@ -83,7 +84,7 @@ def worker() -> dict:
     n_layers = model_info(path).n_layers
     asked = [Message("system", SYSTEM), Message("user", QUESTIONS[1])]
 
-    full = Engine.load(path, n_ctx=CTX, n_threads=2, n_gpu_layers=999, cache_budget=0)
+    full = Engine.open(EngineConfig(path, n_ctx=CTX, n_threads=2, n_gpu_layers=999, cache_budget=0))
     try:
         info = full.backend.describe()
         out["full"] = {"tokens": _tokens(full, [Message("user", Q)]).token_ids, "runtime": info.runtime,
@@ -107,7 +108,7 @@ def worker() -> dict:
     finally:
         full.close()
 
-    warm = Engine.load(path, n_ctx=CTX, n_threads=2, n_gpu_layers=999)
+    warm = Engine.open(EngineConfig(path, n_ctx=CTX, n_threads=2, n_gpu_layers=999))
     try:
         first = _tokens(warm, [Message("system", SYSTEM), Message("user", QUESTIONS[0])])
         warm.reset()  # only the snapshot cache can serve the system prompt now
@@ -117,7 +118,7 @@ def worker() -> dict:
     finally:
         warm.close()
 
-    none = Engine.load(path, n_ctx=CTX, n_threads=2, n_gpu_layers=0, cache_budget=0)
+    none = Engine.open(EngineConfig(path, n_ctx=CTX, n_threads=2, n_gpu_layers=0, cache_budget=0))
     try:  # a prompt long enough for llama.cpp's op offload (batches of 32 tokens or more)
         out["none"] = {"tokens": _tokens(none, [Message("user", REPEAT)], max_tokens=4).token_ids,
                        "device": none.backend.describe().device, "report": none.backend.memory_report()}
@@ -125,7 +126,7 @@ def worker() -> dict:
         none.close()
 
     k = n_layers // 2
-    part = Engine.load(path, n_ctx=CTX, n_threads=2, n_gpu_layers=k, cache_budget=0)
+    part = Engine.open(EngineConfig(path, n_ctx=CTX, n_threads=2, n_gpu_layers=k, cache_budget=0))
     try:
         info = part.backend.describe()
         out["partial"] = {"k": k, "n_layers": n_layers, "tokens": _tokens(part, [Message("user", Q)]).token_ids,
@@ -315,7 +316,7 @@ def _bundled():
 def cpu() -> dict:
     from engine import Engine, Message
 
-    e = Engine.load(n_ctx=CTX, n_threads=2, cache_budget=0)
+    e = Engine.open(EngineConfig(n_ctx=CTX, n_threads=2, cache_budget=0))
     try:
         assert e.backend.describe().runtime == "cpu"
         return {"tokens": _tokens(e, [Message("user", Q)]).token_ids}
@@ -327,7 +328,7 @@ def cpu() -> dict:
 def cpu_repeat() -> list[int]:
     from engine import Engine, Message
 
-    e = Engine.load(n_ctx=CTX, n_threads=2, cache_budget=0)
+    e = Engine.open(EngineConfig(n_ctx=CTX, n_threads=2, cache_budget=0))
     try:
         return _tokens(e, [Message("user", REPEAT)], max_tokens=4).token_ids
     finally:
@@ -377,7 +378,7 @@ def test_device_buffers_match_the_plan_within_ten_percent(dev, case):
     from engine.models.catalogue import bundled_model_path
     from engine.sizing.hardware import simulated
     from engine.sizing.plan import Choices, plan_for
-    from engine.sizing.reality import compare
+    from engine.sizing.reality import compare_to_report
 
     run = dev[case]
     ngl = 999 if case == "full" else run["k"]
@@ -385,7 +386,7 @@ def test_device_buffers_match_the_plan_within_ten_percent(dev, case):
     plan = plan_for(bundled_model_path(), hw, Choices(n_ctx=CTX, n_gpu_layers=ngl, kv_type="f16", draft="none",
                                                       prefix_cache=0))
     assert plan.n_ctx == CTX and plan.fits
-    result = compare(plan.breakdown, run["report"])
+    result = compare_to_report(plan.breakdown, run["report"])
     errors = {k: v for k, v in result["rel_error"].items() if k.endswith("_gpu")}
     assert set(errors) == {"weights_gpu", "kv_gpu", "compute_gpu"}, result
     assert all(abs(v) <= 0.10 for v in errors.values()), result

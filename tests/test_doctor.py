@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from engine.doctor import Machine, diagnose, render, run_prompts
-from engine.metrics import GenerationStats
+from engine.cli.doctor import Machine, diagnose, render_diagnosis, run_prompts
+from engine.decode.metrics import GenerationStats
 
 MB = 1_000_000
 # A 100 MB model on a 10 GB/s machine: reading the weights once costs 10 ms.
@@ -115,9 +115,10 @@ def test_no_replies_is_an_error():
 @pytest.mark.timeout(900)  # two cold prefills of a long prompt, on a busy shared machine
 def test_a_huge_system_prompt_without_the_cache_is_prefill_dominated(bundled_path):
     from engine.engine import Engine
+    from engine.config import EngineConfig
 
     huge = " ".join(f"Rule {i}: answer politely, cite the manual, and never guess about part {i}." for i in range(40))
-    e = Engine.load(bundled_path, n_ctx=2048, n_threads=2, cache_budget=0)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, cache_budget=0))
     try:
         tls = run_prompts(e, system=huge, prompts=("Hello.", "Which part is first?"), max_tokens=6)
         # The prefill rule does not read the bandwidth; the CLI test below measures it.
@@ -130,7 +131,7 @@ def test_a_huge_system_prompt_without_the_cache_is_prefill_dominated(bundled_pat
     prefill = next(f for f in d.findings if f.stage == "prefill")
     assert d.figures["shares"]["prefill"] >= 0.5 and prefill.suggestion
     assert d.suggestion == prefill.suggestion and d.suggestion.endswith("turn the prefix cache on")
-    screen = render(d, machine)
+    screen = render_diagnosis(d, machine)
     assert screen.count("\n") < 20 and "Suggestion: prefill is" in screen
 
 
@@ -153,7 +154,7 @@ def test_thinking_that_dominates_the_replies_is_named():
     assert [f.stage for f in d.findings][-1] == "thinking"
     f = d.findings[-1]
     assert f.suggestion.startswith("thinking dominates the replies (71% of their tokens are reasoning)")
-    assert "7. Thinking" in render(d, MACHINE)
+    assert "7. Thinking" in render_diagnosis(d, MACHINE)
     # Half or less: reported, not flagged; a model that does not think gets no thinking line at all.
     think.reasoning_tokens, think.answer_tokens = 10, 11
     assert not diagnose([think], MACHINE).findings[-1].suggestion

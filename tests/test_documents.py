@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from doc_files import blank_pdf, book_pages, make_pdf
-from engine.documents import (DocumentError, document_block, folder_files, read_document, read_file,
-                              read_folder, system_with_documents)
+from engine.inputs.documents import (DocumentError, document_block, folder_files, read_document, read_file, read_folder,
+    system_with_documents)
 
 
 def test_a_pdf_is_read_page_by_page(tmp_path):
@@ -103,7 +103,7 @@ def test_a_bad_word_document_is_one_line(tmp_path, monkeypatch):
         z.writestr("hello.txt", "not word")
     with pytest.raises(DocumentError, match="no word/document.xml"):
         read_document("other.docx", (tmp_path / "other.docx").read_bytes())
-    import engine.documents as documents
+    import engine.inputs.documents as documents
 
     # A zip bomb: what its parts expand to is checked before any is read (the limit lowered to this file).
     monkeypatch.setattr(documents, "MAX_DOCX_XML", len(data))
@@ -161,7 +161,9 @@ def doc_text():
 def test_the_document_is_read_once_then_only_new_tokens(bundled_path, tmp_path, doc_text):
     """Second question, a new conversation with the same file, a restart: only new tokens."""
     from engine.engine import Engine
-    from engine.types import Message, SamplingParams
+    from engine.config import EngineConfig
+    from engine.prompt.messages import Message
+    from engine.types import SamplingParams
 
     doc = read_document("manual.txt", doc_text.encode())
     system = Message("system", system_with_documents("Answer briefly.", [doc]))
@@ -171,7 +173,7 @@ def test_the_document_is_read_once_then_only_new_tokens(bundled_path, tmp_path, 
         final = list(e.stream(history, params))[-1]
         return final, final.stats
 
-    e = Engine.load(bundled_path, n_ctx=8192, n_threads=2, disk_cache=tmp_path / "kv")
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=8192, n_threads=2, disk_cache=tmp_path / "kv"))
     try:
         h1 = [system, Message("user", "What is Hearth?")]
         r1, s1 = ask(e, h1)
@@ -184,7 +186,7 @@ def test_the_document_is_read_once_then_only_new_tokens(bundled_path, tmp_path, 
         assert s3.cached_tokens >= n_doc - 8 and s3.prefill_tokens < 60
     finally:
         e.close()
-    e = Engine.load(bundled_path, n_ctx=8192, n_threads=2, disk_cache=tmp_path / "kv")  # a restart
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=8192, n_threads=2, disk_cache=tmp_path / "kv"))  # a restart
     try:
         _, s4 = ask(e, [system, Message("user", "Asked after a restart?")])
         assert s4.cached_tokens >= n_doc - 8 and s4.prefill_tokens < 60
@@ -203,7 +205,7 @@ def test_bench_documents_measures_and_checks_the_answers(bundled_path):
                            pages=3, words_per_page=60, cases="pdf")
     pdf = read_document("r.pdf", documents._readme_pdf(3, 60))
     assert [p.split(".")[0] for p in pdf.pages] == ["Page 1", "Page 2", "Page 3"]
-    out = documents.run(a)  # --cases pdf: the folder is left out
+    out = documents.bench_documents(a)  # --cases pdf: the folder is left out
     assert list(out) == ["pdf"]
     c = out["pdf"]
     assert c["answers_identical_to_uncached"] is True and c["pages"] == 3

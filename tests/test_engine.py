@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from engine.engine import Engine
+from engine.config import EngineConfig
 from engine.errors import PromptTooLongError
-from engine.types import Message, SamplingParams
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=40)
 Q = [Message("user", "Name three colours of the rainbow.")]
@@ -125,7 +127,7 @@ def test_seeded_sampling_is_reproducible(engine):
 
 
 def test_context_full_is_a_finish_reason_not_a_crash(bundled_path):
-    e = Engine.load(bundled_path, n_ctx=256, n_threads=2)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=256, n_threads=2))
     try:
         assert e.backend.n_ctx == 256
         n_prompt = len(e.prompt_tokens(Q))
@@ -140,7 +142,7 @@ def test_context_full_is_a_finish_reason_not_a_crash(bundled_path):
 
 
 def test_prompt_longer_than_context(bundled_path):
-    e = Engine.load(bundled_path, n_ctx=256, n_threads=2)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=256, n_threads=2))
     try:
         with pytest.raises(PromptTooLongError, match="context holds 256"):
             list(e.stream([Message("user", "word " * 300)], GREEDY))
@@ -245,8 +247,8 @@ def test_gguf_path_never_imports_torch_or_transformers(bundled_path):
     import subprocess
     import sys
 
-    code = ("import sys\nfrom engine import Engine, Message, SamplingParams\n"
-            "e = Engine.load(n_ctx=256)\n"
+    code = ("import sys\nfrom engine import Engine, EngineConfig, Message, SamplingParams\n"
+            "e = Engine.open(EngineConfig(n_ctx=256))\n"
             "list(e.stream([Message('user', 'Hi')], SamplingParams(temperature=0, max_tokens=2)))\n"
             "bad = [m for m in ('torch', 'transformers', 'accelerate', 'bitsandbytes') if m in sys.modules]\n"
             "print('HEAVY', bad)\n")
@@ -273,8 +275,8 @@ def test_missing_transformers_backend_is_a_clear_error(bundled_path):
 
     # Simulate the GGUF-only install: make `import torch` fail in a child process.
     code = ("import sys\nsys.modules['torch'] = None\n"
-            "from engine import Engine, HearthError\n"
-            "try:\n    Engine.load(backend='hf')\nexcept HearthError as e:\n    print('ERR', e)\n")
+            "from engine import Engine, EngineConfig, HearthError\n"
+            "try:\n    Engine.open(EngineConfig(backend='hf'))\nexcept HearthError as e:\n    print('ERR', e)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "ERR the transformers backend is not installed" in r.stdout and "setup.py --hf" in r.stdout

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.chat_template import ChatTemplate
+from engine.prompt.chat_template import ChatTemplate
 from engine.engine import Engine
+from engine.config import EngineConfig
 from engine.errors import Cancelled, PromptTooLongError
 from engine.kv.reuse import FINAL_PIECE
-from engine.prompt import as_messages
-from engine.types import Message, SamplingParams
+from engine.prompt.builder import as_messages
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 from test_engine import collect
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
@@ -23,7 +25,7 @@ LONG_SYSTEM = " ".join(f"Rule {i}: answer politely and keep to the point of ques
 
 @pytest.fixture(scope="module")
 def big(bundled_path):
-    e = Engine.load(bundled_path, n_ctx=2048, n_threads=2)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2))
     yield e
     e.close()
 
@@ -142,7 +144,7 @@ def long_chat(n_turns: int) -> list[Message]:
 
 
 def test_conversation_longer_than_the_context_goes_on_and_keeps_the_system_prompt(bundled_path):
-    e = Engine.load(bundled_path, n_ctx=1024, n_threads=2)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=1024, n_threads=2))
     try:
         msgs = long_chat(12) + [Message("user", "And the sky?")]
         assert len(e.prompt_tokens(msgs)) > 1024
@@ -166,7 +168,7 @@ def test_conversation_longer_than_the_context_goes_on_and_keeps_the_system_promp
 
 
 def test_newest_message_alone_too_long_is_a_clear_error(bundled_path):
-    e = Engine.load(bundled_path, n_ctx=256, n_threads=2)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=256, n_threads=2))
     try:
         msgs = long_chat(2) + [Message("user", "word " * 400)]
         with pytest.raises(PromptTooLongError, match="newest message alone"):
@@ -184,7 +186,7 @@ def test_bench_stop_presses_stop_inside_the_prefill_and_the_next_reply_equals_fr
 
     from engine.bench import stop
 
-    out = stop.run(argparse.Namespace(model=str(bundled_path), tokens=800, rounds=1, threads=2))
+    out = stop.bench_stop(argparse.Namespace(model=str(bundled_path), tokens=800, rounds=1, threads=2))
     (row,) = out["stops"]
     assert row["stopped"] and row["finish_reason"] == "cancelled" and "latency_ms" in row
     assert 0 < row["prompt_tokens_read"] < out["prompt_tokens"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import get_args
 
 from app.core.text_utils import FINISH_NOTES, finish_note
-from engine.metrics import FINISH_REASONS, is_complete, openai_finish_reason
-from engine.serve.openai_schema import Shaper
+from engine.decode.metrics import FINISH_REASONS, is_complete, openai_finish_reason
+from engine.serve.protocols.openai import Shaper
 from engine.types import FinishReason
 
 

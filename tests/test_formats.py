@@ -14,14 +14,15 @@ import random
 
 import pytest
 
-from engine.formats import FAMILIES, Event, ReasoningParser, by_name, force_close, opens_in_prompt, parse_reply
-from engine.formats.layouts import ThinkControl
+from engine.reply_formats import (FAMILIES, Event, ReasoningParser, force_close, layout_by_name, opens_in_prompt,
+                                  parse_reply)
+from engine.reply_formats.layouts import ThinkControl
 
-QWEN = by_name("qwen3")
-R1 = by_name("deepseek-r1")
-SEED = by_name("seed-oss")
-GEMMA = by_name("gemma-4")
-OSS = by_name("gpt-oss")
+QWEN = layout_by_name("qwen3")
+R1 = layout_by_name("deepseek-r1")
+SEED = layout_by_name("seed-oss")
+GEMMA = layout_by_name("gemma-4")
+OSS = layout_by_name("gpt-oss")
 
 
 def run(layout, pieces, **kw):

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.chat_template import ChatTemplate
-from engine.detokenize import IncrementalDetokenizer
-from engine.formats import ReasoningParser, by_name, detect, force_close, opens_in_prompt, parse_reply
-from engine.formats import template_variables
+from engine.prompt.chat_template import ChatTemplate
+from engine.decode.detokenize import IncrementalDetokenizer
+from engine.reply_formats import ReasoningParser, layout_by_name, detect, force_close, opens_in_prompt, parse_reply
+from engine.reply_formats import template_variables
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
 
@@ -127,7 +127,7 @@ def test_the_vocabulary_names_a_layout_the_template_does_not():
 def test_a_template_that_cannot_render_keeps_the_tables_layout():
     broken = "{{ raise_exception('no') }}<|im_start|><think>"
     layout = detect(broken)
-    assert layout == by_name("qwen3").with_(tag_ids={})
+    assert layout == layout_by_name("qwen3").with_(tag_ids={})
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -176,7 +176,7 @@ def test_bundled_model_tokens_split_the_tags_and_the_parser_still_finds_them(lla
     pieces = [detok.push(i) for i in ids]
     pieces[-1] += detok.flush()
     assert "".join(pieces) == reply
-    events, s = _stream(by_name("qwen3"), ids, pieces)
+    events, s = _stream(layout_by_name("qwen3"), ids, pieces)
     assert (s.reasoning, s.text, s.reasoning_unfinished) == ("Let me see: 日本 🙂", "Hello", False)
     assert "".join(e.text for e in events) == reply
     assert s.reasoning_tokens + s.answer_tokens == len(ids)
@@ -184,7 +184,7 @@ def test_bundled_model_tokens_split_the_tags_and_the_parser_still_finds_them(lla
     # stopped after any token: never a half tag shown, always what was fed
     for n in range(1, len(ids)):
         fed = "".join(pieces[:n])
-        events, s = _stream(by_name("qwen3"), ids[:n], pieces[:n])
+        events, s = _stream(layout_by_name("qwen3"), ids[:n], pieces[:n])
         assert "".join(e.text for e in events) == fed
         if not s.had_reasoning:                      # cut inside the open tag: the text is kept
             assert (s.text, s.reasoning) == (fed, "") and "<think>".startswith(fed)

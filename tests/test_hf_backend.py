@@ -16,10 +16,12 @@ pytest.importorskip("transformers")
 from tiny_hf import make_tiny_model  # noqa: E402
 
 from engine.backends.base import Backend  # noqa: E402
-from engine.detokenize import IncrementalDetokenizer  # noqa: E402
-from engine.engine import Engine  # noqa: E402
+from engine.decode.detokenize import IncrementalDetokenizer  # noqa: E402
+from engine.engine import Engine
+from engine.config import EngineConfig  # noqa: E402
 from engine.errors import HearthError, ModelFileError, UnsupportedModelError  # noqa: E402
-from engine.types import Message, SamplingParams  # noqa: E402
+from engine.prompt.messages import Message
+from engine.types import SamplingParams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = "Héllo wörld, naïve café! 😀 你好 ∑ the lighthouse keeper\n\ttabs  and  spaces"
@@ -224,7 +226,7 @@ TINY_WEIGHT_BYTES = 4 * (2 * 400 * 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 
 
 
 def test_describe_names_source_quant_runtime_device_and_size(hfb, tiny_dir):
-    from engine.types import BackendInfo
+    from engine.backends.base import BackendInfo
 
     assert TINY_WEIGHT_BYTES == 500992 == sum(p.numel() * 4 for p in hfb.model.parameters())
     assert hfb.describe() == BackendInfo(backend="hf", name="tiny-llama", path=str(tiny_dir), quant="float32",
@@ -296,7 +298,7 @@ def test_token_bytes_reassemble_text_exactly(style, tiny_dir, tmp_path):
 # -- through the Engine ---------------------------------------------------------------------
 
 def test_engine_streams_with_the_shared_loop_and_prefix_reuse(tiny_dir):
-    eng = Engine.load(str(tiny_dir), n_ctx=512, cache_budget=0)
+    eng = Engine.open(EngineConfig(str(tiny_dir), n_ctx=512, cache_budget=0))
     assert eng.backend.name == "hf" and eng.model.kind == "hf_dir"
     msgs = [Message("system", "You are terse."), Message("user", "the sea")]
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
@@ -330,9 +332,9 @@ def test_refuses_pickled_weights_unless_allowed(tiny_dir, tmp_path):
             (d / f.name).write_bytes(f.read_bytes())
     torch.save(load_file(tiny_dir / "model.safetensors"), d / "pytorch_model.bin")
     with pytest.raises(UnsupportedModelError, match="pickle") as e:
-        Engine.load(str(d))
+        Engine.open(EngineConfig(str(d)))
     assert "arbitrary code" in str(e.value)
-    eng = Engine.load(str(d), allow_pickle=True, cache_budget=0)
+    eng = Engine.open(EngineConfig(str(d), allow_pickle=True, cache_budget=0))
     assert eng.backend.forward(A).shape == (400,)
     eng.close()
 
@@ -348,7 +350,7 @@ def test_refuses_remote_code_unless_allowed(tiny_dir, tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     (d / "frob.py").write_text("raise SystemExit('remote code ran')\n")
     with pytest.raises(UnsupportedModelError, match="trust_remote_code") as e:
-        Engine.load(str(d))
+        Engine.open(EngineConfig(str(d)))
     assert "own Python code" in str(e.value)
 
 
@@ -356,23 +358,23 @@ def test_clear_errors_for_bad_choices(tiny_dir, tmp_path, bundled_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "config.json").write_text("{}")
     with pytest.raises(ModelFileError, match="no model weights"):
-        Engine.load(str(tmp_path / "empty"))
+        Engine.open(EngineConfig(str(tmp_path / "empty")))
     (tmp_path / "notes").mkdir()
     with pytest.raises(ModelFileError, match="config.json"):
-        Engine.load(str(tmp_path / "notes"))
+        Engine.open(EngineConfig(str(tmp_path / "notes")))
     with pytest.raises(HearthError, match="unknown quantization"):
-        Engine.load(str(tiny_dir), quant="int3")
+        Engine.open(EngineConfig(str(tiny_dir), quant="int3"))
     with pytest.raises(HearthError, match="llama.cpp backend needs a .gguf"):
-        Engine.load(str(tiny_dir), backend="llama_cpp")
+        Engine.open(EngineConfig(str(tiny_dir), backend="llama_cpp"))
     with pytest.raises(HearthError, match="transformers-backend choices"):
-        Engine.load(bundled_path, quant="int4")
+        Engine.open(EngineConfig(bundled_path, quant="int4"))
     with pytest.raises(HearthError, match="unknown backend"):
-        Engine.load(str(tiny_dir), backend="vllm")
+        Engine.open(EngineConfig(str(tiny_dir), backend="vllm"))
     import torch
 
     if not torch.cuda.is_available():
         with pytest.raises(HearthError, match="no CUDA GPU"):
-            Engine.load(str(tiny_dir), device="gpu")
+            Engine.open(EngineConfig(str(tiny_dir), device="gpu"))
     q = tmp_path / "prequant"
     q.mkdir()
     for f in tiny_dir.iterdir():
@@ -381,7 +383,7 @@ def test_clear_errors_for_bad_choices(tiny_dir, tmp_path, bundled_path):
     cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4}
     (q / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(HearthError, match="already quantized"):
-        Engine.load(str(q), quant="int8")
+        Engine.open(EngineConfig(str(q), quant="int8"))
 
 
 def test_cli_error_is_one_line(tiny_dir):
@@ -423,9 +425,10 @@ def test_gguf_path_never_imports_torch(bundled_path):
     code = ("import sys\n"
             "import engine, engine.models.hub, engine.bench\n"
             "from engine.engine import Engine\n"
+            "from engine.config import EngineConfig\n"
             "from engine.models.catalogue import resolve\n"
             "assert resolve('Qwen/Qwen2.5-0.5B-Instruct').kind == 'hub'\n"
-            f"e = Engine.load({str(bundled_path)!r}, n_ctx=256)\n"
+            f"e = Engine.open(EngineConfig({str(bundled_path)!r}, n_ctx=256))\n"
             "e.close()\n"
             "bad = [m for m in ('torch', 'transformers', 'huggingface_hub') if m in sys.modules]\n"
             "assert not bad, bad\n")
@@ -449,7 +452,7 @@ def test_bundled_model_agrees_across_backends(engine):
     test demands >= 16 on a prompt without such a tie, and checks the reason
     on one that has one.
     """
-    hf_engine = Engine.load(None, backend="hf", n_ctx=1024, cache_budget=0)
+    hf_engine = Engine.open(EngineConfig(None, backend="hf", n_ctx=1024, cache_budget=0))
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
 
     def both(text):
@@ -484,7 +487,7 @@ def test_bundled_model_agrees_across_backends(engine):
 def test_an_image_for_the_transformers_backend_says_it_needs_a_gguf_with_its_projector(hfb):
     from engine.engine import Engine
     from engine.errors import NoVisionError
-    from engine.messages import ImagePart, Message, TextPart
+    from engine.prompt.messages import ImagePart, Message, TextPart
     from engine.types import SamplingParams
 
     e = Engine(hfb)

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from engine.engine import Engine
-from engine.types import Message, SamplingParams
+from engine.config import EngineConfig
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 
 pytest.importorskip("torch")
 
@@ -29,8 +31,8 @@ def run(e, messages, params=G):
 
 @pytest.fixture(scope="module")
 def hf_pair(bundled_path):
-    warm = Engine.load(bundled_path, backend="hf", n_ctx=512, n_threads=2)
-    cold = Engine.load(bundled_path, backend="hf", n_ctx=512, n_threads=2, cache_budget=0)
+    warm = Engine.open(EngineConfig(bundled_path, backend="hf", n_ctx=512, n_threads=2))
+    cold = Engine.open(EngineConfig(bundled_path, backend="hf", n_ctx=512, n_threads=2, cache_budget=0))
     yield warm, cold
     warm.close()
     cold.close()
@@ -85,8 +87,8 @@ Q = [Message("user", "List the days of the week.")]
 @pytest.fixture(scope="module")
 def small_ctx(bundled_path):
     """A 128-token context that the replies fill up, to cover the boundary."""
-    plain = Engine.load(bundled_path, backend="hf", n_ctx=128, n_threads=2, cache_budget=0)
-    spec = Engine.load(bundled_path, backend="hf", n_ctx=128, n_threads=2, cache_budget=0)
+    plain = Engine.open(EngineConfig(bundled_path, backend="hf", n_ctx=128, n_threads=2, cache_budget=0))
+    spec = Engine.open(EngineConfig(bundled_path, backend="hf", n_ctx=128, n_threads=2, cache_budget=0))
     spec.set_speculation(str(bundled_path), force=True)  # the bundled model drafting for itself
     yield plain, spec, run(plain, Q, FILL)
     spec.close()

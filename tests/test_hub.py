@@ -13,6 +13,7 @@ pytest.importorskip("huggingface_hub")
 from engine.models import catalogue, hub  # noqa: E402
 from engine.errors import HearthError  # noqa: E402
 from hub_server import COMMIT, HubServer as FakeHub  # noqa: E402  (the local Hub, shared with the browser tests)
+from engine.config import EngineConfig
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +157,7 @@ def test_engine_loads_a_hub_id(fake):
     ref = resolve("hearth/tiny")
     assert ref.kind == "hub"
     seen = []
-    eng = Engine.load("hearth/tiny", progress=lambda d, t, n: seen.append(d), cache_budget=0)
+    eng = Engine.open(EngineConfig("hearth/tiny", cache_budget=0), progress=lambda d, t, n: seen.append(d))
     assert eng.backend.name == "hf" and eng.model.kind == "hf_dir" and eng.model.label == "hearth/tiny"
     assert seen and eng.backend.forward([1, 2, 3]).shape == (eng.backend.n_vocab,)
     eng.close()
@@ -187,7 +188,7 @@ def test_a_vision_models_projector_comes_with_it_and_the_engine_pairs_it(tiny_vl
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     try:
-        from engine.models.hub_search import fit, repo_files
+        from engine.library.hub_search import fit, repo_files
         from engine.models.projector import projector_memory
         from engine.sizing.hardware import simulated
 
@@ -198,7 +199,7 @@ def test_a_vision_models_projector_comes_with_it_and_the_engine_pairs_it(tiny_vl
         assert spec.vision_bytes == sum(projector_memory(mmproj))  # the badge counts its eyes, from headers
         f = hub.download("hearth/vision-GGUF", quant="Q8_0")
         assert f.name == "tiny-vlm-Q8_0.gguf" and (f.parent / "mmproj-tiny-vlm-f16.gguf").is_file()
-        e = Engine.load("hearth/vision-GGUF:Q8_0", n_ctx=512, n_threads=2)
+        e = Engine.open(EngineConfig("hearth/vision-GGUF:Q8_0", n_ctx=512, n_threads=2))
         try:
             assert e.backend.sees_images and e.backend.describe().projector.endswith("mmproj-tiny-vlm-f16.gguf")
         finally:

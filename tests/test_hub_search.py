@@ -7,8 +7,9 @@ import threading
 
 import pytest
 
-from engine.models import hub, hub_search
-from engine.models import library as lib
+from engine.models import hub
+from engine.library import hub_search
+from engine.library import local as lib
 from engine.sizing.hardware import simulated
 from hub_server import HubServer, Sparse
 from model_files import gguf_bytes_header

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from engine.errors import HearthError, ModelFileError, NoVisionError
-from engine.images import ImageError, decode, probe
-from engine.messages import ImagePart, Message, TextPart
+from engine.inputs.images import ImageError, decode, probe_image
+from engine.prompt.messages import ImagePart, Message, TextPart
 from engine.types import SamplingParams
+from engine.config import EngineConfig
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 
@@ -26,7 +27,7 @@ def png(seed: int, size=(150, 100), fmt="PNG") -> bytes:
 
 
 def image_part(data: bytes) -> ImagePart:
-    img = probe(data)
+    img = probe_image(data)
     return ImagePart(img.sha256, img.mime, data)
 
 
@@ -49,7 +50,7 @@ def vengine(tiny_vlm):
     from engine.engine import Engine
 
     model, mmproj = tiny_vlm
-    e = Engine.load(model, n_ctx=2048, n_threads=2, mmproj=mmproj)
+    e = Engine.open(EngineConfig(model, n_ctx=2048, n_threads=2, mmproj=mmproj))
     yield e
     e.close()
 
@@ -190,7 +191,7 @@ def test_a_huge_image_and_a_bomb_are_refused_from_the_header():
     buf = io.BytesIO()
     Image.new("L", (8000, 6000)).save(buf, "PNG")  # 48 MP of zeros: a decompression bomb's shape
     with pytest.raises(ImageError, match="megapixels"):
-        probe(buf.getvalue())
+        probe_image(buf.getvalue())
 
 
 def test_other_formats_are_refused_and_a_gif_reads_its_first_frame():
@@ -230,7 +231,7 @@ def test_a_projector_given_as_the_model_says_what_it_is(tiny_vlm):
     from engine.engine import Engine
 
     with pytest.raises(ModelFileError, match="is a vision projector"):
-        Engine.load(tiny_vlm[1], n_ctx=256)
+        Engine.open(EngineConfig(tiny_vlm[1], n_ctx=256))
 
 
 def test_auto_pairs_the_projector_beside_the_model_by_its_header(tiny_vlm, tmp_path):
@@ -246,7 +247,7 @@ def test_auto_pairs_the_projector_beside_the_model_by_its_header(tiny_vlm, tmp_p
 
 def test_an_image_whose_bytes_changed_is_refused(vengine):
     a = png(10)
-    part = ImagePart(probe(a).sha256, "image/png", png(11))
+    part = ImagePart(probe_image(a).sha256, "image/png", png(11))
     with pytest.raises(HearthError, match="does not match"):
         list(vengine.stream(ask(part, TextPart("hi")), GREEDY))
 
@@ -359,7 +360,7 @@ def test_m_rope_positions_equal_llama_cpps_own_helper_and_the_cache_counts_token
 def test_an_m_rope_models_second_question_reads_the_image_from_the_cache(tiny_qwen2vl):
     from engine.engine import Engine
 
-    e = Engine.load(tiny_qwen2vl[0], n_ctx=1024, n_threads=2, mmproj=tiny_qwen2vl[1])
+    e = Engine.open(EngineConfig(tiny_qwen2vl[0], n_ctx=1024, n_threads=2, mmproj=tiny_qwen2vl[1]))
     try:
         first = ask(image_part(png(62)), TextPart("Describe it."))
         text, stats = reply(e, first)
@@ -376,6 +377,6 @@ def test_an_m_rope_models_second_question_reads_the_image_from_the_cache(tiny_qw
 
 
 def test_an_image_gone_from_the_data_folder_is_named_not_replaced(vengine):
-    gone = probe(png(70))
+    gone = probe_image(png(70))
     with pytest.raises(HearthError, match=f"the image {gone.sha256[:12]} is not in the data folder any more"):
         list(vengine.stream(ask(ImagePart(gone.sha256, gone.mime), TextPart("hi")), GREEDY))

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from engine.errors import HearthError
-from engine.media import media_token, portable
-from engine.messages import Message, TextPart
+from engine.inputs.media import media_token, portable
+from engine.prompt.messages import Message, TextPart
 from test_images import image_part, png, reply
 
 SYSTEM = Message("system", "You describe pictures for a blind reader, plainly and briefly.")
@@ -20,10 +20,11 @@ def chat(img, question: str) -> list[Message]:
 
 def load(model, mmproj, store=None, *, cache: bool = True, n_ctx: int = 2048):
     from engine.engine import Engine
+    from engine.config import EngineConfig
     from engine.kv.prefix_cache import DEFAULT_BUDGET
 
-    return Engine.load(model, n_ctx=n_ctx, n_threads=2, mmproj=mmproj, disk_cache=store,
-                       cache_budget=DEFAULT_BUDGET if cache else 0)
+    return Engine.open(EngineConfig(model, n_ctx=n_ctx, n_threads=2, mmproj=mmproj, disk_cache=store,
+                       cache_budget=DEFAULT_BUDGET if cache else 0))
 
 
 def uncached(model, mmproj, messages) -> str:
@@ -68,7 +69,7 @@ def test_a_restart_reads_an_opening_image_from_the_disk_store_without_an_encode(
 def test_logits_after_an_image_restored_from_disk_equal_a_fresh_forward(tiny_qwen2vl, tmp_path):
     """M-RoPE: the image takes fewer positions than tokens; the shifts travel with the bytes."""
     from engine.backends.llama.backend import LlamaCppBackend
-    from engine.images import decode
+    from engine.inputs.images import decode
 
     model, mmproj = tiny_qwen2vl
     b = LlamaCppBackend(model, n_ctx=1024, n_threads=2, mmproj=mmproj)

@@ -11,6 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "app")
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 80   # engine/: a function longer than this is two jobs
+MAX_ENGINE_TOP = 8        # modules at engine/'s top level, besides __init__ and __main__
 QT = ("PySide6", "shiboken6")
 # The window's feature packages: each may use app.core, app.bridge, app.ui and the others,
 # never the window that holds them.
@@ -198,3 +200,121 @@ def test_feature_packages_define_no_window_mixin():
                 if isinstance(node, ast.ClassDef) and (node.name.endswith("Mixin") or node.name == "MainWindow"):
                     found.append(f"{name}.{node.name}")
     assert found == []
+
+
+# -- the engine's shape (issue #41) -------------------------------------------------------
+
+def unit_of(module: str) -> str | None:
+    """The unit of the engine's ladder a module belongs to: a package under engine/ or a
+    top-level module (``engine.engine``, ``engine.config``); ``engine`` itself for its face."""
+    parts = module.split(".")
+    if parts[0] != "engine":
+        return None
+    return ".".join(parts[:2])
+
+
+def unit_graph() -> dict[str, set[str]]:
+    """Which units of engine/ import which (lazy imports count, TYPE_CHECKING ones do not)."""
+    out: dict[str, set[str]] = {}
+    for m, deps in GRAPH.items():
+        u = unit_of(m)
+        if u is None:
+            continue
+        out.setdefault(u, set())
+        for d in deps:
+            v = unit_of(d)
+            if v is not None and v != u:
+                out[u].add(v)
+    return out
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_unit_reader_sees_a_circle_between_packages():
+    # The rule below is only as good as this reader: a hand-made circle must be found.
+    assert _circles({"engine.a": {"engine.b"}, "engine.b": {"engine.c"}, "engine.c": {"engine.a"}}) == \
+        [["engine.a", "engine.b", "engine.c"]]
+    assert unit_of("engine.decode.stream") == "engine.decode" and unit_of("engine.engine") == "engine.engine"
+    g = unit_graph()
+    assert "engine.backends" in g["engine.engine"] and "engine.engine" in g["engine.loading"]
+
+
+def test_no_import_cycle_between_the_engines_packages():
+    """The packages and top-level modules of engine/ form a ladder: none imports one that imports it back."""
+    assert _circles(unit_graph()) == []
+
+
+def test_nothing_in_the_engine_imports_its_own_face():
+    # engine/__init__ imports the engine itself: a module inside that imported it back would be a circle.
+    bad = {m for m, deps in GRAPH.items() if m.startswith("engine.") and "engine" in deps}
+    assert bad == set()
+
+
+def test_the_engines_top_level_holds_few_modules():
+    top = sorted(p.stem for p in (ROOT / "engine").glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(top) <= MAX_ENGINE_TOP, top
+
+
+def test_no_engine_function_is_over_80_lines():
+    long = []
+    for name, path in MODULES.items():
+        if name.startswith("engine"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = node.end_lineno - node.lineno + 1
+                    if n > MAX_FUNCTION_LINES:
+                        long.append(f"{name}.{node.name}: {n}")
+    assert long == []
+
+
+def public_names() -> dict[str, list[str]]:
+    """Every public class and function defined at a module's top level in engine/, by name."""
+    out: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        if not name.startswith("engine"):
+            continue
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                    not node.name.startswith("_"):
+                out.setdefault(node.name, []).append(name)
+    return out
+
+
+def test_no_two_engine_modules_define_the_same_public_name():
+    twice = {k: v for k, v in public_names().items() if len(v) > 1}
+    assert twice == {}

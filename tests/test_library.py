@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.models import library as lib
+from engine.library import local as lib
 from engine.sizing.hardware import simulated
 from model_files import write_model_gguf
 
@@ -146,6 +146,7 @@ def test_state_remembers_recent_models_and_survives_a_damaged_file(library, tmp_
 def test_an_auto_draft_that_will_not_load_leaves_ngram_and_says_why(models_dir, bundled_path):
     """The library lets any GGUF into the models folder; Auto must not fail the whole load on one."""
     from engine.engine import Engine
+    from engine.config import EngineConfig
     from engine.models.gguf import model_info
     from gguf_writer import write_gguf
 
@@ -156,15 +157,15 @@ def test_an_auto_draft_that_will_not_load_leaves_ngram_and_says_why(models_dir, 
                 "llama.attention.head_count": 4, "llama.context_length": 512,
                 "tokenizer.ggml.model": info.tokenizer_model, "tokenizer.ggml.tokens": info.tokens},
                [("token_embd.weight", (64, len(info.tokens)), 0)])
-    eng = Engine.load(bundled_path, n_ctx=512, n_threads=2, draft="auto", cache_budget=0)
+    eng = Engine.open(EngineConfig(bundled_path, n_ctx=512, n_threads=2, draft="auto", cache_budget=0))
     try:
         assert eng.draft is None and eng.spec_kind == "auto"
         assert any("header-only.gguf not used" in n for n in eng.spec_ctl.pending_notes)
     finally:
         eng.close()
     with pytest.raises(lib.HearthError, match="header-only.gguf"):  # chosen by name: the user hears at once
-        Engine.load(bundled_path, n_ctx=512, n_threads=2, draft=str(models_dir / "header-only.gguf"),
-                    cache_budget=0)
+        Engine.open(EngineConfig(bundled_path, n_ctx=512, n_threads=2, draft=str(models_dir / "header-only.gguf"),
+                    cache_budget=0))
 
 
 def test_a_projector_is_known_by_its_header_and_shown_on_its_models_row(tiny_vlm, tmp_path):

@@ -11,7 +11,8 @@ import pytest
 from engine.errors import Cancelled, ModelFileError
 from engine.loading import plan as planning
 from engine.loading.gpu_guard import GpuGuard
-from engine.loading.load import PLAN_LOG, LoadedModel, load_model
+from engine.interface import LoadedModel
+from engine.loading.load import PLAN_LOG, load_model
 from engine.loading.request import LoadRequest
 from engine.sizing.hardware import simulated
 
@@ -28,6 +29,30 @@ def test_a_request_reads_what_older_settings_files_saved():
     req = LoadRequest(model="/m/x.gguf", source="gguf", gpu_layers="all", cpu_only="why", retry_after="oom")
     assert LoadRequest.from_dict(req.as_dict()) == req.plain() and "cpu_only" not in req.as_dict()
     assert req.plain() == replace(req, cpu_only=None, retry_after=None)
+
+
+def test_an_old_settings_file_becomes_an_engine_config(tmp_path, bundled_path):
+    """A settings file from a version before EngineConfig existed opens an engine from one config:
+    the request as chosen, Auto filled in by the plan (``Plan.to_config``), the caller's threads."""
+    from app.core.settings import SettingsFile
+
+    from engine.config import EngineConfig
+
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"version": 1, "model": "bundled", "context": 1024, "gpu_layers": None,
+                                "kv_type": None, "last_working": {"model": "bundled", "context": 1024}}))
+    settings, notice = SettingsFile(path).load()
+    assert notice is None
+    req = settings.load_request()
+    hw = simulated("none", "16GiB", cores=2)
+    plan = planning.plan_request(req, hardware=hw)
+    config = planning.engine_config(plan, req, req.model_ref(), "llama_cpp", 2, tmp_path)
+    assert isinstance(config, EngineConfig) and config.ref.is_bundled
+    assert (config.n_ctx, config.n_gpu_layers, config.kv_type, config.n_threads) == (1024, 0, plan.kv_type, 2)
+    assert config.cache_budget == plan.prefix_cache and config.disk_cache == tmp_path / planning.PREFIX_STORE
+    assert plan.to_config(config) == config  # the plan's values are already in it
+    with pytest.raises(Exception, match="n_ctx must be"):
+        EngineConfig(n_ctx=0)  # a bad value fails when the config is made, before any file is read
 
 
 def test_an_old_settings_file_with_last_working_still_loads_and_rolls_back(tmp_path):

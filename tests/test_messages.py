@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from transformers.utils import chat_template_utils as hf
 
-from engine import chat_template as ct
-from engine.chat_template import ChatTemplate
+from engine.prompt import chat_template as ct
+from engine.prompt.chat_template import ChatTemplate
 from engine.errors import HearthError, TemplateError
-from engine.messages import (REASONING_FIELDS, DocumentPart, ImagePart, Message, TextPart, ToolCall,
-                             ToolCallDelta, alias_reasoning_fields, merge, render)
-from engine.prompt import as_messages
+from engine.prompt.messages import (REASONING_FIELDS, DocumentPart, ImagePart, Message, TextPart, ToolCall,
+    ToolCallDelta, alias_reasoning_fields, merge, render)
+from engine.prompt.builder import as_messages
 from engine.types import EVENT_KINDS, TEXT, StreamEvent
 
 FIXTURES = Path(__file__).parent / "fixtures" / "templates"

@@ -15,9 +15,11 @@ import time
 import psutil
 import pytest
 
-from engine import Message, SamplingParams, openmp
+from engine import Message, SamplingParams
+from engine.backends import openmp
 from engine.backends.llama import threadpool
 from engine.engine import Engine
+from engine.config import EngineConfig
 from engine.serve import Priority, Scheduler, ServeRequest
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0)
@@ -74,7 +76,7 @@ def _reply(engine: Engine) -> str:
 @pytest.fixture()
 def owned(bundled_path):
     owner = _Owner()
-    engine = owner.run(lambda: Engine.load(bundled_path, n_ctx=1024, n_threads=2))
+    engine = owner.run(lambda: Engine.open(EngineConfig(bundled_path, n_ctx=1024, n_threads=2)))
     yield owner, engine
     owner.run(engine.close)
     owner.close()

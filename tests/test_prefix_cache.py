@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from engine.engine import Engine
+from engine.config import EngineConfig
 from engine.kv.prefix_cache import PrefixCache, block_hashes
-from engine.types import Message, SamplingParams
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 
 # -- unit rules ------------------------------------------------------------------
 
@@ -101,7 +103,7 @@ def run(engine, messages, params=G):
 @pytest.fixture(scope="module")
 def cold(bundled_path):
     """Reference engine with the snapshot cache off; reset before each use = no reuse at all."""
-    e = Engine.load(bundled_path, n_ctx=2048, n_threads=2, cache_budget=0)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, cache_budget=0))
     yield e
     e.close()
 
@@ -113,7 +115,7 @@ def fresh(cold, messages):
 
 @pytest.fixture()
 def warm(bundled_path):
-    e = Engine.load(bundled_path, n_ctx=2048, n_threads=2)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2))
     yield e
     e.close()
 
@@ -164,7 +166,7 @@ def test_switching_conversations_restores_and_does_not_leak(warm, cold):
 
 
 def test_after_eviction_output_is_unchanged(bundled_path, cold):
-    e = Engine.load(bundled_path, n_ctx=2048, n_threads=2)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2))
     try:
         convs = [[Message("system", f"{SHORT_SYSTEM} Topic {i}."), Message("user", "Say something.")]
                  for i in range(3)]
@@ -213,14 +215,14 @@ def test_long_system_prompt_snapshot_is_bounded(warm):
 
 def test_disk_store_survives_restart_and_rejects_corruption(bundled_path, tmp_path, cold):
     conv = [Message("system", SHORT_SYSTEM), Message("user", "What is snow?")]
-    e1 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    e1 = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path))
     r1 = run(e1, conv)
     e1.close()
     files = list(tmp_path.glob("*.kv"))
     assert len(files) == 1 and r1.stats.cached_tokens == 0
 
     # A "restart": a new engine serves the system prompt from disk.
-    e2 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    e2 = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path))
     r2 = run(e2, conv)
     sys_len = len(e2.backend.tokenize(e2.template.render(conv[:1], add_generation_prompt=False)))
     assert sys_len < r2.stats.cached_tokens < sys_len + 4
@@ -231,7 +233,7 @@ def test_disk_store_survives_restart_and_rejects_corruption(bundled_path, tmp_pa
     data = bytearray(files[0].read_bytes())
     data[-100] ^= 0xFF
     files[0].write_bytes(bytes(data))
-    e3 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    e3 = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path))
     r3 = run(e3, conv)
     assert r3.stats.cached_tokens == 0 and e3.store.rejected == 1
     assert r3.token_ids == r1.token_ids
@@ -244,10 +246,10 @@ def test_a_restart_keeps_the_disk_snapshot_in_memory_as_read(bundled_path, tmp_p
     # rather than copying the KV out of llama.cpp again (tens of MB on a long system prompt,
     # inside a restart's first reply).
     conv = [Message("system", SHORT_SYSTEM), Message("user", "What is snow?")]
-    e1 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    e1 = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path))
     r1 = run(e1, conv)
     e1.close()
-    e2 = Engine.load(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path)
+    e2 = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path))
     read = []
     real_load = e2.store.load
     e2.store.load = lambda *args: read.append(real_load(*args)) or read[-1]

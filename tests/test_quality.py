@@ -61,7 +61,7 @@ def _args(model, backend, quant=()):
 
 def test_report_on_the_transformers_backend(tiny_dir, monkeypatch):
     monkeypatch.setattr(bq, "quality_prompts", lambda: ["the sea", "a bottle"])
-    rep = bq.run(_args(tiny_dir, "hf", ["none", "int8", "int4"]))
+    rep = bq.bench_quality(_args(tiny_dir, "hf", ["none", "int8", "int4"]))
     assert rep["backend"] == "hf" and rep["gen_tokens"] == 64 and rep["prompts"] == 2
     rows = {r["quant"]: r for r in rep["rows"]}
     assert list(rows) == ["none", "int8", "int4"]
@@ -77,7 +77,7 @@ def test_report_for_a_gguf_file_compares_it_with_its_dequantized_weights(bundled
     monkeypatch.setattr(bq, "quality_prompts", lambda: ["Name three colours of the rainbow."])
     monkeypatch.setattr(bq, "quality_text", _text_head)
     monkeypatch.setattr(bq, "GEN_TOKENS", 16)
-    rep = bq.run(_args(bundled_path, "llama_cpp"))
+    rep = bq.bench_quality(_args(bundled_path, "llama_cpp"))
     ref, gguf = rep["rows"]
     assert ref["quant"].startswith("reference: dequantized float32") and ref["backend"] == "hf"
     assert gguf["quant"] == "gguf Q4_1 (llama_cpp)" and gguf["backend"] == "llama_cpp"

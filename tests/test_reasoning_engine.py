@@ -14,12 +14,13 @@ import pytest
 from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
 from engine.errors import HearthError
-from engine.formats import force_close
-from engine.generate import generate_step
-from engine.grammar import ConstrainedSampler
+from engine.reply_formats import force_close
+from engine.decode.generate import generate_step
+from engine.decode.constraint import ConstrainedSampler
 from engine.kv.prefix_cache import common_prefix_len
-from engine.sampling import make_sampler
-from engine.types import Message, SamplingParams
+from engine.decode.sampling import make_sampler
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
 ASK = [Message("user", "Say hi.")]

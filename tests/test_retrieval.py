@@ -6,8 +6,8 @@ import re
 from collections import Counter
 
 from doc_files import book_pages, make_pdf
-from engine.documents import read_document, read_file
-from engine.retrieval import PASSAGE_WORDS, Index, passages, system_with_passages
+from engine.inputs.documents import read_document, read_file
+from engine.inputs.retrieval import PASSAGE_WORDS, Index, passages, system_with_passages
 
 
 def rare_word_questions(doc, n=24):

@@ -7,18 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from engine.sampling import (
-    SamplingError,
-    apply_penalties,
-    apply_temperature,
-    make_sampler,
-    min_p_mask,
-    recent_window,
-    softmax,
-    top_k_indices,
-    top_k_mask,
-    top_p_mask,
-)
+from engine.decode.sampling import (SamplingError, apply_penalties, apply_temperature, make_sampler, min_p_mask,
+    recent_window, softmax, top_k_indices, top_k_mask, top_p_mask)
 from engine.types import SamplingParams
 
 NEG = -np.inf

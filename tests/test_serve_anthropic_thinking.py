@@ -16,7 +16,7 @@ import pytest
 from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
 from engine.models.gguf import model_info
-from engine.serve.anthropic import parse
+from engine.serve.protocols.anthropic import parse_anthropic as parse
 from serving import local_server
 from tests.test_serve_reasoning import QWEN3, THINK
 

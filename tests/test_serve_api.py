@@ -13,9 +13,10 @@ import openai
 import pytest
 
 from engine.errors import HearthError
-from engine.serve.scheduler import Scheduler
-from engine.serve.server import LocalServer
-from engine.types import Message, SamplingParams
+from engine.serve.runtime.scheduler import Scheduler
+from engine.serve.http.server import LocalServer
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 
 Q = [{"role": "user", "content": "What is the capital of France?"}]
 LONG = [{"role": "user", "content": "Write a very long story about a dragon who learns to bake bread."}]
@@ -308,9 +309,9 @@ def test_bench_server_smoke():
     """The overhead benchmark with tiny arguments: the three ways give the same reply's deltas."""
     import argparse
 
-    from engine.bench import server as bench_server
+    from engine.bench import api_cost
 
-    r = bench_server.run(argparse.Namespace(model=None, ctx=1024, threads=1, rounds=1, tokens=8))
+    r = api_cost.bench_server(argparse.Namespace(model=None, ctx=1024, threads=1, rounds=1, tokens=8))
     assert r["deltas"]["in_process"] == r["deltas"]["scheduler"] == r["deltas"]["api_stream"] >= 2
     assert set(r["decode_deltas_per_s"]) == {"in_process", "scheduler", "api_stream"}
     assert r["ratio_api_stream"] > 0 and r["target_api_stream"] == 0.95

@@ -7,7 +7,8 @@ import pytest
 
 from engine.errors import PromptTooLongError
 from engine.serve import Priority, Scheduler, ServeRequest
-from engine.types import Message, SamplingParams
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 
 SYSTEM = ("You are a careful assistant for a small hardware shop. Answer briefly, name the aisle where the "
           "item is kept, mention the opening hours (nine to six on weekdays, ten to four on Saturdays), and "
@@ -107,7 +108,7 @@ def test_cancel_a_running_request_frees_its_slot_and_cells(sched):
     after = sched.submit(chat("Hello?", greedy(4)))
     finals(after)
     assert sched.wait_idle(60)
-    runner = sched._runner
+    runner = sched._batch.runner if sched._batch is not None else None
     assert runner is not None and not runner.active()
     held = {s.seq: runner.batch.seq_len(s.seq) for s in runner.slots}
     assert sorted(held.values())[:-1] == [0] * 3  # only the finished request's cells remain
@@ -121,7 +122,7 @@ def test_a_reader_that_leaves_frees_the_slot(sched):
     assert t.cancel_flag.is_set()
     finals(sched.submit(chat("Still serving?", greedy(4))))
     assert sched.wait_idle(60)
-    runner = sched._runner
+    runner = sched._batch.runner if sched._batch is not None else None
     assert runner is not None and not runner.active()
 
 
@@ -146,7 +147,7 @@ def test_the_window_goes_first_and_api_prompts_wait_while_it_streams(engine, sch
     api = sched.submit(req)
     for _ in range(12):
         assert next(wit).kind == "delta"
-    runner = sched._runner
+    runner = sched._batch.runner if sched._batch is not None else None
     assert runner is not None and len(runner.active()) == 1
     assert api.times.prefill_s == 0.0 and runner.active()[0].kv == []  # its prompt is not read yet
     window.cancel()

@@ -8,8 +8,8 @@ import logging
 import httpx
 import pytest
 
-from engine.serve.openai_schema import Shaper
-from engine.serve.server import LocalServer
+from engine.serve.protocols.openai import Shaper
+from engine.serve.http.server import LocalServer
 from serving import local_server
 
 Q = [{"role": "user", "content": "Hi"}]

@@ -16,9 +16,10 @@ URL = "data:image/png;base64,"
 @pytest.fixture(scope="module")
 def vision_engine(tiny_vlm):
     from engine.engine import Engine
+    from engine.config import EngineConfig
 
     model, mmproj = tiny_vlm
-    e = Engine.load(model, n_ctx=2048, n_threads=2, mmproj=mmproj)
+    e = Engine.open(EngineConfig(model, n_ctx=2048, n_threads=2, mmproj=mmproj))
     yield e
     e.close()
 

@@ -18,10 +18,10 @@ import pytest
 import engine.loading.plan as planning
 from engine.loading.plan import plan_request
 from engine.loading.request import LoadRequest
-from engine.models.library import Library
-from engine.serve.library_pool import library_pool
-from engine.serve.pool import keep_alive
-from engine.serve.openai_schema import ApiError
+from engine.library.local import Library
+from engine.serve.runtime.library_pool import library_pool
+from engine.serve.runtime.pool import keep_alive
+from engine.serve.protocols.openai import ApiError
 from engine.sizing.hardware import simulated
 from serving import local_server
 
@@ -151,7 +151,7 @@ def test_a_model_goes_after_a_short_ttl_and_its_memory_comes_back(engine, librar
 
     import psutil
 
-    import engine.serve.server as server_module
+    import engine.serve.http.server as server_module
 
     monkeypatch.setattr(server_module, "REAP_EVERY_S", 0.2)  # the server's own idle check, run often
     me = psutil.Process()

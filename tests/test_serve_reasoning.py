@@ -20,13 +20,13 @@ import openai
 import pytest
 
 from engine.backends.llama.backend import LlamaCppBackend
-from engine.chat_template import ChatTemplate
-from engine.detokenize import IncrementalDetokenizer
+from engine.prompt.chat_template import ChatTemplate
+from engine.decode.detokenize import IncrementalDetokenizer
 from engine.engine import Engine
-from engine.formats import ReasoningParser
+from engine.reply_formats import ReasoningParser
 from engine.models.gguf import model_info
-from engine.serve.scheduler import Scheduler
-from engine.serve.server import LocalServer
+from engine.serve.runtime.scheduler import Scheduler
+from engine.serve.http.server import LocalServer
 from engine.types import SamplingParams
 
 QWEN3 = (Path(__file__).parent / "fixtures" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8")

@@ -11,9 +11,9 @@ import pytest
 
 from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
-from engine.messages import Message
+from engine.prompt.messages import Message
 from engine.models.gguf import model_info
-from engine.serve.responses import ResponseStore
+from engine.serve.protocols.responses import ResponseStore
 from serving import local_server
 from tests.test_serve_reasoning import QWEN3, THINK
 

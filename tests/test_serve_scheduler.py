@@ -8,7 +8,8 @@ import pytest
 
 from engine.errors import HearthError, PromptTooLongError
 from engine.serve import Priority, QueueFull, Scheduler, ServeRequest
-from engine.types import Message, SamplingParams
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 ENDLESS = SamplingParams(temperature=0.0, max_tokens=100_000, ignore_eos=True)
@@ -164,9 +165,10 @@ def test_a_backend_without_batching_serves_api_requests_one_at_a_time_in_order(t
     from tiny_hf import make_tiny_model
 
     from engine.engine import Engine
+    from engine.config import EngineConfig
 
     folder = make_tiny_model(tmp_path / "tiny-llama")
-    eng = Engine.load(folder, backend="hf", device="cpu", n_ctx=256, n_threads=1)
+    eng = Engine.open(EngineConfig(folder, backend="hf", device="cpu", n_ctx=256, n_threads=1))
     s = Scheduler(eng, parallel=4, queue_limit=4)
     try:
         assert not s.batching

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.messages import Message, ToolCall
-from engine.serve.anthropic_blocks import block_id, tool_use, turn
-from engine.serve.errors import ApiError
-from engine.serve.responses_input import call_item, read_input
+from engine.prompt.messages import Message, ToolCall
+from engine.serve.protocols.anthropic_blocks import block_id, tool_use, turn
+from engine.serve.protocols.errors import ApiError
+from engine.serve.protocols.responses_input import call_item, read_input
 
 CALL = ToolCall("call_abc", "add", '{"a": 2, "b": 3}')
 

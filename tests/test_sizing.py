@@ -229,15 +229,15 @@ def test_auto_never_goes_below_four_bits_it_offloads_instead():
 def test_transformers_quantization_and_placement():
     hw = simulated("8GiB", "32GiB", cores=8)
     p = plan_for("qwen2.5-7b-instruct", hw, Choices(quant="int4"))
-    assert p.spec.format == "hf" and p.engine_kwargs()["backend"] == "hf"
-    assert p.engine_kwargs()["device"] == "gpu" and p.engine_kwargs()["quant"] == "int4"
+    assert p.spec.format == "hf" and p.config_values()["backend"] == "hf"
+    assert p.config_values()["device"] == "gpu" and p.config_values()["quant"] == "int4"
     off = plan_for("qwen2.5-14b-instruct", hw, Choices(quant="int4"))
     device, mm = off.hf_placement()
     assert device == "auto" and set(mm) == {0, "cpu"}
     assert mm[0] == off.breakdown.gpus[0].weights + max(off.spec.layer_bytes)
     assert any("float32" in n for n in off.notes)
     cpu = plan_for("qwen2.5-1.5b-instruct", simulated("none", "16GiB", cores=8), Choices(quant="none"))
-    assert cpu.engine_kwargs()["device"] == "cpu" and cpu.kv_type == "f32"
+    assert cpu.config_values()["device"] == "cpu" and cpu.kv_type == "f32"
     assert cpu.breakdown.ram.weights == 2 * cpu.spec.weight_bytes  # float32 on the CPU
 
 

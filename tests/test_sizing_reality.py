@@ -14,8 +14,8 @@ from engine.errors import ModelLoadError
 from engine.sizing.hardware import MiB, simulated
 from engine.sizing.memory import Config, estimate, kv_cells
 from engine.sizing.plan import Choices, plan_for
-from engine.sizing.reality import (check_against_report, compare, describe_change, is_device_failure, is_out_of_memory,
-                                   load_with_retry, smaller_plan)
+from engine.sizing.reality import (check_against_report, compare_to_report, describe_change, is_device_failure,
+                                   is_out_of_memory, load_with_retry, smaller_plan)
 from engine.sizing.shape import spec_from_gguf, specs_from_hf_dir
 
 
@@ -46,12 +46,12 @@ def test_cli_plan_json_and_exit_codes(capsys):
 def test_plan_for_the_bundled_model_on_this_machine(bundled_path):
     p = plan_for(None)
     assert p.fits and p.spec.quant == "Q4_1" and p.n_ctx == 8192
-    assert p.engine_kwargs()["n_ctx"] == 8192
+    assert p.to_config().n_ctx == 8192
 
 
 def test_the_windows_quick_estimate_is_the_planners_own(bundled_path):
     """engine/loading/estimate.py asks the planner's memory model; it keeps no estimate of its own."""
-    from engine.loading.estimate import estimate as quick
+    from engine.loading.estimate import quick_estimate as quick
     from engine.models.gguf import model_info
 
     info = model_info(bundled_path)
@@ -89,7 +89,7 @@ def test_gpu_buffers_are_compared_per_device():
            "weights@CPU_Mapped": p.breakdown.ram.weights, "kv": g.kv, "kv@CUDA0": g.kv,
            "compute": g.compute + p.breakdown.ram.compute, "compute@CUDA0": g.compute,
            "compute@CUDA_Host": p.breakdown.ram.compute}
-    r = compare(p.breakdown, rep)
+    r = compare_to_report(p.breakdown, rep)
     assert r["rel_error"]["weights_gpu"] == 0 and r["rel_error"]["compute_gpu"] == 0
 
 
@@ -173,13 +173,16 @@ def test_load_ref_names_the_planned_file():
     assert plan_for("qwen2.5-7b-instruct", hw, Choices(quant="int4")).load_ref() == "Qwen/Qwen2.5-7B-Instruct"
 
 
-def test_load_engine_plans_loads_and_checks(bundled_path):
-    from engine.sizing.reality import load_engine
+def test_the_planned_load_plans_loads_and_checks(bundled_path):
+    from engine.loading.load import load_model
+    from engine.loading.request import LoadRequest
 
-    engine, plan, messages = load_engine(bundled_path, hardware=simulated("none", "16GiB", cores=2),
-                                         choices=Choices(n_ctx=2048, draft="none"), n_threads=2)
+    req = LoadRequest(model=str(bundled_path), context=2048, draft="none")
+    result = load_model(req, data_dir=None, n_threads=2, hardware=simulated("none", "16GiB", cores=2))
+    engine, plan = result.engine, result.plan
     try:
-        assert engine.backend.n_ctx == 2048 and plan.fits and messages == []
+        assert engine.backend.n_ctx == 2048 and plan.fits and result.messages == []
+        assert result.check["within_margin"]
         assert engine.cache.budget_bytes == plan.prefix_cache
     finally:
         engine.close()
@@ -207,18 +210,21 @@ def test_transformers_weights_match_the_hf_backend_on_the_cpu(tmp_path):
         assert abs(predicted - actual) / actual <= 0.05, (quant, predicted, actual)
 
 
-def test_load_engine_carries_out_a_transformers_plan(tmp_path):
+def test_the_planned_load_carries_out_a_transformers_plan(tmp_path):
     pytest.importorskip("torch")
     from tiny_hf import make_tiny_model
 
-    from engine.sizing.reality import load_engine
+    from engine.loading.load import load_model
+    from engine.loading.request import LoadRequest
 
     folder = make_tiny_model(tmp_path / "tiny", layers=2, hidden=128)
-    engine, plan, messages = load_engine(folder, hardware=simulated("none", "16GiB", cores=2),
-                                         choices=Choices(quant="none", n_ctx=256, draft="none"), n_threads=2)
+    req = LoadRequest(model=str(folder), source="hf_dir", quant="none", context=256, draft="none")
+    result = load_model(req, data_dir=None, n_threads=2, hardware=simulated("none", "16GiB", cores=2))
+    engine, plan = result.engine, result.plan
     try:
-        assert engine.backend.name == "hf" and plan.engine_kwargs()["device"] == "cpu"
-        assert messages == [], messages  # weights within the margin of the plan
+        assert engine.backend.name == "hf" and plan.to_config(engine.config).device == "cpu"
+        assert engine.config.device == "cpu"
+        assert result.messages == [] and result.check["within_margin"], result.check  # weights within the margin
     finally:
         engine.close()
 
@@ -295,10 +301,11 @@ def test_a_context_larger_than_memory_fails_to_load_with_a_clear_out_of_memory(b
     # Linux refuses an allocation larger than RAM + swap under its default overcommit heuristic (0)
     # or strict accounting (2); with overcommit 1 it would be granted and the test killed instead.
     from engine import Engine
+    from engine.config import EngineConfig
 
     mode = Path("/proc/sys/vm/overcommit_memory").read_text().strip()
     assert mode in ("0", "2"), f"vm.overcommit_memory={mode}: this machine grants any allocation"
     with pytest.raises(ModelLoadError) as e:
-        Engine.load(bundled_path, n_ctx=40_000_000, n_threads=2, cache_budget=0)
+        Engine.open(EngineConfig(bundled_path, n_ctx=40_000_000, n_threads=2, cache_budget=0))
     assert str(e.value).startswith("not enough memory to create a 40000000-token context for ")
     assert is_out_of_memory(e.value)

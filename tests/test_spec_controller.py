@@ -2,8 +2,8 @@
 cost and acceptance, probing, retiring a draft that cannot pay."""
 from __future__ import annotations
 
-from engine.spec.controller import SpecController, SpecStats
-from engine.spec.costs import model_draft_ceiling
+from engine.speculative.controller import SpecController, SpecStats
+from engine.speculative.costs import model_draft_ceiling
 
 
 def test_controller_picks_k_from_measured_cost_and_acceptance():
@@ -100,7 +100,7 @@ def test_model_draft_ceiling_from_measured_costs():
 
 
 def test_a_model_draft_is_left_out_where_it_could_pay_only_accepting_nearly_everything():
-    from engine.spec.costs import model_draft_hopeless
+    from engine.speculative.costs import model_draft_hopeless
     # A bench run here measured 0.69 of a step per verified token and a draft step
     # of 0.25: 1.06x accepting every draft, 0.93x at 80%, so it is left out...
     assert model_draft_ceiling(1.0, 0.69, 0.25) > 1.0 > model_draft_ceiling(1.0, 0.69, 0.25, accept=0.8)
@@ -318,7 +318,7 @@ def test_a_plain_step_is_timed_without_the_lookups_one_off_indexing():
 def test_the_gate_opens_on_a_clear_gain_and_closes_at_break_even():
     # A predicted gain of 2.5% is within the prediction's own noise: it does not open a
     # held-back gate, but it keeps an open one open.
-    from engine.spec.controller import OPEN_MARGIN, match_class
+    from engine.speculative.controller import OPEN_MARGIN, match_class
     ctl = _seeded()
     ctl.hold_probe = ctl._hold_interval = 10**6  # no probe: the decisions themselves
     c0, a, b = ctl.free_costs()

@@ -7,13 +7,16 @@ import numpy as np
 import pytest
 
 from engine.engine import Engine
+from engine.config import EngineConfig
 from engine.models.gguf import model_info
-from engine.sampling import make_sampler
-from engine.spec.accept import accept_greedy, accept_sampled
-from engine.spec.controller import SpecController, SpecStats
-from engine.spec.drafts import ModelDraft, NgramDraft, check_draft_compatible
-from engine.spec.step import speculative_step
-from engine.types import SamplingParams, Vocab
+from engine.decode.sampling import make_sampler
+from engine.speculative.accept import accept_greedy, accept_sampled
+from engine.speculative.controller import SpecController, SpecStats
+from engine.speculative.drafts import ModelDraft, NgramDraft
+from engine.models.vocab import check_draft_compatible
+from engine.speculative.step import speculative_step
+from engine.types import SamplingParams
+from engine.models.vocab import Vocab
 from gguf_writer import write_gguf
 from tiny_backend import TinyBackend
 
@@ -231,7 +234,7 @@ def test_compatibility_is_checked_on_vocabularies(tmp_path, bundled_path):
     assert check_draft_compatible(a, c) is None
     assert check_draft_compatible(c, a) is None  # one id short: allowed, see below
     # A real mismatch through the engine: a clear message, not a crash.
-    e = Engine.load(bundled_path, n_ctx=256, n_threads=2)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=256, n_threads=2))
     try:
         with pytest.raises(Exception, match="cannot draft for .*token 0"):
             e.set_speculation(str(write_gguf(tmp_path / "d.gguf", {

@@ -8,7 +8,9 @@ import threading
 import pytest
 
 from engine.engine import Engine
-from engine.types import Message, SamplingParams
+from engine.config import EngineConfig
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 
 # -- the real bundled model ----------------------------------------------------------
 
@@ -30,8 +32,8 @@ def collect(engine, params, messages=Q, cancel=None, on_delta=None):
 def pair(bundled_path):
     """The bundled model drafting for itself (every draft accepted) in a small
     context that fills up, plus a plain reference engine."""
-    plain = Engine.load(bundled_path, n_ctx=256, n_threads=2, cache_budget=0)
-    spec = Engine.load(bundled_path, n_ctx=256, n_threads=2, cache_budget=0)
+    plain = Engine.open(EngineConfig(bundled_path, n_ctx=256, n_threads=2, cache_budget=0))
+    spec = Engine.open(EngineConfig(bundled_path, n_ctx=256, n_threads=2, cache_budget=0))
     spec.set_speculation(str(bundled_path), force=True)
     yield plain, spec
     spec.close()
@@ -67,7 +69,7 @@ def test_one_reply_drafting_from_both_the_ngram_lookup_and_the_model_is_exact_un
     # Every n-gram hit verified, the model drafting on the misses (bench's hybrid
     # row), then auto's gated form of it: both give exactly plain decoding's tokens.
     _, spec = pair
-    from engine.spec.controller import SpecController
+    from engine.speculative.controller import SpecController
 
     for ctl in (SpecController(["model"], free="ngram", gated=False), SpecController(["model"], free="ngram")):
         spec.spec_kind, spec.spec_ctl = "auto", ctl
@@ -87,8 +89,8 @@ def test_one_reply_drafting_from_both_the_ngram_lookup_and_the_model_is_exact_un
 def test_greedy_identical_on_a_kquant_model(kquant_path, kind, k):
     """Q4_K_M weights (the kind most downloaded GGUFs use): verification batches
     give the same tokens as plain decoding, as on the bundled Q4_1 model."""
-    plain = Engine.load(kquant_path, n_ctx=256, n_threads=2, cache_budget=0)
-    spec = Engine.load(kquant_path, n_ctx=256, n_threads=2, cache_budget=0)
+    plain = Engine.open(EngineConfig(kquant_path, n_ctx=256, n_threads=2, cache_budget=0))
+    spec = Engine.open(EngineConfig(kquant_path, n_ctx=256, n_threads=2, cache_budget=0))
     try:
         spec.set_speculation(str(kquant_path) if kind == "model" else kind, k=k, force=True)
         _, ref = collect(plain, FILL)
@@ -142,8 +144,8 @@ def test_auto_holds_back_ngram_drafts_that_do_not_pay_and_says_so(bundled_path):
     # extra: auto must verify hits only rarely (probes), decode the rest plain,
     # say so, and give exactly the plain output.
     g = SamplingParams(temperature=0.0, max_tokens=160, ignore_eos=True)
-    plain = Engine.load(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0)
-    e = Engine.load(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0)
+    plain = Engine.open(EngineConfig(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0))
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0))
     try:
         prose = [Message("user", "Describe a quiet morning in a small fishing village.")]
         ref = collect(plain, g, prose)[1]
@@ -171,8 +173,8 @@ def test_auto_verifies_ngram_drafts_on_text_that_repeats(bundled_path):
     text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau"
     msgs = [Message("user", f"Repeat exactly, three times: {text}")]
     g = SamplingParams(temperature=0.0, max_tokens=120, ignore_eos=True)
-    plain = Engine.load(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0)
-    e = Engine.load(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0)
+    plain = Engine.open(EngineConfig(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0))
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=1024, n_threads=2, cache_budget=0))
     try:
         ref = collect(plain, g, msgs)[1]
         e.set_speculation("auto")
@@ -191,17 +193,17 @@ def test_auto_leaves_out_a_model_draft_that_cannot_pay_without_touching_the_conv
     # step, so auto must not run it; measuring that must not disturb the KV.
     Q2 = Q + [Message("assistant", "Paris."), Message("user", "And of Spain?")]
     g = SamplingParams(temperature=0.0, max_tokens=24)
-    plain = Engine.load(bundled_path, n_ctx=512, n_threads=2)
-    e = Engine.load(bundled_path, n_ctx=512, n_threads=2, draft=str(bundled_path))
+    plain = Engine.open(EngineConfig(bundled_path, n_ctx=512, n_threads=2))
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=512, n_threads=2, draft=str(bundled_path)))
     try:
         refs = [collect(plain, g, m)[1] for m in (Q, Q2)]
         e.set_speculation("none")
         first = collect(e, g, Q)[1]
         kv = e.backend.kv_len
         e.set_speculation("auto")  # measures here, mid-conversation
-        assert e.backend.kv_len == kv and e._draft_costs is not None
+        assert e.backend.kv_len == kv and e.speculation.draft_costs is not None
         # ... and what a step and verifying 4 and 16 n-gram drafts cost, the line auto starts from
-        step, verify = e._verify_costs
+        step, verify = e.speculation.verify_costs
         assert step > 0 and sorted(verify) == [1, 4, 16] and min(verify.values()) > 0
         assert sorted(e.spec_ctl._cost["ngram"]) == sorted(verify.items()) and e.spec_ctl._plain_s == [step]
         assert "model" not in e.spec_ctl.modes and e.spec_ctl.free == "ngram"

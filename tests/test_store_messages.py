@@ -9,7 +9,7 @@ import pytest
 
 from app.core.store import SCHEMA_VERSION, Store
 from app.core.store_schema import MIGRATIONS, split_think, statements
-from engine.messages import DocumentPart, ImagePart, Message, TextPart, ToolCall
+from engine.prompt.messages import DocumentPart, ImagePart, Message, TextPart, ToolCall
 
 SHA = "b" * 64
 

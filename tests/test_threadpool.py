@@ -12,10 +12,12 @@ from engine import HearthError
 from engine.backends.llama import threadpool as tp
 from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
+from engine.config import EngineConfig
 from engine.loading.load import load_model
-from engine.loading.plan import engine_kwargs
+from engine.loading.plan import engine_config
 from engine.loading.request import LoadRequest
-from engine.types import Message, SamplingParams
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 from app.core.settings import Settings, SettingsFile
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
@@ -78,7 +80,7 @@ def test_symbols_are_the_ones_llama_cpp_runs():
 def test_pool_poll_zero_gives_the_same_greedy_tokens(engine, bundled_path):
     """The same model with every graph on our pool (poll 0) decodes token for token the same."""
     reference = _tokens(engine)  # the conftest engine: 2 threads, llama.cpp's own
-    pooled = Engine.load(bundled_path, n_ctx=2048, n_threads=2, threads_poll=0, cache_budget=0)
+    pooled = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, threads_poll=0, cache_budget=0))
     pool = pooled.backend._pool
     try:
         assert pool is not None and pool.attached == 1 and not pool.freed
@@ -157,7 +159,7 @@ def test_load_request_carries_the_poll_level(bundled_path):
     assert LoadRequest.from_dict(json.loads(json.dumps(req.as_dict()))) == req
     old = {k: v for k, v in req.as_dict().items() if k != "threads_poll"}  # a file from before the field
     assert LoadRequest.from_dict(old).threads_poll is None
-    assert engine_kwargs(None, req, "llama_cpp", 1, None, 0)["threads_poll"] == 0
+    assert engine_config(None, req, req.model_ref(), "llama_cpp", 1, None, 0).threads_poll == 0
     # the request's own level wins over the caller's Auto; without one, the caller's applies
     loaded = load_model(req, data_dir=None, threads_poll=7)
     try:

@@ -9,8 +9,8 @@ from time import perf_counter
 import numpy as np
 import pytest
 
-from engine.metrics import PARTS, GenerationStats, has_timeline, percentile
-from engine.timeline import NO_TIMELINE, Recorder, TimedSampler
+from engine.decode.metrics import PARTS, GenerationStats, has_timeline, percentile
+from engine.decode.timeline import NO_TIMELINE, Recorder, TimedSampler
 from engine.types import SamplingParams
 
 
@@ -95,7 +95,7 @@ def test_queue_wait_adds_to_ttft_and_end_to_end():
 
 
 def test_timed_sampler_picks_what_the_plain_one_picks():
-    from engine.sampling import make_sampler
+    from engine.decode.sampling import make_sampler
 
     params = SamplingParams(temperature=0.8, top_k=40, seed=3)
     plain, timed = make_sampler(params), TimedSampler(params)
@@ -135,7 +135,7 @@ def test_recorder_derives_steps_percentiles_and_cache_diffs():
 
 
 def test_no_timeline_hands_back_the_plain_pieces():
-    from engine.sampling import Sampler
+    from engine.decode.sampling import Sampler
 
     def push(tok: int) -> str:
         return ""
@@ -321,7 +321,7 @@ def test_the_window_keeps_each_replys_timeline(qtbot, tmp_path, monkeypatch):
 
 def test_a_scheduled_reply_counts_its_queue_wait(engine):
     from engine.serve import Priority, Scheduler, ServeRequest
-    from engine.types import Message
+    from engine.prompt.messages import Message
 
     sched = Scheduler(engine, parallel=1, queue_limit=2)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace as NS
 
 from app.core import tool_steps
-from engine.messages import ToolCall
+from engine.prompt.messages import ToolCall
 
 
 def tool(server: str, name: str, schema=None):

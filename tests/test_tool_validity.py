@@ -17,9 +17,10 @@ import pytest
 from engine.backends.llama.backend import LlamaCppBackend
 from engine.bench.tools import check
 from engine.engine import Engine
-from engine.formats.tools import Tool
+from engine.reply_formats.tools import Tool
 from engine.models.gguf import model_info
-from engine.types import Message, SamplingParams
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
 
 QWEN = (Path(__file__).parent / "fixtures" / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
 SCHEMAS = [

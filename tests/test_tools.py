@@ -15,10 +15,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from engine.chat_template import ChatTemplate
-from engine.formats.json_grammar import STRING_CAP, SchemaError
-from engine.formats.tool_parser import ToolCallError, ToolCallParser
-from engine.formats.tools import Tool, ToolError, ToolPlan, by_name, detect_tools, unsupported_tools
+from engine.prompt.chat_template import ChatTemplate
+from engine.reply_formats.json_grammar import STRING_CAP, SchemaError
+from engine.reply_formats.tool_parser import ToolCallError, ToolCallParser
+from engine.reply_formats.tools import Tool, ToolError, ToolPlan, syntax_by_name, detect_tools, unsupported_tools
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
 FAMILIES = {
@@ -122,7 +122,7 @@ def test_the_grammar_accepts_what_the_template_writes(llama_backend, name):
 
 
 def test_an_opener_split_across_pieces_is_never_shown_half():
-    p = ToolCallParser(ToolPlan(by_name("hermes"), (WEATHER,)))
+    p = ToolCallParser(ToolPlan(syntax_by_name("hermes"), (WEATHER,)))
     out = p.feed("Let me check. <tool") + p.feed("_ca")
     assert "".join(e.text for e in out) == "Let me check. "
     out += p.feed('ll>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
@@ -132,7 +132,7 @@ def test_an_opener_split_across_pieces_is_never_shown_half():
 
 
 def test_a_call_cut_short_is_no_call_and_its_text_is_kept():
-    p = ToolCallParser(ToolPlan(by_name("hermes"), (WEATHER,)))
+    p = ToolCallParser(ToolPlan(syntax_by_name("hermes"), (WEATHER,)))
     cut = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Os'
     assert p.feed(cut) == []
     events, rest = p.finish()
@@ -140,7 +140,7 @@ def test_a_call_cut_short_is_no_call_and_its_text_is_kept():
 
 
 def test_text_that_only_looks_like_an_opener_stays_text():
-    p = ToolCallParser(ToolPlan(by_name("hermes"), (WEATHER,)))
+    p = ToolCallParser(ToolPlan(syntax_by_name("hermes"), (WEATHER,)))
     events = p.feed("a < b and <tool is a word") + p.finish()[0]
     assert "".join(e.text for e in events) == "a < b and <tool is a word"
 
@@ -153,14 +153,14 @@ def test_text_that_only_looks_like_an_opener_stays_text():
 ])
 def test_an_invalid_call_is_an_error_never_a_made_up_call(body, match):
     """What a backend without grammars (transformers) may write."""
-    p = ToolCallParser(ToolPlan(by_name("hermes"), (WEATHER,)))
+    p = ToolCallParser(ToolPlan(syntax_by_name("hermes"), (WEATHER,)))
     with pytest.raises(ToolCallError, match=match):
         p.feed(f"<tool_call>\n{body}\n</tool_call>")
         p.finish()
 
 
 def test_glm_values_take_their_schema_types():
-    p = ToolCallParser(ToolPlan(by_name("glm"), (ADD, WEATHER)))
+    p = ToolCallParser(ToolPlan(syntax_by_name("glm"), (ADD, WEATHER)))
     events = p.feed("<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>2</arg_value>\n<arg_key>b</arg_key>\n"
                     "<arg_value>0.5</arg_value>\n</tool_call>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n"
                     "<arg_value>12</arg_value>\n</tool_call>") + p.finish()[0]
@@ -169,7 +169,7 @@ def test_glm_values_take_their_schema_types():
 
 
 def test_llama3_calls_only_at_the_start_of_the_answer():
-    plan = ToolPlan(by_name("llama3"), (WEATHER,))
+    plan = ToolPlan(syntax_by_name("llama3"), (WEATHER,))
     p = ToolCallParser(plan)
     text = 'Use {"name": "get_weather"} like this.'
     assert "".join(e.text for e in p.feed(text) + p.finish()[0]) == text
@@ -186,13 +186,13 @@ def test_llama3_calls_only_at_the_start_of_the_answer():
 ])
 def test_a_schema_the_grammar_cannot_express_is_refused_by_name(schema, path):
     with pytest.raises(ToolError, match=path.replace("$", r"\$")) as e:
-        ToolPlan(by_name("hermes"), (Tool("f", schema),)).grammar()
+        ToolPlan(syntax_by_name("hermes"), (Tool("f", schema),)).grammar()
     assert e.value.param == "tools[0].function.parameters"
     assert isinstance(SchemaError("x", "y"), ValueError)
 
 
 def test_strings_and_arrays_are_bounded():
-    g = ToolPlan(by_name("hermes"), (Tool("f", {"type": "object", "properties": {
+    g = ToolPlan(syntax_by_name("hermes"), (Tool("f", {"type": "object", "properties": {
         "s": {"type": "string"}, "l": {"type": "array", "items": {"type": "string", "maxLength": 5}}}}),)).grammar()
     assert f"jchar{{0,{STRING_CAP}}}" in g and "jchar{0,5}" in g and "{0,63}" in g
     assert "*" not in g.replace("jchar*", "") and "+" not in g.replace("[-+]", "")
@@ -203,32 +203,32 @@ def test_a_tool_without_parameters_writes_an_empty_object():
     a small model given a free-form object there writes on until max_tokens."""
     for schema in ({"type": "object", "properties": {}}, {"type": "object", "properties": {}, "title": "x"},
                    {"type": "object", "additionalProperties": False}):
-        g = ToolPlan(by_name("hermes"), (Tool("f", schema),), "required").grammar()
+        g = ToolPlan(syntax_by_name("hermes"), (Tool("f", schema),), "required").grammar()
         assert "free" not in g and '"{" sp "}"' in g, schema
-    assert "free-object" in ToolPlan(by_name("hermes"), (Tool("f", {"type": "object"}),), "required").grammar()
+    assert "free-object" in ToolPlan(syntax_by_name("hermes"), (Tool("f", {"type": "object"}),), "required").grammar()
 
 
 def test_bad_tool_lists_are_refused():
     with pytest.raises(ToolError, match="letters, digits"):
-        ToolPlan(by_name("hermes"), (Tool("no spaces please"),))
+        ToolPlan(syntax_by_name("hermes"), (Tool("no spaces please"),))
     with pytest.raises(ToolError, match="same name"):
-        ToolPlan(by_name("hermes"), (WEATHER, WEATHER))
+        ToolPlan(syntax_by_name("hermes"), (WEATHER, WEATHER))
     with pytest.raises(ToolError, match="not one of the tools"):
-        ToolPlan(by_name("hermes"), (WEATHER,), "add")
+        ToolPlan(syntax_by_name("hermes"), (WEATHER,), "add")
 
 
 def test_choice_none_shows_the_tools_and_calls_nothing():
-    plan = ToolPlan(by_name("hermes"), (WEATHER,), "none")
+    plan = ToolPlan(syntax_by_name("hermes"), (WEATHER,), "none")
     assert plan.calling() is None  # no grammar, no call parsing
     assert plan.with_tools({})["tools"] == [WEATHER.as_dict()]  # still in the prompt
-    auto = ToolPlan(by_name("hermes"), (WEATHER,))
+    auto = ToolPlan(syntax_by_name("hermes"), (WEATHER,))
     assert auto.calling() is auto
 
 
 def test_mistral_ids_are_what_its_template_demands():
-    ids = {by_name("mistral").new_id() for _ in range(50)}
+    ids = {syntax_by_name("mistral").new_id() for _ in range(50)}
     assert all(len(i) == 9 and i.isalnum() for i in ids) and len(ids) == 50
-    assert all(by_name("hermes").new_id().startswith("call_") for _ in range(3))
+    assert all(syntax_by_name("hermes").new_id().startswith("call_") for _ in range(3))
 
 
 def test_random_schemas_validate_what_the_parser_accepts():
@@ -237,7 +237,7 @@ def test_random_schemas_validate_what_the_parser_accepts():
     tool = Tool("f", {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
     for _ in range(50):
         n = rng.choice([rng.randint(-9, 9), "x", 1.5, None])
-        p = ToolCallParser(ToolPlan(by_name("hermes"), (tool,)))
+        p = ToolCallParser(ToolPlan(syntax_by_name("hermes"), (tool,)))
         text = f'<tool_call>\n{json.dumps({"name": "f", "arguments": {"n": n}})}\n</tool_call>'
         try:
             call = [e.call for e in p.feed(text) + p.finish()[0] if e.kind == "call"][0]
@@ -251,7 +251,7 @@ def test_auto_is_llama_cpps_lazy_grammar_free_until_the_opener(llama_backend):
     """tool_choice auto: free text is never masked; from the opener on, only a valid call."""
     import numpy as np
 
-    plan = ToolPlan(by_name("hermes"), (WEATHER,), "auto")
+    plan = ToolPlan(syntax_by_name("hermes"), (WEATHER,), "auto")
     assert plan.triggers() == (r"(<tool_call>)",)
     g = llama_backend.grammar(plan.grammar(), plan.triggers())
     zeros = np.zeros(llama_backend.n_vocab, dtype=np.float32)
@@ -275,7 +275,7 @@ def test_a_free_form_object_is_an_object_and_bounded(llama_backend):
     """{"type": "object"} without properties: any object, never an array or a string in its place."""
     import numpy as np
 
-    plan = ToolPlan(by_name("hermes"), (Tool("f", {"type": "object", "properties": {"meta": {"type": "object"}},
+    plan = ToolPlan(syntax_by_name("hermes"), (Tool("f", {"type": "object", "properties": {"meta": {"type": "object"}},
                                                    "required": ["meta"]}),), "required")
     text = plan.grammar()
     assert "free-object" in text and "jchar{0,256}" in text

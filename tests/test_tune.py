@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from engine import HearthError
-from engine.types import Message, SamplingParams
+from engine.prompt.messages import Message
+from engine.types import SamplingParams
+from engine.config import EngineConfig
 
 
 def _cached_vs_uncached(b) -> float:
@@ -28,7 +30,7 @@ def _cached_vs_uncached(b) -> float:
 def test_both_profiles_load_and_generate(bundled_path, profile):
     from engine.engine import Engine
 
-    e = Engine.load(bundled_path, n_ctx=1024, n_threads=2, exactness=profile, cache_budget=0)
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=1024, n_threads=2, exactness=profile, cache_budget=0))
     try:
         info = e.backend.describe()
         assert info.exactness == profile
@@ -52,7 +54,7 @@ def test_unknown_profile_is_a_clear_error(bundled_path):
     from engine.engine import Engine
 
     with pytest.raises(HearthError, match="exactness"):
-        Engine.load(bundled_path, n_ctx=256, exactness="turbo")
+        Engine.open(EngineConfig(bundled_path, n_ctx=256, exactness="turbo"))
 
 
 def test_apply_tuning_then_roll_back_restores_the_model_settings(tmp_path):
@@ -131,11 +133,11 @@ def test_a_run_is_saved_exported_and_compared(tune_run, tmp_path, monkeypatch):
     monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
     result, _ = tune_run
     first = report.save(result)
-    assert first.parent == tmp_path / "tune" and report.load(first) == result
+    assert first.parent == tmp_path / "tune" and report.load_run(first) == result
     second = report.save(result)
     assert second != first and report.last_run(result["path"], before=second) == first
     assert report.last_run("/elsewhere/other.gguf") is None
-    deltas = report.compare(report.load(first), result)
+    deltas = report.compare_runs(report.load_run(first), result)
     assert [d["name"] for d in deltas] == [r["name"] for r in result["rows"] if r["status"] == "measured"]
     assert all(d["ttft_ms"] == 0 and d["agreement"] == 0 for d in deltas)
     table = list(csv.DictReader(io.StringIO(report.to_csv(result))))
@@ -147,7 +149,7 @@ def test_a_run_is_saved_exported_and_compared(tune_run, tmp_path, monkeypatch):
     assert measured_difference("bundled", "bundled") == text  # what Settings shows beside the choice
     (tmp_path / "junk.json").write_text("{}")
     with pytest.raises(HearthError, match="not a saved"):
-        report.load(tmp_path / "junk.json")
+        report.load_run(tmp_path / "junk.json")
 
 
 def _row(name, ttft, tpot, mem=100, ppl=10.0, agreement=1.0, settings=True):
@@ -187,7 +189,7 @@ def test_cli_saves_exports_and_compares_with_an_earlier_run(tune_run, tmp_path, 
     assert rc == 0
     printed = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in printed["rows"]] == ["baseline", "prefix cache off", "baseline (again)"]
-    assert printed["saved"] == str(out) and report.load(out)["rows"] == printed["rows"]
+    assert printed["saved"] == str(out) and report.load_run(out)["rows"] == printed["rows"]
     assert [d["name"] for d in printed["compare"]["rows"]] == ["baseline", "prefix cache off", "baseline (again)"]
     assert table.read_text().splitlines()[0].startswith("name,change,status,ttft_ms")
     assert main(["bench", "tune", "--rows", "warp drive", "--tokens", "4", "--prompts", "1"]) != 0

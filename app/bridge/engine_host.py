@@ -9,12 +9,12 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, QThread, Signal
 
 from engine import HearthError
-from engine.formats import ThinkControl
-from engine.loading.load import LoadedModel
+from engine.reply_formats import ThinkControl
+from engine.interface import LoadedModel
 from engine.loading.request import LoadRequest
 
 from app.bridge.generation_worker import GenerationJob, GenerationWorker, SharedEngine
-from app.bridge.load_worker import LoadJob, LoadWorker
+from app.bridge.load_worker import LoadJob, LoadWorker, Opener, open_local
 
 
 class EngineHost(QObject):
@@ -37,12 +37,12 @@ class EngineHost(QObject):
     _request_unload = Signal()
     _request_release_threads = Signal()
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *, opener: Opener = open_local) -> None:
         super().__init__(parent)
         self._shared = SharedEngine()
         self._thread = QThread()
         self._thread.setObjectName("hearth-engine")
-        self._loader = LoadWorker(self._shared)
+        self._loader = LoadWorker(self._shared, opener)
         self._generator = GenerationWorker(self._shared)
         for w in (self._loader, self._generator):
             w.moveToThread(self._thread)

@@ -19,9 +19,12 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine import HearthError, Message, SamplingParams, openmp
-from engine.formats.tools import Tool, ToolPlan, unsupported_tools
-from engine.metrics import is_complete
+from engine import HearthError, Message, SamplingParams
+from engine.backends import openmp
+from engine.errors import ToolsUnsupported
+from engine.interface import ChatEngine
+from engine.reply_formats.tools import Tool, ToolPlan
+from engine.decode.metrics import is_complete
 
 from app.core.store import Store
 
@@ -46,23 +49,23 @@ class GenerationJob:
     tool_choice: str = "auto"     # "auto" (the model decides) or "required" (this step must call one)
 
 
-def tool_plan(engine, job: GenerationJob, notes: list[str]) -> ToolPlan | None:
+def tool_plan(engine: ChatEngine, job: GenerationJob, notes: list[str]) -> ToolPlan | None:
     """The job's tools in the loaded model's call syntax; a model whose template takes none
     writes its reply without them, and its notes say so."""
     if not job.tools:
         return None
-    if engine.tool_syntax is None:
-        why = unsupported_tools(engine.backend.chat_template) or "its chat template takes no tools"
-        notes.append(f"the MCP tools were not offered: this model cannot call tools ({why})")
+    try:
+        # One call per step: the window asks before each call runs, so a step's calls come one at a time.
+        return engine.plan_tools(job.tools, job.tool_choice, parallel=False)
+    except ToolsUnsupported as e:
+        notes.append(f"the MCP tools were not offered: {e}")
         return None
-    # One call per step: the window asks before each call runs, so a step's calls come one at a time.
-    return engine.plan_tools(job.tools, job.tool_choice, parallel=False)
 
 
 class SharedEngine:
-    """The loaded engine, touched only on the engine thread."""
+    """The loaded engine (any implementation of the engine interface), touched only on the engine thread."""
 
-    engine = None
+    engine: ChatEngine | None = None
     serving = None  # app/server_host.Serving while the local server is on: the scheduler over the engine
 
 

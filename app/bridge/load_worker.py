@@ -16,11 +16,13 @@ import itertools
 import threading
 import traceback
 from dataclasses import dataclass, field, replace
+from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import HearthError
 from engine.backends.llama.threadpool import ThreadChoice, thread_option
+from engine.interface import ChatEngine, LoadedModel
 from engine.loading.gpu_guard import GpuGuard
 from engine.loading.load import load_model
 from engine.loading.request import LoadRequest
@@ -60,6 +62,27 @@ def app_threads() -> ThreadChoice:
     return thread_option(APP_THREADS)
 
 
+Progress = Callable[[int, int, str], None]   # bytes done, bytes total, file name (a Hub download)
+
+
+class Opener(Protocol):
+    """How the window gets an engine for a load request: any implementation of the engine
+    interface, and what it says it is. Raises HearthError with the reason it cannot."""
+
+    def __call__(self, req: LoadRequest, *, cancel: threading.Event,
+                 progress: Progress) -> tuple[ChatEngine, LoadedModel]: ...
+
+
+def open_local(req: LoadRequest, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+    """The local engine, by the planned load: Auto settings come from the memory plan, and an
+    out-of-memory load retries with a smaller one."""
+    threads = app_threads()
+    result = load_model(req, data_dir=data_dir(), n_threads=threads.n_threads, threads_poll=threads.poll,
+                        cancel=cancel, progress=progress)
+    assert result.model is not None  # load_model describes what it loaded
+    return result.engine, result.model
+
+
 class LoadWorker(QObject):
     # Each signal starts with the LoadJob's id.
     started = Signal(int, str)          # what is being loaded
@@ -70,9 +93,10 @@ class LoadWorker(QObject):
     failed = Signal(int, str)           # one-line message
     cancelled = Signal(int)
 
-    def __init__(self, shared: SharedEngine) -> None:
+    def __init__(self, shared: SharedEngine, opener: Opener = open_local) -> None:
         super().__init__()
         self._shared = shared
+        self._open = opener
 
     @Slot(object)
     def load(self, job: LoadJob) -> None:
@@ -84,12 +108,8 @@ class LoadWorker(QObject):
             # The local server is on: its batch context (parallel x slot context) goes in the plan too.
             req = replace(req, server_parallel=self._shared.serving.parallel)
         try:
-            # Auto settings come from the memory plan; an out-of-memory load retries with a smaller one.
-            threads = app_threads()
-            result = load_model(req, data_dir=data_dir(), n_threads=threads.n_threads,
-                                threads_poll=threads.poll, cancel=job.cancel,
-                                progress=lambda done, total, name: self.download_progress.emit(
-                                    rid, done, total, name))
+            engine, model = self._open(req, cancel=job.cancel, progress=lambda done, total, name:
+                                       self.download_progress.emit(rid, done, total, name))
         except HearthError as e:
             if job.cancel.is_set():  # a download stops with DownloadCancelled: that is a cancel
                 self.cancelled.emit(rid)
@@ -100,7 +120,6 @@ class LoadWorker(QObject):
             traceback.print_exc()
             self.failed.emit(rid, f"unexpected error while loading the model: {type(e).__name__}: {e}")
             return
-        engine = result.engine
         if job.cancel.is_set():
             # Loading is one native call that cannot be interrupted; cancelling
             # means throwing the result away as soon as it returns.
@@ -111,7 +130,7 @@ class LoadWorker(QObject):
         self._shared.engine = engine
         if self._shared.serving is not None:
             self._shared.serving.engine_loaded(engine)
-        self.loaded.emit(rid, result.model, engine.think)
+        self.loaded.emit(rid, model, engine.think)
 
     @Slot()
     def close_engine(self) -> None:

@@ -23,9 +23,9 @@ from PySide6.QtWidgets import QLabel
 
 from engine import HearthError, StreamEvent
 from engine.serve import Priority, Scheduler, ServeRequest, Ticket
-from engine.formats.tools import ToolPlan
-from engine.serve.library_pool import library_pool
-from engine.serve.server import LocalServer
+from engine.reply_formats.tools import ToolPlan
+from engine.serve.runtime.library_pool import library_pool
+from engine.serve.http.server import LocalServer
 
 from app.bridge.engine_host import EngineHost
 from app.core.paths import data_dir

@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButt
 from app.bridge.background import Background, error_text
 from app.chat.image_strip import thumbnail
 from app.core.attached_docs import Pending, PendingImage, estimate_tokens
-from engine.documents import document_block, read_file, read_folder
-from engine.images import ImageError, decode
+from engine.inputs.documents import document_block, read_file, read_folder
+from engine.inputs.images import ImageError, decode
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif")
 

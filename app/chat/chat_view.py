@@ -21,7 +21,7 @@ from app.chat.tool_card import ToolCard, stored_card
 from app.core import tool_steps
 from app.chat.welcome import WelcomePanel
 from app.core.store import StoredMessage
-from engine.messages import ToolCall
+from engine.prompt.messages import ToolCall
 
 BATCH = 20  # messages built at a time: about a screenful; earlier ones are built when scrolled to
 

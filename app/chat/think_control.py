@@ -13,7 +13,7 @@ from typing import Any
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QWidget
 
-from engine.formats import ThinkControl
+from engine.reply_formats import ThinkControl
 
 
 def effective(think: ThinkControl | None, choice: Any) -> Any:

@@ -19,7 +19,7 @@ from app.core.store import ROLES, Store
 from app.core.store_rows import StoredMessage
 from app.core.store_schema import split_think
 from engine.errors import HearthError
-from engine.messages import Message
+from engine.prompt.messages import Message
 
 FORMAT = "hearth-conversation"
 VERSION = 2

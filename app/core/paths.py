@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from engine.models.library import LIBRARY_FILE  # noqa: F401  (the model library's index, in the data folder)
+from engine.library.local import LIBRARY_FILE  # noqa: F401  (the model library's index, in the data folder)
 
 ENV_DATA_DIR = "HEARTH_DATA_DIR"  # read by engine.paths
 

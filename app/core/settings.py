@@ -25,9 +25,10 @@ from typing import Any
 from engine import HearthError, SamplingParams
 from engine.atomic import atomic_write
 from engine.backends.llama.threadpool import check_poll
-from engine.loading.request import BACKENDS, BUNDLED, EXACTNESS, KV_TYPES, QUANTS, SOURCES, LoadRequest, \
+from engine.config import EXACTNESS
+from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, \
     effective_backend, infer_source, runs_gguf
-from engine.prompt import CONTEXT_POLICIES
+from engine.prompt.builder import CONTEXT_POLICIES
 
 from app.core import mcp_servers as mcp, server_settings
 from app.core.paths import config_dir, move_aside

@@ -30,7 +30,7 @@ from app.core.attachments import FOLDER as ATTACHMENTS_FOLDER, Attachments
 from app.core.paths import data_dir, move_aside
 from app.core.store_rows import StoredMessage, messages_from, text_of, tool_calls_json, write_parts
 from app.core.store_schema import SCHEMA_VERSION, run_step
-from engine.messages import ImagePart, Part, TextPart, ToolCall
+from engine.prompt.messages import ImagePart, Part, TextPart, ToolCall
 
 __all__ = ["SCHEMA_VERSION", "Conversation", "Store", "StoreError", "StoredMessage", "title_from"]
 

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from engine.formats.json_grammar import Grammar, SchemaError
-from engine.formats.tools import NAME_RE, Tool
-from engine.messages import ToolCall
+from engine.reply_formats.json_grammar import Grammar, SchemaError
+from engine.reply_formats.tools import NAME_RE, Tool
+from engine.prompt.messages import ToolCall
 
 # How a call ended, as its tool message's finish_reason (the card's state when drawn again).
 DONE, FAILED, DENIED, STOPPED, UNKNOWN = "tool_done", "tool_error", "tool_denied", "tool_stopped", "tool_unknown"

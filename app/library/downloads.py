@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QProgressBar, QPushButton, QTableWidget,
                                QTableWidgetItem, QWidget)
 
-from engine.models.hub_search import HubFile
+from engine.library.hub_search import HubFile
 
 from app.bridge.background import Background, error_text
 from app.core.text_utils import human_bytes

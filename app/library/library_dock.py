@@ -17,7 +17,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDockWidget, QMenu, QTabWidget
 
 from engine.models.catalogue import bundled_model_path
-from engine.models.library import ORIGIN_BUNDLED, Library, LibraryModel
+from engine.library.local import ORIGIN_BUNDLED, Library, LibraryModel
 
 from app.library.downloads import DownloadQueue
 from app.library.hub_browser import HubBrowser

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
                                QMessageBox, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from engine import HearthError
-from engine.models.library import FIT_NO, Library, LibraryModel, badge_for_plan, compatible_drafts
+from engine.library.local import FIT_NO, Library, LibraryModel, badge_for_plan, compatible_drafts
 
 from app.bridge.background import Background, error_text
 from app.core.text_utils import human_bytes

@@ -21,7 +21,7 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QDialog, QGridLayout, QLabel, QVBoxLayout
 
-from engine.metrics import GenerationStats, has_timeline
+from engine.decode.metrics import GenerationStats, has_timeline
 
 from app.bridge.background import Background, error_text
 

@@ -124,7 +124,7 @@ class TuneDialog(QDialog):
         last = report.last_run(model_path)
         if last is not None:  # open on the newest saved run: no need to measure again to see it
             try:
-                self.show_result(report.load(last), previous=self._previous_of(last))
+                self.show_result(report.load_run(last), previous=self._previous_of(last))
             except HearthError as e:
                 self.status.setText(f"The last saved run could not be shown: {e}")
         self._update_buttons()
@@ -182,7 +182,7 @@ class TuneDialog(QDialog):
     def _previous_of(self, saved: str | Path) -> dict | None:
         p = report.last_run(self.model_path, before=saved)
         try:
-            return report.load(p) if p is not None else None
+            return report.load_run(p) if p is not None else None
         except HearthError:
             return None
 
@@ -197,7 +197,7 @@ class TuneDialog(QDialog):
     def show_result(self, result: dict, previous: dict | None = None) -> None:
         """Fill the table and the chart with ``result`` (and deltas against ``previous``)."""
         self.result, self.previous = result, previous
-        deltas = {d["name"]: d for d in report.compare(previous, result)} if previous else {}
+        deltas = {d["name"]: d for d in report.compare_runs(previous, result)} if previous else {}
         rows = result["rows"]
         self.table.setRowCount(len(rows))
         for i, r in enumerate(rows):

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHBoxLayout, QLabel, Q
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from engine.kv.disk_store import DEFAULT_DISK_BUDGET, clear_store, store_usage
-from engine.loading.load import LoadedModel
+from engine.interface import LoadedModel
 
 from app.core.paths import plan_log_path, prefix_store_dir
 from app.core.text_utils import human_bytes

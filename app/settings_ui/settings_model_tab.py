@@ -21,7 +21,7 @@ from engine import HearthError
 from engine.kv.disk_store import DEFAULT_DISK_BUDGET, store_usage
 from engine.models.catalogue import BUNDLED_NAME, parse_hub_id
 
-from engine.loading.estimate import estimate
+from engine.loading.estimate import quick_estimate
 from app.settings_ui.memory_details import clear_prefix_store
 from engine.loading.request import HUB_PLACEHOLDER, KV_TYPES, QUANTS, LoadRequest, ModelCheck, \
     effective_backend, runs_gguf
@@ -50,7 +50,7 @@ class ModelTabMixin:
     def _init_model_state(self) -> None:
         """The plan state the tab and the dialog's accept() share; call before _model_tab()."""
         self._model_check = ModelCheck()
-        self._estimate = None     # engine.loading.estimate's quick estimate, for a GGUF on llama.cpp
+        self._estimate = None     # engine.loading.estimate's quick quick_estimate, for a GGUF on llama.cpp
         self.plan = None          # the newest engine.sizing.Plan, once computed
         self._plan_request = 0
         self._planner = PlanRunner(self)
@@ -348,7 +348,7 @@ class ModelTabMixin:
                                 "file's size); the memory plan covers llama.cpp only, so none is shown.")
             return
         self.quant_label.setText(f"{info.file_type} (from the file's metadata)")
-        est = estimate(info, None if self.ctx_auto.isChecked() else self.ctx.value())
+        est = quick_estimate(info, None if self.ctx_auto.isChecked() else self.ctx.value())
         self._estimate = est
         self._show_auto(self.ctx, self.ctx_auto.isChecked(), est.n_ctx)
         verdict = ("<b>fits</b>" if est.fits else

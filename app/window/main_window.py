@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from engine.loading.gpu_guard import GpuGuard
@@ -33,7 +33,7 @@ from app.core.paths import data_dir
 from app.library import library_dock
 from app.ui import theme
 from app.window.keyboard import KeyboardController
-from app.ui.shortcuts import keys
+from app.window.menus import build_file_and_chat_menus
 from app.window.view_menu import ViewMenu
 from app.window.performance_menu import PerformanceMenu
 from app.window.via import Via
@@ -48,6 +48,7 @@ from app.window.replies import RepliesController
 from app.core.settings import Settings, SettingsFile
 from app.core.store import Store
 from app.bridge.engine_host import EngineHost
+from app.bridge.load_worker import Opener, open_local
 from app.bridge.server_host import ServerHost
 
 
@@ -60,7 +61,8 @@ class MainWindow(QMainWindow):
     """Hearth's window: the conversation list, the chat and the status bar, wired to the store,
     the engine thread and the controllers that own each part (see the module's docstring)."""
 
-    def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None) -> None:
+    def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None,
+                 opener: Opener = open_local) -> None:  # opener: a load request -> an engine (EngineHost)
         # Import what loading the default model needs before the window exists.
         # Loading the native library holds the GIL for tens of milliseconds, and
         # once PySide6 is imported every further import is slower still
@@ -86,7 +88,7 @@ class MainWindow(QMainWindow):
         self.store = store or Store()
         self.store.purge_deleted()
         self.scheme = theme.apply(QApplication.instance(), self.settings.theme)
-        self.host = EngineHost(self)
+        self.host = EngineHost(self, opener=opener)
         self.server_host = ServerHost(self.host, self)  # the local API server, off unless Settings say so
         self.monitor = LoopMonitor(self)
         self.current: int | None = None
@@ -191,28 +193,7 @@ class MainWindow(QMainWindow):
             open_conversation=self.open_conversation, show_current=self._show_current,
             refresh_list=self._refresh_list)
 
-        menu = self.menuBar()
-        file_menu = menu.addMenu("&File")
-        self.act_new = self._action(file_menu, "&New chat", keys("new"), self.new_conversation)
-        self.act_settings = self._action(file_menu, "&Settings…", keys("settings"), self.open_settings)
-        nav = self.navigation
-        self._action(file_menu, "&Import conversation…", QKeySequence(), nav.ask_import)
-        self._action(file_menu, "Export as &Markdown…", QKeySequence(), lambda: nav.ask_export("markdown"))
-        self._action(file_menu, "Export as &JSON…", QKeySequence(), lambda: nav.ask_export("json"))
-        file_menu.addSeparator()
-        self._action(file_menu, "&Quit", keys("quit"), self.close)
-        chat_menu = menu.addMenu("&Chat")
-        self.act_stop = self._action(chat_menu, "&Stop reply", keys("stop"), self.stop)
-        self.act_regen = self._action(chat_menu, "&Regenerate last reply", keys("regenerate"),
-                                      self.replies.regenerate_last)
-        self._action(chat_menu, "Re&name conversation", keys("rename"), self.conversations.begin_rename)
-
-    def _action(self, menu, text: str, shortcut, slot) -> QAction:
-        act = QAction(text, self)
-        act.setShortcuts(shortcut if isinstance(shortcut, list) else [shortcut])
-        act.triggered.connect(slot)
-        menu.addAction(act)
-        return act
+        build_file_and_chat_menus(self)
 
     def _connect(self) -> None:
         h, lc = self.host, self.loading

@@ -19,7 +19,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStatusBar, QWidget
 
 from engine.loading.gpu_guard import GpuGuard, crash_text
-from engine.loading.load import LoadedModel
+from engine.interface import LoadedModel
 from engine.loading.request import LoadRequest
 from engine.sizing.reality import is_device_failure, is_out_of_memory
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # both import QtCharts: only loaded when asked for
     from app.performance.performance_panel import PerformancePanel
     from app.performance.tune_dialog import TuneDialog
 
-from engine.metrics import has_timeline
+from engine.decode.metrics import has_timeline
 
 
 class PerformanceMenu:

@@ -12,7 +12,7 @@ import sys
 
 from PySide6.QtCore import QObject
 
-from engine.loading.load import LoadedModel
+from engine.interface import LoadedModel
 
 from app.bridge.background import Background
 from app.chat.welcome import WelcomePanel

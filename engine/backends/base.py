@@ -7,13 +7,50 @@ it are valid and ``truncate`` rolls it back.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 import threading
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..grammar import TokenConstraint
-from ..types import BackendInfo, Vocab
+from ..models.vocab import Vocab
+
+
+class TokenConstraint(Protocol):
+    def mask(self, logits: np.ndarray) -> np.ndarray:
+        """A copy of ``logits`` with every token not allowed next at -inf."""
+
+    def accept(self, token: int) -> None:
+        """Advance past ``token``."""
+
+    def close(self) -> None:
+        """Free the constraint's native state."""
+
+
+@dataclass(slots=True, frozen=True)
+class BackendInfo:
+    """What a loaded backend says about itself, for the window, the CLI and the
+    benchmarks (so no caller reaches into a backend's attributes).
+
+    ``backend``: "llama_cpp" or "hf"; ``runtime``: what computes ("cpu",
+    "cuda", "vulkan", "metal"); ``device``: where the weights are ("CPU",
+    "Vulkan0", "cuda:0", "cuda:0+cpu"...); ``quant``: the label the window
+    shows (a GGUF's own file type, or the bitsandbytes choice / torch dtype).
+    """
+    backend: str
+    name: str
+    path: str
+    quant: str
+    runtime: str = "cpu"
+    device: str = "CPU"
+    threads: int | None = None
+    n_ctx: int = 0
+    n_gpu_layers: int = 0
+    kv_type: str = "f16"
+    weight_bytes: int = 0
+    exactness: str = "exact"  # "exact" (batch-invariant kernels) or "fast"; see LlamaCppBackend
+    projector: str = ""       # the vision projector (mmproj) loaded beside the model, if any: it sees images
+    threads_poll: int | None = None  # llama.cpp: the poll level of Hearth's own thread pool; None: none
 
 
 class BatchBackend(Protocol):

@@ -1,20 +1,24 @@
 """Benchmarks, one module each, run as ``python -m engine bench NAME``.
 
 Each runs its reference side by side in the same process and reports ratios,
-because absolute times on shared machines are noisy. A module's ``run(args)``
-returns one JSON-able dict.
+because absolute times on shared machines are noisy. A benchmark's entry point,
+``bench_NAME(args)`` in its module (MODULES), returns one JSON-able dict.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 
-NAMES = ("overhead", "prefix", "speculative", "sizing", "hf", "quality", "stop", "soak", "tune", "server", "serve",
-         "threads", "handover", "documents", "tools", "images")
+# The command's name -> its module (engine/bench/<module>.py).
+MODULES = {"overhead": "overhead", "prefix": "prefix", "speculative": "speculative", "sizing": "sizing", "hf": "hf",
+           "quality": "quality", "stop": "stop", "soak": "soak", "tune": "tune_model", "server": "api_cost",
+           "serve": "concurrency", "threads": "threads", "handover": "handover", "documents": "documents",
+           "tools": "tools", "images": "images"}
+NAMES = tuple(MODULES)
 
 
-def run(which: str, a: argparse.Namespace) -> dict:
-    """Run the benchmark module ``engine.bench.<which>``."""
-    if which not in NAMES:
+def run_benchmark(which: str, a: argparse.Namespace) -> dict:
+    """Run the benchmark ``which``: ``bench_<which>`` in its module."""
+    if which not in MODULES:
         raise ValueError(f"unknown benchmark {which!r}; choose one of {', '.join(NAMES)}")
-    return importlib.import_module(f".{which}", __package__).run(a)
+    return getattr(importlib.import_module(f".{MODULES[which]}", __package__), f"bench_{which}")(a)

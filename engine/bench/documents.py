@@ -22,8 +22,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..documents import Document, read_document, read_folder, system_with_documents
-from ..types import Message, SamplingParams
+from ..inputs.documents import Document, read_document, read_folder, system_with_documents
+from ..prompt.messages import Message
+from ..types import SamplingParams
 
 QUESTIONS = ("What does this document describe?", "Which command runs the tests?",
              "Name one thing the engine caches.")
@@ -53,6 +54,7 @@ def _ask(engine, messages, max_tokens: int) -> tuple[float, str, Any]:
 
 def _case(name: str, docs: list[Document], a: argparse.Namespace) -> dict[str, Any]:
     from ..engine import Engine
+    from ..config import EngineConfig
 
     system = Message("system", system_with_documents("Answer in one sentence.", docs))
     q1, q2, q3 = QUESTIONS
@@ -63,8 +65,8 @@ def _case(name: str, docs: list[Document], a: argparse.Namespace) -> dict[str, A
     for r in range(a.rounds):
         with tempfile.TemporaryDirectory() as disk:
             kw = dict(n_ctx=n_ctx, n_threads=a.threads, backend=a.backend)
-            e = Engine.load(a.model, disk_cache=disk, **kw)
-            ref = Engine.load(a.model, cache_budget=0, **kw)
+            e = Engine.open(EngineConfig(a.model, disk_cache=disk, **kw))
+            ref = Engine.open(EngineConfig(a.model, cache_budget=0, **kw))
             try:
                 tokens = len(e.prompt_tokens([system]))
                 first, a1, _ = _ask(e, [system, Message("user", q1)], a.tokens)
@@ -77,7 +79,7 @@ def _case(name: str, docs: list[Document], a: argparse.Namespace) -> dict[str, A
             finally:
                 e.close()
                 ref.close()
-            e = Engine.load(a.model, disk_cache=disk, **kw)
+            e = Engine.open(EngineConfig(a.model, disk_cache=disk, **kw))
             try:
                 restart, a4, s4 = _ask(e, [system, Message("user", q2)], a.tokens)
             finally:
@@ -95,7 +97,7 @@ def _case(name: str, docs: list[Document], a: argparse.Namespace) -> dict[str, A
             "answers_identical_to_uncached": same}
 
 
-def run(a: argparse.Namespace) -> dict:
+def bench_documents(a: argparse.Namespace) -> dict:
     cases = set(getattr(a, "cases", "pdf,folder").split(","))
     out = {}
     if "pdf" in cases:

@@ -24,8 +24,9 @@ import statistics
 import threading
 from typing import Any, Callable
 
-from .. import openmp
-from ..types import Message, SamplingParams
+from ..backends import openmp
+from ..prompt.messages import Message
+from ..types import SamplingParams
 
 PROMPT = [Message("user", "Write a long story about a lighthouse keeper and the storm that came one winter.")]
 MODES = ("owner", "scheduler", "scheduler-kept-team")
@@ -92,18 +93,19 @@ def _via_scheduler(owner: _Owner, engine, params: SamplingParams, *, give_back: 
         sched.close()
 
 
-def run(a: argparse.Namespace) -> dict:
+def bench_handover(a: argparse.Namespace) -> dict:
     from ..backends.llama.threadpool import default_threads
     from ..backends.llama.threadpool import openmp as has_openmp
     from ..engine import Engine
+    from ..config import EngineConfig
 
     n_threads = a.threads or default_threads()
     n_tokens, rounds = max(2, a.tokens), max(1, a.rounds)
     params = SamplingParams(temperature=0.0, max_tokens=n_tokens, ignore_eos=True)
     warm = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
     owner = _Owner()
-    engine = owner.run(lambda: Engine.load(a.model, n_ctx=a.ctx or 1024, n_threads=n_threads,
-                                           cache_budget=0, backend="llama_cpp"))
+    engine = owner.run(lambda: Engine.open(EngineConfig(a.model, n_ctx=a.ctx or 1024, n_threads=n_threads,
+                                           cache_budget=0, backend="llama_cpp")))
     tok_s: dict[str, list[float]] = {m: [] for m in MODES}
     try:
         for r in range(rounds):

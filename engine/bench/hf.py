@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .overhead import BENCH_PROMPT
 from ..types import SamplingParams
@@ -54,27 +54,11 @@ def _threads(a: argparse.Namespace) -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-def run(a: argparse.Namespace) -> dict:
+def _reference(b, prompt: list[int], n_tok: int, last: dict[str, list[int]]) -> Callable[[], tuple[float, float]]:
+    """transformers' own ``generate`` on the same model: greedy, exactly ``n_tok`` tokens."""
     import torch
     from transformers import GenerationConfig
 
-    from ..backends.hf import HFBackend
-    from ..engine import Engine
-    from ..generate import generate_step, stream_tokens
-    from ..metrics import GenerationStats
-    from ..sampling import make_sampler
-
-    n_tok = a.tokens
-    threads = _threads(a)
-    quant = (a.quant or ["none"])[0]
-    engine = Engine.load(a.model, backend="hf", quant=quant, n_ctx=1024 + n_tok, n_threads=threads,
-                         cache_budget=0)
-    b = engine.backend
-    assert isinstance(b, HFBackend)  # what backend="hf" loads; its model and tokenizer are compared below
-    model = b.model
-    prompt = engine.prompt_tokens(BENCH_PROMPT)
-    params = SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=n_tok,
-                            ignore_eos=True)
     # A neutral config: no EOS (so both sides make exactly n_tok tokens), no
     # sampling, and none of the model's default processors.
     gen_cfg = GenerationConfig(do_sample=False, max_new_tokens=n_tok, eos_token_id=None,
@@ -82,19 +66,29 @@ def run(a: argparse.Namespace) -> dict:
                                use_cache=True)
     input_ids = torch.tensor([prompt], device=b.input_device)
     mask = torch.ones_like(input_ids)
-    last_tokens: dict[str, list[int]] = {}
 
-    def run_reference() -> tuple[float, float]:
+    def run() -> tuple[float, float]:
         s = _TimingStreamer()
         with torch.inference_mode():
-            model.generate(input_ids, attention_mask=mask, generation_config=gen_cfg, streamer=s)
+            b.model.generate(input_ids, attention_mask=mask, generation_config=gen_cfg, streamer=s)
         assert len(s.times) == n_tok, len(s.times)
-        last_tokens["generate"] = s.tokens
+        last["generate"] = s.tokens
         return _speeds(s.times)
+    return run
 
-    def run_hearth() -> tuple[float, float]:
-        # Engine._run without the prefix cache: the shared loop, detokenizer and
-        # stop rules exactly as a chat reply runs them; only a timestamp is added.
+
+def _hearth(engine, prompt: list[int], params: SamplingParams, n_tok: int,
+            last: dict[str, list[int]]) -> Callable[[], tuple[float, float]]:
+    """Engine._run without the prefix cache: the shared loop, detokenizer and stop rules
+    exactly as a chat reply runs them; only a timestamp is added."""
+    from ..decode.generate import generate_step
+    from ..decode.metrics import GenerationStats
+    from ..decode.sampling import make_sampler
+    from ..decode.stream import stream_tokens
+
+    b = engine.backend
+
+    def run() -> tuple[float, float]:
         engine.reset()
         times: list[float] = []
 
@@ -110,9 +104,29 @@ def run(a: argparse.Namespace) -> dict:
                                 stats=stats, t_start=time.perf_counter()):
             if ev.kind == "final":
                 assert ev.stats is not None and ev.stats.generated_tokens == n_tok, ev.stats
-                last_tokens["hearth"] = list(ev.token_ids)
+                last["hearth"] = list(ev.token_ids)
         return _speeds(times)
+    return run
 
+
+def bench_hf(a: argparse.Namespace) -> dict:
+    from ..backends.hf import HFBackend
+    from ..config import EngineConfig
+    from ..engine import Engine
+
+    n_tok = a.tokens
+    threads = _threads(a)
+    quant = (a.quant or ["none"])[0]
+    engine = Engine.open(EngineConfig(a.model, backend="hf", quant=quant, n_ctx=1024 + n_tok, n_threads=threads,
+                         cache_budget=0))
+    b = engine.backend
+    assert isinstance(b, HFBackend)  # what backend="hf" loads; its model and tokenizer are compared below
+    prompt = engine.prompt_tokens(BENCH_PROMPT)
+    params = SamplingParams(temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=n_tok,
+                            ignore_eos=True)
+    last_tokens: dict[str, list[int]] = {}
+    run_reference = _reference(b, prompt, n_tok, last_tokens)
+    run_hearth = _hearth(engine, prompt, params, n_tok, last_tokens)
     run_reference(), run_hearth()  # warm-up: page in weights, first-call costs
     runs: dict[str, list[tuple[float, float]]] = {"hearth": [], "generate": []}
     for i in range(a.rounds):

@@ -11,8 +11,8 @@ import io
 import statistics
 from typing import Any
 
-from ..images import probe
-from ..messages import ImagePart, Message, TextPart
+from ..inputs.images import probe_image
+from ..prompt.messages import ImagePart, Message, TextPart
 from .prefix import _ttft
 
 
@@ -29,16 +29,17 @@ def _picture(seed: int, size: tuple[int, int]) -> bytes:
 SYSTEM = "You describe pictures for a blind reader, plainly and briefly."
 
 
-def run(a: argparse.Namespace) -> dict[str, Any]:
+def bench_images(a: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
     from ..engine import Engine
+    from ..config import EngineConfig
 
     if not a.model:
         raise SystemExit("bench images needs --model: a vision GGUF (its projector beside it, or --mmproj)")
     kw: dict[str, Any] = dict(n_ctx=a.ctx or 4096, n_threads=a.threads, mmproj=getattr(a, "mmproj", None) or "auto")
     store = tempfile.TemporaryDirectory(prefix="hearth-bench-images-")
-    e = Engine.load(a.model, disk_cache=store.name, **kw)
+    e = Engine.open(EngineConfig(a.model, disk_cache=store.name, **kw))
     if not e.backend.sees_images:
         e.close()
         raise SystemExit(f"{a.model} has no vision projector beside it; pass --mmproj")
@@ -48,7 +49,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     try:
         for i in range(a.rounds):
             data = _picture(i, (640, 480))  # a new picture each round: nothing of it is cached yet
-            img = probe(data)
+            img = probe_image(data)
             part = ImagePart(img.sha256, img.mime, data)
             ask = lambda q: [Message("system", SYSTEM), Message.of("user", part, TextPart(q))]  # noqa: E731
             e.reset()
@@ -65,7 +66,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             e.reset()  # another conversation: the live KV goes, the opening image's prefix stays cached
             rows["new_conversation"].append(_ttft(e, ask("Describe it in one word."))[0])
             n2 = proj.encodes
-            restarted = Engine.load(a.model, disk_cache=store.name, **kw)  # a restart: only the disk store
+            # a restart: only the disk store
+            restarted = Engine.open(EngineConfig(a.model, disk_cache=store.name, **kw))
             try:
                 rows["after_restart"].append(_ttft(restarted, ask("Describe it in one word."))[0])
                 n3 = restarted.backend._projector.encodes  # type: ignore[attr-defined]

@@ -9,7 +9,8 @@ import time
 
 
 from ..sizing.bandwidth import measure_read_bandwidth
-from ..types import Message, SamplingParams
+from ..prompt.messages import Message
+from ..types import SamplingParams
 
 BENCH_PROMPT = [Message("user", "Write a long, detailed story about a lighthouse keeper who finds a "
                                 "message in a bottle. Describe the sea, the weather and the town.")]
@@ -21,13 +22,14 @@ def bench_overhead(a: argparse.Namespace) -> dict:
 
     from ..backends.llama.backend import default_threads
     from ..engine import Engine
+    from ..config import EngineConfig
     from ..models.catalogue import resolve
 
     n_tok = a.tokens
     threads = a.threads or default_threads()
     path = resolve(a.model).path
     n_ctx = 1024 + n_tok
-    engine = Engine.load(path, n_ctx=n_ctx, n_threads=threads)
+    engine = Engine.open(EngineConfig(path, n_ctx=n_ctx, n_threads=threads))
     ref = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                 n_batch=512, verbose=False)
     prompt = engine.prompt_tokens(BENCH_PROMPT)
@@ -89,6 +91,3 @@ def bench_overhead(a: argparse.Namespace) -> dict:
         "reference_tok_s_all": [round(x, 2) for x in reference],
         "untimed_tok_s_all": [round(x, 2) for x in untimed],
     }
-
-
-run = bench_overhead

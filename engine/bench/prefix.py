@@ -6,7 +6,8 @@ import argparse
 import statistics
 from typing import Any
 
-from ..types import Message, SamplingParams, StreamEvent
+from ..prompt.messages import Message
+from ..types import SamplingParams, StreamEvent
 
 
 def _ttft(engine, messages, max_tokens: int = 1) -> tuple[float, StreamEvent]:
@@ -23,15 +24,16 @@ def bench_prefix(a: argparse.Namespace) -> dict:
     from pathlib import Path
 
     from ..engine import Engine
+    from ..config import EngineConfig
 
     path = getattr(a, "system_file", None)
     system = Path(path).read_text() if path else files("engine").joinpath("data/system_prompt_long.txt").read_text()
-    probe = Engine.load(a.model, n_ctx=512, n_threads=a.threads, backend=a.backend, cache_budget=0)
+    probe = Engine.open(EngineConfig(a.model, n_ctx=512, n_threads=a.threads, backend=a.backend, cache_budget=0))
     n_ctx = max(4096, len(probe.backend.tokenize(system, special=False)) + 1024)
     probe.close()
     kw: dict[str, Any] = dict(n_ctx=n_ctx, n_threads=a.threads, backend=a.backend)
-    on = Engine.load(a.model, **kw)
-    off = Engine.load(a.model, cache_budget=0, **kw)
+    on = Engine.open(EngineConfig(a.model, **kw))
+    off = Engine.open(EngineConfig(a.model, cache_budget=0, **kw))
     users = ["Hi!", "Hello?", "Hey there.", "Good morning!", "Any news?", "Help me."]
     conv = lambda u: [Message("system", system), Message("user", u)]  # noqa: E731
     disabled, miss, warm = [], [], []
@@ -87,15 +89,14 @@ def _after_restart(engine_cls, model, kw: dict[str, Any], first: list[Message], 
     the disk store on and closes; a new engine on the same folder answers ``second``."""
     import tempfile
 
+    from ..config import EngineConfig
+
     with tempfile.TemporaryDirectory(prefix="hearth-bench-disk-") as tmp:
-        e = engine_cls.load(model, disk_cache=tmp, **kw)
+        e = engine_cls.open(EngineConfig(model, disk_cache=tmp, **kw))
         _ttft(e, first)
         e.close()
-        e = engine_cls.load(model, disk_cache=tmp, **kw)
+        e = engine_cls.open(EngineConfig(model, disk_cache=tmp, **kw))
         t, ev = _ttft(e, second)
         assert ev.stats is not None and ev.stats.cached_tokens > 0, "the restart was not served from disk"
         e.close()
     return t
-
-
-run = bench_prefix

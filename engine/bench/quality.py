@@ -35,8 +35,9 @@ def _measure(engine: Any, label: str, text: str, prompts: list[str], ref_tokens)
     return row, tokens
 
 
-def run(a: argparse.Namespace) -> dict:
+def bench_quality(a: argparse.Namespace) -> dict:
     from ..engine import Engine
+    from ..config import EngineConfig
     from ..models.catalogue import resolve
 
     text, prompts = quality_text(), quality_prompts()
@@ -56,7 +57,7 @@ def run(a: argparse.Namespace) -> dict:
     n_ctx = 2048
     kw: dict[str, Any] = dict(n_ctx=n_ctx, n_threads=threads, cache_budget=0)
 
-    ref = Engine.load(ref_model.path, backend="hf", quant="none", **kw)
+    ref = Engine.open(EngineConfig(ref_model.path, backend="hf", quant="none", **kw))
     ref_dtype = ref.backend.describe().quant  # unquantized: the dtype the weights were loaded in
     ref_row, ref_tokens = _measure(ref, "none", text, prompts, None)
     rows = []
@@ -64,7 +65,7 @@ def run(a: argparse.Namespace) -> dict:
         ref_row["quant"] = f"reference: dequantized {ref_dtype} (hf)"
         rows.append(ref_row)
         ref.close()
-        eng = Engine.load(ref_model.path, backend="llama_cpp", **kw)
+        eng = Engine.open(EngineConfig(ref_model.path, backend="llama_cpp", **kw))
         row, _ = _measure(eng, f"gguf {eng.backend.describe().quant} (llama_cpp)", text, prompts, ref_tokens)
         rows.append(row)
         eng.close()
@@ -73,7 +74,7 @@ def run(a: argparse.Namespace) -> dict:
             if q == "none":
                 rows.append(ref_row)
                 continue
-            eng = Engine.load(ref_model.path, backend="hf", quant=q, **kw)
+            eng = Engine.open(EngineConfig(ref_model.path, backend="hf", quant=q, **kw))
             row, _ = _measure(eng, q, text, prompts, ref_tokens)
             rows.append(row)
             eng.close()

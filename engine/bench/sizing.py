@@ -17,7 +17,7 @@ from typing import Any
 
 from ..sizing.hardware import Hardware
 from ..sizing.memory import Config, estimate
-from ..sizing.reality import compare
+from ..sizing.reality import compare_to_report
 from ..sizing.shape import spec_from_gguf
 
 CONTEXTS = (2048, 8192, 32768)
@@ -54,13 +54,13 @@ def measure(path: Path, n_ctx: int, *, n_batch: int = 512, n_gpu_layers: int = 0
         report = b.memory_report()
     finally:
         b.close()
-    result = compare(estimate(cfg, hw), report)
+    result = compare_to_report(estimate(cfg, hw), report)
     result.update(n_ctx=n_ctx, n_batch=n_batch, n_gpu_layers=n_gpu_layers, kv_type=kv_type,
                   flash_attn=cfg.flash_attn, load_s=round(time.perf_counter() - t0, 2))
     return result
 
 
-def run(a: argparse.Namespace) -> dict[str, Any]:
+def bench_sizing(a: argparse.Namespace) -> dict[str, Any]:
     models, skipped = bench_models()
     if a.model:
         models = [(Path(a.model).name, Path(a.model))]

@@ -16,7 +16,8 @@ import gc
 import tempfile
 from pathlib import Path
 
-from ..types import Message, SamplingParams
+from ..prompt.messages import Message
+from ..types import SamplingParams
 
 
 def _rss() -> int:
@@ -44,10 +45,11 @@ def second_model(src: Path, folder: Path) -> Path:
 
 def switches(a: argparse.Namespace, first: Path, second: Path, n: int = 20) -> dict:
     from ..engine import Engine
+    from ..config import EngineConfig
 
     rss = []
     for i in range(n):
-        e = Engine.load(first if i % 2 == 0 else second, n_ctx=2048, n_threads=a.threads)
+        e = Engine.open(EngineConfig(first if i % 2 == 0 else second, n_ctx=2048, n_threads=a.threads))
         list(e.stream([Message("user", "Hi")], SamplingParams(temperature=0, max_tokens=4)))
         e.close()
         del e
@@ -57,9 +59,10 @@ def switches(a: argparse.Namespace, first: Path, second: Path, n: int = 20) -> d
 
 
 def replies(a: argparse.Namespace, model: Path, n: int = 500, n_prompts: int = 20, warmup: int = 100) -> dict:
+    from ..config import EngineConfig
     from ..engine import Engine
 
-    e = Engine.load(model, n_ctx=2048, n_threads=a.threads)
+    e = Engine.open(EngineConfig(model, n_ctx=2048, n_threads=a.threads))
     systems = [f"You are assistant number {i}. " + "Be brief and kind. " * (5 + i) for i in range(n_prompts)]
     params = SamplingParams(temperature=0.7, seed=1, max_tokens=6)
     rss_warm = cache_warm = 0
@@ -84,7 +87,7 @@ def replies(a: argparse.Namespace, model: Path, n: int = 500, n_prompts: int = 2
             "cache_evictions": stats["evictions"]}
 
 
-def run(a: argparse.Namespace) -> dict:
+def bench_soak(a: argparse.Namespace) -> dict:
     from ..models.catalogue import resolve
 
     first = resolve(a.model).path

@@ -14,11 +14,13 @@ from importlib.resources import files
 from typing import cast
 
 from ..engine import Engine
+from ..config import EngineConfig
 from ..errors import HearthError
-from ..metrics import GenerationStats
+from ..decode.metrics import GenerationStats
 from ..models.catalogue import BENCH_DRAFT, BENCH_TARGET, bench_model_path
-from ..spec.controller import SpecController
-from ..types import Message, SamplingParams
+from ..speculative.controller import SpecController
+from ..prompt.messages import Message
+from ..types import SamplingParams
 
 KINDS = ("model", "ngram", "hybrid", "auto")
 FIXED = ("model", "ngram", "hybrid")  # auto is compared with the best of these and plain
@@ -57,7 +59,7 @@ def _messages(prompt: str | list[dict]) -> list[Message]:
     return [Message(m["role"], m["content"]) for m in prompt]
 
 
-def run(a: argparse.Namespace) -> dict:
+def bench_speculative(a: argparse.Namespace) -> dict:
     target, draft = bench_model_path(BENCH_TARGET), bench_model_path(BENCH_DRAFT)
     if not (target and draft):
         raise HearthError("the benchmark models are missing: run `python -m engine models fetch-bench-pair`")
@@ -69,7 +71,7 @@ def run(a: argparse.Namespace) -> dict:
         if bad:
             raise HearthError(f"unknown {', '.join(bad)}; choose from {', '.join(known)}")
     params = SamplingParams(temperature=0.0, max_tokens=a.tokens, top_k=0, top_p=1.0, min_p=0.0)
-    eng = Engine.load(target, n_ctx=4096, n_threads=a.threads, cache_budget=0, draft=draft)
+    eng = Engine.open(EngineConfig(target, n_ctx=4096, n_threads=a.threads, cache_budget=0, draft=draft))
     out: dict = {}
     model_code_stats = None
     try:

@@ -15,7 +15,8 @@ import argparse
 import threading
 import time
 
-from ..types import Message, SamplingParams, StreamEvent
+from ..prompt.messages import Message
+from ..types import SamplingParams, StreamEvent
 
 SENTENCE = "The keeper climbed the spiral stairs at dusk, counting every step, and lit the lamp again. "
 
@@ -60,12 +61,13 @@ def _stopped_after(engine, messages, fraction: float, params: SamplingParams) ->
     return row
 
 
-def run(a: argparse.Namespace) -> dict:
+def bench_stop(a: argparse.Namespace) -> dict:
     from ..engine import Engine
+    from ..config import EngineConfig
 
     n_tokens = a.tokens if a.tokens and a.tokens > 256 else 8000
     n_ctx = n_tokens + 1024
-    engine = Engine.load(a.model, n_ctx=n_ctx, n_threads=a.threads, cache_budget=0)
+    engine = Engine.open(EngineConfig(a.model, n_ctx=n_ctx, n_threads=a.threads, cache_budget=0))
     messages = _conversation(engine, n_tokens)
     prompt_len = len(engine.prompt_tokens(messages))
     params = SamplingParams(temperature=0.0, max_tokens=16)
@@ -79,7 +81,7 @@ def run(a: argparse.Namespace) -> dict:
     # The next reply after all those stops, against a fresh engine's.
     after = [ev for ev in engine.stream(messages, params) if ev.kind == "final"][0]
     engine.close()
-    fresh_engine = Engine.load(a.model, n_ctx=n_ctx, n_threads=a.threads, cache_budget=0)
+    fresh_engine = Engine.open(EngineConfig(a.model, n_ctx=n_ctx, n_threads=a.threads, cache_budget=0))
     fresh = [ev for ev in fresh_engine.stream(messages, params) if ev.kind == "final"][0]
     fresh_engine.close()
     return {

@@ -37,7 +37,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..types import Message, SamplingParams
+from ..prompt.messages import Message
+from ..types import SamplingParams
 
 RENDER_WORK_S = 0.005
 RENDER_PERIOD_S = 0.020
@@ -134,9 +135,10 @@ def _passive_round(a: argparse.Namespace, n_tokens: int) -> tuple[float, float, 
     return row["tok_s"][0], row["render_late_p95_ms"], row["render_frame_ratio"]
 
 
-def run(a: argparse.Namespace) -> dict:
+def bench_threads(a: argparse.Namespace) -> dict:
     from ..backends.llama.threadpool import THREAD_OPTIONS, default_threads, openmp, thread_option
     from ..engine import Engine
+    from ..config import EngineConfig
     from ..errors import HearthError
 
     cores = default_threads()
@@ -151,8 +153,8 @@ def run(a: argparse.Namespace) -> dict:
     engines = {}
     try:
         for name, c in choices.items():
-            engines[name] = Engine.load(a.model, n_ctx=a.ctx or 1024, n_threads=c.n_threads,
-                                        threads_poll=c.poll, cache_budget=0, backend="llama_cpp")
+            engines[name] = Engine.open(EngineConfig(a.model, n_ctx=a.ctx or 1024, n_threads=c.n_threads,
+                                        threads_poll=c.poll, cache_budget=0, backend="llama_cpp"))
             _decode_tok_s(engines[name], SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))  # warm
         names = list(choices) + ([PASSIVE] if passive else [])
         tok_s: dict[str, list[float]] = {k: [] for k in names}

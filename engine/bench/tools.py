@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..formats.tool_parser import ToolCallError
-from ..formats.tools import Tool
-from ..types import Message, SamplingParams
+from ..reply_formats.tool_parser import ToolCallError
+from ..reply_formats.tools import Tool
+from ..prompt.messages import Message
+from ..types import SamplingParams
 
 S = {"type": "string"}
 TOOLS: tuple[Tool, ...] = (
@@ -139,22 +140,23 @@ def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 
             "generated_tokens": tokens, "seconds": round(seconds, 1)}
 
 
-def load(model: str | None, template: str | None, n_ctx: int, threads: int | None):
+def open_tool_engine(model: str | None, template: str | None, n_ctx: int, threads: int | None):
     """The engine to measure: ``model`` (default: the bundled one), wearing ``template`` if given."""
     from ..backends.llama.backend import LlamaCppBackend
     from ..engine import Engine
+    from ..config import EngineConfig
     from ..models.catalogue import resolve
     from ..models.gguf import model_info
 
     path = resolve(model).path
     if template is None:
-        return Engine.load(path, n_ctx=n_ctx, n_threads=threads, cache_budget=0)
+        return Engine.open(EngineConfig(path, n_ctx=n_ctx, n_threads=threads, cache_budget=0))
     info = dataclasses.replace(model_info(path), chat_template=Path(template).read_text(encoding="utf-8"))
     return Engine(LlamaCppBackend(path, n_ctx=n_ctx, n_threads=threads, info=info), cache_budget=0)
 
 
-def run(a: argparse.Namespace) -> dict:
-    engine = load(a.model, getattr(a, "template", None), a.ctx or 4096, a.threads)
+def bench_tools(a: argparse.Namespace) -> dict:
+    engine = open_tool_engine(a.model, getattr(a, "template", None), a.ctx or 4096, a.threads)
     try:
         if engine.tool_syntax is None:
             raise SystemExit("this model's chat template takes no tools: give one with --template FILE")

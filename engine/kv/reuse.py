@@ -9,13 +9,15 @@ outside this module looks at the cache's blocks or budget.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..backends.base import Backend
 from ..errors import Cancelled, HearthError
-from ..media import portable, run_end, whole
+from ..inputs.media import portable, run_end, whole
 from .disk_store import PrefixStore
 from .prefix_cache import PrefixCache, common_prefix_len
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
 
 PREFILL_CHUNK = 256  # tokens per forward() while prefilling: cancel and progress between chunks
 # The prompt's last few tokens are fed by the first decode step in one forward,

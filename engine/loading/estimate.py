@@ -41,7 +41,7 @@ class Estimate:
         return self.total <= self.available
 
 
-def estimate(info, n_ctx: int | None) -> Estimate:
+def quick_estimate(info, n_ctx: int | None) -> Estimate:
     """``info`` is an engine.models.gguf.ModelInfo; ``n_ctx`` None means Auto.
 
     The planner's RAM pool for that file at that context, all on the CPU

@@ -19,56 +19,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import Cancelled, HearthError
+from ..interface import LoadedModel
 from ..sizing.hardware import Hardware
 from ..sizing.plan import Plan
 from ..sizing.reality import check_against_report, describe_change, load_with_retry, smaller_plan
 from .gpu_guard import GpuGuard
 from . import plan as planning  # planning.machine: tests put a simulated machine there
-from .plan import buffers_total, engine_kwargs, plan_request, shortfall_text
+from .plan import engine_config, plan_request, shortfall_text
 from .request import LoadRequest
 
 PLAN_LOG = "memory-plans.jsonl"
 PLAN_LOG_MAX_BYTES = 1 << 20  # past this the oldest half of the records goes
 
 Progress = Callable[[int, int, str], None]   # bytes done, bytes total, file name (a Hub download)
-
-
-@dataclass(slots=True, frozen=True)
-class LoadedModel:
-    """What a loaded model is and where it runs: plain data, safe to send across threads.
-
-    ``memory_total`` counts weights + KV cache + compute buffers as allocated, the
-    same parts as the plan's predicted total (``plan``, which also carries the
-    per-part relative error). ``notes``: sentences for the user (what the plan
-    gave up, a plan that did not fit, a retry)."""
-    label: str
-    path: str
-    bundled: bool
-    backend: str
-    quant: str
-    n_ctx: int
-    n_threads: int
-    runtime: str
-    device: str
-    n_gpu_layers: int
-    kv_type: str
-    exactness: str
-    draft: str                       # the speculation mode: "none", "ngram", "model", "auto"
-    draft_model: str | None          # the draft model's file name, when one is loaded
-    draft_memory: int                # its buffers, in bytes
-    memory: dict[str, int]           # the backend's memory_report()
-    memory_total: int
-    prefix_budget: int
-    devices: dict[str, int] = field(default_factory=dict)   # device_free:<name>, device_total:<name>
-    plan: dict[str, Any] | None = None                      # plan_view(): the plan and its check
-    notes: tuple[str, ...] = ()
-    load_ms: float = 0.0
-    threads_poll: int | None = None  # the poll level of Hearth's own llama.cpp thread pool; None: none
-    projector: str | None = None     # the vision projector's file name: the model sees images
-
-    @property
-    def sees_images(self) -> bool:
-        return bool(self.projector)
 
 
 @dataclass(slots=True)
@@ -92,14 +55,14 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
     ``data_dir``: where the disk prefix store, the plan log and the GPU-crash marker
     live (None: none of them, for a throwaway load). ``n_threads``: the threads when
     the request says Auto; ``threads_poll``: the thread pool's poll level when the request
-    gives none (None: llama.cpp's own threads). ``loader``: Engine.load (tests pass a wrapper).
+    gives none (None: llama.cpp's own threads). ``loader``: Engine.open (tests pass a wrapper).
     ``hardware``: the machine to plan for (default: as the backend sees it now; the local server
     passes it less what the models it already holds take).
     Raises HearthError (DownloadCancelled for a cancelled download)."""
     if loader is None:
         from ..engine import Engine
 
-        loader = Engine.load
+        loader = Engine.open
     t0 = time.perf_counter()
     ref = req.model_ref()
     if ref.kind == "hub":
@@ -116,7 +79,7 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
     poll = req.threads_poll if req.threads_poll is not None else threads_poll
     result = load_planned(ref, req, backend, n_threads=req.n_threads or n_threads, threads_poll=poll,
                           loader=loader, data_dir=data_dir, hardware=hardware)
-    result.model = describe(result.engine, result, load_ms=(time.perf_counter() - t0) * 1e3)
+    result.model = describe_load(result.engine, result, load_ms=(time.perf_counter() - t0) * 1e3)
     if data_dir is not None:
         note = record(result, Path(data_dir) / PLAN_LOG)
         if note:
@@ -153,13 +116,13 @@ def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, 
                         "your choices as they are.")
 
     def one(p: Plan | None):
-        kw = engine_kwargs(p, req, backend, n_threads, data_dir, threads_poll)
+        config = engine_config(p, req, ref, backend, n_threads, data_dir, threads_poll)
         if req.cpu_only and backend == "hf":
-            kw.update(device="cpu", max_memory=None)  # transformers places by device, not by layers
-        if guard is not None and kw.get("n_gpu_layers") and (plan is None or plan.hardware.gpus):
+            config = replace(config, device="cpu", max_memory=None)  # transformers places by device, not by layers
+        if guard is not None and config.n_gpu_layers and (plan is None or plan.hardware.gpus):
             guard.mark("loading", model=ref.path.name)  # a device that stops the process mid-load
         try:
-            engine = loader(ref, **kw)
+            engine = loader(config)
         except BaseException:
             if guard is not None:
                 guard.clear()  # it failed as an error, not by stopping the process
@@ -187,36 +150,10 @@ def _no_smaller(plan: Plan) -> str:
             "there is no smaller plan that fits") + "; choose a smaller context or model, or close other programs"
 
 
-def _device_memory() -> dict[str, int]:
-    """Each ggml device's free and total bytes now (empty where ggml cannot say)."""
-    try:
-        from ..backends.llama.devices import memory_entries
-
-        return memory_entries()
-    except (ImportError, OSError, AttributeError):  # a build without ggml's device API
-        return {}
-
-
-def describe(engine, result: LoadResult | None = None, *, load_ms: float = 0.0) -> LoadedModel:
+def describe_load(engine, result: LoadResult | None = None, *, load_ms: float = 0.0) -> LoadedModel:
     """What a loaded engine is and where it runs, with the plan it was loaded with."""
-    b = engine.backend
-    info = b.describe()
-    report = b.memory_report()
-    draft = engine.draft
-    return LoadedModel(
-        label=engine.model.label if engine.model else info.name,
-        path=str(engine.model.path) if engine.model else "",
-        bundled=bool(engine.model and engine.model.is_bundled),
-        backend=info.backend, quant=info.quant, n_ctx=info.n_ctx, n_threads=info.threads,
-        runtime=info.runtime, device=info.device, n_gpu_layers=info.n_gpu_layers, kv_type=info.kv_type,
-        exactness=info.exactness, draft=engine.spec_kind,
-        draft_model=Path(draft.backend.describe().path).name if draft is not None else None,
-        draft_memory=buffers_total(draft.backend.memory_report()) if draft is not None else 0,
-        memory=report, memory_total=buffers_total(report),
-        prefix_budget=int(engine.cache_stats()["budget_bytes"]), devices=_device_memory(),
-        plan=plan_view(result) if result is not None else None,
-        notes=tuple(result.messages) if result is not None else (), load_ms=load_ms,
-        threads_poll=getattr(b, "threads_poll", None), projector=Path(info.projector).name if info.projector else None)
+    return replace(engine.describe(), plan=plan_view(result) if result is not None else None,
+                   notes=tuple(result.messages) if result is not None else (), load_ms=load_ms)
 
 
 def plan_view(result: LoadResult) -> dict[str, Any] | None:

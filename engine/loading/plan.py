@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from ..config import EngineConfig
+from ..errors import HearthError
 from ..kv.disk_store import DEFAULT_DISK_BUDGET
+from ..models.catalogue import ModelRef
 from ..sizing.hardware import GPU, Hardware, cpu_only, format_size, probe
 from ..sizing.plan import Choices, Plan, plan_for
-from ..sizing.reality import actual_buffers
-from .request import BUNDLED, HF_QUANTS, LoadRequest
+from .request import BUNDLED, LoadRequest
 
 ALL_LAYERS = 1 << 20       # "all": the planner clamps it to every block plus the output head
 PREFIX_STORE = "prefix-cache"
@@ -87,32 +88,36 @@ def plan_request(req: LoadRequest, target: str | None = None, hardware: Hardware
     return plan_for(target, hardware or machine(fmt), choices_for(req, fmt))
 
 
-def engine_kwargs(plan: Plan | None, req: LoadRequest, backend: str, n_threads: int | None,
-                  data_dir: Path | None, threads_poll: int | None = None) -> dict[str, Any]:
-    """Engine.load's arguments: the plan's values (they hold every fixed choice), or
-    without a plan the request as chosen. With a data folder the disk prefix store is on.
-    ``n_threads``/``threads_poll``: the threads, as the request or the caller's Auto decided."""
-    kw: dict[str, Any] = {"n_threads": n_threads, "threads_poll": threads_poll, "backend": backend,
-                          "exactness": req.exactness or "exact"}
-    if backend != "hf":
-        kw["mmproj"] = req.mmproj or "auto"
-    if data_dir is not None:
-        kw.update(disk_cache=prefix_store_dir(data_dir), disk_cache_bytes=DEFAULT_DISK_BUDGET)
+def engine_config(plan: Plan | None, req: LoadRequest, ref: ModelRef, backend: str, n_threads: int | None,
+                  data_dir: Path | None, threads_poll: int | None = None) -> EngineConfig:
+    """The EngineConfig that carries out ``req`` for the resolved ``ref`` on ``backend``: the
+    request as chosen, then the plan's values (``Plan.to_config``; they hold every fixed choice).
+    With a data folder the disk prefix store is on. ``n_threads``/``threads_poll``: the threads, as
+    the request or the caller's Auto decided."""
+    kv, quant = req.kv_type or "auto", req.quant or "auto"
     draft = req.draft or "auto"
+    base = EngineConfig(
+        model=ref, backend=backend, n_threads=n_threads, threads_poll=threads_poll,
+        exactness=req.exactness or "exact", mmproj=(req.mmproj or "auto") if backend != "hf" else "auto",
+        n_ctx=req.context, draft=draft, n_gpu_layers=_layers(req.gpu_layers),
+        kv_type="f16" if kv == "auto" else kv, quant="none" if backend != "hf" or quant == "auto" else quant,
+        disk_cache=prefix_store_dir(data_dir) if data_dir is not None else None,
+        disk_cache_bytes=DEFAULT_DISK_BUDGET)
     if plan is None:
-        gl, kv, quant = req.gpu_layers, req.kv_type or "auto", req.quant or "auto"
-        kw.update(n_ctx=req.context, draft=draft, n_gpu_layers=-1 if gl == "all" else gl or 0,
-                  kv_type="f16" if kv == "auto" else kv,
-                  quant="none" if backend != "hf" or quant == "auto" else quant)
-        return kw
-    kw.update(plan.engine_kwargs())
-    kw.pop("draft", None)  # the planned draft file is the one the engine's "auto" finds, plus n-gram
-    if plan.spec.format == "hf":
-        kw["quant"] = kw["quant"] if kw["quant"] in HF_QUANTS else "none"  # pre-quantized: loads as stored
+        return base
     if draft != "none" and plan.config.draft is None and "draft" in plan.shortfalls:
         draft = "ngram"  # the model draft was given up for memory; n-gram lookup needs none
-    kw["draft"] = draft
-    return kw
+    # The planned draft file is the one the engine's "auto" finds, plus n-gram: the request's choice stays.
+    return replace(plan.to_config(base), draft=draft)
+
+
+def _layers(gl: int | str | None) -> int:
+    """A request's GPU layers as llama.cpp's count: "all" is -1, Auto (None) with no plan is 0."""
+    if gl == "all":
+        return -1
+    if gl is None or isinstance(gl, int):
+        return gl or 0
+    raise HearthError(f"GPU layers must be a number or \"all\", got {gl!r}")
 
 
 def shortfall_text(plan: Plan) -> str:
@@ -122,11 +127,3 @@ def shortfall_text(plan: Plan) -> str:
         return "it fits"
     where = "system RAM" if p.name == "RAM" else f"{p.name} memory"
     return f"{where} is short by {format_size(p.total - p.available)}"
-
-
-def buffers_total(report: dict[str, int]) -> int:
-    """Weights + KV cache + compute buffers as the backend allocated them: what the
-    status bar shows, and the same three parts the plan's 'predicted' total counts; plus a vision
-    projector's weights and compute buffer (``vision``)."""
-    a = actual_buffers(report)
-    return a["weights"] + a["kv"] + a["compute"] + report.get("vision", 0)

@@ -14,17 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HearthError, ModelFileError
-from .checks import check_hf_folder
+from ..models.hf_folder import check_hf_folder
 
 BUNDLED = "bundled"
 SOURCES = ("bundled", "gguf", "hf_dir", "hub")
 BACKENDS = ("auto", "llama_cpp", "hf")
 QUANTS = ("auto", "none", "int8", "int4")
-HF_QUANTS = ("none", "int8", "int4")
 KV_TYPES = ("auto", "f16", "q8_0", "q4_0")  # llama.cpp's KV cache types the window offers
-# "exact": kernels whose logits do not depend on batching (cache and speculation change nothing);
-# "fast": llama.cpp's faster CPU kernels, under which cached/speculative output may differ slightly.
-EXACTNESS = ("exact", "fast")
 HUB_PLACEHOLDER = "owner/name, owner/name:Q4_K_M or owner/name/file.gguf"
 
 
@@ -81,7 +77,7 @@ class LoadRequest:
     threads_poll: int | None = None  # llama.cpp's poll level 0-100 on a pool of Hearth's own; None: llama.cpp's default
     gpu_layers: int | str | None = None  # None: Auto; "all"; or a number
     kv_type: str = "auto"           # one of KV_TYPES
-    exactness: str = "exact"        # one of EXACTNESS
+    exactness: str = "exact"        # one of engine.config.EXACTNESS
     # The local server's batched sequences: their batch context's memory is planned too (0: no
     # server). The server's setting, not the model's: settings files do not keep it.
     server_parallel: int = 0

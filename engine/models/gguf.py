@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFileError
-from ..types import Vocab
+from .vocab import Vocab
 from .gguf_header import FILE_TYPES, read_gguf
 
 

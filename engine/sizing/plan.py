@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..config import HF_QUANTS, EngineConfig
 from ..errors import HearthError
 from .hardware import Hardware, probe
 from .memory import Breakdown, Config, estimate
@@ -66,20 +67,32 @@ class Plan:
     def prefix_cache(self) -> int:
         return self.config.prefix_cache
 
-    def engine_kwargs(self) -> dict[str, Any]:
-        """Arguments for Engine.load that carry out this plan."""
+    def config_values(self) -> dict[str, Any]:
+        """What this plan decides of an EngineConfig: the fields ``to_config`` sets."""
         kw: dict[str, Any] = {"n_ctx": self.n_ctx, "cache_budget": self.prefix_cache}
         if self.spec.format == "hf":
             device, max_memory = self.hf_placement()
-            kw.update(backend="hf", quant=self.spec.quant, device=device, max_memory=max_memory)
+            # A pre-quantized checkpoint (a GPTQ or AWQ label) loads as stored. Layers are placed by
+            # device and max_memory here; llama.cpp's layer count and KV type keep their defaults.
+            quant = self.spec.quant if self.spec.quant in HF_QUANTS else "none"
+            kw.update(backend="hf", quant=quant, device=device, max_memory=max_memory, n_gpu_layers=0,
+                      kv_type="f16")
             return kw
         kw.update(n_gpu_layers=self.n_gpu_layers, kv_type=self.kv_type)
         if self.config.draft is not None and self.draft_source and os.path.exists(self.draft_source):
             kw["draft"] = self.draft_source
         return kw
 
+    def to_config(self, base: EngineConfig | None = None) -> EngineConfig:
+        """This plan carried out: ``base`` (what the plan does not decide: threads, exactness,
+        the caches' folder...; default: the planned model with every other field at its default)
+        with what the plan decided. The one way a plan becomes an EngineConfig."""
+        if base is None:
+            base = EngineConfig(model=self.load_ref())
+        return replace(base, **self.config_values())
+
     def load_ref(self, asked: str | os.PathLike[str] | None = None) -> str | os.PathLike[str] | None:
-        """What to pass Engine.load as the model: the planned file or folder when
+        """The model of this plan's EngineConfig: the planned file or folder when
         it is local; for a catalogue model, the Hub id of the planned variant
         (``owner/repo:Q4_K_M`` picks that GGUF file); else what the user asked for."""
         if self.spec.source and os.path.exists(self.spec.source):
@@ -202,7 +215,7 @@ def _pick_draft(res: Resolved, target: ModelSpec, ch: Choices) -> tuple[ModelSpe
         return (d, res.known.draft, "") if d else (None, None, "no draft variant in this format")
     if target.format == "gguf" and os.path.isfile(target.source):
         try:
-            from ..spec.find_draft import find_draft_for
+            from .drafts import find_draft_for
             from ..models.gguf import model_info
 
             found = find_draft_for(model_info(target.source).vocab())

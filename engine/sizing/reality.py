@@ -3,20 +3,19 @@ out-of-memory retry.
 
 ``check_against_report`` compares a plan with what the backend actually
 allocated; ``load_with_retry`` retries an out-of-memory load once with the
-next smaller plan and says what changed; ``load_engine`` does all three
-(plan, load, check).
+next smaller plan and says what changed. The planned load that uses both is
+engine/loading/load.py's ``load_model``.
 """
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import replace
 from typing import Any, Callable, TypeVar
 
 from ..errors import HearthError, ModelLoadError
-from .hardware import Hardware, format_size
+from .hardware import format_size
 from .memory import MARGIN, Breakdown
-from .plan import Choices, Plan, plan_for
+from .plan import Plan, plan_for
 from .report import knob_values
 from .resolve import Resolved
 
@@ -45,7 +44,7 @@ def actual_buffers(report: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def compare(breakdown: Breakdown, report: dict[str, int]) -> dict[str, Any]:
+def compare_to_report(breakdown: Breakdown, report: dict[str, int]) -> dict[str, Any]:
     """Relative errors of the predicted weights, KV and compute buffers
     against ``backend.memory_report()``: (predicted - actual) / actual."""
     actual = actual_buffers(report)
@@ -64,7 +63,7 @@ def compare(breakdown: Breakdown, report: dict[str, int]) -> dict[str, Any]:
 
 def check_against_report(plan: Plan, report: dict[str, int], *, threshold: float = MARGIN) -> dict[str, Any]:
     """Compare a plan with what was really allocated; warn when off by more than the margin."""
-    result = compare(plan.breakdown, report)
+    result = compare_to_report(plan.breakdown, report)
     result["within_margin"] = result["max_rel_error"] <= threshold
     if not result["within_margin"]:
         part, err = max(result["rel_error"].items(), key=lambda kv: abs(kv[1]))
@@ -146,25 +145,9 @@ def load_with_retry(load: Callable[[Plan], T], plan: Plan) -> tuple[T, Plan, str
         return load(smaller), smaller, msg
 
 
-def load_engine(model: str | os.PathLike[str] | None = None, *, hardware: Hardware | None = None,
-                choices: Choices | None = None, **engine_kwargs: Any):
-    """Plan, load (retrying once on out-of-memory) and check against reality.
-
-    Returns (engine, plan, messages). Raises ModelLoadError when the plan
-    does not fit, with what would fit instead.
-    """
-    from ..engine import Engine
-
-    plan = plan_for(model, hardware, choices)
-    if not plan.fits:
-        raise ModelLoadError(f"{plan.spec.label} does not fit in memory. " + " ".join(plan.alternatives))
-
-    def load(p: Plan):
-        return Engine.load(p.load_ref(model), **{**p.engine_kwargs(), **engine_kwargs})
-
-    engine, used, msg = load_with_retry(load, plan)
-    messages = [msg] if msg else []
-    check = check_against_report(used, engine.backend.memory_report())
-    if not check["within_margin"]:
-        messages.append(f"memory use differs from the plan by up to {check['max_rel_error']:.0%}")
-    return engine, used, messages
+def buffers_total(report: dict[str, int]) -> int:
+    """Weights + KV cache + compute buffers as the backend allocated them: what the
+    status bar shows, and the same three parts the plan's 'predicted' total counts; plus a vision
+    projector's weights and compute buffer (``vision``)."""
+    a = actual_buffers(report)
+    return a["weights"] + a["kv"] + a["compute"] + report.get("vision", 0)

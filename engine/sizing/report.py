@@ -39,17 +39,14 @@ def _pool_label(p: Usage) -> str:
     return _pool_name(p.name)
 
 
-def reasons(plan: Plan) -> dict[str, tuple[str, str]]:
-    """knob -> (value, one-line reason), in the order the table lists them."""
-    ch, s, hw = plan.choices, plan.spec, plan.hardware
-    explicit = ch.explicit()
-    sf = plan.shortfalls
-    r: dict[str, tuple[str, str]] = {}
-    mine = "your choice" + ("" if plan.fits else "; it does not fit (see below)")
+def _mine(plan: Plan) -> str:
+    return "your choice" + ("" if plan.fits else "; it does not fit (see below)")
 
-    # quantization
-    if "quant" in explicit:
-        why = mine
+
+def _why_quant(plan: Plan) -> str:
+    s, sf = plan.spec, plan.shortfalls
+    if "quant" in plan.choices.explicit():
+        why = _mine(plan)
     elif len(plan.variants) == 1:
         why = "this file's own quantization" if s.format == "gguf" else "the only variant available"
     elif "quant" not in sf:
@@ -58,75 +55,87 @@ def reasons(plan: Plan) -> dict[str, tuple[str, str]]:
         why = f"{sf['quant'].value} {_need(sf['quant'])}"
     if s.format == "hf" and s.quant == "none":
         why += "; unquantized: " + ("16-bit on the GPU" if plan.n_gpu_layers else "float32 on the CPU")
-    r["quant"] = (plan.quant_text, why)
+    return why
 
-    # context: below the comfort line the search gave up ctx_floor, above it ctx_high
+
+def _why_context(plan: Plan) -> str:
+    # Below the comfort line the search gave up ctx_floor, above it ctx_high
     # (which has a step to give up only when Auto's target is above CTX_COMFORT).
-    if "context" in explicit:
-        why = mine
-    elif "ctx_floor" in sf:
-        why = f"{sf['ctx_floor'].value} {_need(sf['ctx_floor'])}; shrinking the context is the last resort"
-    elif "ctx_high" in sf:
-        why = (f"{sf['ctx_high'].value} {_need(sf['ctx_high'])}; context above {CTX_COMFORT} goes before "
-               "KV precision")
-    else:  # Auto's target, which the plan reached
-        why = ("the model's training context" if s.n_ctx_train and plan.n_ctx == s.n_ctx_train
-               else f"Auto's ceiling (the model allows {s.n_ctx_train})" if s.n_ctx_train else "Auto's default")
-    r["context"] = (str(plan.n_ctx), why)
+    s, sf = plan.spec, plan.shortfalls
+    if "context" in plan.choices.explicit():
+        return _mine(plan)
+    if "ctx_floor" in sf:
+        return f"{sf['ctx_floor'].value} {_need(sf['ctx_floor'])}; shrinking the context is the last resort"
+    if "ctx_high" in sf:
+        return (f"{sf['ctx_high'].value} {_need(sf['ctx_high'])}; context above {CTX_COMFORT} goes before "
+                "KV precision")
+    # Auto's target, which the plan reached
+    return ("the model's training context" if s.n_ctx_train and plan.n_ctx == s.n_ctx_train
+            else f"Auto's ceiling (the model allows {s.n_ctx_train})" if s.n_ctx_train else "Auto's default")
 
-    # GPU layers
+
+def _why_gpu_layers(plan: Plan) -> str:
+    s, sf = plan.spec, plan.shortfalls
     n, k = s.n_layers, plan.n_gpu_layers
-    if not hw.gpus:
-        why = "no GPU: everything runs on the CPU from system RAM"
-    elif "gpu_layers" in explicit:
-        why = mine
-    elif plan.config.all_on_gpu or (s.format == "hf" and k >= n):
-        why = "every block" + (" and the output head" if s.format == "gguf" else "") + " on the GPU"
-    elif k == 0:
-        why = f"the GPU cannot hold one block beside its runtime: one block {_need(sf['gpu_layers'])}"
-    else:
-        on = min(k - 1, n) if s.format == "gguf" else min(k, n)  # llama.cpp offloads the output head first
-        head = " and the output head" if s.format == "gguf" else ""
-        why = (f"the GPU holds {on} of {n} blocks{head}; the other {n - on} run on the CPU (slower, same answers); "
-               f"one more {_need(sf['gpu_layers'])}")
-    r["gpu_layers"] = (plan.gpu_layers_text, why)
+    if not plan.hardware.gpus:
+        return "no GPU: everything runs on the CPU from system RAM"
+    if "gpu_layers" in plan.choices.explicit():
+        return _mine(plan)
+    if plan.config.all_on_gpu or (s.format == "hf" and k >= n):
+        return "every block" + (" and the output head" if s.format == "gguf" else "") + " on the GPU"
+    if k == 0:
+        return f"the GPU cannot hold one block beside its runtime: one block {_need(sf['gpu_layers'])}"
+    on = min(k - 1, n) if s.format == "gguf" else min(k, n)  # llama.cpp offloads the output head first
+    head = " and the output head" if s.format == "gguf" else ""
+    return (f"the GPU holds {on} of {n} blocks{head}; the other {n - on} run on the CPU (slower, same answers); "
+            f"one more {_need(sf['gpu_layers'])}")
 
-    # KV cache
-    if "kv" in explicit:
-        why = mine
-    elif s.format == "hf":
+
+def _why_kv(plan: Plan) -> str:
+    if "kv" in plan.choices.explicit():
+        why = _mine(plan)
+    elif plan.spec.format == "hf":
         why = ("the compute dtype: 16-bit on the GPU" if plan.n_gpu_layers else
                "the compute dtype: float32 on the CPU") + " (transformers' dynamic cache)"
     elif plan.kv_type == "f16":
         why = "full precision"
     else:
-        why = f"halves the KV cache; {sf['kv'].value} {_need(sf['kv'])}"
+        why = f"halves the KV cache; {plan.shortfalls['kv'].value} {_need(plan.shortfalls['kv'])}"
     kv_total = sum(p.kv for p in plan.breakdown.pools)
-    r["kv"] = (plan.kv_type, f"{format_size(kv_total)} for {plan.n_ctx} tokens: {why}")
+    return f"{format_size(kv_total)} for {plan.n_ctx} tokens: {why}"
 
-    # draft
-    d = plan.config.draft
+
+def _draft(plan: Plan) -> tuple[str, str]:
+    d, sf = plan.config.draft, plan.shortfalls
     if d is not None:
         where = next((_pool_label(p) for p in plan.breakdown.pools if p.draft and p.is_gpu), "system RAM")
-        why = (mine if "draft" in explicit else "fits beside the model") + f" (in {where}, with its own KV cache)"
-        r["draft"] = (d.label, why)
-    elif "draft" in sf:
-        r["draft"] = ("none", f"dropped: {sf['draft'].value} {_need(sf['draft'])}")
-    else:
-        r["draft"] = ("none", plan.draft_note or mine)
+        why = (_mine(plan) if "draft" in plan.choices.explicit() else "fits beside the model") + \
+            f" (in {where}, with its own KV cache)"
+        return d.label, why
+    if "draft" in sf:
+        return "none", f"dropped: {sf['draft'].value} {_need(sf['draft'])}"
+    return "none", plan.draft_note or _mine(plan)
 
-    # prefix cache
-    pc = plan.prefix_cache
-    per_prompt = s.kv_bytes_per_token(KV_BYTES.get(plan.kv_type, 2.0)) * 2048
-    if "prefix_cache" in explicit:
-        why = mine
-    elif "prefix_cache" not in sf:
-        why = f"room for about {max(1, int(pc // per_prompt))} cached 2k-token prompts (KV snapshots in RAM)"
-    else:
-        best = sf["prefix_cache"]
-        why = f"{format_size(int(best.value))} {_need(best)}; it is the first thing given up"
-    r["prefix_cache"] = (format_size(pc) if pc else "off", why)
-    return r
+
+def _why_prefix_cache(plan: Plan) -> str:
+    pc, sf = plan.prefix_cache, plan.shortfalls
+    per_prompt = plan.spec.kv_bytes_per_token(KV_BYTES.get(plan.kv_type, 2.0)) * 2048
+    if "prefix_cache" in plan.choices.explicit():
+        return _mine(plan)
+    if "prefix_cache" not in sf:
+        return f"room for about {max(1, int(pc // per_prompt))} cached 2k-token prompts (KV snapshots in RAM)"
+    best = sf["prefix_cache"]
+    return f"{format_size(int(best.value))} {_need(best)}; it is the first thing given up"
+
+
+def reasons(plan: Plan) -> dict[str, tuple[str, str]]:
+    """knob -> (value, one-line reason), in the order the table lists them."""
+    return {"quant": (plan.quant_text, _why_quant(plan)),
+            "context": (str(plan.n_ctx), _why_context(plan)),
+            "gpu_layers": (plan.gpu_layers_text, _why_gpu_layers(plan)),
+            "kv": (plan.kv_type, _why_kv(plan)),
+            "draft": _draft(plan),
+            "prefix_cache": (format_size(plan.prefix_cache) if plan.prefix_cache else "off", _why_prefix_cache(plan))}
 
 
 # -- the table -----------------------------------------------------------------------
@@ -220,8 +229,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "pools": pools, "margin_fraction": MARGIN,
         "alternatives": plan.alternatives, "notes": plan.notes,
     }
-    kw = plan.engine_kwargs()
+    kw = plan.config_values()
     if kw.get("max_memory"):
         kw["max_memory"] = {str(k): v for k, v in kw["max_memory"].items()}
-    out["engine_kwargs"] = kw
+    out["engine_config"] = kw
     return out

@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..config import HF_QUANTS
 from ..errors import ModelFileError
 from ..models.gguf import _first_int
 from ..models.gguf_header import FILE_TYPES, GGML_TYPES, read_gguf
@@ -34,9 +35,8 @@ AUTO_QUANTS = frozenset({
     "F32", "BF16", "F16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_0", "Q5_1", "Q4_K_M", "Q4_K_S",
     "Q4_0", "Q4_1", "IQ4_XS", "IQ4_NL", "MXFP4_MOE", "none", "int8", "int4"})
 
-# The transformers backend's choices (engine/backends/hf.py): "none" loads 16-bit
+# The transformers backend's choices (HF_QUANTS, engine/config.py): "none" loads 16-bit
 # on a GPU and float32 on the CPU; int8/int4 are bitsandbytes.
-HF_QUANTS = ("none", "int8", "int4")
 
 
 @dataclass(slots=True)

@@ -36,7 +36,7 @@ def run_tune(model: str | os.PathLike[str] | None = None, *, prompts: int = 4, t
     tokens and raises Cancelled."""
     from ..backends.llama import devices, init
     from ..backends.llama.backend import default_threads
-    from ..spec.find_draft import find_draft_for
+    from ..sizing.drafts import find_draft_for
     from ..models.catalogue import resolve
     from ..models.gguf import model_info
 

@@ -13,7 +13,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from ..errors import Cancelled, HearthError
-from ..types import Message, SamplingParams
+from ..prompt.messages import Message
+from ..types import SamplingParams
 from .quality import agreement, perplexity, quality_prompts, quality_text
 from .rows import Variant
 

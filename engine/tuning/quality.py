@@ -11,7 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..types import Message, SamplingParams
+from ..prompt.messages import Message
+from ..types import SamplingParams
 
 GEN_TOKENS = 64
 PAD = -1

@@ -105,7 +105,7 @@ def save(result: dict[str, Any], out: str | os.PathLike[str] | None = None) -> P
     return path
 
 
-def load(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A saved run; a file that is not one gets a clear error."""
     from ..errors import HearthError
 
@@ -128,14 +128,14 @@ def last_run(model_path: str, before: str | os.PathLike[str] | None = None) -> P
         if skip is not None and p.resolve() == skip:
             continue
         try:
-            if load(p).get("path") == model_path:
+            if load_run(p).get("path") == model_path:
                 return p
         except Exception:  # a damaged file: skip it, the others still count
             continue
     return None
 
 
-def compare(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+def compare_runs(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
     """Per-row relative change from ``old`` to ``new`` (rows measured in both)."""
     before = {r["name"]: r for r in old["rows"] if r["status"] == "measured"}
     out = []
@@ -167,7 +167,7 @@ def profile_difference(model_path: str) -> str | None:
     p = last_run(model_path)
     if p is None:
         return None
-    run = load(p)
+    run = load_run(p)
     by = {r["name"]: r for r in run["rows"] if r["status"] == "measured"}
     base, fast = by.get(BASELINE), by.get("fast kernels")
     if base is None or fast is None:

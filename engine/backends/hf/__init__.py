@@ -23,9 +23,9 @@ import transformers
 from ...errors import ContextFullError
 from .backend import HFBackend, load
 from .kv import STATE_FORMAT, GrowingLayer, HearthCache, HFState
-from .load import DEFAULT_CTX, LoadedModel, load_model
-from .placement import DEVICES, QUANTS, Placement, compute_dtype, default_placement, kv_bytes_per_token, quant_config
-from .sources import PICKLE_SUFFIXES, check_folder, gguf_as_folder, needs_remote_code, source_sha256
+from .load import DEFAULT_CTX, HFModel, load_hf_model
+from .placement import DEVICES, QUANTS, HFPlacement, compute_dtype, default_placement, kv_bytes_per_token, quant_config
+from .sources import PICKLE_SUFFIXES, check_folder, gguf_as_folder, source_sha256
 
 # Progress bars go to the terminal, which the window does not have; load times are logged instead.
 transformers.utils.logging.disable_progress_bar()
@@ -42,6 +42,6 @@ class _DropInt8CastNotice(logging.Filter):
 logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropInt8CastNotice())
 
 __all__ = ["ContextFullError", "DEFAULT_CTX", "DEVICES", "GrowingLayer", "HFBackend", "HFState", "HearthCache",
-           "LoadedModel", "PICKLE_SUFFIXES", "Placement", "QUANTS", "STATE_FORMAT", "check_folder",
-           "compute_dtype", "default_placement", "gguf_as_folder", "kv_bytes_per_token", "load", "load_model",
-           "needs_remote_code", "quant_config", "source_sha256"]
+           "HFModel", "PICKLE_SUFFIXES", "HFPlacement", "QUANTS", "STATE_FORMAT", "check_folder",
+           "compute_dtype", "default_placement", "gguf_as_folder", "kv_bytes_per_token", "load", "load_hf_model",
+           "quant_config", "source_sha256"]

@@ -19,11 +19,13 @@ import transformers
 from transformers import DynamicCache
 
 from ...errors import ContextFullError, NoVisionError, UnsupportedModelError
-from ...grammar import NoGrammar, TokenConstraint
-from ...types import BackendInfo, Vocab
+from ...errors import NoGrammar
+from ..base import TokenConstraint
+from ..base import BackendInfo
+from ...models.vocab import Vocab
 from . import kv
 from .kv import HearthCache, HFState
-from .load import DEFAULT_CTX, load_model
+from .load import DEFAULT_CTX, load_hf_model
 from .placement import device_summary, parameter_bytes
 from .tokens import TokenBytes, chat_template, end_ids
 
@@ -256,6 +258,6 @@ def load(ref: Any, *, n_ctx: int | None = None, quant: str = "none", device: str
     hook for engine/sizing.py's plan; without it a simple default is used (see
     ``placement.default_placement``).
     """
-    m = load_model(ref, n_ctx=n_ctx, quant=quant, device=device, max_memory=max_memory, n_threads=n_threads,
+    m = load_hf_model(ref, n_ctx=n_ctx, quant=quant, device=device, max_memory=max_memory, n_threads=n_threads,
                    allow_pickle=allow_pickle, allow_remote_code=allow_remote_code)
     return HFBackend(m.model, m.tokenizer, n_ctx=n_ctx, quant=m.quant, source=m.source, info=m.info)

@@ -19,7 +19,7 @@ DEFAULT_CTX = 8192
 
 
 @dataclass(slots=True)
-class LoadedModel:
+class HFModel:
     """A model ready to wrap: ``source`` is what the user gave (a folder or a .gguf file);
     ``info`` is a GGUF source's header (engine.models.gguf.ModelInfo), else None."""
 
@@ -30,9 +30,9 @@ class LoadedModel:
     info: Any = None
 
 
-def load_model(ref: Any, *, n_ctx: int | None = None, quant: str = "none", device: str = "auto",
+def load_hf_model(ref: Any, *, n_ctx: int | None = None, quant: str = "none", device: str = "auto",
                max_memory: dict | None = None, n_threads: int | None = None, allow_pickle: bool = False,
-               allow_remote_code: bool = False) -> LoadedModel:
+               allow_remote_code: bool = False) -> HFModel:
     """Load a local ModelRef (kind ``hf_dir`` or ``gguf``) or a path with transformers.
 
     ``n_ctx`` only sizes the GPU room left for the KV cache. ``max_memory`` is
@@ -82,4 +82,4 @@ def load_model(ref: Any, *, n_ctx: int | None = None, quant: str = "none", devic
         from ...models.gguf import model_info
 
         info = model_info(source)
-    return LoadedModel(model, tok, quant, source, info)
+    return HFModel(model, tok, quant, source, info)

@@ -52,7 +52,7 @@ def quant_config(quant: str, *, on_gpu: bool, offload: bool = False, config: dic
 
 
 @dataclass(slots=True)
-class Placement:
+class HFPlacement:
     """Where the weights go: an accelerate ``device_map`` and its ``max_memory`` budget."""
 
     device_map: str | dict
@@ -73,7 +73,7 @@ def kv_bytes_per_token(config: Any, dtype: torch.dtype) -> int:
     return 2 * c.num_hidden_layers * kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
 
 
-def default_placement(device: str, *, kv_reserve: int = 0, max_memory: dict | None = None) -> Placement:
+def default_placement(device: str, *, kv_reserve: int = 0, max_memory: dict | None = None) -> HFPlacement:
     """The simple plan used until engine/sizing.py supplies one (pass its ``max_memory``).
 
     gpu: everything on GPU 0. cpu: everything in RAM. auto: GPU(s) first, up to
@@ -84,9 +84,9 @@ def default_placement(device: str, *, kv_reserve: int = 0, max_memory: dict | No
     if device == "gpu" and not _gpu_ok():
         raise HearthError("device 'gpu' was chosen but torch sees no CUDA GPU; choose 'cpu' or 'auto'")
     if device == "cpu" or not _gpu_ok():
-        return Placement({"": "cpu"}, None, False)
+        return HFPlacement({"": "cpu"}, None, False)
     if device == "gpu":
-        return Placement({"": 0}, None, True)
+        return HFPlacement({"": 0}, None, True)
     if max_memory is None:
         import psutil
 
@@ -95,7 +95,7 @@ def default_placement(device: str, *, kv_reserve: int = 0, max_memory: dict | No
             free, _total = torch.cuda.mem_get_info(i)
             max_memory[i] = max(0, int(free * 0.9) - (kv_reserve if i == 0 else 0))
         max_memory["cpu"] = int(psutil.virtual_memory().available * 0.8)
-    return Placement("auto", max_memory, True)
+    return HFPlacement("auto", max_memory, True)
 
 
 def device_summary(model: Any) -> str:

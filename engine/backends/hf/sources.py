@@ -14,10 +14,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ...errors import ModelFileError, ModelLoadError, UnsupportedModelError
+from ...models.hf_folder import PICKLE_SUFFIXES, needs_remote_code
 
 log = logging.getLogger("hearth.hf")
 
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
 def check_folder(path: Path, *, allow_pickle: bool = False, allow_remote_code: bool = False) -> bool:
@@ -40,21 +40,14 @@ def check_folder(path: Path, *, allow_pickle: bool = False, allow_remote_code: b
                 "arbitrary code hidden in the file, so Hearth refuses it; convert the model to safetensors, "
                 "or allow pickled weights for this model if you trust its source")
     config = json.loads((path / "config.json").read_text())
-    if needs_remote_code(config) and not allow_remote_code:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if needs_remote_code(config, CONFIG_MAPPING) and not allow_remote_code:
         raise UnsupportedModelError(
             f"{path.name} needs its own Python code to run (model type {config.get('model_type')!r} is not "
             "built into transformers; trust_remote_code). That code would run with your permissions, so "
             "Hearth refuses it unless you allow remote code for this model")
     return safe
-
-
-def needs_remote_code(config: dict) -> bool:
-    """True when transformers cannot build the model without the folder's own code."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    auto_map = config.get("auto_map") or {}
-    known = config.get("model_type") in CONFIG_MAPPING
-    return bool(auto_map) and not known
 
 
 def hearth_cache() -> Path:

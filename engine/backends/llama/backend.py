@@ -17,27 +17,22 @@ import numpy as np
 
 import llama_cpp as lc
 
+from ...config import EXACTNESS
 from ...errors import Cancelled, ContextFullError, HearthError, NoVisionError
-from ...images import DecodedImage
-from ...media import has_media
+from ...inputs.images import DecodedImage
+from ...inputs.media import has_media
 from ...models.gguf import ModelInfo, model_info
-from ...types import BackendInfo, Vocab
+from ..base import BackendInfo
+from ...models.vocab import Vocab
 from . import devices, init, state
 from .batch import LlamaBatch
 from .grammar import LlamaGrammar
 from .log import _log_mark, _log_since, decode_error, load_failure, parse_buffer_sizes
 from .mtmd import Projector, decode_rows, forward_mixed
+from .params import KV_TYPES, context_params, model_params
 from .threadpool import ThreadPool, check_poll, default_threads
 
 log = logging.getLogger("hearth.llama_cpp")
-
-KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2, "f32": 0, "bf16": 30}
-# "exact": batch-invariant kernels, so cached and speculative output equal plain
-# decoding bit for bit. "fast": the two runtime switches llama.cpp offers back on
-# (repack buffers, flash attention). LLAMAFILE is a compile-time switch and stays
-# off in either profile; the tiled K-quant matmul is read once per process
-# (GGML_CPU_TILED_MM, set in init()), so a profile chosen after start-up cannot change it.
-EXACTNESS = ("exact", "fast")
 
 class LlamaCppBackend:
     name = "llama_cpp"
@@ -67,45 +62,45 @@ class LlamaCppBackend:
         self._model = self._ctx = self._batch = None
         init()  # log callback, then llama_backend_init: once per process
         mark = _log_mark()
+        self._load_weights(n_gpu_layers, repack, mark)
+        n_threads = n_threads or default_threads()
+        self._open_context(n_ctx, n_batch, n_threads, kv_type, flash_attn, n_gpu_layers, mark)
+        self._load_log = _log_since(mark)
 
-        mparams = lc.llama_model_default_params()
-        mparams.n_gpu_layers = n_gpu_layers
-        # The CPU "repack" buffers (interleaved Q4_0/Q4_K/IQ4_NL weights on
-        # AVX2) run batches through a gemm that quantizes activations in groups
-        # of four rows and single tokens through a gemv that does not: a token's
-        # logits then depend on its place in the batch (0.2-0.9 logit measured
-        # on Q4_K_M), which breaks the exactness of speculative verification
-        # and of the prefix cache. Off by default; measured cost on the 1.5B
-        # Q4_K_M here: ~12% decode, none on prefill, and it saves the repacked
-        # duplicate of those weights. ``repack=True`` trades exactness for speed.
-        mparams.use_extra_bufts = repack
+        self.n_ctx = lc.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self.n_threads = n_threads
+        self.kv_type = kv_type
+        self.n_gpu_layers = n_gpu_layers
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        # The callback closes over a one-slot list, not self: no reference cycle
+        # keeps a closed backend alive. Kept as an attribute: C holds the pointer.
+        abort: list[threading.Event | None] = [None]
+        self._abort = abort
+        self._abort_cb = lc.ggml_abort_callback(lambda _data: abort[0] is not None and abort[0].is_set())
+        self._n_past = 0
+        # M-RoPE images take fewer positions than tokens: (index after one, positions' lag from there).
+        self._shifts: list[tuple[int, int]] = []
+        self._read_vocabulary()
+        if mmproj is not None:
+            try:
+                self._projector = Projector(mmproj, self._model, n_embd=self.n_embd_inp, n_threads=n_threads,
+                                            use_gpu=n_gpu_layers != 0, abort=abort)
+            except BaseException:
+                self.close()
+                raise
+
+    def _load_weights(self, n_gpu_layers: int, repack: bool, mark: int) -> None:
         self.repack = repack
-        self._model = lc.llama_model_load_from_file(str(self.path).encode(), mparams)
+        self._model = lc.llama_model_load_from_file(str(self.path).encode(), model_params(n_gpu_layers, repack))
         if not self._model:
             self._raise_load_failure(_log_since(mark), what="load the model")
 
-        n_threads = n_threads or default_threads()
-        cparams = lc.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = n_batch
-        cparams.n_ubatch = min(n_batch, 512)
-        cparams.n_threads = n_threads
-        cparams.n_threads_batch = n_threads
-        cparams.type_k = cparams.type_v = KV_TYPES[kv_type]
-        # On the CPU, flash attention makes a token's logits depend on how it
-        # was batched; with it off (and tinyBLAS off in our build) a batch of k
-        # tokens gives bit-identical logits to k single steps, which keeps the
-        # prefix cache and speculative decoding exact. On a GPU the default is
-        # llama.cpp's auto. A quantized V cache needs flash attention.
-        if flash_attn is None:
-            flash_attn = n_gpu_layers > 0 or kv_type not in ("f16", "f32", "bf16")
-        cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_AUTO if flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        self.flash_attn = flash_attn
-        cparams.no_perf = True
-        # With no layer on a device, llama.cpp still copies weights to a visible GPU for big batches
-        # (op offload): device memory the plan never counted, and a prefill computed by other
-        # kernels than the decode steps. "Nothing on the GPU" means nothing there.
-        cparams.op_offload = n_gpu_layers != 0
+    def _open_context(self, n_ctx: int, n_batch: int, n_threads: int, kv_type: str, flash_attn: bool | None,
+                      n_gpu_layers: int, mark: int) -> None:
+        cparams, self.flash_attn = context_params(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, kv_type=kv_type,
+                                                  flash_attn=flash_attn, n_gpu_layers=n_gpu_layers)
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             self.close()
@@ -117,25 +112,10 @@ class LlamaCppBackend:
             except BaseException:
                 self.close()
                 raise
-        self._load_log = _log_since(mark)
 
-        self.n_ctx = lc.llama_n_ctx(self._ctx)
-        self.n_batch = n_batch
-        self.n_threads = n_threads
-        self.kv_type = kv_type
-        self.n_gpu_layers = n_gpu_layers
+    def _read_vocabulary(self) -> None:
         self._vocab = lc.llama_model_get_vocab(self._model)
         self.n_vocab = lc.llama_vocab_n_tokens(self._vocab)
-        self._mem = lc.llama_get_memory(self._ctx)
-        self._batch = lc.llama_batch_init(n_batch, 0, 1)
-        # The callback closes over a one-slot list, not self: no reference cycle
-        # keeps a closed backend alive. Kept as an attribute: C holds the pointer.
-        abort: list[threading.Event | None] = [None]
-        self._abort = abort
-        self._abort_cb = lc.ggml_abort_callback(lambda _data: abort[0] is not None and abort[0].is_set())
-        self._n_past = 0
-        # M-RoPE images take fewer positions than tokens: (index after one, positions' lag from there).
-        self._shifts: list[tuple[int, int]] = []
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self._piece_buf = ctypes.create_string_buffer(256)
         self.add_bos = bool(lc.llama_vocab_get_add_bos(self._vocab))
@@ -144,13 +124,6 @@ class LlamaCppBackend:
         self.bos_token = self._token_text(lc.llama_vocab_bos(self._vocab))
         self.eos_token = self._token_text(lc.llama_vocab_eos(self._vocab))
         self.n_embd_inp = lc.llama_model_n_embd_inp(self._model)
-        if mmproj is not None:
-            try:
-                self._projector = Projector(mmproj, self._model, n_embd=self.n_embd_inp, n_threads=n_threads,
-                                            use_gpu=n_gpu_layers != 0, abort=abort)
-            except BaseException:
-                self.close()
-                raise
 
     def _raise_load_failure(self, lines: list[str], what: str) -> None:
         raise load_failure(lines, what, self.path.name)
@@ -343,7 +316,8 @@ class LlamaCppBackend:
                            device=where.device, threads=self.n_threads, n_ctx=self.n_ctx,
                            n_gpu_layers=self.n_gpu_layers, kv_type=self.kv_type,
                            weight_bytes=self.info.weight_bytes, exactness=self.exactness,
-                           projector=str(self._projector.path) if self._projector is not None else "")
+                           projector=str(self._projector.path) if self._projector is not None else "",
+                           threads_poll=self.threads_poll)
 
     def vocab(self) -> Vocab:
         return self.info.vocab()

@@ -119,7 +119,7 @@ def memory_entries(devices: Iterable[Device] | None = None) -> dict[str, int]:
 
 
 @dataclass(slots=True, frozen=True)
-class Placement:
+class DevicePlacement:
     """Where a loaded model runs: ``runtime`` "cpu"/"vulkan"/"cuda"/"metal", ``device``
     "CPU", "Vulkan0" (every layer there) or "Vulkan0+CPU" (some layers on the CPU)."""
     runtime: str
@@ -128,7 +128,7 @@ class Placement:
     layers_total: int = 0
 
 
-def placement(log_lines: Iterable[str]) -> Placement:
+def placement(log_lines: Iterable[str]) -> DevicePlacement:
     """Read where the layers went from llama.cpp's load log: its
     "offloaded k/n layers to GPU" line and the device names of its buffers."""
     k = n = 0
@@ -141,9 +141,9 @@ def placement(log_lines: Iterable[str]) -> Placement:
             if runtime_of(name) != "cpu" and name not in gpus:
                 gpus.append(name)
     if k == 0 or not gpus:
-        return Placement("cpu", "CPU", 0, n)
+        return DevicePlacement("cpu", "CPU", 0, n)
     device = "+".join(gpus) + ("+CPU" if k < n else "")
-    return Placement(runtime_of(gpus[0]), device, k, n)
+    return DevicePlacement(runtime_of(gpus[0]), device, k, n)
 
 
 @dataclass(slots=True, frozen=True)

@@ -13,7 +13,7 @@ import ctypes
 import llama_cpp as lc
 import numpy as np
 
-from ...grammar import GrammarError
+from ...errors import GrammarError
 
 # The C struct llama_token_data {int32 id; float logit; float p;} as a numpy record.
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)

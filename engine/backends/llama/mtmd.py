@@ -28,8 +28,8 @@ import llama_cpp.mtmd_cpp as mt
 import numpy as np
 
 from ...errors import Cancelled, ContextFullError, HearthError, ModelFileError, ModelLoadError, UnsupportedModelError
-from ...images import DecodedImage
-from ...media import MAX_SLOTS, SPAN, media_token
+from ...inputs.images import DecodedImage
+from ...inputs.media import MAX_SLOTS, SPAN, media_token
 from ...models.gguf_header import read_gguf
 from .log import _log_mark, _log_since, decode_error, parse_buffer_sizes
 
@@ -291,7 +291,7 @@ def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int
     """``backend.forward`` for a token list holding images: text runs as text, each image chunk's
     rows as embeddings in one batch of their own (where the model attends across an image at once,
     its rows must not be split; ``engine.media.whole`` keeps callers from splitting one)."""
-    from ...media import slot_row
+    from ...inputs.media import slot_row
 
     outs: list[np.ndarray] = []
     i, n = 0, len(tokens)

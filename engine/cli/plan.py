@@ -1,0 +1,37 @@
+"""``python -m engine plan``: the plan for a model on this (or a simulated) machine.
+
+The machine is the one the window plans for (engine.loading.plan.machine): for a
+GGUF, the GPU devices llama.cpp's build registered with ggml (a Vulkan-only GPU
+included), not only what NVML sees.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from ..errors import HearthError
+from ..sizing.hardware import simulated
+from ..sizing.report import plan_dict, render_table
+
+
+def cli_plan(args) -> int:
+    """``python -m engine plan``: print the plan (or --json). Exit 0 when it
+    fits (with or without offload), 1 when it does not."""
+    from ..loading.plan import choices_for, machine
+    from ..loading.request import LoadRequest
+    from ..sizing.plan import plan_for
+
+    try:
+        hw = simulated(args.gpu, args.ram) if (args.gpu or args.ram) else None
+    except ValueError as e:
+        raise HearthError(str(e)) from None
+    req = LoadRequest(model=args.model or "bundled", context=args.ctx, draft=args.draft or "auto")
+    fmt = req.plan_format or "gguf"
+    # --quant picks a catalogue model's GGUF quantization too, which a window request never does.
+    choices = replace(choices_for(req, fmt), quant=args.quant)
+    plan = plan_for(args.model, hw or machine(fmt), choices)
+    if args.json:
+        print(json.dumps(plan_dict(plan), indent=2))
+    else:
+        print(render_table(plan))
+    return 0 if plan.fits else 1

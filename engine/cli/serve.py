@@ -1,0 +1,65 @@
+"""``python -m engine serve``: the local server without the window, like ``ollama serve``.
+
+The same LocalServer and Scheduler as the app's Settings → Local server; it
+runs until Ctrl-C (or SIGTERM), then cancels what is in flight and exits 0.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from ..serve.http.server import DEFAULT_PORT, LocalServer
+
+
+def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
+          n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
+          cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None) -> int:
+    """Load ``model`` through the window's planned load (every setting on Auto but the context
+    and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status.
+    ``idle_unload``: a request naming another model of the library loads it the same way, and
+    it is unloaded after this many seconds without requests (None: only ``model`` is served).
+    ``mmproj``: the model's vision projector (default: the one beside it, if any)."""
+    from ..loading.load import load_model
+    from ..loading.request import LoadRequest
+    from ..paths import data_dir
+    from ..serve.runtime.library_pool import library_pool
+    from ..serve.runtime.scheduler import Scheduler
+
+    pool = None if idle_unload is None else library_pool(
+        data_dir(), parallel=parallel, queue_limit=queue_limit, n_ctx=n_ctx, n_threads=n_threads,
+        default_ttl=idle_unload)
+    server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool)
+    print("loading model...", file=sys.stderr, flush=True)
+    # The plan counts the batch context the scheduler opens for ``parallel`` sequences.
+    loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads,
+                                    server_parallel=parallel, mmproj=mmproj or "auto"), data_dir=data_dir())
+    m = loaded.model
+    assert m is not None  # load_model describes what it loaded
+    print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "
+          f"{m.n_gpu_layers} layers offloaded", file=sys.stderr, flush=True)
+    for note in m.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    engine = loaded.engine
+    scheduler = Scheduler(engine, parallel=parallel, queue_limit=queue_limit)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        server.attach(scheduler)
+        server.start()
+        key = " (API key required)" if api_key else ""
+        # stdout, one line: scripts (and the tests) read the address from it.
+        print(f"Hearth serving {server.model_id} at {server.url}{key}; Ctrl-C stops", flush=True)
+        try:
+            while not stop.wait(0.5) and server.running:
+                pass
+        except KeyboardInterrupt:
+            pass
+        print("stopping...", file=sys.stderr, flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.detach("the server is stopping")
+        server.stop()
+        scheduler.close()
+        engine.close()
+    return 0

@@ -1,0 +1,117 @@
+"""EngineConfig: what one load of the engine is, as one frozen value.
+
+Every caller opens an engine from a config (``Engine.open(config)``): the window's
+planned load, ``engine serve``/``chat``, the benchmarks, the pool and the tests. A
+memory plan becomes a config only through ``Plan.to_config`` (engine/sizing/plan.py),
+which fills in what the plan decided; a load the user describes (engine/loading's
+``LoadRequest``) becomes the base config that plan starts from.
+
+Fields are grouped by what they decide: the model and its runtime, where its layers
+go, the context and KV cache, the threads, exactness, speculative decoding, the
+vision projector, and the prefix caches. Each value is checked here, so a bad one
+fails with a clear message before any file is read.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import HearthError
+from .kv.disk_store import DEFAULT_DISK_BUDGET
+from .kv.prefix_cache import DEFAULT_BUDGET
+from .models.catalogue import BACKENDS, ModelRef, resolve
+
+# "exact": kernels whose logits do not depend on batching (cache and speculation change nothing);
+# "fast": llama.cpp's faster CPU kernels (repack buffers, flash attention), under which cached and
+# speculative output may differ slightly from plain decoding.
+EXACTNESS = ("exact", "fast")
+HF_QUANTS = ("none", "int8", "int4")
+HF_DEVICES = ("auto", "cpu", "gpu")
+DRAFT_MODES = ("none", "ngram", "model", "auto")
+
+
+@dataclass(slots=True, frozen=True)
+class EngineConfig:
+    """One load: a model and every choice its runtime needs.
+
+    ``model``: a ModelRef, or what a user types (None or "bundled" for the bundled
+    model, a .gguf path, a transformers folder, a Hub id), resolved when the config
+    is made. A Hub id is fetched by ``Engine.open``.
+    """
+
+    model: ModelRef | str | os.PathLike[str] | None = None
+    # The runtime: "llama_cpp" or "hf"; None: the model's kind decides (GGUF files on llama.cpp).
+    backend: str | None = None
+    # Where the layers go. llama.cpp: how many blocks on the GPU (-1: all). transformers: the
+    # bitsandbytes quantization, the device ("auto", "cpu", "gpu") and accelerate's max_memory.
+    n_gpu_layers: int = 0
+    quant: str = "none"
+    device: str = "auto"
+    max_memory: Mapping[Any, int] | None = None
+    # The context (None: the model's training context, at most loading's default) and the KV cache type.
+    n_ctx: int | None = None
+    kv_type: str = "f16"
+    # CPU threads (None: the backend's default) and, on llama.cpp, the poll level of Hearth's own
+    # thread pool (0-100; None: llama.cpp's threads).
+    n_threads: int | None = None
+    threads_poll: int | None = None
+    exactness: str = "exact"
+    # Speculative decoding: "none", "ngram", "model", "auto" or a draft model's path; ``draft_k``
+    # fixes the draft length instead of adapting it.
+    draft: str | os.PathLike[str] | None = None
+    draft_k: int | None = None
+    # A GGUF's vision projector: "auto" (the one made for it beside it), "none" or a path.
+    mmproj: str | None = "auto"
+    # The in-memory prefix cache's budget in bytes (0: off) and the disk store of system-prompt
+    # snapshots (a folder; None: none), capped at ``disk_cache_bytes``.
+    cache_budget: int = DEFAULT_BUDGET
+    disk_cache: str | os.PathLike[str] | None = None
+    disk_cache_bytes: int | None = DEFAULT_DISK_BUDGET
+    # What a transformers folder may bring: pickled weights, its own Python code. Off by default.
+    allow_pickle: bool = False
+    allow_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelRef):
+            object.__setattr__(self, "model", resolve(self.model))
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise HearthError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if isinstance(self.n_gpu_layers, bool) or not isinstance(self.n_gpu_layers, int) or self.n_gpu_layers < -1:
+            raise HearthError(f"n_gpu_layers must be a whole number >= -1 (-1: all), got {self.n_gpu_layers!r}")
+        if self.quant not in HF_QUANTS:
+            raise HearthError(f"unknown quantization {self.quant!r}; choose one of {', '.join(HF_QUANTS)}")
+        if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or self.n_ctx < 1):
+            raise HearthError(f"n_ctx must be a whole number >= 1, got {self.n_ctx!r}")
+        if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
+            raise HearthError(f"n_threads must be a whole number >= 1, got {self.n_threads!r}")
+        if self.exactness not in EXACTNESS:
+            raise HearthError(f"unknown exactness profile {self.exactness!r}; choose exact or fast")
+        if self.draft_k is not None and (not isinstance(self.draft_k, int) or self.draft_k < 1):
+            raise HearthError(f"draft_k must be a whole number >= 1, got {self.draft_k!r}")
+        if not isinstance(self.cache_budget, int) or self.cache_budget < 0:
+            raise HearthError(f"cache_budget must be a whole number of bytes >= 0, got {self.cache_budget!r}")
+        if self.max_memory is not None:
+            object.__setattr__(self, "max_memory", dict(self.max_memory))
+
+    @property
+    def ref(self) -> ModelRef:
+        """The model, resolved (``model`` is always a ModelRef once the config exists)."""
+        assert isinstance(self.model, ModelRef)
+        return self.model
+
+    @property
+    def draft_mode(self) -> str:
+        """The speculation mode: one of DRAFT_MODES, "model" for a draft file."""
+        d = "none" if self.draft is None else str(self.draft)
+        return d if d in DRAFT_MODES else "model"
+
+    @property
+    def disk_cache_dir(self) -> Path | None:
+        """The disk prefix store's folder, when it is on (a prefix cache budget of 0 turns it off too)."""
+        return Path(self.disk_cache) if self.disk_cache is not None and self.cache_budget > 0 else None
+
+    def with_model(self, model: ModelRef | str | os.PathLike[str] | None) -> "EngineConfig":
+        """The same choices for another model (a Hub model once fetched, a planned variant)."""
+        return replace(self, model=model if isinstance(model, ModelRef) else resolve(model))

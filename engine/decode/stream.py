@@ -1,0 +1,396 @@
+"""The streaming wrapper around a step generator: tokens in, typed events out.
+
+``stream_tokens`` drives any step generator with ``generate_step``'s yield shape
+(plain, speculative, or a batched sequence's feed) through four stages, each a
+small object that a test can drive alone:
+
+- :class:`ReplyEvents`: each token's text becomes reasoning, answer and tool-call
+  events (the family's layout parsed once, calls split from the answer), and the
+  moments the first text and the first answer text came;
+- :class:`ThinkingBudget`: the most reasoning tokens a reply may spend, after which
+  the family's closing text is fed to the model, read, not sampled;
+- :class:`StopRules`: end of generation, ``max_tokens`` (finishing a cut character),
+  Stop, and a context with no room for the next token;
+- :class:`StatsClock`: when the first and the last token came, and the final figures.
+
+A thinking model's reply is split here, once, for every caller (the window's
+Engine.stream and the API's batch path): each token's text goes through the
+layout's ``ReasoningParser`` (engine/reply_formats), special tokens spelled out, and
+comes out as "reasoning" and "delta" (answer) events; tags and the family's
+separators are markup that nobody sees. Stop strings apply to the reply's raw
+text, reasoning and tags included, before it is split: that is what llama.cpp's
+server and vLLM do (they match stop strings on the generated text and split the
+reasoning afterwards), so a stop string behaves the same against Hearth's API.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator
+
+from ..reply_formats import Layout, ReasoningParser, force_close
+from ..reply_formats.parser import MARKUP, TEXT as PARSED_TEXT, Event, ReplySummary
+from ..reply_formats.tool_parser import Parsed, ToolCallParser
+from ..reply_formats.tools import ToolPlan
+from ..prompt.messages import ToolCall, ToolCallDelta
+from ..types import TEXT, SamplingParams, StreamEvent
+from .detokenize import IncrementalDetokenizer
+from .generate import Steering
+from .metrics import GenerationStats
+from .timeline import NO_TIMELINE, Recorder
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..speculative.stats import SpecStats
+
+Steps = Generator[tuple[int, bool], None, None]
+FINISH_CHAR_TOKENS = 3  # byte tokens a reply may run past max_tokens to complete its last character
+
+
+class ReplyEvents:
+    """A reply's text as events: reasoning apart from the answer, tool calls apart from text.
+
+    ``layout``: the model's reasoning layout (None: every token is answer text);
+    ``opened``: the prompt already opened the block (``opens_in_prompt``). ``tools``: the
+    request's tools; the answer then goes through a ToolCallParser and complete calls come
+    out as "tool_call" events. ``steer``: told when the reply leaves a Harmony header that
+    opens no analysis (its grammar starts there) and when it can no longer open a block.
+    """
+
+    def __init__(self, stats: GenerationStats, t_start: float, *, layout: Layout | None = None,
+                 opened: bool = False, tools: ToolPlan | None = None, steer: Steering | None = None) -> None:
+        self.stats = stats
+        self.t_start = t_start
+        self.steer = steer
+        self.parser = ReasoningParser(layout, in_reasoning=opened)
+        self.calls = ToolCallParser(tools) if tools is not None else None
+        self.answer: list[str] = []  # the answer's text pieces, once tool calls are split out
+        self.t_first_text: float | None = None
+        self.t_first_answer: float | None = None
+
+    @property
+    def in_reasoning(self) -> bool:
+        return self.parser.in_reasoning
+
+    def feed(self, piece: str, *, count: bool = True) -> Iterator[StreamEvent]:
+        """The events of one token's text (``count``: it is a token of the reply, not a flushed tail)."""
+        return self._events(self.parser.feed(-1, piece, count=count))
+
+    def finish(self) -> Iterator[StreamEvent]:
+        """The events of whatever the parser held back until the end."""
+        return self._events(self.parser.finish())
+
+    def settle(self, reason: str) -> tuple[list[StreamEvent], str, str, tuple[ToolCall, ...]]:
+        """The stream ended with ``reason``: the last tool-call events, the answer text, the finish
+        reason (a reply that ends with complete calls ends "tool_calls") and the calls made. A call
+        cut short (max_tokens, Stop) is no call: its text stays answer text."""
+        text = self.parser.summary.text
+        if self.calls is None:
+            return [], text, reason, ()
+        rest, cut = self.calls.finish()
+        tail = list(self._split_calls(rest))
+        if self.calls.calls and not cut and reason in ("eos", "stop_string"):
+            return tail, "".join(self.answer), "tool_calls", tuple(self.calls.calls)
+        return tail, "".join(self.answer), reason, ()
+
+    @property
+    def summary(self) -> ReplySummary:
+        return self.parser.summary
+
+    def _events(self, parsed: Iterable[Event]) -> Iterator[StreamEvent]:
+        steer, stats = self.steer, self.stats
+        for kind, text in parsed:
+            if kind == MARKUP:
+                if steer is not None and steer.free and not self.parser.in_reasoning and \
+                        text.endswith("<|message|>"):
+                    steer.free = False  # a Harmony header that opens no analysis: the answer's grammar starts
+                continue
+            if steer is not None:
+                steer.opening = None
+            now = time.perf_counter()
+            if self.t_first_text is None:
+                self.t_first_text = now
+                stats.ttft_ms = (now - self.t_start) * 1e3 + stats.queue_wait_ms
+            if kind == PARSED_TEXT:
+                if self.t_first_answer is None:
+                    self.t_first_answer = now
+                    stats.ttft_answer_ms = (now - self.t_start) * 1e3 + stats.queue_wait_ms
+                if self.calls is None:
+                    yield StreamEvent(TEXT, text, stats=stats)
+                else:
+                    yield from self._split_calls(self.calls.feed(text))
+            else:
+                yield StreamEvent("reasoning", text, stats=stats)
+
+    def _split_calls(self, parsed: Iterable[Parsed]) -> Iterator[StreamEvent]:
+        calls = self.calls
+        assert calls is not None
+        for p in parsed:
+            if p.kind == "call":
+                c = p.call
+                assert c is not None  # a "call" piece carries its call
+                yield StreamEvent("tool_call", stats=self.stats,
+                                  tool_call=ToolCallDelta(calls.calls.index(c), c.id, c.name, c.arguments))
+            elif p.text:
+                self.answer.append(p.text)
+                yield StreamEvent(TEXT, p.text, stats=self.stats)
+
+
+class ThinkingBudget:
+    """The most reasoning tokens one reply may spend (``params.reasoning_budget``).
+
+    When it is spent, the family's closing text (``force_close``) goes in as the next
+    tokens, read, not sampled: ``steer.forced`` hands them to the step generator. Without
+    a ``steer`` (a path that cannot feed them) or a layout that cannot close its block,
+    the budget is not applied and the reply's notes say so.
+    """
+
+    def __init__(self, backend: "Backend", layout: Layout | None, params: SamplingParams,
+                 steer: Steering | None, stats: GenerationStats) -> None:
+        self.params, self.steer, self.stats = params, steer, stats
+        self.budget = params.reasoning_budget if layout is not None else None
+        self.closing: list[int] = []
+        self.thinking = 0  # tokens fed while inside the reasoning block
+        if self.budget is not None and layout is not None:
+            try:
+                self.closing = backend.tokenize(force_close(layout), add_bos=False, special=True) if steer else []
+            except ValueError:
+                self.closing = []
+            if not self.closing:
+                stats.notes.append(f"thinking budget of {self.budget} tokens not applied: "
+                                   + ("this layout has no way to close its block" if steer else
+                                      "this path cannot feed the closing text"))
+                self.budget = None
+
+    def spent_at_start(self, in_reasoning: bool, room: int) -> bool:
+        """A budget of 0 in a prompt that opened the block: close it before the first token.
+        ``room``: the context's free positions after the prompt."""
+        if self.budget == 0 and in_reasoning and len(self.closing) < room:
+            self.budget = None
+            return True
+        return False
+
+    def spent(self, in_reasoning: bool, room: int) -> bool:
+        """After a token: True, once per reply, when the budget is spent now and the closing
+        text fits in the ``room`` left."""
+        if not in_reasoning:
+            return False
+        self.thinking += 1
+        if self.budget is not None and self.thinking >= self.budget and len(self.closing) <= room:
+            self.budget = None
+            return True
+        return False
+
+    def close(self, generated: list[int], push: Callable[[int], str], events: ReplyEvents) -> Iterator[StreamEvent]:
+        """Feed the closing text: each token joins the reply and its text is parsed like any other."""
+        assert self.steer is not None  # a budget without a steer was never applied
+        self.steer.forced.extend(self.closing)
+        for t in self.closing:
+            generated.append(t)
+            yield from events.feed(push(t))
+        self.stats.generated_tokens = len(generated)
+        self.stats.notes.append(f"thinking budget of {self.params.reasoning_budget} tokens reached; "
+                                "closed the block")
+
+
+class StopRules:
+    """When a reply ends, besides a stop string (the detokenizer's): end of generation,
+    ``max_tokens`` (a cut character is finished first), Stop, and a full context."""
+
+    def __init__(self, backend: "Backend", params: SamplingParams, prompt_len: int,
+                 cancel: threading.Event | None) -> None:
+        self.eos = frozenset() if params.ignore_eos else backend.eos_ids
+        self.n_ctx = backend.n_ctx
+        self.max_tokens = params.max_tokens
+        self.prompt_len = prompt_len
+        self.cancel = cancel
+        self.extra = 0  # tokens past max_tokens spent finishing a character
+
+    def room(self, generated: int) -> int:
+        """The context's free positions after the prompt and ``generated`` tokens."""
+        return self.n_ctx - self.prompt_len - generated
+
+    def after(self, generated: int, detok: IncrementalDetokenizer) -> str | None:
+        """The finish reason after the reply's ``generated``-th token, or None to go on."""
+        if generated >= self.max_tokens + self.extra:
+            # Cut inside a character: finish it (a UTF-8 character is at most
+            # 4 bytes) rather than end the reply on half of one.
+            if detok.incomplete and self.extra < FINISH_CHAR_TOKENS:
+                self.extra += 1
+            else:
+                return "max_tokens"
+        if self.cancel is not None and self.cancel.is_set():
+            return "cancelled"
+        # The newest token must be fed back before the next one: no room, no next.
+        if self.prompt_len + generated > self.n_ctx:
+            return "context_full"
+        return None
+
+
+class StatsClock:
+    """The reply's record: prompt and cache counts, when its first and last tokens came,
+    and the final figures. ``t_prefill``: when the prompt's tokens were ready (``t_start``
+    if not given); ``stats.prefill_ms`` runs from it."""
+
+    def __init__(self, stats: GenerationStats, *, prompt_len: int, cached: int, t_start: float,
+                 t_prefill: float | None, timeline: Recorder) -> None:
+        self.stats, self.t_start, self.timeline = stats, t_start, timeline
+        self.t_prefill = t_start if t_prefill is None else t_prefill
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.mark = timeline.mark
+        stats.prompt_tokens = prompt_len
+        stats.cached_tokens = cached
+        stats.prefill_tokens = prompt_len - cached
+
+    def tick(self, generated: int) -> None:
+        """A token came: the reply has ``generated`` tokens now."""
+        now = time.perf_counter()
+        self.mark(now)
+        stats = self.stats
+        if self.t_first is None:
+            self.t_first = now
+            stats.prefill_ms = (now - self.t_prefill) * 1e3
+            self.timeline.first_token()
+        self.t_last = now
+        stats.generated_tokens = generated
+        stats.decode_ms = (now - self.t_first) * 1e3
+
+    def finish(self, reason: str, generated: int, events: ReplyEvents, spec_stats: "SpecStats | None",
+               kv_used: int) -> None:
+        stats = self.stats
+        stats.generated_tokens = generated
+        stats.finish_reason = reason
+        if spec_stats is not None:
+            stats.spec = spec_stats.as_dict()
+        t_end = time.perf_counter()
+        if self.t_first is None:  # no token at all: reading the prompt was the whole request
+            stats.prefill_ms = (t_end - self.t_prefill) * 1e3
+        stats.finish(t_start=self.t_start, t_first_text=events.t_first_text, t_first_token=self.t_first,
+                     t_last_token=self.t_last, t_end=t_end)
+        _reasoning_figures(stats, events.summary, t_start=self.t_start,
+                           t_last=self.t_last if self.t_last is not None else t_end)
+        self.timeline.finish(stats, kv_used=kv_used)
+
+
+def markup_bytes(backend: "Backend", layout: Layout | None) -> Callable[[int], bytes]:
+    """Each token's bytes as the reasoning parser must see them.
+
+    A backend renders control tokens as nothing (``token_bytes`` gives b"" for
+    ``<|channel|>`` or a special ``<think>``), which is right for the text a
+    user sees and wrong for a parser that looks for tags. The tokens that are
+    the layout's tags (``Layout.tag_ids``) are spelled out, with the backend's
+    special-aware piece where it has one (llama.cpp's ``llama_token_to_piece``
+    with special=True); every other control token stays invisible, so no
+    control token ever reaches the visible text unless the layout places it.
+    """
+    plain = backend.token_bytes
+    if layout is None or not layout.tag_ids:
+        return plain
+    special = getattr(backend, "special_bytes", None)
+    spelled = {tid: (special(tid) if special is not None else b"") or text.encode("utf-8")
+               for text, tid in layout.tag_ids.items()}
+
+    def piece(tok: int) -> bytes:
+        data = plain(tok)
+        if not data:
+            return spelled.get(tok, data)
+        return data
+    return piece
+
+
+def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: int,
+                  params: SamplingParams, stats: GenerationStats, t_start: float,
+                  cancel: threading.Event | None = None, spec_stats: "SpecStats | None" = None,
+                  timeline: Recorder = NO_TIMELINE, t_prefill: float | None = None,
+                  layout: Layout | None = None, opened: bool = False,
+                  steer: Steering | None = None, tools: ToolPlan | None = None) -> Iterator[StreamEvent]:
+    """Turn a token generator into text events, applying every stop rule.
+
+    Works for any step generator with the ``generate_step`` yield shape, so
+    speculative decoding can plug in unchanged. ``timeline``'s hooks are the
+    plain ones when it records nothing: the loop is the same either way. Every
+    event carries ``stats``: on a delta it is the record so far, its live figures
+    kept current (``stats.live()``), so no caller counts tokens or times the stream.
+    ``layout``/``opened``/``tools``: as :class:`ReplyEvents`. ``steer``: the reply's link
+    to its step generator and sampler; without it a ``params.reasoning_budget`` cannot
+    close the block (the stats say so).
+    """
+    events = ReplyEvents(stats, t_start, layout=layout, opened=opened, tools=tools, steer=steer)
+    piece_bytes = markup_bytes(backend, layout)
+    detok = IncrementalDetokenizer(piece_bytes, params.stop)
+    push = timeline.timed(detok.push)
+    budget = ThinkingBudget(backend, layout, params, steer, stats)
+    rules = StopRules(backend, params, prompt_len, cancel)
+    clock = StatsClock(stats, prompt_len=prompt_len, cached=cached, t_start=t_start, t_prefill=t_prefill,
+                       timeline=timeline)
+    channels = layout is not None and layout.channels
+    if steer is not None:
+        steer.free = events.in_reasoning or channels
+        if layout is not None and not channels and not steer.free:
+            steer.watch_opening(layout.open, piece_bytes)
+    generated: list[int] = []
+    reason = "max_tokens"
+    try:
+        if budget.spent_at_start(events.in_reasoning, rules.room(0)):
+            yield from budget.close(generated, push, events)
+            if not channels:
+                steer.free = events.in_reasoning  # type: ignore[union-attr]  # a budget is applied with a steer
+        for tok, _from_draft in steps:
+            generated.append(tok)
+            clock.tick(len(generated))
+            if tok in rules.eos:
+                reason = "eos"
+                break
+            piece = push(tok)
+            yield from events.feed(piece)
+            if detok.stopped:
+                reason = "stop_string"
+                break
+            if steer is not None and steer.opening is not None:
+                steer.opening = None if events.in_reasoning else steer.opening + piece
+            if budget.spent(events.in_reasoning, rules.room(len(generated))):
+                yield from budget.close(generated, push, events)
+                if detok.stopped:
+                    reason = "stop_string"
+                    break
+            if steer is not None and not channels:
+                steer.free = events.in_reasoning
+            why = rules.after(len(generated), detok)
+            if why is not None:
+                reason = why
+                break
+    finally:
+        steps.close()
+    if not generated and cancel is not None and cancel.is_set():
+        reason = "cancelled"  # stopped before the first token (during the prompt's prefill)
+    tail = timeline.timed_flush(detok.flush)()
+    if tail:
+        yield from events.feed(tail, count=False)
+    yield from events.finish()
+    last, text, reason, made = events.settle(reason)
+    yield from last
+    clock.finish(reason, len(generated), events, spec_stats, kv_used=backend.kv_len)
+    summary = events.summary
+    yield StreamEvent("final", text, finish_reason=reason, stats=stats, token_ids=generated,
+                      reasoning=summary.reasoning if summary.had_reasoning else None,
+                      reasoning_open=summary.reasoning_unfinished and summary.had_reasoning, tool_calls=made,
+                      stop_string=detok.stop_string if reason == "stop_string" else None)
+
+
+def _reasoning_figures(stats: GenerationStats, summary: ReplySummary, *, t_start: float, t_last: float) -> None:
+    """The reply's split into reasoning and answer: token counts, the thinking span, each part's tok/s."""
+    stats.reasoning_tokens = summary.reasoning_tokens
+    # The parser never sees an end-of-generation token: it counts in the part it ended.
+    rest = stats.generated_tokens - summary.reasoning_tokens - summary.answer_tokens
+    if summary.reasoning_unfinished:
+        stats.reasoning_tokens += max(0, rest)
+    stats.answer_tokens = stats.generated_tokens - stats.reasoning_tokens
+    if summary.had_reasoning and summary.t_reasoning_start is not None:
+        end = summary.t_reasoning_end if summary.t_reasoning_end is not None else t_last
+        stats.reasoning_at_ms = (summary.t_reasoning_start - t_start) * 1e3 + stats.queue_wait_ms
+        stats.reasoning_ms = max(0.0, end - summary.t_reasoning_start) * 1e3
+        if stats.reasoning_ms > 0:
+            stats.reasoning_tok_s = stats.reasoning_tokens * 1e3 / stats.reasoning_ms
+    if summary.t_answer_start is not None and t_last > summary.t_answer_start and stats.answer_tokens > 1:
+        stats.answer_tok_s = (stats.answer_tokens - 1) / (t_last - summary.t_answer_start)

@@ -1,0 +1,110 @@
+"""The engine interface: what the window and the server ask of an engine, wherever it runs.
+
+Messages and options go in, typed events come out (engine/types.py's StreamEvent:
+answer text, reasoning, tool-call deltas, then one final event with the stats).
+Besides a reply, an engine says what it is (``describe``: a :class:`LoadedModel`),
+which Think control its template offers, how it takes tools, how many tokens a
+prompt or an image takes, and it closes. The window's engine thread and the
+local server's scheduler reach an engine only through this interface.
+
+The local engine (engine/engine.py, opened from an EngineConfig) is one
+implementation. ``open_batch`` is the one optional capability: an engine that
+can decode several requests together in one context (llama.cpp) returns a batch
+session; one that cannot returns None and serves one request at a time.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+
+from .kv.reuse import ProgressFn
+from .prompt.messages import Message
+from .reply_formats import ThinkControl
+from .reply_formats.tools import Tool, ToolPlan
+from .types import SamplingParams, StreamEvent
+
+if TYPE_CHECKING:
+    from .decode.batch import BatchSession
+
+
+
+
+@dataclass(slots=True, frozen=True)
+class LoadedModel:
+    """What a loaded model is and where it runs: plain data, safe to send across threads.
+
+    ``memory_total`` counts weights + KV cache + compute buffers as allocated, the
+    same parts as the plan's predicted total (``plan``, which also carries the
+    per-part relative error). ``notes``: sentences for the user (what the plan
+    gave up, a plan that did not fit, a retry)."""
+    label: str
+    path: str
+    bundled: bool
+    backend: str
+    quant: str
+    n_ctx: int
+    n_threads: int | None
+    runtime: str
+    device: str
+    n_gpu_layers: int
+    kv_type: str
+    exactness: str
+    draft: str                       # the speculation mode: "none", "ngram", "model", "auto"
+    draft_model: str | None          # the draft model's file name, when one is loaded
+    draft_memory: int                # its buffers, in bytes
+    memory: dict[str, int]           # the backend's memory_report()
+    memory_total: int
+    prefix_budget: int
+    devices: dict[str, int] = field(default_factory=dict)   # device_free:<name>, device_total:<name>
+    plan: dict[str, Any] | None = None                      # plan_view(): the plan and its check
+    notes: tuple[str, ...] = ()
+    load_ms: float = 0.0
+    threads_poll: int | None = None  # the poll level of Hearth's own llama.cpp thread pool; None: none
+    projector: str | None = None     # the vision projector's file name: the model sees images
+
+    @property
+    def sees_images(self) -> bool:
+        return bool(self.projector)
+
+
+@runtime_checkable
+class ChatEngine(Protocol):
+    """An engine as the window and the server use it (the local Engine is one)."""
+
+    @property
+    def think(self) -> ThinkControl | None:
+        """The Think control the model's template offers (None: it has none)."""
+
+    @property
+    def n_ctx(self) -> int:
+        """The context length, in tokens."""
+
+    def describe(self) -> LoadedModel:
+        """What is loaded and where it runs."""
+
+    def plan_tools(self, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
+        """``tools`` as this model calls them; ToolsUnsupported says why a model cannot take them."""
+
+    def count_tokens(self, messages: Sequence[Message | Mapping[str, Any]],
+                     template_kwargs: Mapping[str, object] | None = None) -> int:
+        """How many tokens the prompt for ``messages`` takes, whole. Safe beside a reply."""
+
+    def count_image_tokens(self, data: bytes) -> int:
+        """The positions an image takes in a prompt. Safe beside a reply."""
+
+    def stream(self, messages: Sequence[Message | Mapping[str, Any]], params: SamplingParams | None = None, *,
+               cancel: threading.Event | None = None, progress: ProgressFn | None = None,
+               context_policy: str = "drop_oldest", template_kwargs: Mapping[str, object] | None = None,
+               tools: ToolPlan | None = None) -> Iterator[StreamEvent]:
+        """A chat reply: text, reasoning and tool-call events, then one final event."""
+
+    def complete(self, text: str, params: SamplingParams | None = None, *,
+                 cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+        """A continuation of raw ``text`` (no chat template), with the same events."""
+
+    def open_batch(self, parallel: int, slot_ctx: int, prefill_chunk: int) -> "BatchSession | None":
+        """A context that decodes ``parallel`` requests together, or None where the engine cannot."""
+
+    def close(self) -> None:
+        """Unload: free the model and everything it holds."""

@@ -1,0 +1,27 @@
+"""What a model family writes: reasoning blocks and Harmony channels, as data plus one parser.
+
+- ``layouts``: the families' layouts (``Layout``, ``ThinkControl``, ``FAMILIES``);
+- ``detect``: ``detect(template, tokens)`` picks and refines a layout from the chat
+  template and the vocabulary, never from the file name;
+- ``parser``: ``ReasoningParser`` turns a token stream into reasoning, text and
+  markup events and a ``ReplySummary``; ``force_close`` and ``opens_in_prompt``.
+
+How a caller uses it, once per model and once per reply::
+
+    layout = detect(backend.chat_template, backend.vocab().tokens)      # None: no reasoning
+    prompt = template.render(messages, **layout.think.kwargs(choice))   # where layout.think offers one
+    parser = ReasoningParser(layout, in_reasoning=opens_in_prompt(layout, prompt))
+    for token_id, piece in stream:           # piece: the token's text, special tokens spelled out
+        for event in parser.feed(token_id, piece): ...
+        # a thinking budget: once spent while parser.in_reasoning, feed force_close(layout)
+    parser.finish(); parser.summary          # reasoning, text, unfinished, token counts, time marks
+
+Qt-free and engine-free: the engine, the window, the API and the store consume
+the events; none of them parses reply text.
+"""
+from .detect import detect, template_variables
+from .layouts import FAMILIES, Family, Layout, ThinkControl, layout_by_name
+from .parser import Event, ReasoningParser, ReplySummary, force_close, opens_in_prompt, parse_reply
+
+__all__ = ["FAMILIES", "Event", "Family", "Layout", "ReasoningParser", "ReplySummary", "ThinkControl",
+           "detect", "force_close", "layout_by_name", "opens_in_prompt", "parse_reply", "template_variables"]

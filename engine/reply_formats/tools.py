@@ -1,0 +1,317 @@
+"""What each model family writes when it calls a tool, as data, and the grammar that makes it.
+
+A family is recognised from its chat template (what it writes for an earlier
+call) and never from the file name. Each ``ToolSyntax`` says how a call section
+opens (its trigger, which is also what llama.cpp's lazy grammar waits for),
+how one call is written, and how calls are joined:
+
+- ``hermes``: Qwen 2.5/3, Hermes: ``<tool_call>\\n{"name": N, "arguments": {...}}\\n</tool_call>``;
+- ``llama3``: Llama 3.1-3.3: the reply is ``{"name": N, "parameters": {...}}``;
+- ``mistral``: Mistral Nemo and kin: ``[TOOL_CALLS][{"name": N, "arguments": {...}}, ...]``
+  (ids of 9 letters and digits, which its template checks);
+- ``mistral-args``: Devstral, Mistral Small 3.2: ``[TOOL_CALLS]N[ARGS]{...}``;
+- ``deepseek``: DeepSeek V3.1/3.2: ``<｜tool▁calls▁begin｜>``, then per call
+  ``<｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>``, then ``<｜tool▁calls▁end｜>``;
+- ``glm``: GLM 4.5-4.7: ``<tool_call>N\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>\\n</tool_call>``,
+  a string's value written bare, every other value as JSON.
+
+``ToolPlan`` is one request's tools: the grammar (``grammar()``; lazy, behind
+the trigger, for ``tool_choice`` auto) and a ``ToolCallParser`` (tool_parser.py).
+"""
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import string
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+from .json_grammar import Grammar, SchemaError, json_literal, literal
+
+Body = Literal["json", "name-args", "kv"]
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MAX_PARALLEL = 8   # calls in one reply, where the family can write several
+KV_VALUE_CAP = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSyntax:
+    """How one family writes tool calls.
+
+    ``open``: what starts the call section (the lazy grammar's trigger); ``close``: what
+    ends it ("" where nothing does). ``call_open``/``call_close``: around each call
+    (after ``open`` for the first). ``join``: between two calls. ``body``: ``json`` (an
+    object with the name under ``name_key`` and the arguments under ``args_key``),
+    ``name-args`` (the name, ``args_sep``, the arguments' JSON) or ``kv`` (GLM's
+    ``<arg_key>``/``<arg_value>`` pairs). ``parallel``: whether several calls can be
+    written. ``id_style``: ``openai`` (call_ + 24 hex) or ``alnum9`` (Mistral).
+    ``at_start``: a call is only recognised at the start of the answer (Llama 3's bare JSON).
+    """
+
+    name: str
+    open: str
+    close: str = ""
+    call_open: str = ""
+    call_close: str = ""
+    join: str = ""
+    body: Body = "json"
+    name_key: str = "name"
+    args_key: str = "arguments"
+    args_sep: str = ""
+    parallel: bool = True
+    id_style: str = "openai"
+    at_start: bool = False
+    id_in_call: bool = False         # the call object may carry its own ``"id"`` (Mistral's template writes it)
+    markers: tuple[str, ...] = ()   # what the template's source must hold
+    absent: tuple[str, ...] = ()    # ...and must not
+
+    def new_id(self) -> str:
+        if self.id_style == "alnum9":
+            return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
+        return "call_" + secrets.token_hex(12)
+
+
+SYNTAXES: tuple[ToolSyntax, ...] = (
+    ToolSyntax("glm", open="<tool_call>", call_close="</tool_call>", join="\n<tool_call>", body="kv",
+               markers=("<arg_key>",)),
+    ToolSyntax("hermes", open="<tool_call>", call_open="\n", call_close="\n</tool_call>",
+               join="\n<tool_call>", markers=("<tool_call>",), absent=("<function=", "<arg_key>")),
+    ToolSyntax("deepseek", open="<｜tool▁calls▁begin｜>", close="<｜tool▁calls▁end｜>",
+               call_open="<｜tool▁call▁begin｜>", call_close="<｜tool▁call▁end｜>",
+               body="name-args", args_sep="<｜tool▁sep｜>",
+               markers=("<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>' + tool['function']['arguments']")),
+    ToolSyntax("mistral-args", open="[TOOL_CALLS]", join="[TOOL_CALLS]", body="name-args", args_sep="[ARGS]",
+               markers=("[TOOL_CALLS]", "[ARGS]")),
+    ToolSyntax("mistral", open="[TOOL_CALLS][", close="]", join=", ", id_style="alnum9", id_in_call=True,
+               markers=("[TOOL_CALLS][",)),
+    ToolSyntax("llama3", open="{", args_key="parameters", parallel=False, at_start=True,
+               markers=('"parameters": ', "<|python_tag|>")),
+)
+
+
+def syntax_by_name(name: str) -> ToolSyntax:
+    for s in SYNTAXES:
+        if s.name == name:
+            return s
+    raise KeyError(name)
+
+
+def detect_tools(template: str | None) -> ToolSyntax | None:
+    """The family's tool syntax from its chat template, or None: the template takes no tools,
+    or writes calls in a syntax Hearth cannot parse (``unsupported_tools`` says which)."""
+    if not template or "tools" not in template:
+        return None
+    for s in SYNTAXES:
+        if all(m in template for m in s.markers) and not any(a in template for a in s.absent):
+            return s
+    return None
+
+
+def unsupported_tools(template: str | None) -> str | None:
+    """Why a template that reads ``tools`` gets none from Hearth (None: it gets them, or reads none)."""
+    if not template or "tools" not in template or detect_tools(template) is not None:
+        return None
+    if "<function=" in template:
+        return "this model writes tool calls as XML (<function=...><parameter=...>), which Hearth does not parse yet"
+    if "<|call|>" in template and "<|channel|>" in template:
+        return "this model writes tool calls on Harmony's commentary channel, which Hearth does not parse yet"
+    return "this model's chat template mentions tools but writes calls in a syntax Hearth does not know"
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One function a request offers: its name, description and ``parameters`` JSON Schema.
+    ``schema_at``: where the request gave the schema (``tools[0].input_schema`` on Anthropic's
+    wire), so an error names the client's own field; the name is its sibling ``.name``."""
+    name: str
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    description: str = ""
+    schema_at: str = field(default="", compare=False)
+
+    def at(self, i: int, key: str = "parameters") -> str:
+        """The request's field for this tool's ``key`` (``parameters`` or ``name``)."""
+        base = self.schema_at or f"tools[{i}].function.parameters"
+        return base if key == "parameters" else base.rsplit(".", 1)[0] + "." + key
+
+    def as_dict(self) -> dict[str, Any]:
+        """OpenAI's shape, which chat templates read (``tool.function.name``...)."""
+        fn: dict[str, Any] = {"name": self.name, "parameters": dict(self.parameters)}
+        if self.description:
+            fn["description"] = self.description
+        return {"type": "function", "function": fn}
+
+
+class ToolError(ValueError):
+    """Tools a request cannot use (a bad name, a schema the grammar cannot express)."""
+
+    def __init__(self, message: str, param: str = "tools") -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPlan:
+    """One request's tools: which, how the model must call them, and in whose syntax.
+
+    ``choice``: ``auto`` (the model may answer or call: the grammar waits for the
+    syntax's opener), ``required`` (it must call one) or a tool's name (it must call
+    that one); both of the last apply from the first answer token. ``none``: the
+    template still shows the tools (so the prompt, and its cached prefix, is the one
+    the other steps read), but the reply is text: no grammar, no call parsing."""
+
+    syntax: ToolSyntax
+    tools: tuple[Tool, ...]
+    choice: str = "auto"
+    parallel: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.tools:
+            raise ToolError("tools must list at least one function")
+        names = [t.name for t in self.tools]
+        for i, t in enumerate(self.tools):
+            if not NAME_RE.match(t.name):
+                raise ToolError(f"{t.at(i, 'name')} must be 1-64 letters, digits, _ . or -, got {t.name!r}",
+                                t.at(i, "name"))
+        if len(set(names)) != len(names):
+            raise ToolError("tools: two functions have the same name")
+        if self.choice not in ("auto", "required", "none") and self.choice not in names:
+            raise ToolError(f"tool_choice names {self.choice!r}, which is not one of the tools", "tool_choice")
+
+    def calling(self) -> ToolPlan | None:
+        """This plan where the reply may call (its grammar and parser apply), None under ``none``."""
+        return None if self.choice == "none" else self
+
+    @property
+    def many(self) -> bool:
+        return self.parallel and self.syntax.parallel
+
+    @property
+    def lazy(self) -> bool:
+        return self.choice == "auto"
+
+    def offered(self) -> tuple[Tool, ...]:
+        return self.tools if self.choice in ("auto", "required") else tuple(t for t in self.tools
+                                                                           if t.name == self.choice)
+
+    def template_tools(self) -> list[dict[str, Any]]:
+        return [t.as_dict() for t in self.tools]
+
+    def with_tools(self, template_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The template's variables with ``tools`` added (every tool, even under a named choice:
+        the model sees what it was offered, the grammar decides what it may call)."""
+        return {**(template_kwargs or {}), "tools": self.template_tools()}
+
+    def triggers(self) -> tuple[str, ...]:
+        """llama.cpp lazy-grammar trigger patterns (regexes; the grammar is fed from the first group)."""
+        if not self.lazy:
+            return ()
+        if self.syntax.at_start:
+            return (r"^\s*(" + re.escape(self.syntax.open) + r')[\s\S]*$',)
+        return ("(" + re.escape(self.syntax.open) + ")",)
+
+    def grammar(self) -> str:
+        """GBNF for the whole call section, from its opener on; raises ToolError naming a schema
+        feature the grammar cannot express."""
+        g = Grammar()
+        s = self.syntax
+        alts = []
+        for i, t in enumerate(self.tools):
+            if t not in self.offered():
+                continue
+            try:
+                alts.append(self._call(g, s, t, i))
+            except SchemaError as e:
+                raise ToolError(f"{t.at(i)}.{e.path}: {str(e).split(': ', 1)[-1]}"
+                                if e.path else f"{t.at(i)}: {e}", t.at(i)) from None
+        call = g.add("call", " | ".join(alts))
+        first = call if s.at_start else f"{literal(s.open)} {call}"  # at_start: the opener is the JSON's "{"
+        more = f"{literal(s.join)} {call}" if s.join else call
+        body = f"{first} ({more}){{0,{MAX_PARALLEL - 1}}}" if self.many else first
+        if s.close:
+            body += f" {literal(s.close)}"
+        lead = '[ \\n]{0,2} ' if not self.lazy else ""
+        return g.text(f"{lead}{body}")
+
+    def _call(self, g: Grammar, s: ToolSyntax, t: Tool, i: int) -> str:
+        name = f"t{i}"
+        pre = literal(s.call_open) + " " if s.call_open else ""
+        post = " " + literal(s.call_close) if s.call_close else ""
+        if s.body == "kv":
+            return g.add(f"{name}-call", f"{pre}{literal(t.name)} {self._kv(g, t, name)}{post}")
+        args = g.value(dict(t.parameters), f"{name}-args")
+        if s.body == "name-args":
+            return g.add(f"{name}-call", f"{pre}{literal(t.name)} {literal(s.args_sep)} {args}{post}")
+        head = f'"{{" sp {json_literal(s.name_key)} sp ":" sp {json_literal(t.name)} sp "," sp ' \
+               f'{json_literal(s.args_key)} sp ":" sp'
+        own_id = ' ("," sp "\\"id\\"" sp ":" sp "\\"" [a-zA-Z0-9]{9} "\\"")?' if s.id_in_call else ""
+        return g.add(f"{name}-call", f'{pre}{head} {args}{own_id} sp "}}"{post}')
+
+    def _kv(self, g: Grammar, t: Tool, name: str) -> str:
+        props = t.parameters.get("properties", {}) or {}
+        required = set(t.parameters.get("required", []) or [])
+        pairs = []
+        for k, sch in props.items():
+            if isinstance(sch, dict) and sch.get("type") == "string" and not ({"enum", "const"} & sch.keys()):
+                value = g.add("kv-text", f'[^<]{{0,{KV_VALUE_CAP}}}')
+            else:
+                value = g.value(sch, f"{name}-{k}", f"properties.{k}")
+            pair = g.add(f"{name}-{k}-pair", f'"\\n<arg_key>" {literal(k)} "</arg_key>\\n<arg_value>" {value} '
+                                             '"</arg_value>"')
+            pairs.append(pair if k in required else f"{pair}?")
+        return " ".join(pairs) + ' "\\n"' if pairs else '"\\n"'
+
+
+def parse_arguments(syntax: ToolSyntax, tool: Tool | None, raw: str) -> dict[str, Any]:
+    """A call body's arguments as a JSON object (GLM's pairs converted to their schema types)."""
+    if syntax.body != "kv":
+        value = json.loads(raw)
+        if not isinstance(value, dict):
+            raise ValueError("the arguments are not a JSON object")
+        return value
+    props = (tool.parameters.get("properties", {}) if tool else {}) or {}
+    out: dict[str, Any] = {}
+    for m in re.finditer(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", raw, re.S):
+        k, v = m.group(1).strip(), m.group(2)
+        sch = props.get(k, {})
+        if isinstance(sch, dict) and sch.get("type") == "string":
+            out[k] = v
+        else:
+            try:
+                out[k] = json.loads(v)
+            except ValueError:
+                out[k] = v
+    return out
+
+
+def check_tool(fn: Any, at: str, schema_key: str = "parameters") -> Tool:
+    """One tool's ``{name, description, <schema_key>}`` (``at``: where the request has it, as
+    ``tools[0].function``) as a Tool; a bad shape raises ToolError naming the field."""
+    name, params, desc = fn.get("name"), fn.get(schema_key), fn.get("description")
+    if not isinstance(name, str):
+        raise ToolError(f"{at}.name must be text", f"{at}.name")
+    if params is None:
+        params = {"type": "object", "properties": {}}
+    if not isinstance(params, dict):
+        raise ToolError(f"{at}.{schema_key} must be a JSON Schema object", f"{at}.{schema_key}")
+    if desc is None:
+        desc = ""
+    if not isinstance(desc, str):
+        raise ToolError(f"{at}.description must be text", f"{at}.description")
+    return Tool(name, params, desc, schema_at=f"{at}.{schema_key}")
+
+
+def tools_from_openai(raw: Any, *, flat: bool = False) -> tuple[Tool, ...]:
+    """OpenAI's ``tools`` list as Tools: Chat Completions' ``{type: function, function: {...}}``,
+    or (``flat``) the Responses API's ``{type: function, name, parameters...}``; a bad shape
+    raises ToolError naming the field."""
+    shape = "{type: 'function', name, parameters}" if flat else "{type: 'function', function: {name, parameters}}"
+    if not isinstance(raw, list) or not raw:
+        raise ToolError(f"tools must be a non-empty list of {shape}")
+    out = []
+    for i, t in enumerate(raw):
+        fn = t if flat else (t.get("function") if isinstance(t, dict) else None)
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
+            raise ToolError(f"tools[{i}] must be {shape}", f"tools[{i}]")
+        out.append(check_tool(fn, f"tools[{i}]" if flat else f"tools[{i}].function"))
+    return tuple(out)

@@ -1,0 +1,95 @@
+"""The window reaches an engine only through the engine interface (engine/interface.py): a fake
+engine written against it, with no backend, no model file and no llama.cpp, drives a reply end to end."""
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+
+from engine.decode.metrics import GenerationStats
+from engine.errors import NoVisionError, ToolsUnsupported
+from engine.interface import ChatEngine, LoadedModel
+from engine.types import SamplingParams, StreamEvent
+
+WORDS = ["Hello", " from", " the", " fake", " engine."]
+
+
+class FakeEngine:
+    """The engine interface in plain Python: every reply is WORDS, one event each."""
+
+    think = None
+    n_ctx = 4096
+
+    def __init__(self) -> None:
+        self.asked: list[list] = []
+        self.closed = False
+
+    def describe(self) -> LoadedModel:
+        return LoadedModel(label="Fake model", path="", bundled=False, backend="fake", quant="none", n_ctx=self.n_ctx,
+                           n_threads=1, runtime="cpu", device="CPU", n_gpu_layers=0, kv_type="f16", exactness="exact",
+                           draft="none", draft_model=None, draft_memory=0, memory={}, memory_total=0, prefix_budget=0)
+
+    def plan_tools(self, tools, choice="auto", parallel=True):
+        raise ToolsUnsupported("this model cannot call tools: it is a fake")
+
+    def count_tokens(self, messages, template_kwargs=None) -> int:
+        return sum(len(str(getattr(m, "content", m)).split()) for m in messages)
+
+    def count_image_tokens(self, data: bytes) -> int:
+        raise NoVisionError("the fake sees no images")
+
+    def stream(self, messages, params: SamplingParams | None = None, *, cancel: threading.Event | None = None,
+               progress=None, context_policy: str = "drop_oldest", template_kwargs=None, tools=None):
+        self.asked.append(list(messages))
+        stats = GenerationStats(backend="fake", n_ctx=self.n_ctx)
+        for w in WORDS:
+            stats.generated_tokens += 1
+            yield StreamEvent("delta", w, stats=stats)
+        stats.finish_reason = "eos"
+        yield StreamEvent("final", "".join(WORDS), finish_reason="eos", stats=stats)
+
+    def complete(self, text: str, params: SamplingParams | None = None, *, cancel=None):
+        return self.stream([text], params, cancel=cancel)
+
+    def open_batch(self, parallel: int, slot_ctx: int, prefill_chunk: int):
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_fake_implements_the_interface():
+    assert isinstance(FakeEngine(), ChatEngine)
+
+
+def test_a_fake_engine_drives_a_window_reply_end_to_end(qtbot, data_dir):
+    from app.window.main_window import MainWindow
+    from app.window.selftest import write_settings
+
+    fake = FakeEngine()
+    opened: list = []
+
+    def opener(req, *, cancel, progress):
+        opened.append(req)
+        return fake, fake.describe()
+
+    write_settings(max_tokens=24)
+    w = MainWindow(opener=opener)
+    try:
+        w.show()
+        w.start()
+        qtbot.waitUntil(lambda: w.host.ready, timeout=30_000)
+        assert len(opened) == 1 and "Fake model" in w.model_label.text()
+        w.chat.input.setPlainText("Who are you?")
+        QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: w.stream is None, timeout=30_000)
+        msgs = w.store.messages(w.current)
+        assert [m.role for m in msgs] == ["user", "assistant"]
+        assert msgs[0].content == "Who are you?" and msgs[1].content == "".join(WORDS)
+        assert msgs[1].metrics["finish_reason"] == "eos"
+        assert w.chat.widget(msgs[1].id).text == "".join(WORDS)  # the view shows what the engine wrote
+        assert fake.asked[-1][-1].content == "Who are you?"      # the message reached the engine as typed
+    finally:
+        w.close()
+    assert fake.closed  # closing the window unloads the engine through the interface
