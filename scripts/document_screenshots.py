@@ -1,4 +1,4 @@
-"""Take the README's pictures of documents in a chat: a PDF's chip before sending, the reply
+"""Take the documentation's pictures of documents in a chat: a PDF's chip before sending, the reply
 given it whole, and a reply to a PDF too long for the context, with the pages it was given.
 
     .venv/bin/python scripts/document_screenshots.py   # offscreen: assets/documents-*.png

@@ -1,4 +1,4 @@
-"""Take the README's pictures of images in a chat: two images waiting in the message box, then the
+"""Take the documentation's pictures of images in a chat: two images waiting in the message box, then the
 conversation with their thumbnails and the streamed reply.
 
     .venv/bin/python scripts/image_screenshots.py   # offscreen: assets/images-*.png

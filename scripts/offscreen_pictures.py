@@ -1,4 +1,4 @@
-"""What the README's picture scripts share: ``--out`` and ``--dark``, the offscreen Qt app, and a
+"""What the documentation's picture scripts share: ``--out`` and ``--dark``, the offscreen Qt app, and a
 scratch data folder per theme that is deleted afterwards (``HEARTH_DATA_DIR`` points at it)."""
 from __future__ import annotations
 

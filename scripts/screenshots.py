@@ -1,4 +1,4 @@
-"""Take the README's pictures of the model library and the Hub browser, the same on any machine.
+"""Take the documentation's pictures of the model library and the Hub browser, the same on any machine.
 
     .venv/bin/python scripts/screenshots.py    # offscreen; writes assets/library.png, assets/hub-browser.png
 

@@ -1,4 +1,4 @@
-"""Take the README's pictures of a thinking reply, while its reasoning streams and once it folds.
+"""Take the documentation's pictures of a thinking reply, while its reasoning streams and once it folds.
 
     .venv/bin/python scripts/thinking_screenshots.py   # offscreen: assets/screenshot-thinking-*.png
 

@@ -1,4 +1,4 @@
-"""Take the README's pictures of an MCP tool call: the card asking, and the card answered.
+"""Take the documentation's pictures of an MCP tool call: the card asking, and the card answered.
 
     .venv/bin/python scripts/tool_screenshots.py   # offscreen: assets/tool-card-asking.png, tool-card-done.png
 
@@ -6,7 +6,7 @@ All real: the window, the bundled model and the test suite's MCP server (tests/m
 over stdio, offering its ``add`` tool). The bundled model wears Qwen2.5's chat template (a
 copy of its GGUF, made the way the tests make it), so it writes Hermes ``<tool_call>`` calls;
 "the first step must call a tool" makes it call. ``--model FILE`` takes a model whose own
-template takes tools instead (the README's pictures: Qwen2.5-Coder 1.5B from
+template takes tools instead (the documentation's pictures: Qwen2.5-Coder 1.5B from
 ``python -m engine models fetch-bench-pair``), also allowed one call. (Left to choose, that
 model writes its call as a JSON code block instead of its template's ``<tool_call>``, which
 is text, not a call; "must call" holds its first step to the grammar.) Everything happens in a scratch data folder that

@@ -1,16 +1,16 @@
 """Real documents for the document tests and ``bench documents``: PDFs written with fpdf2
-from real text (the project's own README), so pdfium reads a real text layer."""
+from real text (the project's own documentation, README and docs/), so pdfium reads a real text layer."""
 from __future__ import annotations
 
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from engine.bench.documents import manual_text
 
 
 def readme_paragraphs() -> list[str]:
-    """The README's prose paragraphs, in Latin-1 (the PDF core fonts' alphabet)."""
+    """The documentation's prose paragraphs, in Latin-1 (the PDF core fonts' alphabet)."""
     out = []
-    for block in README.read_text(encoding="utf-8").split("\n\n"):
+    for block in manual_text().split("\n\n"):
         text = " ".join(block.split())
         if len(text) > 80 and not text.startswith(("```", "|", "#")):
             out.append(text.encode("latin-1", "replace").decode("latin-1").replace("?", "'"))
@@ -35,7 +35,7 @@ def make_pdf(path: Path, pages: list[str], *, user_password: str | None = None,
 
 
 def book_pages(n: int, words_per_page: int = 220) -> list[str]:
-    """``n`` pages of README prose, each starting with a marker that says which page it is."""
+    """``n`` pages of the documentation's prose, each starting with a marker that says which page it is."""
     words = " ".join(readme_paragraphs()).split()
     pages = []
     for i in range(n):

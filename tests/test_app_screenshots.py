@@ -1,4 +1,4 @@
-"""``--screenshot PATH --show library``: the README's picture of the model library, taken the
+"""``--screenshot PATH --show library``: the documentation's picture of the model library, taken the
 way the README says, in the real window (offscreen) with a scratch data and models folder."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The layout's rules, checked on the source (DESIGN.md, "Layout"; README, "Layout").
+"""The layout's rules, checked on the source (DESIGN.md, "Layout"; docs/layout.md).
 
 Every import statement counts, those inside functions included; only imports under
 ``if TYPE_CHECKING:`` are left out, since they never run.

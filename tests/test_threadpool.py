@@ -222,7 +222,7 @@ def test_the_settings_dialog_keeps_the_poll_level(qtbot, tmp_path, monkeypatch):
 
 
 def test_the_windows_auto_threads_are_every_physical_core():
-    # Chosen by measurement (README, "Threads"): every core, on the one engine thread.
+    # Chosen by measurement (docs/benchmarks.md, "Threads"): every core, on the one engine thread.
     from app.bridge.load_worker import app_threads
 
     assert app_threads() == tp.ThreadChoice(tp.default_threads(), None)

@@ -43,7 +43,7 @@ class LoadJob:
 
 
 # The window's thread rule when the settings say Auto: one of engine.backends.llama.threadpool's
-# THREAD_OPTIONS, chosen by measurement (README, "Threads"): `python -m app --bench-stream` on a
+# THREAD_OPTIONS, chosen by measurement (docs/benchmarks.md, "Threads"): `python -m app --bench-stream` on a
 # quiet 2-core machine, bundled model, 256 tokens, 3 rounds: 1 thread ("cores-1") 50.2 tok/s in
 # the window, 2 threads ("all") 84.6 tok/s (engine alone 88.5, ratio 0.956, GUI thread 5.8% of a
 # core, worst event-loop gap 4.1 ms); Qwen2.5-Coder 1.5B: 6.0 against 11.8 tok/s (ratio 0.978).

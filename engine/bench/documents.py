@@ -2,7 +2,7 @@
 
 Documents go whole into the slot after the system prompt (engine/documents.py), so
 system prompt plus documents is one prefix the prefix cache and its disk store keep.
-Side by side in one run, on a real PDF (written with fpdf2 from this project's README,
+Side by side in one run, on a real PDF (written with fpdf2 from this project's documentation,
 read back with pdfium, about 6k tokens for the bundled model's 8k context) and on a
 folder of source files (three of ``engine/kv``'s, with a .gitignore):
 
@@ -30,11 +30,17 @@ QUESTIONS = ("What does this document describe?", "Which command runs the tests?
              "Name one thing the engine caches.")
 
 
+def manual_text() -> str:
+    """The project's documentation as one text: the README, then docs/ in name order."""
+    root = Path(__file__).resolve().parents[2]
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
+
+
 def _readme_pdf(pages: int, words_per_page: int) -> bytes:
     from fpdf import FPDF  # a dev dependency: benchmarks run from a checkout
 
-    root = Path(__file__).resolve().parents[2]
-    text = (root / "README.md").read_text(encoding="utf-8")
+    text = manual_text()
     words = " ".join(b for b in text.split("\n\n") if not b.startswith(("```", "|"))).split()
     pdf = FPDF()
     pdf.set_auto_page_break(False)

@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="tune: save the run here (default: the app's data folder)")
     p.add_argument("--csv", default=None, help="tune: also write the rows as CSV to this file")
     p.add_argument("--compare", default=None, help="tune: an earlier saved run to print per-row changes against")
-    p.add_argument("--pages", type=int, default=20, help="documents: pages of the PDF made from the README")
+    p.add_argument("--pages", type=int, default=20, help="documents: pages of the PDF made from the documentation")
     p.add_argument("--words-per-page", type=int, default=210, help="documents: words on each of its pages")
     p.add_argument("--n-ctx", type=int, default=8192, help="documents: the context to load the model with")
     p.add_argument("--cases", default="pdf,folder", help="documents: which cases to run (pdf, folder)")
