@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 
+from app.core import qt_platform
 from app.core.paths import ENV_DATA_DIR
 
 
@@ -133,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.show:  # the picture lists only the bundled model (and what the caller set up), never the user's
             os.environ.setdefault("HEARTH_MODEL_DIR", os.path.join(scratch.name, "models"))
             os.environ.setdefault("HF_HUB_CACHE", os.path.join(scratch.name, "hf"))
+
+    if qt_platform.uses_xcb():
+        lacking = qt_platform.missing()  # before Qt fails with a message that names none of them
+        if lacking:
+            print(qt_platform.advice(lacking), file=sys.stderr)
+            return 1
 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication, QMessageBox

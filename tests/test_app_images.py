@@ -38,7 +38,7 @@ def test_an_image_by_file_paste_and_drop_goes_with_the_question_and_survives_a_r
     tray = w.chat.attach
     picture = tmp_path / "cat.png"
     picture.write_bytes(png(30))
-    tray.add_paths([str(picture)])  # 📎 → Attach files…
+    tray.add_paths([str(picture)])  # the paperclip → Attach files…
     QApplication.clipboard().setImage(QImage.fromData(png(31)))
     w.chat.input.paste()  # Ctrl+V of a screenshot
     third = tmp_path / "dog.jpg"

@@ -1,4 +1,4 @@
-"""Documents waiting to be sent with the next message: the 📎 button, a chip per document
+"""Documents waiting to be sent with the next message: the attach (paperclip) button, a chip per document
 (its name, pages and tokens, ✕ to remove it), and what they cost of the context.
 
 Files are read off the GUI thread (a 2,000-page PDF takes a while): the tray says which
@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButt
 from app.bridge.background import Background, error_text
 from app.chat.image_strip import thumbnail
 from app.core.attached_docs import Pending, PendingImage, estimate_tokens
+from app.ui import theme
 from engine.inputs.documents import document_block, read_file, read_folder
 from engine.inputs.images import ImageError, decode
 
@@ -43,7 +44,8 @@ class AttachTray(QWidget):
         lay = QHBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.button = QToolButton()
-        self.button.setText("📎")
+        self.button.setIcon(theme.attach_icon())
+        self.button.setAccessibleName("Attach")
         self.button.setToolTip("Attach documents (PDF, Word, text, Markdown, code, HTML) or a folder; "
                                "you can also drop files on the message box")
         menu = QMenu(self.button)

@@ -38,6 +38,11 @@ def app_icon() -> QIcon:
     return QIcon(str(ICON_PATH))
 
 
+def attach_icon() -> QIcon:
+    """The paperclip of the attach button: a drawing that ships with the app, so no emoji font is needed."""
+    return QIcon(str(ASSETS / "attach.svg"))
+
+
 def system_scheme() -> str:
     hints = QGuiApplication.styleHints()
     return "dark" if hints.colorScheme() == Qt.ColorScheme.Dark else "light"

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from engine.loading.gpu_guard import GpuGuard
 
@@ -41,6 +41,7 @@ from app.window.welcome_hint import UpgradeHint
 from app.chat.chat_view import ChatView
 from app.chat.conversation_list import ConversationList
 from app.ui.info_bar import InfoArea
+from app.ui.part_label import PartLabel
 from app.ui.loop_monitor import LoopMonitor
 from app.window.model_loading import LoadingController
 from app.window.navigation import NavigationController
@@ -170,7 +171,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         sb = self.statusBar()
-        self.stats_label = QLabel()
+        self.stats_label = PartLabel()
         self.stats_label.setToolTip("Live while a reply streams; then the last reply's numbers")
         self.loading = LoadingController(
             host=self.host, monitor=self.monitor, info=self.info, status_bar=sb, parent=self,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QLabel, QProgressBar, QPushButton, QStatusBar, QWidget
+from PySide6.QtWidgets import QProgressBar, QPushButton, QStatusBar, QWidget
 
 from engine.loading.gpu_guard import GpuGuard, crash_text
 from engine.interface import LoadedModel
@@ -30,6 +30,7 @@ from app.core.text_utils import human_bytes
 from app.settings_ui.memory_details import MemoryDetails, MemoryFigure, memory_tooltip
 from app.ui.info_bar import InfoArea
 from app.ui.loop_monitor import LoopMonitor
+from app.ui.part_label import PartLabel
 
 FAST_NOTE = ("Exactness: fast. With llama.cpp's faster kernels, replies served from the prompt cache or "
              "sped up by a draft may differ slightly from plain decoding.")
@@ -71,7 +72,7 @@ class LoadingController:
         self.cancel_load_button = QPushButton("Cancel loading")
         self.cancel_load_button.clicked.connect(self.cancel_load)
         self.cancel_load_button.hide()
-        self.model_label = QLabel("No model loaded")
+        self.model_label = PartLabel("No model loaded")
         self.memory_label = MemoryFigure()
         self.memory_label.clicked.connect(self.show_memory_details)
         self.memory_details: MemoryDetails | None = None

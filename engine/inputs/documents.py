@@ -23,6 +23,7 @@ import hashlib
 import html.parser
 import io
 import os
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,15 +90,26 @@ def read_document(name: str, data: bytes, *, cancel: Callable[[], bool] | None =
 
 
 def read_file(path: str | os.PathLike[str], **kw) -> Document:
+    """A file on disk as a Document. Only a regular file is read (a FIFO, a device such as
+    /dev/zero, or a link to one would block or never end), and never more than the size cap,
+    even when the file grows while it is read."""
     p = Path(path)
+    cap = f"Hearth attaches files up to {MAX_FILE_BYTES >> 20} MB"
     try:
-        size = p.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise DocumentError(f"{p.name} is {size / 2**20:.0f} MB; Hearth attaches files up to "
-                                f"{MAX_FILE_BYTES >> 20} MB")
-        data = p.read_bytes()
+        if not stat.S_ISREG(os.stat(p).st_mode):  # before opening: opening a FIFO waits for a writer
+            raise DocumentError(f"{p.name} is not a regular file (a pipe, a device or a socket); attach a file")
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):  # it was swapped for something else between the two looks
+                raise DocumentError(f"{p.name} is not a regular file (a pipe, a device or a socket); attach a file")
+            if st.st_size > MAX_FILE_BYTES:
+                raise DocumentError(f"{p.name} is {st.st_size / 2**20:.0f} MB; {cap}")
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise DocumentError(f"{p.name} cannot be read: {e.strerror or e}") from None
+    if len(data) > MAX_FILE_BYTES:  # it grew after it was measured
+        raise DocumentError(f"{p.name} is over {MAX_FILE_BYTES >> 20} MB; {cap}")
     return read_document(p.name, data, **kw)
 
 
