@@ -104,8 +104,10 @@ def test_the_stats_clock_times_the_first_and_last_tokens():
     first = stats.prefill_ms
     clock.tick(2)
     assert stats.generated_tokens == 2 and stats.prefill_ms == first and stats.decode_ms >= 0
-    clock.finish("eos", 2, ReplyEvents(stats, 0.0), None, kv_used=12)
-    assert stats.finish_reason == "eos" and stats.generated_tokens == 2
+    events = ReplyEvents(stats, 0.0)
+    list(events.finish())
+    clock.finish("eos", 2, events, None, kv_used=12)
+    assert stats.finish_reason == "eos" and stats.generated_tokens == 2 and stats.decode_ms >= 0
 
 
 # -- the slot table --------------------------------------------------------------------------
@@ -154,7 +156,7 @@ def test_prepare_request_shows_tools_to_the_template_and_calls_none_under_none(b
 
     from engine.reply_formats.tools import Tool
 
-    tool = Tool("get_time", "The time now", {"type": "object", "properties": {}})
+    tool = Tool("get_time", {"type": "object", "properties": {}}, "The time now")
     msgs = [Message("user", "What time is it?")]
     with qwen_tool_engine(bundled_path, n_ctx=2048) as e:
         bare = prepare_request(e.prompts, e.layout, SamplingParams(), messages=msgs)

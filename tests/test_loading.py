@@ -40,7 +40,7 @@ def test_an_old_settings_file_becomes_an_engine_config(tmp_path, bundled_path):
 
     path = tmp_path / "settings.json"
     path.write_text(json.dumps({"version": 1, "model": "bundled", "context": 1024, "gpu_layers": None,
-                                "kv_type": None, "last_working": {"model": "bundled", "context": 1024}}))
+                                "last_working": {"model": "bundled", "context": 1024}}))
     settings, notice = SettingsFile(path).load()
     assert notice is None
     req = settings.load_request()
