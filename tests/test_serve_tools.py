@@ -126,7 +126,7 @@ def test_a_call_cut_by_max_tokens_is_length_with_no_tool_calls(client, server):
 
 @pytest.mark.parametrize("body, param", [
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"s": {"type": "string", "pattern": "^a"}}}}}]},
+        "type": "object", "properties": {"s": {"type": "string", "minLength": -1}}}}}]},
      "tools[0].function.parameters"),
     ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name"),
     ({"tools": [{"type": "retrieval"}]}, "tools[0]"),

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from engine.reply_formats.json_grammar import Grammar, SchemaError
+from engine.reply_formats.json_grammar import Grammar, SchemaError, check_schema
 from engine.reply_formats.tools import NAME_RE, Tool
 from engine.prompt.messages import ToolCall
 
@@ -61,7 +61,9 @@ def _model_name(server: str, tool: str, taken: set[str]) -> str:
 
 def offer(mcp_tools: Sequence[Any]) -> Offer:
     """The connected servers' tools (``McpTool``: server, name, description, schema) as the
-    model's tools. A tool whose schema the call grammar cannot express is left out and named."""
+    model's tools. A tool whose schema is not valid JSON Schema (or names a ``$ref`` it lacks) is
+    left out and named; every valid one is offered (what the grammar cannot enforce, the validator
+    checks on each call)."""
     chosen: list[Offered] = []
     left_out: list[str] = []
     taken: set[str] = set()
@@ -69,6 +71,7 @@ def offer(mcp_tools: Sequence[Any]) -> Offer:
         schema = dict(t.schema) if isinstance(t.schema, Mapping) else {}
         schema.setdefault("type", "object")
         try:
+            check_schema(schema)
             Grammar().value(schema, "args")
         except SchemaError as e:
             left_out.append(f"{t.server}/{t.name}: {e}")

@@ -1,14 +1,17 @@
 """JSON Schema to GBNF, bounded, for tool-call arguments.
 
-A tool's ``parameters`` schema becomes grammar rules that accept exactly the
-JSON a validator accepts, within bounds: every string, array and free-form
-object has a maximum size (the schema's own, or the caps below), so a small
-model constrained by the grammar cannot write forever. A keyword the grammar
-cannot express (``minimum`` on a number, ``pattern``, ``not``...) raises
-``SchemaError`` naming it: a request is refused rather than a constraint
-quietly dropped. Annotations (``description``, ``title``, ``default``,
-``examples``, and formats the grammar does not know, which JSON Schema treats
-as annotations) are read past.
+A tool's ``parameters`` schema becomes grammar rules that accept the JSON a validator
+accepts, within bounds: every string, array and free-form object has a maximum size (the
+schema's own, or the caps below), so a small model constrained by the grammar cannot write
+forever. The grammar enforces types, required and optional properties, ``enum``/``const``,
+``anyOf``/``oneOf``/``allOf``, local ``$ref`` (recursive ones too), string lengths,
+patterns (regex_grammar.py) and formats, array lengths and tuples, and an integer's range
+(number_grammar.py). What no grammar can say (a number's bounds, ``multipleOf``, ``not``,
+``uniqueItems``, a pattern it cannot translate, ``oneOf``'s "exactly one"...) is listed in
+``Grammar.unchecked``: every call is validated against the whole schema anyway (tool_parser.py),
+and a call that fails is sampled again. Annotations and keywords this module does not know
+are read past, as JSON Schema says; only a schema that is not valid JSON Schema, or a
+``$ref`` that names nothing, raises ``SchemaError``.
 
 Rules are written with llama.cpp's bounded repetition (``x{0,n}``), so a cap
 costs one rule, not n nested ones. Objects write their declared properties in
@@ -21,6 +24,10 @@ import json
 import re
 from typing import Any
 
+from .number_grammar import BoundsError, integer_bounds, integer_rule, nonnegative_number
+from .regex_grammar import PatternError, pattern_rule
+from .schema_merge import MergeError, merge_all
+
 STRING_CAP = 2048     # characters in a string without its own maxLength
 ARRAY_CAP = 64        # items in an array without its own maxItems
 FREE_DEPTH = 3        # nesting of a free-form value ({"type": "object"} without properties)
@@ -29,6 +36,11 @@ FREE_STRING_CAP = 256  # characters in a free-form value's strings (keys include
 
 ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$schema", "$id", "$comment",
                          "deprecated", "readOnly", "writeOnly", "format", "strict"})
+# Keywords a grammar cannot enforce: the validator that checks every call does.
+UNCHECKED = frozenset({"not", "multipleOf", "uniqueItems", "contains", "minContains", "maxContains", "if", "then",
+                       "else", "dependentRequired", "dependentSchemas", "dependencies", "patternProperties",
+                       "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties",
+                       "unevaluatedItems", "$dynamicRef", "$recursiveRef"})
 FORMATS = {
     "date": r'[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])',
     "time": r'([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? '
@@ -36,6 +48,12 @@ FORMATS = {
     "uuid": r'[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12}',
 }
 FORMATS["date-time"] = f'{FORMATS["date"]} "T" {FORMATS["time"]}'
+FORMATS["ipv4"] = r'(("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9]? [0-9]) "."){3} ' \
+    r'("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9]? [0-9])'
+FORMATS["email"] = r'[a-zA-Z0-9._%+-]{1,64} "@" [a-zA-Z0-9-]{1,63} ("." [a-zA-Z0-9-]{1,63}){0,8} "." [a-zA-Z]{2,24}'
+FORMATS["uri"] = r'[a-zA-Z] [a-zA-Z0-9+.-]{0,31} ":" [^"\\ \x00-\x1f]{1,2000}'
+FORMATS["hostname"] = r'[a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])? ("." [a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} ' \
+    r'[a-zA-Z0-9])?){0,8}'
 
 # Shared pieces every grammar gets.
 BASE = {
@@ -47,14 +65,12 @@ BASE = {
     "jnull": '"null"',
     "jstr": f'"\\"" jchar{{0,{STRING_CAP}}} "\\""',
 }
-KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
-            "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref", "$defs",
-            "definitions", "nullable", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
 TYPES = ("string", "integer", "number", "boolean", "null", "object", "array")
 
 
 class SchemaError(ValueError):
-    """A schema the grammar cannot express; ``path`` says where (``properties.city.pattern``)."""
+    """A schema that is not valid JSON Schema (or names a ``$ref`` it does not define); ``path``
+    says where (``properties.city.$ref``)."""
 
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}" if path else message)
@@ -92,6 +108,7 @@ class Grammar:
         self.rules: dict[str, str] = dict(BASE)
         self._defs: dict[str, Any] = {}
         self._free: str | None = None
+        self.unchecked: list[str] = []  # where a keyword is left to the validator, and why
 
     def add(self, name: str, body: str) -> str:
         name = re.sub(r"[^a-zA-Z0-9-]+", "-", name).strip("-") or "r"
@@ -112,12 +129,12 @@ class Grammar:
         """A rule (its name, or an inline expression) accepting the JSON ``schema`` describes."""
         if schema is True or schema == {}:
             return self.free()
+        if schema is False:
+            raise SchemaError(path, "false accepts no value, so no call could be written")
         if not isinstance(schema, dict):
             raise SchemaError(path, f"a schema must be an object, got {type(schema).__name__}")
-        for key in schema:
-            if key not in KEYWORDS and key not in ANNOTATIONS:
-                raise SchemaError(_at(path, key), f"the JSON Schema keyword {key!r} cannot be enforced by a "
-                                                  "grammar; remove it or describe it in text")
+        for key in UNCHECKED.intersection(schema):
+            self.leave(_at(path, key), key)
         for key in ("$defs", "definitions"):
             defs = schema.get(key)
             if defs is not None:
@@ -134,14 +151,22 @@ class Grammar:
             if not isinstance(options, list) or not options:
                 raise SchemaError(_at(path, "enum"), "enum must be a non-empty list")
             return self.add(f"{name}-enum", " | ".join(json_literal(v) for v in options))
+        if "allOf" in schema:
+            try:
+                merged = merge_all(schema, path, self.definition, self.leave)
+            except MergeError as e:
+                raise SchemaError(e.path, str(e.args[0])) from None
+            return self.value(merged, name, path)
         for key in ("anyOf", "oneOf"):
             if key in schema:
                 alts = schema[key]
                 if not isinstance(alts, list) or not alts:
                     raise SchemaError(_at(path, key), f"{key} must be a non-empty list of schemas")
                 rest = {k: v for k, v in schema.items() if k != key}
-                bodies = [self.value({**rest, **a} if isinstance(a, dict) else a, f"{name}-{i}", f"{path}.{key}[{i}]")
-                          for i, a in enumerate(alts)]
+                if key == "oneOf" and len(alts) > 1:
+                    self.leave(_at(path, key), "exactly one")
+                bodies = [self.value({**rest, **a} if isinstance(a, dict) else a, f"{name}-{i}",
+                                     _at(path, f"{key}[{i}]")) for i, a in enumerate(alts)]
                 return self.add(f"{name}-any", " | ".join(bodies))
         types = schema.get("type")
         if isinstance(types, list):
@@ -156,9 +181,14 @@ class Grammar:
             alts.append("jnull")
         return alts[0] if len(alts) == 1 else self.add(f"{name}-or", " | ".join(alts))
 
-    def _ref(self, ref: Any, path: str) -> str:
+    def definition(self, ref: Any, path: str) -> Any:
+        """The schema a local ``$ref`` names (#/$defs/NAME or #/definitions/NAME)."""
         if not isinstance(ref, str) or ref not in self._defs:
             raise SchemaError(path, f"{ref!r} is not a local definition (#/$defs/NAME) of this schema")
+        return self._defs[ref]
+
+    def _ref(self, ref: Any, path: str) -> str:
+        self.definition(ref, path)
         name = "def-" + ref.rsplit("/", 1)[-1]
         if name in self.rules:
             return name
@@ -166,25 +196,19 @@ class Grammar:
         self.rules[name] = self.value(self._defs[ref], name, path)
         return name
 
+    def leave(self, where: str, what: str) -> None:
+        """Note a keyword the grammar does not enforce (the validator checks it)."""
+        note = f"{where} ({what})"
+        if note not in self.unchecked:  # a rule built twice (a fenced call's copy) notes it once
+            self.unchecked.append(note)
+
     def _typed(self, schema: dict, t: Any, name: str, path: str) -> str:
         if t not in TYPES:
             raise SchemaError(_at(path, "type"), f"unknown type {t!r}; JSON Schema types are {', '.join(TYPES)}")
-        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-            if key in schema and not (t == "integer" and key == "minimum" and schema[key] in (0, 1)
-                                      and "maximum" not in schema):
-                raise SchemaError(_at(path, key), f"{key} on a {t} cannot be enforced by a grammar "
-                                                  "(only an integer's minimum of 0 or 1 can)")
         if t == "string":
             return self._string(schema, name, path)
-        if t == "integer":
-            low = schema.get("minimum")
-            if low == 0:
-                return self.add("jint-nonneg", '"0" | [1-9] [0-9]{0,15}')
-            if low == 1:
-                return self.add("jint-pos", "[1-9] [0-9]{0,15}")
-            return "jint"
-        if t == "number":
-            return "jnum"
+        if t in ("integer", "number"):
+            return self._number(schema, t, name, path)
         if t == "boolean":
             return "jbool"
         if t == "null":
@@ -193,10 +217,36 @@ class Grammar:
             return self._array(schema, name, path)
         return self._object(schema, name, path)
 
+    def _number(self, schema: dict, t: str, name: str, path: str) -> str:
+        bounded = [k for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") if k in schema]
+        if not bounded:
+            return "jint" if t == "integer" else "jnum"
+        try:
+            lo, hi = integer_bounds(schema)
+        except BoundsError as e:
+            raise SchemaError(_at(path, bounded[0]), str(e)) from None
+        if t == "integer":
+            return self.add(f"{name}-int", integer_rule(lo, hi))
+        for key in bounded:
+            self.leave(_at(path, key), "a number's bound")
+        low = schema.get("minimum", schema.get("exclusiveMinimum"))
+        if isinstance(low, (int, float)) and not isinstance(low, bool) and low >= 0:
+            return self.add("jnum-nonneg", nonnegative_number())
+        return "jnum"
+
     def _string(self, schema: dict, name: str, path: str) -> str:
         fmt = schema.get("format")
         if fmt in FORMATS:
             return self.add(f"fmt-{fmt}", f'"\\"" {FORMATS[fmt]} "\\""')
+        if isinstance(schema.get("pattern"), str):
+            try:
+                body = pattern_rule(schema["pattern"])
+            except PatternError as e:
+                self.leave(_at(path, "pattern"), str(e))
+            else:
+                if "minLength" in schema or "maxLength" in schema:
+                    self.leave(_at(path, "maxLength"), "a length beside a pattern")
+                return self.add(f"{name}-pat", f'"\\"" {body} "\\""')
         lo, hi = _bounds(schema, "minLength", "maxLength", STRING_CAP, path)
         if (lo, hi) == (0, STRING_CAP):
             return "jstr"
@@ -210,7 +260,7 @@ class Grammar:
             if schema.get("items") not in (None, False):
                 raise SchemaError(_at(path, "items"), "items beside prefixItems cannot be enforced here; "
                                                       "set items to false")
-            parts = [self.value(s, f"{name}-{i}", f"{path}.prefixItems[{i}]") for i, s in enumerate(items)]
+            parts = [self.value(s, f"{name}-{i}", _at(path, f"prefixItems[{i}]")) for i, s in enumerate(items)]
             return self.add(f"{name}-tuple", '"[" sp ' + ' "," sp '.join(parts) + ' sp "]"')
         item = self.value(schema.get("items", True), f"{name}-item", _at(path, "items"))
         lo, hi = _bounds(schema, "minItems", "maxItems", ARRAY_CAP, path)
@@ -227,19 +277,23 @@ class Grammar:
         required = schema.get("required", [])
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
             raise SchemaError(_at(path, "required"), "required must be a list of property names")
+        extra = schema.get("additionalProperties")
         missing = [r for r in required if r not in props]
-        if missing:
-            if props or schema.get("additionalProperties") is False:
-                raise SchemaError(_at(path, "required"), f"required names {missing[0]!r}, which properties "
-                                                         "does not describe")
+        if missing and extra is False:
+            raise SchemaError(_at(path, "required"), f"required names {missing[0]!r}, which properties does not "
+                                                     "describe and additionalProperties forbids: no call could pass")
+        if missing:  # required keys that only additionalProperties describes: written with its schema
+            props = {**props, **{k: extra if isinstance(extra, dict) else True for k in missing}}
         if not props:
+            if isinstance(extra, dict) and extra:
+                return self._map(extra, name, path)
             # No parameters declared ({"properties": {}}, as a tool that takes none says) writes {};
             # only an object with no properties keyword at all is free-form.
-            free = "properties" not in schema and schema.get("additionalProperties") is not False
+            free = "properties" not in schema and extra is not False
             return self.free("object") if free else '"{" sp "}"'
         keys = list(props)
         kv = {k: self.add(f"{name}-{k}-kv", f'{json_literal(k)} sp ":" sp '
-                          f'{self.value(props[k], f"{name}-{k}", f"{path}.properties.{k}")}') for k in keys}
+                          f'{self.value(props[k], f"{name}-{k}", _at(path, f"properties.{k}"))}') for k in keys}
         need = set(required)
 
         # rest(i, first): properties from i on, ``first`` when none was written yet; each a rule,
@@ -264,6 +318,14 @@ class Grammar:
 
         inner = rest(0, True)
         return self.add(f"{name}-obj", f'"{{" sp {inner} sp "}}"' if inner else '"{" sp "}"')
+
+    def _map(self, values: dict, name: str, path: str) -> str:
+        """An object whose every key is free and every value follows ``values`` (additionalProperties)."""
+        if "fstr" not in self.rules:
+            self.free()
+        val = self.value(values, f"{name}-val", _at(path, "additionalProperties"))
+        pair = self.add(f"{name}-pair", f'fstr sp ":" sp {val}')
+        return self.add(f"{name}-map", f'"{{" sp ({pair} ("," sp {pair}){{0,{FREE_KEYS - 1}}})? sp "}}"')
 
     def free(self, kind: str = "value") -> str:
         """Any JSON value (``kind="value"``, for ``{}``) or any object (``"object"``, for a
@@ -304,3 +366,15 @@ def _bounds(schema: dict, lo_key: str, hi_key: str, cap: int, path: str) -> tupl
     if lo > hi:
         raise SchemaError(_at(path, lo_key), f"{lo_key} {lo} is above {hi_key} {hi}")
     return lo, hi
+
+
+def check_schema(schema: Any) -> None:
+    """SchemaError when ``schema`` is not valid JSON Schema (by the validator its ``$schema`` names,
+    else 2020-12's): a tool whose schema no validator could read is refused, with the reason."""
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(schema)
+    except jsonschema.SchemaError as e:
+        where = ".".join(str(p) for p in e.absolute_path)
+        raise SchemaError(where, f"not a valid JSON Schema: {e.message}") from None

@@ -6,9 +6,11 @@ opener split across pieces is held back, never shown half), then keeps the call
 section and hands out each call once it is complete: parsed, its name one of
 the tools offered, its arguments checked against the tool's JSON Schema by a
 real validator (``jsonschema``). A call that does not parse or validate raises
-``ToolCallError``: never a made-up call. A section still open when the reply
-ends (max_tokens, Stop) is no call: ``finish`` gives its text back as answer
-text, so nothing the model wrote is lost.
+``ToolCallError``: never a made-up call (the reply then samples the section again,
+decode/resample.py, or ``abandon`` gives its text back). A section still open when
+the reply ends (max_tokens, Stop) is no call: ``finish`` gives its text back as
+answer text, so nothing the model wrote is lost. ``section_start`` says where in the
+text fed the call section began.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ class ToolCallParser:
     def __init__(self, plan: ToolPlan) -> None:
         self.plan = plan
         self.syntax: ToolSyntax = plan.syntax
+        self._fenced = plan.fenced()  # auto: a call may also come as one JSON call in a ```json fence
         self._tools = {t.name: t for t in plan.tools}
         self._buf = ""            # text not yet given out (a possible opener's start)
         self._section: str | None = None  # the call section so far, from its opener on
@@ -53,9 +56,30 @@ class ToolCallParser:
         self.calls: list[ToolCall] = []
         self.closed = False       # the section ended (its closer, or every call the grammar allows)
         self._pos = 0             # where the next call starts in the section
+        self.fed = 0              # characters fed so far
+        self._abandoned = False   # the section was given up: the rest is text
+        self.section_start: int | None = None  # where the section began, in the text fed
+
+    @property
+    def in_section(self) -> bool:
+        """A call section has opened and has not ended."""
+        return self._section is not None and not self.closed
+
+    def abandon(self) -> str:
+        """Give up the section from the call that failed to its end: its text, to show as answer
+        text; from here on everything fed is text."""
+        rest = self._section[self._pos:] if self._section is not None else ""
+        self.closed = self._abandoned = True
+        self._section = self._section[:self._pos] if self._section is not None else None
+        return rest
 
     def feed(self, text: str) -> list[Parsed]:
         out: list[Parsed] = []
+        start = self.fed - len(self._buf)  # where the held text began
+        self.fed += len(text)
+        if self._abandoned:
+            out.append(Parsed("text", text))
+            return out
         if self._section is not None:
             self._section += text
             self._calls(out, final=False)
@@ -73,6 +97,7 @@ class ToolCallParser:
             if opener.startswith(lead[:len(opener)]) and len(lead) < len(opener):
                 return out
             if lead.startswith(opener):
+                self.section_start = start + len(self._buf) - len(lead)
                 self._section, self._buf = lead, ""
                 self._calls(out, final=False)
             else:
@@ -81,16 +106,44 @@ class ToolCallParser:
                 self._buf = ""
             return out
         at = self._buf.find(opener)
+        fence = self._buf.find(self._fenced.open) if self._fenced is not None else -1
+        if fence >= 0 and (at < 0 or fence < at):
+            return self._fence(out, start, fence)
         if at >= 0:
             if at:
                 out.append(Parsed("text", self._buf[:at]))
+            self.section_start = start + at
             self._section, self._buf = self._buf[at:], ""
             self._calls(out, final=False)
             return out
-        keep = held(self._buf, (opener,))
+        keep = held(self._buf, (opener,) + ((self._fenced.open,) if self._fenced is not None else ()))
         if len(self._buf) > keep:
             out.append(Parsed("text", self._buf[:len(self._buf) - keep]))
             self._buf = self._buf[len(self._buf) - keep:]
+        return out
+
+    def _fence(self, out: list[Parsed], start: int, at: int) -> list[Parsed]:
+        """A ```json fence at ``_buf[at]``: a call when it opens with ``{"name": "<a tool>"``, else text;
+        held back while it cannot be told."""
+        assert self._fenced is not None
+        names = {t.name for t in self.plan.offered()}
+        verdict = fence_call(self._buf[at:], self._fenced, names)
+        if verdict == "wait":
+            if at:
+                out.append(Parsed("text", self._buf[:at]))
+                self._buf = self._buf[at:]
+            return out
+        if verdict == "text":  # a JSON example, not a call: shown as it is
+            end = at + len(self._fenced.open)
+            out.append(Parsed("text", self._buf[:end]))
+            self._buf = self._buf[end:]
+            return out
+        if at:
+            out.append(Parsed("text", self._buf[:at]))
+        self.syntax = self._fenced
+        self.section_start = start + at
+        self._section, self._buf = self._buf[at:], ""
+        self._calls(out, final=False)
         return out
 
     def finish(self) -> tuple[list[Parsed], str]:
@@ -224,3 +277,23 @@ def check_arguments(tool: Tool, args: dict[str, Any]) -> None:
                             f"{e.message}") from None
     except jsonschema.SchemaError as e:
         raise ToolCallError(f"the schema of {tool.name!r} is not a valid JSON Schema: {e.message}") from None
+
+
+_FENCE_HEAD = re.compile(r'\s*\{\s*"([^"]*)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def fence_call(text: str, fenced: ToolSyntax, names: set[str]) -> str:
+    """Whether ``text`` (from a fence on) opens a call: "call" (``{"name": "<one of names>"``),
+    "text" (anything else: a JSON example stays text) or "wait" (it could still become a call)."""
+    body = text[len(fenced.open):]
+    m = _FENCE_HEAD.match(body)
+    if m is not None:
+        return "call" if m.group(1) == fenced.name_key and m.group(2) in names else "text"
+    squeezed = re.sub(r"\s+", "", body)  # white space is free between the head's pieces
+    head = '{"' + fenced.name_key + '":"'
+    if len(squeezed) <= len(head):
+        return "wait" if head.startswith(squeezed) else "text"
+    if not squeezed.startswith(head):
+        return "text"
+    partial = squeezed[len(head):]
+    return "wait" if any(n.startswith(partial) for n in names) else "text"

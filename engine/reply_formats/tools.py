@@ -24,14 +24,15 @@ import json
 import re
 import secrets
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
 
-from .json_grammar import Grammar, SchemaError, json_literal, literal
+from .json_grammar import Grammar, SchemaError, check_schema, json_literal, literal
 
 Body = Literal["json", "name-args", "kv"]
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_PARALLEL = 8   # calls in one reply, where the family can write several
+FENCE_CLOSE = "```"
 KV_VALUE_CAP = 2048
 
 
@@ -63,6 +64,7 @@ class ToolSyntax:
     id_style: str = "openai"
     at_start: bool = False
     id_in_call: bool = False         # the call object may carry its own ``"id"`` (Mistral's template writes it)
+    fence: str = ""                  # auto only: a call may also be one JSON call in this fence (```json ... ```)
     markers: tuple[str, ...] = ()   # what the template's source must hold
     absent: tuple[str, ...] = ()    # ...and must not
 
@@ -76,7 +78,7 @@ SYNTAXES: tuple[ToolSyntax, ...] = (
     ToolSyntax("glm", open="<tool_call>", call_close="</tool_call>", join="\n<tool_call>", body="kv",
                markers=("<arg_key>",)),
     ToolSyntax("hermes", open="<tool_call>", call_open="\n", call_close="\n</tool_call>",
-               join="\n<tool_call>", markers=("<tool_call>",), absent=("<function=", "<arg_key>")),
+               join="\n<tool_call>", fence="```json", markers=("<tool_call>",), absent=("<function=", "<arg_key>")),
     ToolSyntax("deepseek", open="<｜tool▁calls▁begin｜>", close="<｜tool▁calls▁end｜>",
                call_open="<｜tool▁call▁begin｜>", call_close="<｜tool▁call▁end｜>",
                body="name-args", args_sep="<｜tool▁sep｜>",
@@ -128,6 +130,7 @@ class Tool:
     parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     description: str = ""
     schema_at: str = field(default="", compare=False)
+    strict: bool = False  # OpenAI's structured outputs: its schema rules apply (strict_problem)
 
     def at(self, i: int, key: str = "parameters") -> str:
         """The request's field for this tool's ``key`` (``parameters`` or ``name``)."""
@@ -139,6 +142,8 @@ class Tool:
         fn: dict[str, Any] = {"name": self.name, "parameters": dict(self.parameters)}
         if self.description:
             fn["description"] = self.description
+        if self.strict:
+            fn["strict"] = True
         return {"type": "function", "function": fn}
 
 
@@ -208,11 +213,34 @@ class ToolPlan:
             return ()
         if self.syntax.at_start:
             return (r"^\s*(" + re.escape(self.syntax.open) + r')[\s\S]*$',)
-        return ("(" + re.escape(self.syntax.open) + ")",)
+        out: tuple[str, ...] = ("(" + re.escape(self.syntax.open) + ")",)
+        if self.syntax.fence:  # a fenced call only when it names one of the tools: other JSON stays free
+            names = "|".join(re.escape(t.name) for t in self.offered())
+            ws = r"[ \t\n]{0,8}"  # as the grammar's fenced head allows (ws), so it reads what fired it
+            out += ("(" + re.escape(self.syntax.fence) + r"[ \t\n]{0,4}\{" + ws + '"' + re.escape(self.syntax.name_key)
+                    + '"' + ws + ":" + ws + '"(?:' + names + ')")',)
+        return out
+
+    def fenced(self) -> ToolSyntax | None:
+        """The syntax of a fenced call (``syntax.fence``), where the model may write one: auto only."""
+        s = self.syntax
+        if not (self.lazy and s.fence):
+            return None
+        return ToolSyntax(f"{s.name}-fenced", open=s.fence, call_close=FENCE_CLOSE, parallel=False,
+                          name_key=s.name_key, args_key=s.args_key)
 
     def grammar(self) -> str:
-        """GBNF for the whole call section, from its opener on; raises ToolError naming a schema
-        feature the grammar cannot express."""
+        """GBNF for the whole call section, from its opener on; raises ToolError for a schema that is
+        not valid JSON Schema, names a ``$ref`` it lacks, or breaks OpenAI's strict rules where the
+        tool asked for them. What the grammar leaves to the validator is in ``unchecked()``."""
+        return self._built()[0]
+
+    def unchecked(self) -> list[str]:
+        """The schema keywords (with where they are) that the grammar does not enforce: every call is
+        validated against them, and a call that fails is drawn again (decode/resample.py)."""
+        return self._built()[1]
+
+    def _built(self) -> tuple[str, list[str]]:
         g = Grammar()
         s = self.syntax
         alts = []
@@ -220,6 +248,10 @@ class ToolPlan:
             if t not in self.offered():
                 continue
             try:
+                check_schema(dict(t.parameters))
+                why = strict_problem(dict(t.parameters)) if t.strict else None
+                if why is not None:
+                    raise ToolError(f"{t.at(i)}: invalid schema for the strict function {t.name!r}: {why}", t.at(i))
                 alts.append(self._call(g, s, t, i))
             except SchemaError as e:
                 raise ToolError(f"{t.at(i)}.{e.path}: {str(e).split(': ', 1)[-1]}"
@@ -230,10 +262,18 @@ class ToolPlan:
         body = f"{first} ({more}){{0,{MAX_PARALLEL - 1}}}" if self.many else first
         if s.close:
             body += f" {literal(s.close)}"
-        lead = '[ \\n]{0,2} ' if not self.lazy else ""
-        return g.text(f"{lead}{body}")
+        fenced = self.fenced()
+        if fenced is not None:  # one call, as the fenced trigger left it: the same call JSON between the fences
+            inner = replace(fenced, call_close="")
+            g.rules["ws"] = "[ \\t\\n]{0,8}"  # the head as the trigger matched it: any white space
+            bare = [self._call(g, inner, t, i, "ws") for i, t in enumerate(self.tools) if t in self.offered()]
+            body = f'({body}) | {literal(fenced.open)} [ \\t\\n]{{0,4}} ({" | ".join(bare)}) [ \\t\\n]{{0,4}} ' \
+                   f'{literal(FENCE_CLOSE)}'
 
-    def _call(self, g: Grammar, s: ToolSyntax, t: Tool, i: int) -> str:
+        lead = '[ \\n]{0,2} ' if not self.lazy else ""
+        return g.text(f"{lead}{body}"), g.unchecked
+
+    def _call(self, g: Grammar, s: ToolSyntax, t: Tool, i: int, space: str = "sp") -> str:
         name = f"t{i}"
         pre = literal(s.call_open) + " " if s.call_open else ""
         post = " " + literal(s.call_close) if s.call_close else ""
@@ -242,8 +282,8 @@ class ToolPlan:
         args = g.value(dict(t.parameters), f"{name}-args")
         if s.body == "name-args":
             return g.add(f"{name}-call", f"{pre}{literal(t.name)} {literal(s.args_sep)} {args}{post}")
-        head = f'"{{" sp {json_literal(s.name_key)} sp ":" sp {json_literal(t.name)} sp "," sp ' \
-               f'{json_literal(s.args_key)} sp ":" sp'
+        head = f'"{{" {space} {json_literal(s.name_key)} {space} ":" {space} {json_literal(t.name)} {space} "," ' \
+               f'{space} {json_literal(s.args_key)} {space} ":" {space}'
         own_id = ' ("," sp "\\"id\\"" sp ":" sp "\\"" [a-zA-Z0-9]{9} "\\"")?' if s.id_in_call else ""
         return g.add(f"{name}-call", f'{pre}{head} {args}{own_id} sp "}}"{post}')
 
@@ -287,7 +327,7 @@ def parse_arguments(syntax: ToolSyntax, tool: Tool | None, raw: str) -> dict[str
 def check_tool(fn: Any, at: str, schema_key: str = "parameters") -> Tool:
     """One tool's ``{name, description, <schema_key>}`` (``at``: where the request has it, as
     ``tools[0].function``) as a Tool; a bad shape raises ToolError naming the field."""
-    name, params, desc = fn.get("name"), fn.get(schema_key), fn.get("description")
+    name, params, desc, strict = fn.get("name"), fn.get(schema_key), fn.get("description"), fn.get("strict", False)
     if not isinstance(name, str):
         raise ToolError(f"{at}.name must be text", f"{at}.name")
     if params is None:
@@ -298,7 +338,11 @@ def check_tool(fn: Any, at: str, schema_key: str = "parameters") -> Tool:
         desc = ""
     if not isinstance(desc, str):
         raise ToolError(f"{at}.description must be text", f"{at}.description")
-    return Tool(name, params, desc, schema_at=f"{at}.{schema_key}")
+    if strict is None:
+        strict = False
+    if not isinstance(strict, bool):
+        raise ToolError(f"{at}.strict must be true or false", f"{at}.strict")
+    return Tool(name, params, desc, schema_at=f"{at}.{schema_key}", strict=strict)
 
 
 def tools_from_openai(raw: Any, *, flat: bool = False) -> tuple[Tool, ...]:
@@ -315,3 +359,41 @@ def tools_from_openai(raw: Any, *, flat: bool = False) -> tuple[Tool, ...]:
             raise ToolError(f"tools[{i}] must be {shape}", f"tools[{i}]")
         out.append(check_tool(fn, f"tools[{i}]" if flat else f"tools[{i}].function"))
     return tuple(out)
+
+
+# OpenAI's structured outputs take a subset of JSON Schema; a strict tool outside it is refused, as OpenAI does.
+STRICT_UNSUPPORTED = ("allOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                      "patternProperties", "propertyNames", "unevaluatedProperties", "minProperties",
+                      "maxProperties", "contains", "uniqueItems")
+
+
+def strict_problem(schema: Any, context: tuple[str, ...] = ()) -> str | None:
+    """Why ``schema`` breaks OpenAI's rules for a strict function (every object closed with
+    ``additionalProperties: false`` and listing all its properties in ``required``, the root an
+    object, no keyword outside the subset), or None."""
+    if not context and (not isinstance(schema, dict) or schema.get("type") != "object"):
+        return "the root must be an object (type 'object')"
+    if not isinstance(schema, dict):
+        return None
+    where = f"In context={context}, " if context else ""
+    for key in STRICT_UNSUPPORTED:
+        if key in schema:
+            return f"{where}{key!r} is not permitted"
+    if schema.get("type") == "object" or "properties" in schema:
+        if schema.get("additionalProperties") is not False:
+            return f"{where}'additionalProperties' is required to be supplied and to be false"
+        missing = [k for k in schema.get("properties", {}) if k not in (schema.get("required") or [])]
+        if missing:
+            return f"{where}'required' is required to include every key in properties; missing {missing[0]!r}"
+    for key in ("properties", "$defs", "definitions"):
+        for name, sub in (schema.get(key) or {}).items():
+            why = strict_problem(sub, (*context, key, name))
+            if why:
+                return why
+    for key in ("items", "anyOf", "prefixItems"):
+        subs = schema.get(key)
+        for j, sub in enumerate(subs if isinstance(subs, list) else [subs] if isinstance(subs, dict) else []):
+            why = strict_problem(sub, (*context, key, str(j)) if isinstance(subs, list) else (*context, key))
+            if why:
+                return why
+    return None
