@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Generator, Mapping, Sequence
 
-from .backends.base import Backend, TokenConstraint
+import numpy as np
+
+from .backends.base import Backend
 from .backends.open import DEFAULT_CTX, open_backend
 from .config import EngineConfig
 from .decode.batch import BatchSession
@@ -22,6 +24,7 @@ from .decode.constraint import ConstrainedSampler
 from .decode.generate import Steering, generate_step, no_steps
 from .decode.metrics import GenerationStats
 from .decode.prepare import Prepared, prepare_request
+from .decode.resample import SequenceRewind
 from .decode.sampling import Sampler
 from .decode.stream import Steps, stream_tokens
 from .decode.timeline import NO_TIMELINE, Recorder
@@ -267,7 +270,6 @@ class Engine:
                 "start a new conversation, shorten the message, or raise the context length")
         history = list(prompt)
         stats = GenerationStats(backend=b.name, n_ctx=b.n_ctx, dropped_messages=req.dropped)
-        sampler = rec.make_sampler(params)
         # A grammar is checked before any KV work; it runs on plain steps only
         # (rejected drafts would have to rewind its parse state), and so does a
         # thinking budget (its closing tokens are fed between two plain steps).
@@ -276,6 +278,11 @@ class Engine:
         # forced past it; an answer-scoped one pauses while the reply is inside its reasoning (steer.free).
         whole = constraint is not None and params.grammar_scope == "reply"
         steer = Steering() if req.layout is not None and not whole else None
+        base = rec.make_sampler(params)
+        # The grammar shapes the answer only: steer.free pauses it inside the reasoning.
+        sampler = base if constraint is None else ConstrainedSampler(base, constraint, steer)
+        # A tool call that fails its schema is drawn again from its section's start (decode/resample.py).
+        rewind = SequenceRewind(b, len(prompt), history, sampler, params, steer) if req.tools is not None else None
         keep = 0
         try:
             try:
@@ -288,12 +295,12 @@ class Engine:
             except Cancelled:
                 steps, spec = no_steps(), None
             else:
-                steps, spec = self._steps(prompt, sampler, history, constraint, steer,
+                steps, spec = self._steps(prompt, base, sampler, history, steer,
                                           budgeted=steer is not None and params.reasoning_budget is not None)
             yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
                                      stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec, timeline=rec,
                                      t_prefill=t_prefill, layout=req.layout, opened=req.opened,
-                                     steer=steer if spec is None else None, tools=req.tools)
+                                     steer=steer if spec is None else None, tools=req.tools, rewind=rewind)
         finally:
             # Whatever happened (stop, cancel, error, abandoned generator), record
             # what the KV really holds so the next request can reuse it safely.
@@ -301,16 +308,14 @@ class Engine:
             if constraint is not None:
                 constraint.close()
 
-    def _steps(self, prompt: list[int], sampler: Sampler, history: list[int], constraint: TokenConstraint | None,
-               steer: Steering | None, *, budgeted: bool) -> tuple[Steps, SpecStats | None]:
-        """The reply's one step generator, chosen once: plain under a grammar or a thinking budget
-        (the grammar shapes the answer only: steer.free pauses it inside the reasoning), else
-        speculative where the engine speculates."""
+    def _steps(self, prompt: list[int], base: Sampler, sampler: Callable[[Sequence[int], np.ndarray], int],
+               history: list[int], steer: Steering | None, *, budgeted: bool) -> tuple[Steps, SpecStats | None]:
+        """The reply's one step generator, chosen once: plain under a grammar (``sampler`` then
+        carries it over ``base``) or a thinking budget, else speculative where the engine speculates."""
         pending = prompt[self.backend.kv_len:]
-        if constraint is not None:
-            return generate_step(self.backend, pending, ConstrainedSampler(sampler, constraint, steer),
-                                 history, steer), None
-        chosen = None if budgeted else self.speculation.steps(pending, sampler, history,
+        if sampler is not base:
+            return generate_step(self.backend, pending, sampler, history, steer), None
+        chosen = None if budgeted else self.speculation.steps(pending, base, history,
                                                               sees_images=has_media(prompt))
         if chosen is None:
             return generate_step(self.backend, pending, sampler, history, steer), None

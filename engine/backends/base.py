@@ -23,6 +23,9 @@ class TokenConstraint(Protocol):
     def accept(self, token: int) -> None:
         """Advance past ``token``."""
 
+    def reset(self) -> None:
+        """Back to the start, as if no token had been accepted."""
+
     def close(self) -> None:
         """Free the constraint's native state."""
 

@@ -16,10 +16,9 @@ the decode thread only decodes and samples. A request is anything with the
 """
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 from ..errors import HearthError, PromptTooLongError
 from ..kv.slots import SlotTable
@@ -29,8 +28,10 @@ from ..reply_formats import Layout
 from ..reply_formats.tools import ToolPlan
 from ..types import SamplingParams, StreamEvent
 from .constraint import ConstrainedSampler
+from .feed import Feed
 from .metrics import GenerationStats, openai_finish_reason
 from .prepare import Prepared, prepare_request
+from .resample import resample_params
 from .sampling import make_sampler
 from .stream import FINISH_CHAR_TOKENS, stream_tokens
 
@@ -62,37 +63,6 @@ class BatchClient(Protocol):
     def post_stream(self, events: Iterator[StreamEvent], end_reason: Callable[[], str | None]) -> None: ...
 
 
-class Feed:
-    """The token queue between the decode thread and one reader's stream_tokens."""
-
-    def __init__(self) -> None:
-        self.q: queue.SimpleQueue = queue.SimpleQueue()
-        self.closed = threading.Event()     # the reader stopped (stop string, max_tokens, disconnect)
-        self.end_reason: str | None = None  # why the decode thread ended the stream early
-
-    def steps(self) -> Generator[tuple[int, bool], None, None]:
-        """A step generator (generate_step's yield shape) that blocks for each token."""
-        try:
-            while True:
-                item = self.q.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item, False
-        finally:
-            self.closed.set()
-
-    def end(self, reason: str | BaseException | None) -> None:
-        """No more tokens: ``reason`` overrides the reader's finish reason
-        (None: the reader ended it itself), or an error to raise there."""
-        if isinstance(reason, BaseException):
-            self.q.put(reason)
-        else:
-            self.end_reason = reason
-            self.q.put(None)
-
-
 class Slot:
     """One sequence of the batch context and the request it is serving."""
 
@@ -108,9 +78,13 @@ class Slot:
         self.eos: frozenset[int] = frozenset()
         self.sampler: ConstrainedSampler | Callable | None = None
         self.constraint: TokenConstraint | None = None
+        self.params = SamplingParams()
         self.feed = Feed()
         self.wait_for: tuple[Slot, int] | None = None  # (slot reading our prefix, its length)
         self.t_admit = self.t_first = 0.0
+        self.epoch = 0             # the draw being decoded (a failed tool call's section drawn again)
+        self.rewindable = False    # tools are offered: the slot waits for its reader before it is freed
+        self.draining = False      # decoding ended; the reader may still ask for a draw again
 
     @property
     def kv(self) -> list[int]:
@@ -119,7 +93,7 @@ class Slot:
 
     @property
     def prefilling(self) -> bool:
-        return self.client is not None and self.next_tok is None
+        return self.client is not None and self.next_tok is None and not self.draining
 
 
 class BatchRunner:
@@ -132,6 +106,7 @@ class BatchRunner:
         self.prefill_chunk = prefill_chunk
         self.table = SlotTable(batch.n_seq)
         self.slots = [Slot(i, self.table) for i in range(batch.n_seq)]
+        self.wake: Callable[[], None] = lambda: None  # a reader closed its feed or asked for a draw again
 
     # -- admission ----------------------------------------------------------------
 
@@ -140,6 +115,12 @@ class BatchRunner:
 
     def active(self) -> list[Slot]:
         return [s for s in self.slots if s.client is not None]
+
+    def busy(self) -> bool:
+        """Whether a step has anything to do: a sequence decoding or reading its prompt, or one that
+        ended and whose reader closed its feed or asked for a draw again."""
+        return any(s.client is not None and (not s.draining or s.feed.closed.is_set() or not s.feed.rewinds.empty())
+                   for s in self.slots)
 
     def admit(self, client: BatchClient, req: Prepared) -> None:
         """Give ``client`` a free slot for ``req``; its events start flowing through the client.
@@ -169,7 +150,8 @@ class BatchRunner:
         sampler = make_sampler(params)
         dst.constraint = constraint
         dst.sampler = sampler if constraint is None else ConstrainedSampler(sampler, constraint)
-        dst.feed = Feed()
+        dst.params, dst.epoch, dst.draining, dst.rewindable = params, 0, False, req.tools is not None
+        dst.feed = Feed(lambda: self.wake())
         dst.t_admit = time.perf_counter()
         t = client.times
         t.queue_wait_s = dst.t_admit - client.submitted
@@ -179,7 +161,8 @@ class BatchRunner:
                                 queue_wait_ms=t.queue_wait_s * 1e3)
         events = stream_tokens(self.backend, dst.feed.steps(), prompt_len=len(prompt), cached=len(dst.kv),
                                params=params, stats=stats, t_start=dst.t_admit, cancel=client.cancel_flag,
-                               layout=req.layout, opened=req.opened, tools=req.tools)
+                               layout=req.layout, opened=req.opened, tools=req.tools,
+                               rewind=dst.feed if dst.rewindable else None)
         feed = dst.feed
         client.post_stream(events, lambda: feed.end_reason)
 
@@ -194,8 +177,12 @@ class BatchRunner:
         ``decode_only``). Returns how many tokens were computed."""
         for s in self.active():
             assert s.client is not None
+            while not s.feed.rewinds.empty() and not s.client.cancel_flag.is_set():
+                self._rewind(s, *s.feed.rewinds.get())
             if s.client.cancel_flag.is_set():
                 self._end(s, "cancelled")
+            elif s.feed.closed.is_set() and s.draining:
+                self._release(s)
             elif s.feed.closed.is_set():
                 self._end(s, None)
         rows: list[tuple[Slot, list[int], int, bool]] = [
@@ -256,7 +243,7 @@ class BatchRunner:
             s.t_first = now
             times.prefill_s = now - s.t_admit
         times.decode_s = now - s.t_first
-        s.feed.q.put(tok)
+        s.feed.put(s.epoch, tok)
         if tok in s.eos or s.generated >= s.limit:
             self._end(s, None)
         elif len(s.kv) + 1 > self.slot_ctx:
@@ -264,15 +251,42 @@ class BatchRunner:
         else:
             s.next_tok = tok
 
+    def _rewind(self, s: Slot, kept: int, draw: int, epoch: int) -> None:
+        """Draw a failed tool call's section again: keep the reply's first ``kept`` tokens, cut the KV
+        back, set the grammar back, and sample on (decode/resample.py)."""
+        keep = len(s.prompt) + kept
+        del s.history[keep:]
+        s.generated = kept
+        if len(s.kv) > keep - 1:
+            self.batch.seq_rm(s.seq, keep - 1)
+            self.table.cut(s.seq, keep - 1)
+        s.next_tok = s.history[-1]  # fed again: its logits start the new draw
+        inner = make_sampler(resample_params(s.params, draw))
+        if isinstance(s.sampler, ConstrainedSampler):
+            s.sampler.rewind(keep, inner)
+        else:
+            s.sampler = inner
+        s.epoch, s.draining = epoch, False
+
     def _end(self, s: Slot, reason: str | BaseException | None) -> None:
-        """The slot's request is over; unless cancelled, its KV stays for the next prompt to share."""
-        s.feed.end(reason)
+        """The slot's request is over; unless cancelled, its KV stays for the next prompt to share.
+        A request with tools keeps its slot until its reader is done: it may ask for a failed call
+        to be drawn again."""
+        s.feed.end(s.epoch, reason)
         if reason == "cancelled":  # a client that left: its cells go back to the others
             self.batch.seq_rm(s.seq, 0)
             self.table.cut(s.seq, 0)
         if reason is not None and s.client is not None:  # known now, even before the reader sees it
             s.client.times.finish_reason = ("error" if isinstance(reason, BaseException)
                                             else openai_finish_reason(reason))
+        if s.rewindable and reason in (None, "context_full") and not s.feed.closed.is_set():
+            s.draining, s.next_tok, s.wait_for = True, None, None
+            return
+        self._release(s)
+
+    def _release(self, s: Slot) -> None:
+        """The slot is free for another request."""
+        s.draining = False
         if s.constraint is not None:
             s.constraint.close()
             s.constraint = None
@@ -315,6 +329,13 @@ class BatchSession:
 
     def active(self) -> list[Slot]:
         return self.runner.active()
+
+    def busy(self) -> bool:
+        return self.runner.busy()
+
+    def on_wake(self, wake: Callable[[], None]) -> None:
+        """``wake()`` is called when a reader closes its feed or asks for a draw again (from its thread)."""
+        self.runner.wake = wake
 
     def step(self, *, decode_only: bool = False) -> int:
         return self.runner.step(decode_only=decode_only)

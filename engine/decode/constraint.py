@@ -49,13 +49,23 @@ class ConstrainedSampler:
     the reply's start (a grammar may write the open tag itself).
     """
 
-    __slots__ = ("inner", "constraint", "gate")
+    __slots__ = ("inner", "constraint", "gate", "accepted")
 
     def __init__(self, inner: Callable[[Sequence[int], np.ndarray], int], constraint: TokenConstraint,
                  gate: Gate | None = None) -> None:
         self.inner = inner
         self.constraint = constraint
         self.gate = gate
+        self.accepted: list[tuple[int, int]] = []  # (position, token) of every token the constraint took
+
+    def rewind(self, position: int, inner: Callable[[Sequence[int], np.ndarray], int]) -> None:
+        """Back to the constraint's state before ``position`` (the grammar reset, then fed again the
+        tokens it took before it), sampling with ``inner`` from here on."""
+        self.accepted = [(p, t) for p, t in self.accepted if p < position]
+        self.constraint.reset()
+        for _p, t in self.accepted:
+            self.constraint.accept(t)
+        self.inner = inner
 
     def __call__(self, history: Sequence[int], logits: np.ndarray) -> int:
         gate = self.gate
@@ -68,6 +78,7 @@ class ConstrainedSampler:
                     return tok
         tok = self.inner(history, self.constraint.mask(logits))
         self.constraint.accept(tok)
+        self.accepted.append((len(history), tok))
         if gate is not None:
             gate.opening = None  # the grammar wrote the reply's start: it owns what the block's tags are
         return tok

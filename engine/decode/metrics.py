@@ -86,6 +86,7 @@ class GenerationStats:
     reasoning_tok_s: float = 0.0
     answer_tok_s: float = 0.0
     notes: list[str] = field(default_factory=list)  # sentences for the user (a thinking budget's close)
+    tool_resamples: int = 0      # tool-call sections sampled again after a call failed its schema
     # -- the timeline: where the time went (engine/timeline.py records it) --
     timed: bool = False          # the fields below were recorded for this reply
     template_ms: float = 0.0     # rendering the chat template

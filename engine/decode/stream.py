@@ -4,9 +4,11 @@
 (plain, speculative, or a batched sequence's feed) through four stages, each a
 small object that a test can drive alone:
 
-- :class:`ReplyEvents`: each token's text becomes reasoning, answer and tool-call
-  events (the family's layout parsed once, calls split from the answer), and the
-  moments the first text and the first answer text came;
+- :class:`ReplyEvents` (reply_events.py): each token's text becomes reasoning, answer and tool-call
+  events (the family's layout parsed once, calls split from the answer and given out
+  once their section is whole), and the moments the first text and the first answer
+  text came; a call that fails its schema sends the reply back to its section's start
+  (decode/resample.py) a few times before its text is given back as text;
 - :class:`ThinkingBudget`: the most reasoning tokens a reply may spend, after which
   the family's closing text is fed to the model, read, not sampled;
 - :class:`StopRules`: end of generation, ``max_tokens`` (finishing a cut character),
@@ -26,17 +28,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, Sequence
 
-from ..reply_formats import Layout, ReasoningParser, force_close
-from ..reply_formats.parser import MARKUP, TEXT as PARSED_TEXT, Event, ReplySummary
-from ..reply_formats.tool_parser import Parsed, ToolCallParser
+from ..reply_formats import Layout, force_close
+from ..reply_formats.parser import ReplySummary
 from ..reply_formats.tools import ToolPlan
-from ..prompt.messages import ToolCall, ToolCallDelta
-from ..types import TEXT, SamplingParams, StreamEvent
+from ..types import SamplingParams, StreamEvent
 from .detokenize import IncrementalDetokenizer
 from .generate import Steering
 from .metrics import GenerationStats
+from .reply_events import ReplyEvents
+from .resample import Redraws, Rewind
 from .timeline import NO_TIMELINE, Recorder
 
 if TYPE_CHECKING:
@@ -45,95 +48,6 @@ if TYPE_CHECKING:
 
 Steps = Generator[tuple[int, bool], None, None]
 FINISH_CHAR_TOKENS = 3  # byte tokens a reply may run past max_tokens to complete its last character
-
-
-class ReplyEvents:
-    """A reply's text as events: reasoning apart from the answer, tool calls apart from text.
-
-    ``layout``: the model's reasoning layout (None: every token is answer text);
-    ``opened``: the prompt already opened the block (``opens_in_prompt``). ``tools``: the
-    request's tools; the answer then goes through a ToolCallParser and complete calls come
-    out as "tool_call" events. ``steer``: told when the reply leaves a Harmony header that
-    opens no analysis (its grammar starts there) and when it can no longer open a block.
-    """
-
-    def __init__(self, stats: GenerationStats, t_start: float, *, layout: Layout | None = None,
-                 opened: bool = False, tools: ToolPlan | None = None, steer: Steering | None = None) -> None:
-        self.stats = stats
-        self.t_start = t_start
-        self.steer = steer
-        self.parser = ReasoningParser(layout, in_reasoning=opened)
-        self.calls = ToolCallParser(tools) if tools is not None else None
-        self.answer: list[str] = []  # the answer's text pieces, once tool calls are split out
-        self.t_first_text: float | None = None
-        self.t_first_answer: float | None = None
-
-    @property
-    def in_reasoning(self) -> bool:
-        return self.parser.in_reasoning
-
-    def feed(self, piece: str, *, count: bool = True) -> Iterator[StreamEvent]:
-        """The events of one token's text (``count``: it is a token of the reply, not a flushed tail)."""
-        return self._events(self.parser.feed(-1, piece, count=count))
-
-    def finish(self) -> Iterator[StreamEvent]:
-        """The events of whatever the parser held back until the end."""
-        return self._events(self.parser.finish())
-
-    def settle(self, reason: str) -> tuple[list[StreamEvent], str, str, tuple[ToolCall, ...]]:
-        """The stream ended with ``reason``: the last tool-call events, the answer text, the finish
-        reason (a reply that ends with complete calls ends "tool_calls") and the calls made. A call
-        cut short (max_tokens, Stop) is no call: its text stays answer text."""
-        text = self.parser.summary.text
-        if self.calls is None:
-            return [], text, reason, ()
-        rest, cut = self.calls.finish()
-        tail = list(self._split_calls(rest))
-        if self.calls.calls and not cut and reason in ("eos", "stop_string"):
-            return tail, "".join(self.answer), "tool_calls", tuple(self.calls.calls)
-        return tail, "".join(self.answer), reason, ()
-
-    @property
-    def summary(self) -> ReplySummary:
-        return self.parser.summary
-
-    def _events(self, parsed: Iterable[Event]) -> Iterator[StreamEvent]:
-        steer, stats = self.steer, self.stats
-        for kind, text in parsed:
-            if kind == MARKUP:
-                if steer is not None and steer.free and not self.parser.in_reasoning and \
-                        text.endswith("<|message|>"):
-                    steer.free = False  # a Harmony header that opens no analysis: the answer's grammar starts
-                continue
-            if steer is not None:
-                steer.opening = None
-            now = time.perf_counter()
-            if self.t_first_text is None:
-                self.t_first_text = now
-                stats.ttft_ms = (now - self.t_start) * 1e3 + stats.queue_wait_ms
-            if kind == PARSED_TEXT:
-                if self.t_first_answer is None:
-                    self.t_first_answer = now
-                    stats.ttft_answer_ms = (now - self.t_start) * 1e3 + stats.queue_wait_ms
-                if self.calls is None:
-                    yield StreamEvent(TEXT, text, stats=stats)
-                else:
-                    yield from self._split_calls(self.calls.feed(text))
-            else:
-                yield StreamEvent("reasoning", text, stats=stats)
-
-    def _split_calls(self, parsed: Iterable[Parsed]) -> Iterator[StreamEvent]:
-        calls = self.calls
-        assert calls is not None
-        for p in parsed:
-            if p.kind == "call":
-                c = p.call
-                assert c is not None  # a "call" piece carries its call
-                yield StreamEvent("tool_call", stats=self.stats,
-                                  tool_call=ToolCallDelta(calls.calls.index(c), c.id, c.name, c.arguments))
-            elif p.text:
-                self.answer.append(p.text)
-                yield StreamEvent(TEXT, p.text, stats=self.stats)
 
 
 class ThinkingBudget:
@@ -304,7 +218,8 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
                   cancel: threading.Event | None = None, spec_stats: "SpecStats | None" = None,
                   timeline: Recorder = NO_TIMELINE, t_prefill: float | None = None,
                   layout: Layout | None = None, opened: bool = False,
-                  steer: Steering | None = None, tools: ToolPlan | None = None) -> Iterator[StreamEvent]:
+                  steer: Steering | None = None, tools: ToolPlan | None = None,
+                  rewind: Rewind | None = None) -> Iterator[StreamEvent]:
     """Turn a token generator into text events, applying every stop rule.
 
     Works for any step generator with the ``generate_step`` yield shape, so
@@ -312,14 +227,13 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
     plain ones when it records nothing: the loop is the same either way. Every
     event carries ``stats``: on a delta it is the record so far, its live figures
     kept current (``stats.live()``), so no caller counts tokens or times the stream.
-    ``layout``/``opened``/``tools``: as :class:`ReplyEvents`. ``steer``: the reply's link
-    to its step generator and sampler; without it a ``params.reasoning_budget`` cannot
-    close the block (the stats say so).
+    ``layout``/``opened``/``tools``: as :class:`ReplyEvents`. ``steer``: the reply's link to its step
+    generator and sampler; without it a ``params.reasoning_budget`` cannot close the block (the
+    stats say so). ``rewind``: how to draw a failed tool call again (decode/resample.py).
     """
-    events = ReplyEvents(stats, t_start, layout=layout, opened=opened, tools=tools, steer=steer)
     piece_bytes = markup_bytes(backend, layout)
-    detok = IncrementalDetokenizer(piece_bytes, params.stop)
-    push = timeline.timed(detok.push)
+    text = TextStages(stats, t_start, layout, opened, tools, steer, piece_bytes, params.stop, timeline)
+    events, detok, push = text.start()
     budget = ThinkingBudget(backend, layout, params, steer, stats)
     rules = StopRules(backend, params, prompt_len, cancel)
     clock = StatsClock(stats, prompt_len=prompt_len, cached=cached, t_start=t_start, t_prefill=t_prefill,
@@ -331,12 +245,17 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
             steer.watch_opening(layout.open, piece_bytes)
     generated: list[int] = []
     reason = "max_tokens"
+    redraws = Redraws(rewind, stats)
     try:
         if budget.spent_at_start(events.in_reasoning, rules.room(0)):
             yield from budget.close(generated, push, events)
             if not channels:
                 steer.free = events.in_reasoning  # type: ignore[union-attr]  # a budget is applied with a steer
-        for tok, _from_draft in steps:
+        while True:
+            try:
+                tok, _from_draft = next(steps)
+            except StopIteration:
+                break
             generated.append(tok)
             clock.tick(len(generated))
             if tok in rules.eos:
@@ -344,6 +263,14 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
                 break
             piece = push(tok)
             yield from events.feed(piece)
+            if events.failed is not None:
+                if redraws.left():  # the failed call's section drawn again, from where it began
+                    kept = events.rewind_point()
+                    steps = redraws.again(steps, kept)
+                    del generated[kept:]
+                    events, detok, push = text.start(events, generated)
+                    continue
+                yield from events.give_up()
             if detok.stopped:
                 reason = "stop_string"
                 break
@@ -364,18 +291,58 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
         steps.close()
     if not generated and cancel is not None and cancel.is_set():
         reason = "cancelled"  # stopped before the first token (during the prompt's prefill)
+    yield from _closing(events, detok, timeline, reason)
+    yield from _final(events, detok, clock, reason, generated, spec_stats, backend.kv_len)
+
+
+def _closing(events: ReplyEvents, detok: IncrementalDetokenizer, timeline: Recorder,
+             reason: str) -> Iterator[StreamEvent]:
+    """The text held back at the end (a partial stop string that never completed), then the parsers' last events."""
     tail = timeline.timed_flush(detok.flush)()
     if tail:
         yield from events.feed(tail, count=False)
     yield from events.finish()
+
+
+def _final(events: ReplyEvents, detok: IncrementalDetokenizer, clock: StatsClock, reason: str,
+           generated: list[int], spec_stats: "SpecStats | None", kv_used: int) -> Iterator[StreamEvent]:
+    """The reply settled (its calls, or a failed call's text), its figures, and the final event."""
     last, text, reason, made = events.settle(reason)
     yield from last
-    clock.finish(reason, len(generated), events, spec_stats, kv_used=backend.kv_len)
-    summary = events.summary
+    clock.finish(reason, len(generated), events, spec_stats, kv_used=kv_used)
+    stats, summary = clock.stats, events.summary
     yield StreamEvent("final", text, finish_reason=reason, stats=stats, token_ids=generated,
                       reasoning=summary.reasoning if summary.had_reasoning else None,
                       reasoning_open=summary.reasoning_unfinished and summary.had_reasoning, tool_calls=made,
                       stop_string=detok.stop_string if reason == "stop_string" else None)
+
+
+@dataclass
+class TextStages:
+    """How one draw's tokens become text events: the reply's events and its detokenizer (stop
+    strings), made anew when a failed tool call's section is drawn again."""
+    stats: GenerationStats
+    t_start: float
+    layout: Layout | None
+    opened: bool
+    tools: ToolPlan | None
+    steer: Steering | None
+    piece_bytes: Callable[[int], bytes]
+    stop: Sequence[str]
+    timeline: Recorder
+
+    def start(self, before: ReplyEvents | None = None,
+              kept: Iterable[int] = ()) -> tuple[ReplyEvents, IncrementalDetokenizer, Callable[[int], str]]:
+        """New stages, with ``kept`` (a rewound reply's tokens) read again into them unseen."""
+        ev = ReplyEvents(self.stats, self.t_start, layout=self.layout, opened=self.opened, tools=self.tools,
+                         steer=self.steer)
+        if before is not None:  # the moments already measured stay
+            ev.t_first_text, ev.t_first_answer = before.t_first_text, before.t_first_answer
+        dt = IncrementalDetokenizer(self.piece_bytes, self.stop)
+        push = self.timeline.timed(dt.push)
+        for t in kept:
+            list(ev.feed(push(t)))
+        return ev, dt, push
 
 
 def _reasoning_figures(stats: GenerationStats, summary: ReplySummary, *, t_start: float, t_last: float) -> None:

@@ -62,6 +62,11 @@ class LlamaGrammar:
         if self._smpl is not None:
             lc.llama_sampler_accept(self._smpl, int(token))
 
+    def reset(self) -> None:
+        """Back to the grammar's start (a lazy grammar waits for its trigger again)."""
+        if self._smpl is not None:
+            lc.llama_sampler_reset(self._smpl)
+
     def close(self) -> None:
         if self._smpl is not None:
             lc.llama_sampler_free(self._smpl)

@@ -56,6 +56,8 @@ class Scheduler:
         self.window_share = window_share
         self.slot_ctx = slot_ctx or engine.n_ctx
         self._batch: BatchSession | None = engine.open_batch(parallel, self.slot_ctx, prefill_chunk)
+        if self._batch is not None:
+            self._batch.on_wake(self._wake)
         self._cv = threading.Condition()
         self._window_q: deque[Ticket] = deque()
         self._api_q: deque[Ticket] = deque()
@@ -142,8 +144,15 @@ class Scheduler:
     # -- the worker -----------------------------------------------------------------
 
     def _has_work(self) -> bool:
+        """Anything queued or held (a batch slot still held for its reader counts: wait_idle waits for it)."""
         return bool(self._window_q or self._api_q or self._window or self._solo
                     or (self._batch and self._batch.active()))
+
+    def _ready(self) -> bool:
+        """Whether the worker has a step to take now (a slot held only for its reader has none)."""
+        batch = self._batch
+        return bool(self._window_q or self._window or self._solo or (batch is not None and batch.busy())
+                    or (self._api_q and (batch is None or batch.free())))
 
     def _take(self) -> list[Ticket]:
         """Under the lock: start what may start now; returns API tickets to admit to the batch."""
@@ -179,7 +188,7 @@ class Scheduler:
         runner = self._batch
         while True:
             with self._cv:
-                while not self._has_work() and not self._closed:
+                while not self._ready() and not self._closed:
                     self._cv.notify_all()  # wait_idle() callers
                     self._cv.wait()
                 if self._closed:
