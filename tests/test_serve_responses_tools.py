@@ -123,12 +123,46 @@ def test_auto_lets_the_model_answer_in_text(client, server):
     assert not calls(r) and r.output_text
 
 
+def test_codex_namespaces_are_offered_and_hosted_tools_left_out_with_a_note(client, server):
+    """Codex groups its agent tools in a namespace and asks for OpenAI's hosted web_search: the
+    namespace's functions are offered, a call names its namespace as OpenAI's does, and the hosted
+    tool is left out (the X-Hearth-Note header says so) instead of failing the request."""
+    agents = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents", "tools": [
+        {**ADD, "name": "spawn_agent"}]}
+    raw = client.responses.with_raw_response.create(
+        model=server.model_id, input="Spawn an agent.", temperature=0, max_output_tokens=60,
+        tools=[WEATHER, agents, {"type": "web_search", "external_web_access": False}],
+        tool_choice={"type": "function", "name": "spawn_agent"}, parallel_tool_calls=False)
+    assert "web_search" in raw.headers["x-hearth-note"]
+    [item] = calls(raw.parse())
+    assert (item.name, item.namespace) == ("spawn_agent", "multi_agent_v1")
+    jsonschema.validate(json.loads(item.arguments), ADD["parameters"])
+    # The call and its result come back as input, namespace and all: the conversation goes on.
+    back = [{"role": "user", "content": "Spawn an agent."},
+            {"type": "function_call", "call_id": item.call_id, "name": "spawn_agent", "namespace": "multi_agent_v1",
+             "arguments": item.arguments},
+            {"type": "function_call_output", "call_id": item.call_id, "output": "agent 7 started"}]
+    r = respond(client, server, input=back, tools=[agents], max_output_tokens=8)
+    assert r.status in ("completed", "incomplete") and r.output
+
+
+def test_a_name_two_namespaces_share_is_told_apart():
+    from engine.serve.protocols.responses_tools import read_responses_tools
+
+    found = read_responses_tools([{"type": "namespace", "name": n, "tools": [ADD]} for n in ("a", "b")])
+    assert [t.name for t in found.tools] == ["a__add", "b__add"]
+    assert found.wire_name("b__add") == ("add", "b") and found.model_name("add", "b") == "b__add"
+    assert found.wire_name("other") == ("other", None) and found.note() is None
+
+
 @pytest.mark.parametrize("body, param", [
     ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name"),
-    ({"tools": [{"type": "web_search"}]}, "tools[0]"),
+    ({"tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}]}, "tools[0].tools[0]"),
+    ({"tools": [{"type": "namespace", "tools": [ADD]}]}, "tools[0].name"),
+    ({"tools": [ADD, ADD]}, "tools"),
     ({"tools": [{**ADD, "strict": "yes"}]}, "tools[0].strict"),
     ({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {
-        "s": {"type": "string", "pattern": "^a"}}}}]}, "tools[0].parameters"),
+        "s": {"type": "string", "minLength": -1}}}}]}, "tools[0].parameters"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": TOOLS, "input": [{"type": "function_call", "name": "add", "arguments": "{}"}]}, "input[0].call_id"),

@@ -238,7 +238,7 @@ class LocalServer:
             self._release(pump)  # the client left while the request waited for its first token (or a bug)
             self.targets.release(lease)
             raise
-        headers = lease_headers(lease)
+        headers = {**lease_headers(lease), **({"X-Hearth-Note": "; ".join(req.notes)} if req.notes else {})}
         if req.stream:
             # The background release covers a client gone before the stream's first chunk, when
             # the generator never starts and so never reaches its own ``finally``.

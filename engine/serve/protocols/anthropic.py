@@ -3,7 +3,8 @@ the same :class:`ApiRequest` the OpenAI path builds, replies and errors shaped t
 the official ``anthropic`` client (and Claude Code) reads them. No HTTP here.
 
 What is read: ``system`` (a string or text blocks), ``messages`` whose content is a
-string or text blocks (``cache_control`` is accepted and changes nothing: the prefix
+string or text blocks (a ``system`` message among them, as Claude Code sends, joins the turn
+before it) (``cache_control`` is accepted and changes nothing: the prefix
 cache is automatic), an assistant turn's ``thinking`` blocks as its reasoning,
 ``max_tokens`` (required, as Anthropic's API requires it), ``stop_sequences``,
 ``temperature``, ``top_p``, ``top_k``, ``stream``, ``thinking`` (enabled or disabled:
@@ -29,7 +30,7 @@ import json
 import uuid
 from typing import Any
 
-from ...prompt.messages import Message, ToolCall
+from ...prompt.messages import Message, TextPart, ToolCall
 from ...types import StreamEvent
 from .anthropic_blocks import parse_anthropic_tools, tool_use, turn
 from .openai import ApiError, ApiRequest, bad, grammar_of, head, number
@@ -76,10 +77,12 @@ def _messages(raw: Any, system: str | None) -> list[Message]:
         if not isinstance(m, dict):
             raise bad(at, f"{at} must be an object with a role and a content")
         role = m.get("role")
-        if role not in ("user", "assistant"):
+        if role not in ("user", "assistant", "system"):
             raise bad(f"{at}.role", f"{at}.role must be user or assistant, got {short(role)}")
         c = m.get("content")
-        if isinstance(c, str):
+        if role == "system":
+            _fold_system(out, c if isinstance(c, str) else _system_text(c, f"{at}.content"))
+        elif isinstance(c, str):
             out.append(Message(role, c))
         elif isinstance(c, list):
             out += turn(c, f"{at}.content", role)
@@ -89,6 +92,26 @@ def _messages(raw: Any, system: str | None) -> list[Message]:
         raise bad(f"messages[{len(raw) - 1}]", "a last assistant message to continue (a prefill) is not "
                                                "supported yet; end with a user message")
     return out
+
+
+def _system_text(c: Any, at: str) -> str:
+    if not isinstance(c, list):
+        raise bad(at, f"{at} must be a string or a list of text blocks")
+    return "".join(m.content for m in turn(c, at, "system"))
+
+
+def _fold_system(out: list[Message], text: str) -> None:
+    """A system message among ``messages`` (Claude Code sends its reminders so) joins the turn
+    before it: the system prompt, or the user's turn, as more text; otherwise it is a user turn
+    of its own. Chat templates take one system prompt, first, and many refuse roles that do not
+    alternate, so it is never a second system message."""
+    if not text:
+        return
+    last = out[-1] if out else None
+    if last is not None and last.role in ("system", "user"):
+        out[-1] = Message(last.role, parts=(*last.parts, TextPart("\n\n" + text)))
+    else:
+        out.append(Message("user", text))
 
 
 def _thinking(v: Any) -> bool | None:

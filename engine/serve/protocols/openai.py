@@ -66,6 +66,7 @@ class ApiRequest:
     thinking: bool | None = None
     # what a wire format keeps for its reply (the Responses API: the conversation, what to echo)
     extra: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the server left out, for X-Hearth-Note
 
 
 def number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:

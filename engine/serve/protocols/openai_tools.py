@@ -35,10 +35,12 @@ def tool_calls(m: dict, i: int, role: str) -> tuple[ToolCall, ...]:
     return tuple(out)
 
 
-def parse_openai_tools(body: dict, *, flat: bool = False) -> tuple[tuple[Tool, ...], str, bool]:
+def parse_openai_tools(body: dict, *, flat: bool = False,
+                       read: Callable[[], tuple[Tool, ...]] | None = None) -> tuple[tuple[Tool, ...], str, bool]:
     """``tools``, ``tool_choice`` and ``parallel_tool_calls``: the tools offered, the choice
     ("auto", "required", "none" or a name) and whether several calls may
-    come. ``flat``: the Responses API's shapes (``{type: function, name}``, no ``function`` object)."""
+    come. ``flat``: the Responses API's shapes (``{type: function, name}``, no ``function`` object);
+    ``read``: how the tools are read (the Responses API's namespaces), instead of the plain list."""
     raw, choice, par = body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls")
     if par is not None and not isinstance(par, bool):
         raise bad("parallel_tool_calls", "parallel_tool_calls must be true or false")
@@ -51,7 +53,7 @@ def parse_openai_tools(body: dict, *, flat: bool = False) -> tuple[tuple[Tool, .
         choice = fn["name"]
     elif choice is not None and choice not in ("auto", "required", "none"):
         raise bad("tool_choice", f"tool_choice must be auto, required, none or {named}")
-    return offered(raw, choice, parallel, lambda: tools_from_openai(raw, flat=flat))
+    return offered(raw, choice, parallel, read or (lambda: tools_from_openai(raw, flat=flat)))
 
 
 def offered(raw: Any, choice: str | None, parallel: bool,

@@ -9,12 +9,13 @@ request only, as OpenAI's API treats it), ``max_output_tokens``, ``temperature``
 grammar; or llama-server's ``grammar``), ``reasoning.effort`` (the template's ``reasoning_effort``) and
 ``previous_response_id``: the conversation of a response this server produced, kept in
 memory (the latest 256; ``store: false`` keeps none), a 404 for any other id; function
-tools: ``tools`` (``{type: function, name, description, parameters, strict}``),
+tools: ``tools`` (``{type: function, name, description, parameters, strict}``, or namespaces of
+them; hosted tools are left out with a note: responses_tools.py),
 ``tool_choice`` and ``parallel_tool_calls``, with ``function_call`` and
 ``function_call_output`` input items (responses_input.py). A reply's calls are
 ``function_call`` output items; streamed, each is output_item.added, one
 function_call_arguments.delta with the whole arguments, .done, and output_item.done. Other
-tool types, other item types and input_image parts by URL or file are a 400 that says so.
+item types and input_image parts by URL or file are a 400 that says so.
 
 A thinking model's reasoning is a ``reasoning`` output item (its text as ``reasoning_text``
 content) before the message; usage counts as the chat path's does (``input_tokens`` holds
@@ -35,6 +36,7 @@ from ...reply_formats.tools import Tool
 from .openai import ApiError, ApiRequest, bad, grammar_of, head, number
 from .openai_tools import parse_openai_tools
 from .responses_input import call_item, new_item_id, read_input
+from .responses_tools import ResponsesTools, read_responses_tools
 from .template_vars import TemplateVarsError, reasoning_effort, short
 
 KEEP = 256  # responses whose conversation previous_response_id can continue
@@ -94,7 +96,6 @@ def parse_responses(body: Any, store: ResponseStore) -> ApiRequest:
                                 "responses, in memory, while it runs", param="previous_response_id",
                            code="previous_response_not_found")
         earlier = found
-    said = read_input(body.get("input"))
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise bad("instructions", "instructions must be a string")
@@ -118,10 +119,12 @@ def parse_responses(body: Any, store: ResponseStore) -> ApiRequest:
             kw = {"reasoning_effort": reasoning_effort(r["effort"])}
         except TemplateVarsError as e:
             raise bad("reasoning.effort", str(e)) from None
+    wire_tools = ResponsesTools()
+    tools, choice, parallel = _tools(body, wire_tools)
+    said = read_input(body.get("input"), wire_tools.model_name)
     conversation = (*earlier, *said)
     messages = [Message("system", instructions)] if instructions else []
     keep = body.get("store", True) is not False
-    tools, choice, parallel = _tools(body)
     gbnf = _format(body)
     if tools and gbnf is not None:
         raise bad("tools", "give tools or text.format (or grammar), not both: the tools' own grammar shapes "
@@ -129,20 +132,22 @@ def parse_responses(body: Any, store: ResponseStore) -> ApiRequest:
     extra = {"conversation": conversation if keep else None, "previous_response_id": prev,
              "instructions": instructions, "max_output_tokens": mt, **sampling,
              "tools": body.get("tools") or [], "tool_choice": body.get("tool_choice") or "auto",
-             "parallel_tool_calls": parallel}
+             "parallel_tool_calls": parallel, "wire_tools": wire_tools}
+    note = wire_tools.note()
     return ApiRequest(kind="chat", model=model, messages=[*messages, *conversation], sampling=sampling,
                       max_tokens=mt, stream=stream, grammar=gbnf, template_kwargs=kw, extra=extra,
-                      tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
+                      tools=tools, tool_choice=choice, parallel_tool_calls=parallel, notes=[note] if note else [])
 
 
-def _tools(body: dict) -> tuple[tuple[Tool, ...], str, bool]:
-    """Function tools (the flat shape); ``strict`` is accepted: the grammar holds every call
-    to its schema either way. Other tool types (web_search, file_search, mcp...) are a 400."""
-    for i, t in enumerate(body.get("tools") or []):
-        if isinstance(t, dict) and t.get("type") == "function" and not isinstance(t.get("strict", False),
-                                                                                  (bool, type(None))):
-            raise bad(f"tools[{i}].strict", f"tools[{i}].strict must be true or false")
-    return parse_openai_tools(body, flat=True)
+def _tools(body: dict, into: ResponsesTools) -> tuple[tuple[Tool, ...], str, bool]:
+    """Function tools, flat or in namespaces (responses_tools.py), read ``into`` what the reply
+    needs to name their calls; hosted tools are left out with a note."""
+    def read() -> tuple[Tool, ...]:
+        found = read_responses_tools(body.get("tools"))
+        into.namespaced, into.skipped = found.namespaced, found.skipped
+        return found.tools
+
+    return parse_openai_tools(body, flat=True, read=read)
 
 
 # -- replies ---------------------------------------------------------------------------
@@ -170,6 +175,7 @@ class ResponseReply:
         self._open: str | None = None   # "reasoning" or "message": the item the stream is writing
         self._items: list[dict[str, Any]] = []
         self._texts: dict[str, str] = {"reasoning": "", "message": ""}
+        self._names = req.extra.get("wire_tools", ResponsesTools()).wire_name
 
     # -- the objects --
 
@@ -207,7 +213,7 @@ class ResponseReply:
         output = [self._item("reasoning", final.reasoning, item_status)] if final.reasoning else []
         if final.text or not (output or final.tool_calls):
             output.append(self._item("message", final.text, item_status))
-        output += [call_item(c, new_item_id()) for c in final.tool_calls]
+        output += [call_item(c, new_item_id(), names=self._names) for c in final.tool_calls]
         return self._response(status, output, responses_usage(final), why)
 
     # -- the stream --
@@ -260,10 +266,11 @@ class ResponseReply:
         call, index, fid = ToolCall(d.id, d.name, d.arguments), len(self._items), new_item_id()
         ids = {"item_id": fid, "output_index": index}
         out += [self._sse("response.output_item.added", output_index=index,
-                          item=call_item(call, fid, "in_progress", arguments="")),
+                          item=call_item(call, fid, "in_progress", arguments="", names=self._names)),
                 self._sse("response.function_call_arguments.delta", **ids, delta=d.arguments),
-                self._sse("response.function_call_arguments.done", **ids, name=d.name, arguments=d.arguments)]
-        self._items.append(call_item(call, fid))
+                self._sse("response.function_call_arguments.done", **ids, name=self._names(d.name)[0],
+                          arguments=d.arguments)]
+        self._items.append(call_item(call, fid, names=self._names))
         return out + [self._sse("response.output_item.done", output_index=index, item=self._items[-1])]
 
     def event(self, ev: StreamEvent) -> list[dict[str, str]]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from ...prompt.messages import Message, Part, TextPart, ToolCall
 from .errors import bad
 from .images import image_part
 from .template_vars import short
 
+Rename = Callable[[str, Any], str]
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text", "text", "reasoning_text", "summary_text")
 
@@ -64,15 +65,21 @@ def _text_field(item: dict, key: str, at: str) -> str:
     return v
 
 
-def _call(item: dict, at: str) -> ToolCall:
+def _call(item: dict, at: str, rename: Rename) -> ToolCall:
     args = item.get("arguments", "{}")
     if not isinstance(args, str):
         raise bad(f"{at}.arguments", f"{at}.arguments must be JSON text")
-    return ToolCall(_text_field(item, "call_id", at), _text_field(item, "name", at), args)
+    name = rename(_text_field(item, "name", at), item.get("namespace"))
+    return ToolCall(_text_field(item, "call_id", at), name, args)
 
 
-def read_input(v: Any) -> list[Message]:
-    """``input`` as messages (a string is one user message)."""
+def _same(name: str, namespace: Any) -> str:
+    return name
+
+
+def read_input(v: Any, rename: Rename = _same) -> list[Message]:
+    """``input`` as messages (a string is one user message); ``rename(name, namespace)``: an
+    earlier call's name as the model was offered it (responses_tools.py)."""
     if isinstance(v, str):
         return [Message("user", v)]
     if not isinstance(v, list) or not v:
@@ -91,7 +98,7 @@ def read_input(v: Any) -> list[Message]:
                     thought.append(text_of(item[key], f"{at}.{key}"))
                     break
         elif kind == "function_call":
-            call = _call(item, at)
+            call = _call(item, at, rename)
             if out and out[-1].role == "assistant":
                 out[-1] = dataclasses.replace(out[-1], tool_calls=(*out[-1].tool_calls, call))
             else:
@@ -118,10 +125,16 @@ def read_input(v: Any) -> list[Message]:
     return out
 
 
-def call_item(call: ToolCall, item_id: str, status: str = "completed", arguments: str | None = None) -> dict:
-    """A reply's call as a ``function_call`` output item."""
-    return {"type": "function_call", "id": item_id, "call_id": call.id, "name": call.name,
+def call_item(call: ToolCall, item_id: str, status: str = "completed", arguments: str | None = None,
+              names: Callable[[str], tuple[str, str | None]] | None = None) -> dict:
+    """A reply's call as a ``function_call`` output item; ``names``: the (name, namespace) the
+    client gave the function the model called (responses_tools.py)."""
+    name, namespace = names(call.name) if names else (call.name, None)
+    item = {"type": "function_call", "id": item_id, "call_id": call.id, "name": name,
             "arguments": call.arguments if arguments is None else arguments, "status": status}
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
 
 
 def new_item_id() -> str:
