@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from pathlib import Path
+
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -17,6 +19,28 @@ def bundled_path():
     from engine.models.catalogue import bundled_model_path
 
     return bundled_model_path()
+
+
+def _bench_model(which: str) -> Path:
+    from engine.models import catalogue as models
+
+    m = getattr(models, which)
+    p = models.bench_model_path(m)
+    assert p is not None, (f"{m.filename} is not here: scripts/test.sh fetches it "
+                           "(python -m engine models fetch-bench-pair)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def qwen_coder_small() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M (real weights, real Qwen 2.5 template): a model that calls tools."""
+    return _bench_model("BENCH_DRAFT")
+
+
+@pytest.fixture(scope="session")
+def qwen_coder() -> Path:
+    """Qwen2.5-Coder-1.5B-Instruct Q4_K_M, the quant people download most."""
+    return _bench_model("BENCH_TARGET")
 
 
 @pytest.fixture(scope="session")

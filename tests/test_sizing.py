@@ -77,8 +77,7 @@ def test_synthetic_q4_k_m_matches_the_real_file(name):
     from engine.models.catalogue import model_dir
 
     path = model_dir() / name
-    if not path.is_file():
-        pytest.skip(f"{name} is not downloaded")
+    assert path.is_file(), f"{name} is not here: scripts/test.sh fetches it (python -m engine models fetch-bench-pair)"
     real = spec_from_gguf(path)
     arch = mf.ARCHS["qwen2.5-0.5b" if "0.5b" in name else "qwen2.5-1.5b"]
     synth = gguf_spec(mf.gguf_meta(arch, "x", "Q4_K_M"), mf.gguf_tensors(arch, "Q4_K_M"))

@@ -156,8 +156,7 @@ def _bench_path(which: str) -> Path:
     from engine.models import catalogue as models
 
     p = models.bench_model_path(getattr(models, which))
-    if p is None:
-        pytest.skip(f"{which} benchmark model is not downloaded")
+    assert p is not None, f"{which} is not here: scripts/test.sh fetches it (python -m engine models fetch-bench-pair)"
     return p
 
 

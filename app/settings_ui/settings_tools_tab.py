@@ -1,6 +1,7 @@
 """Settings → Tools: the MCP servers whose tools the model may call, and the rules for calling.
 
-No server is there by default. A server is a program started on this computer (stdio:
+No server is there by default; "Add a known server" fills in one people use (fetch, git,
+time, files) with the command that starts it here. A server is a program started on this computer (stdio:
 a command and its arguments) or a Streamable HTTP URL. A URL on another machine is
 added only after the user confirms it. Each server can be switched off without
 removing it. The page also lists the tools the user allowed always, each with Revoke,
@@ -11,6 +12,7 @@ checks them (app/core/mcp_servers.py).
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -18,7 +20,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QListWidget, QListWidgetItem, QMessageBox, QPushButton, QSpinBox, QWidget)
 
-from app.core import mcp_servers as mcp
+from app.core import known_servers, mcp_servers as mcp
 from app.core.settings import Settings
 
 CHOICES = {"auto": "The model decides whether to call a tool", "required": "The first step must call a tool"}
@@ -42,6 +44,13 @@ class ToolsTab(QWidget):
         self.remove.clicked.connect(lambda: self.servers.takeItem(self.servers.currentRow()))
         form.addRow("", self.remove)
 
+        self.known = QComboBox()
+        self.known.addItem("Add a known server…")
+        for k in known_servers.KNOWN:
+            self.known.addItem(f"{k.name}: {k.about}", k)
+        self.known.setToolTip("Fills in the name and the command; check them, then Add")
+        self.known.activated.connect(self.pick_known)
+        form.addRow("", self.known)
         self.name = QLineEdit()
         self.name.setPlaceholderText("files")
         self.kind = QComboBox()
@@ -90,6 +99,18 @@ class ToolsTab(QWidget):
         self.choice.addItems(list(CHOICES.values()))
         self.choice.setCurrentIndex(list(CHOICES).index(s.tool_choice))
         form.addRow("Calling", self.choice)
+
+    def pick_known(self, index: int) -> None:
+        """Fill the fields with a known server's name and the command that starts it here."""
+        k = self.known.itemData(index)
+        if k is None:
+            return
+        program, args, note = known_servers.command_for(k, folder=str(Path.home()))
+        self.kind.setCurrentIndex(0)
+        self.name.setText(k.name)
+        self.where.setText(shlex.join([program, *args]))
+        self._say(f"{k.name}: {note}." if note else "")
+        self.known.setCurrentIndex(0)
 
     def _add_item(self, server: mcp.McpServer) -> None:
         item = QListWidgetItem(f"{server.name} — {server.where()}")
