@@ -1,4 +1,4 @@
-"""200 forced tool calls over varied schemas: every one parses and validates.
+"""Forced tool calls over varied schemas: every one parses and validates.
 
 The bundled model wears Qwen 2.5's template (Hermes syntax) and is made to call
 (``tool_choice`` required) under the grammar built from the schemas, sampling at
@@ -6,6 +6,10 @@ temperature 0.9 with a different seed each time so the calls differ: nested obje
 enums, arrays, integers and numbers, booleans, nulls, non-ASCII strings, optional
 properties, $defs. Each call is checked with ``jsonschema``, a validator Hearth does
 not write. The count of invalid calls must be 0, and every reply must end with its call.
+
+24 calls cover each tool forced by name and each offered among all four, three times over with
+different seeds: enough to catch a grammar that lets a bad call through. The rate over hundreds
+of calls, and over real agents' schemas, is a statistic: ``python -m engine bench tools``.
 """
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ SCHEMAS = [
 ]
 PROMPTS = ["Plan something for me.", "Bitte übersetze «Grüße» ins Japanische.", "Turn on the kitchen light 🙂",
            "写一个笔记", "Book Paris for two nights."]
-N = 200
+N = 24
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +64,7 @@ def engine(bundled_path):
     e.close()
 
 
-@pytest.mark.timeout(1200)
-def test_200_forced_calls_all_parse_and_validate(engine):
+def test_forced_calls_all_parse_and_validate(engine):
     invalid, ended = [], {}
     for i in range(N):
         # one tool forced by name, or all four offered and the model picks (required)

@@ -6,12 +6,16 @@ one: ``tool_choice`` is ``required`` on even turns and the matching tool's name 
 The schemas cover what models get wrong: nested objects, enums, arrays (of arrays too),
 integers beside numbers, booleans, a nullable field, a date, a tool without parameters and
 non-ASCII strings. Replies are sampled (temperature 0.8, a seed per call), so the calls vary.
+``--schemas recorded`` forces calls over real tools instead: the ones Claude Code, Codex CLI and
+OpenCode sent, and the MCP servers' (tests/fixtures/agents, tests/fixtures/mcp).
 
 A call counts as *valid* when the reply ends ``tool_calls``, every call names an offered
 tool (the named one, when named) and ``jsonschema`` accepts its arguments. *Invalid* is
 anything else that ended in a call (or a parser error); *cut* is a reply that
 reached ``max_tokens`` first (``length`` in the API), which must come back with no call,
-never a broken one. The goal is 0 invalid. Run it on a model whose template takes tools,
+never a broken one. The goal is 0 invalid. A call the grammar let through but the validator
+refused (a keyword no grammar says) is drawn again: the *resample rate* is the share of calls
+that needed it. Run it on a model whose template takes tools,
 or give one with ``--template`` (a Jinja file the model wears, as tests do with the bundled
 model).
 """
@@ -72,16 +76,17 @@ PROMPTS = {
 }
 
 
-def cases(n: int) -> list[tuple[str, tuple[Tool, ...], str]]:
+def cases(n: int, tools: tuple[Tool, ...] = TOOLS) -> list[tuple[str, tuple[Tool, ...], str]]:
     """``n`` (prompt, offered tools, choice): each tool in turn, with the next two as distractors."""
     out: list[tuple[str, tuple[Tool, ...], str]] = []
     for i in range(n):
-        k = i % len(TOOLS)
-        target = TOOLS[k]
-        offered = (target, TOOLS[(k + 1) % len(TOOLS)], TOOLS[(k + 3) % len(TOOLS)])
-        prompts = PROMPTS[target.name]
+        k = i % len(tools)
+        target = tools[k]
+        near = (target, tools[(k + 1) % len(tools)], tools[(k + 3) % len(tools)])
+        offered = tuple({t.name: t for t in reversed(near)}.values())[::-1]  # a name once (the target's tool)
+        prompts = PROMPTS.get(target.name) or [f"Use the {target.name} tool.", f"{target.description[:200]}"]
         choice = "required" if i % 2 == 0 else target.name
-        out.append((prompts[(i // len(TOOLS)) % len(prompts)], offered, choice))
+        out.append((prompts[(i // len(tools)) % len(prompts)] or f"Call {target.name}.", offered, choice))
     return out
 
 
@@ -103,14 +108,17 @@ def check(calls, offered: tuple[Tool, ...], choice: str) -> str | None:
     return None
 
 
-def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 0.8) -> dict[str, Any]:
-    """Run ``n`` forced calls on ``engine``; the counts, and each invalid call's reason."""
-    valid = cut = 0
+def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 0.8,
+                 tools: tuple[Tool, ...] = TOOLS) -> dict[str, Any]:
+    """Run ``n`` forced calls on ``engine`` over ``tools``; the counts, and each invalid call's reason.
+    *Resampled*: calls the validator refused and that were drawn again (decode/resample.py);
+    *given back*: replies whose call never passed and came back as text with the reason."""
+    valid = cut = resamples = resampled = given_back = 0
     invalid: list[dict[str, Any]] = []
     by_tool: dict[str, int] = {}
     t0 = time.perf_counter()
     tokens = 0
-    for i, (prompt, offered, choice) in enumerate(cases(n)):
+    for i, (prompt, offered, choice) in enumerate(cases(n, tools)):
         plan = engine.plan_tools(offered, choice, parallel=False)
         params = SamplingParams(temperature=temperature, seed=1000 + i, max_tokens=max_tokens)
         try:
@@ -120,6 +128,11 @@ def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 
             invalid.append({"i": i, "prompt": prompt, "why": f"parser: {e}"})
             continue
         tokens += final.stats.generated_tokens if final.stats else 0
+        drawn = final.stats.tool_resamples if final.stats else 0
+        resamples += drawn
+        resampled += drawn > 0
+        if final.stats and any("did not match its schema" in note for note in final.stats.notes):
+            given_back += 1
         if final.finish_reason in ("max_tokens", "context_full"):  # the API's "length": no call, never half a one
             if final.tool_calls:
                 invalid.append({"i": i, "prompt": prompt, "why": "a call came back from a reply that was cut"})
@@ -136,8 +149,29 @@ def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 
             invalid.append({"i": i, "prompt": prompt, "why": why})
     seconds = time.perf_counter() - t0
     return {"calls": n, "valid": valid, "invalid": len(invalid), "cut_by_max_tokens": cut,
+            "resampled_calls": resampled, "resample_rate": round(resampled / n, 4) if n else 0.0,
+            "resamples": resamples, "given_back_as_text": given_back,
             "by_tool": dict(sorted(by_tool.items())), "invalid_calls": invalid[:20],
             "generated_tokens": tokens, "seconds": round(seconds, 1)}
+
+
+def schemas(which: str) -> tuple[tuple[Tool, ...], str]:
+    """The tools to force calls over: ``builtin`` (this file's), or ``recorded`` (what real coding
+    agents and MCP servers offer, from tests/fixtures/agents and tests/fixtures/mcp), or a folder
+    laid out as tests/fixtures is."""
+    if which == "builtin":
+        return TOOLS, "builtin"
+    from .agent_proxy import recorded_tools
+
+    folder = Path(__file__).resolve().parents[2] / "tests" / "fixtures" if which == "recorded" else Path(which)
+    found = recorded_tools(folder) if folder.is_dir() else {}
+    if not found:
+        raise SystemExit(f"no recorded agents' or MCP servers' tools under {folder} "
+                         "(scripts/capture_agents.py records them)")
+    # Each tool's own description is left out of the prompt (Claude Code's Workflow tool alone is
+    # 5,000 tokens of prose): the schemas, with their properties' descriptions, make the grammars.
+    tools = tuple(dataclasses.replace(t, description="") for group in found.values() for t in group)
+    return tools, f"recorded ({', '.join(found)}; {len(tools)} tools, their descriptions left out)"
 
 
 def open_tool_engine(model: str | None, template: str | None, n_ctx: int, threads: int | None):
@@ -160,7 +194,9 @@ def bench_tools(a: argparse.Namespace) -> dict:
     try:
         if engine.tool_syntax is None:
             raise SystemExit("this model's chat template takes no tools: give one with --template FILE")
-        out = forced_calls(engine, getattr(a, "calls", None) or 200)
+        tools, source = schemas(getattr(a, "schemas", None) or "builtin")
+        out = forced_calls(engine, getattr(a, "calls", None) or 200, tools=tools)
+        out["schemas"] = source
         out["syntax"] = engine.tool_syntax.name
         out["model"] = Path(engine.backend.path).name
         out["goal"] = "0 invalid"

@@ -1,4 +1,4 @@
-"""``python -m engine chat|info|bench|serve|doctor``: the terminal face of the engine.
+"""``python -m engine chat|info|bench|serve|launch|doctor``: the terminal face of the engine.
 
 Expected failures (bad file, prompt too long, ...) print one line and exit
 non-zero; tracebacks are for bugs only.
@@ -178,27 +178,8 @@ def bench_names() -> tuple[str, ...]:
     return NAMES
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m engine", description="Hearth inference engine")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-
-    p = sub.add_parser("chat", help="streaming terminal chat")
-    _model_flags(p)
-    p.add_argument("--backend", choices=["llama_cpp", "hf"], default=None,
-                   help="default: llama.cpp for GGUF files, transformers for folders and Hub ids")
-    p.add_argument("--quant", choices=["auto", "none", "int8", "int4"], default="auto",
-                   help="transformers backend: bitsandbytes quantization (default: the memory plan's)")
-    p.add_argument("--draft", default=None,
-                   help="speculative decoding: none, ngram, auto (default) or a draft .gguf")
-    _add_sampling_flags(p)
-    p.add_argument("--system", default=None, help="system prompt")
-    p.set_defaults(func=cmd_chat)
-
-    p = sub.add_parser("info", help="print a GGUF file's metadata")
-    p.add_argument("path", nargs="?", default=None, help="a .gguf file (default: the bundled model)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_info)
-
+def _bench_parser(sub) -> None:
+    """``bench NAME`` and every benchmark's options."""
     p = sub.add_parser("bench", help="benchmarks that print ratios against a reference")
     p.add_argument("which", choices=bench_names())
     p.add_argument("--backend", choices=["llama_cpp", "hf"], default="llama_cpp")
@@ -223,8 +204,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-ctx", type=int, default=8192, help="documents: the context to load the model with")
     p.add_argument("--cases", default="pdf,folder", help="documents: which cases to run (pdf, folder)")
     p.add_argument("--calls", type=int, default=200, help="tools: forced calls to make and check")
+    p.add_argument("--schemas", default="builtin",
+                   help="tools: builtin, recorded (real agents' and MCP servers' tools, tests/fixtures) or a folder")
     p.add_argument("--template", default=None, help="tools: a chat template file the model wears (Jinja)")
+    p.add_argument("--agents", default="claude,codex,opencode", help="agents: which agents to run")
+    p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
     p.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m engine", description="Hearth inference engine")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("chat", help="streaming terminal chat")
+    _model_flags(p)
+    p.add_argument("--backend", choices=["llama_cpp", "hf"], default=None,
+                   help="default: llama.cpp for GGUF files, transformers for folders and Hub ids")
+    p.add_argument("--quant", choices=["auto", "none", "int8", "int4"], default="auto",
+                   help="transformers backend: bitsandbytes quantization (default: the memory plan's)")
+    p.add_argument("--draft", default=None,
+                   help="speculative decoding: none, ngram, auto (default) or a draft .gguf")
+    _add_sampling_flags(p)
+    p.add_argument("--system", default=None, help="system prompt")
+    p.set_defaults(func=cmd_chat)
+
+    p = sub.add_parser("info", help="print a GGUF file's metadata")
+    p.add_argument("path", nargs="?", default=None, help="a .gguf file (default: the bundled model)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    _bench_parser(sub)
     p = sub.add_parser("serve", help="the local OpenAI-compatible server on 127.0.0.1 (Ctrl-C stops)")
     _model_flags(p)
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
@@ -236,6 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-library", action="store_true",
                    help="serve only MODEL: a request naming another library model is a 404, not a load")
     p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("launch", help="start a coding agent (claude, codex, opencode) pointed at Hearth's server")
+    p.add_argument("agent", choices=["claude", "codex", "opencode"])
+    p.add_argument("--model", default=None, help="the model the server loads when it is not running yet")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--api-key", default=None, help="the server's key (default: $HEARTH_API_KEY or a local one)")
+    p.add_argument("--ctx", type=int, default=32768, help="context of a server started here (agents' prompts are long)")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="what follows is the agent's own arguments")
+    p.set_defaults(func=cmd_launch)
     p = sub.add_parser("models", help="model files: fetch-bench-pair assembles the benchmark models")
     p.add_argument("action", choices=["fetch-bench-pair", "list"])
     p.set_defaults(func=cmd_models)
@@ -280,6 +297,13 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=a.api_key, n_ctx=a.ctx, n_threads=a.threads,
                  cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj)
+
+
+def cmd_launch(a: argparse.Namespace) -> int:
+    from .launch import launch
+
+    rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
+    return launch(a.agent, model=a.model, port=a.port, key=a.api_key, n_ctx=a.ctx, extra=rest)
 
 
 def cmd_plan(a: argparse.Namespace) -> int:

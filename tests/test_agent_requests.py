@@ -1,0 +1,173 @@
+"""What real coding agents send, replayed (issue #43).
+
+``tests/fixtures/agents/AGENT/NN.json`` are requests Claude Code, Codex CLI and OpenCode made to
+Hearth's server, recorded by ``scripts/capture_agents.py`` (their tools, system prompts and every
+field they set). Each must be accepted as a whole, each tool's schema must become a grammar that
+llama.cpp's own parser takes, and calls forced under those grammars must validate against the
+schemas with ``jsonschema``, a validator Hearth does not write. Through the HTTP server, each
+agent's own request (its tools cut to a few, so that the tiny bundled model's context holds them)
+is answered in its protocol's shape with a valid call.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import httpx
+import jsonschema
+import pytest
+from serving import local_server, qwen_tool_engine
+
+from engine.bench.agent_proxy import RecordingProxy, recorded_request, recorded_tools
+from engine.bench.agents import read_exchange
+from engine.prompt.messages import Message
+from engine.reply_formats.tools import Tool, ToolPlan, syntax_by_name
+from engine.types import SamplingParams
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TOOLED = ("claude", "codex", "opencode", "mcp-fetch", "mcp-git", "mcp-time")
+
+
+def recorded(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def posted() -> list[Path]:
+    return [p for p in sorted(FIXTURES.glob("agents/*/*.json")) if recorded(p)["method"] == "POST"]
+
+
+def agent_tools() -> dict[str, tuple[Tool, ...]]:
+    """Each agent's tools (from the first of its requests that offers them) and each MCP server's."""
+    return recorded_tools(FIXTURES)
+
+
+def test_there_is_a_recording_of_each_agent_and_server_offering_tools():
+    assert set(agent_tools()) == set(TOOLED)
+    assert sum(len(t) for t in agent_tools().values()) >= 60
+
+
+@pytest.mark.parametrize("path", posted(), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_recorded_request_is_accepted_whole(path):
+    ex = recorded(path)
+    req = recorded_request(ex)  # an ApiError (a 400) fails the test with its message
+    assert req.messages
+    if ex["body"].get("tools"):
+        hosted = [t for t in ex["body"]["tools"] if t.get("type") not in (None, "function", "namespace", "custom")]
+        assert req.tools and all(h["type"] in " ".join(req.notes) for h in hosted)
+
+
+@pytest.mark.parametrize("agent", TOOLED)
+def test_every_agent_tool_becomes_a_grammar_llama_cpp_takes(agent, llama_backend):
+    tools = agent_tools()[agent]
+    plan = ToolPlan(syntax_by_name("hermes"), tools, "auto")
+    llama_backend.grammar(plan.grammar(), plan.triggers()).close()  # llama.cpp parses it, or raises
+    for t in tools:  # and forced, one by one
+        forced = ToolPlan(syntax_by_name("hermes"), (t,), t.name, parallel=False)
+        llama_backend.grammar(forced.grammar()).close()
+
+
+@pytest.fixture(scope="module")
+def tooled(bundled_path):
+    with qwen_tool_engine(bundled_path, n_ctx=4096) as e:
+        yield e
+
+
+@pytest.mark.parametrize("agent", TOOLED)
+def test_forced_calls_to_each_agent_tool_validate(agent, tooled):
+    """Each of the agent's tools forced once, sampled: every call validates against its schema. A
+    tiny model may repeat itself inside a free string until ``max_tokens``: that reply comes back cut,
+    with no call (never half a one), and such replies stay few."""
+    tools = agent_tools()[agent]
+    cut = []
+    for i, t in enumerate(tools):
+        # The tool's own description is left out of the prompt (Claude Code's Workflow tool alone is
+        # 5,000 tokens of prose, a minute and a half to read here): the schema makes the grammar.
+        plan = tooled.plan_tools([dataclasses.replace(t, description="")], t.name, parallel=False)
+        params = SamplingParams(temperature=0.8, top_k=40, seed=i, max_tokens=300)
+        final = list(tooled.stream([Message("user", f"Use {t.name}.")], params, tools=plan))[-1]
+        if final.finish_reason == "max_tokens":
+            assert final.tool_calls == (), t.name
+            cut.append(t.name)
+            continue
+        assert final.finish_reason == "tool_calls", (t.name, final.finish_reason, final.text[-200:])
+        [call] = final.tool_calls
+        assert call.name == t.name
+        jsonschema.validate(json.loads(call.arguments), dict(t.parameters))
+    assert len(cut) <= max(1, len(tools) // 8), cut
+
+
+# -- through the server, in each agent's own protocol ----------------------------------------------
+
+KEEP = {"claude": ("Write", "Read", "Bash"), "codex": ("exec_command", "spawn_agent", "update_goal"),
+        "opencode": ("write", "read", "bash")}
+
+
+def trimmed(agent: str) -> tuple[str, dict, str]:
+    """The agent's first request with tools, cut down: its own tools (a few), one short user turn,
+    and the first tool forced, the way the agent's own protocol forces one."""
+    path = next(p for p in posted() if p.parent.name == agent and recorded(p)["body"].get("tools"))
+    ex = recorded(path)
+    body = dict(ex["body"], stream=False)
+    keep = KEEP[agent]
+    if agent == "claude":
+        body.update(tools=[t for t in body["tools"] if t["name"] in keep], system="You write files.",
+                    messages=[{"role": "user", "content": "Create hello.txt containing hi."},
+                              {"role": "system", "content": "Reminder: use the tools."}],
+                    tool_choice={"type": "tool", "name": keep[0]}, max_tokens=200)
+        body.pop("thinking", None)
+    elif agent == "codex":
+        tools = []
+        for t in body["tools"]:
+            if t.get("type") == "namespace":
+                t = dict(t, tools=[f for f in t["tools"] if f["name"] in keep])
+                if not t["tools"]:
+                    continue
+            elif t.get("name") not in keep and t.get("type") == "function":
+                continue
+            tools.append(t)
+        body.update(tools=tools, input="Run ls.", instructions="You run commands.",
+                    tool_choice={"type": "function", "name": keep[0]}, max_output_tokens=200)
+    else:
+        body.update(tools=[t for t in body["tools"] if t["function"]["name"] in keep],
+                    messages=[{"role": "system", "content": "You write files."},
+                              {"role": "user", "content": "Create hello.txt containing hi."}],
+                    tool_choice={"type": "function", "function": {"name": keep[0]}}, max_tokens=200)
+        body.pop("stream_options", None)
+    return ex["path"].split("?")[0], body, keep[0]
+
+
+@pytest.fixture(scope="module")
+def server(tooled):
+    with local_server(tooled, parallel=1, queue_limit=4) as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "opencode"])
+def test_each_agent_request_through_the_server_gets_a_valid_call(agent, server):
+    """Through the recording proxy ``bench agents`` reads agents' traffic with, too."""
+    route, body, name = trimmed(agent)
+    body["model"] = server.model_id
+    proxy = RecordingProxy(server.url.removesuffix("/v1"))
+    try:
+        r = httpx.post(proxy.url + route, json=body, timeout=300)
+    finally:
+        proxy.close()
+    assert r.status_code == 200, r.text
+    seen = read_exchange(proxy.exchanges[0])
+    assert seen["status"] == 200 and seen["calls"] and set(seen["calls"]) == {name} and seen["prompt_tokens"] > 0
+    out = r.json()
+    schemas = {t.name: dict(t.parameters) for t in agent_tools()[agent]}
+    if agent == "claude":
+        assert out["stop_reason"] == "tool_use"
+        calls = [(b["name"], b["input"]) for b in out["content"] if b["type"] == "tool_use"]
+    elif agent == "codex":
+        assert "web_search" in r.headers["x-hearth-note"]
+        calls = [(o["name"], json.loads(o["arguments"])) for o in out["output"] if o["type"] == "function_call"]
+    else:
+        assert out["choices"][0]["finish_reason"] == "tool_calls"
+        calls = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                 for c in out["choices"][0]["message"]["tool_calls"]]
+    assert calls and all(got == name for got, _ in calls)  # the forced tool (parallel calls allowed)
+    for _, args in calls:
+        jsonschema.validate(args, schemas[name])
