@@ -4,7 +4,8 @@ The window's parts are controllers it holds, each given what it needs in its
 constructor: ``loading`` (model_loading.py: load, status bar, rollback, retries),
 ``navigation`` (search hits, versions, pins, export/import), ``keyboard`` (keys,
 zoom, Help), ``view_menu`` (theme), ``welcome_hint`` and ``performance`` (the
-Performance menu) and ``replies`` (sending, and showing replies as they stream).
+Performance menu), ``agents`` (the Agents menu: coding agents in a terminal) and ``replies``
+(sending, and showing replies as they stream).
 The window itself keeps the settings, the conversation on screen and the
 conversation list; names its callers use for a controller's parts stay as Via
 attributes (via.py). Rules the parts keep together:
@@ -33,6 +34,7 @@ from app.core.paths import data_dir
 from app.library import library_dock
 from app.ui import theme
 from app.window.keyboard import KeyboardController
+from app.window.agents_menu import AgentsMenu
 from app.window.menus import build_file_and_chat_menus
 from app.window.view_menu import ViewMenu
 from app.window.performance_menu import PerformanceMenu
@@ -112,6 +114,7 @@ class MainWindow(QMainWindow):
         self.performance = PerformanceMenu(
             window=self, store=self.store, host=self.host, info=self.info, current=lambda: self.current,
             settings=lambda: self.settings, apply_settings=self.apply_settings)
+        self.agents = AgentsMenu(self)  # Claude Code, Codex CLI, OpenCode in a terminal, on this model
         self.keyboard.build_help_menu()
         for notice in (settings_notice, self.store.notice):
             if notice:
