@@ -8,6 +8,7 @@ import math
 import pytest
 
 from engine.bench import quality as bq
+from engine.tuning.quality import kl_divergence, perplexity
 
 
 def test_agreement_counts_positions_and_treats_a_shared_end_as_agreement():
@@ -44,7 +45,7 @@ def test_perplexity_matches_transformers_loss(tiny_dir):
 
     b = hf.load(tiny_dir, device="cpu")
     text = "The sea was grey and the wind was cold. He found a bottle."
-    ppl, n = bq.perplexity(b, text)
+    ppl, n = perplexity(b, text)
     ids = b.tokenize(text, special=False)
     assert n == len(ids) - 1
     with torch.inference_mode():
@@ -78,12 +79,38 @@ def test_report_for_a_gguf_file_compares_it_with_its_dequantized_weights(bundled
     monkeypatch.setattr(bq, "quality_text", _text_head)
     monkeypatch.setattr(bq, "GEN_TOKENS", 16)
     rep = bq.bench_quality(_args(bundled_path, "llama_cpp"))
-    ref, gguf = rep["rows"]
+    ref, exact, fast = rep["rows"]
     assert ref["quant"].startswith("reference: dequantized float32") and ref["backend"] == "hf"
-    assert gguf["quant"] == "gguf Q4_1 (llama_cpp)" and gguf["backend"] == "llama_cpp"
+    assert exact["quant"] == "gguf Q4_1 (llama_cpp, exact)" and exact["backend"] == "llama_cpp"
+    assert fast["quant"] == "gguf Q4_1 (llama_cpp, fast)"
     # The same weights, two numeric paths: close perplexities, identical greedy start.
-    assert gguf["perplexity"] == pytest.approx(ref["perplexity"], rel=0.05)
-    assert gguf["prefix_tokens"] >= 8 and rep["gen_tokens"] == 16
+    for gguf in (exact, fast):
+        assert gguf["perplexity"] == pytest.approx(ref["perplexity"], rel=0.05)
+    assert exact["prefix_tokens"] >= 8 and rep["gen_tokens"] == 16
+    # What the fast kernels change against the exact ones, measured: on this file flash attention
+    # moves the next-token distributions a little (the top token at ~6% of the text's positions).
+    drift = rep["profiles"]
+    assert drift["positions"] == exact["text_tokens"] + 1
+    assert 0.0 < drift["kl_mean"] <= drift["kl_p99"] <= drift["kl_max"] < 0.1
+    assert 0.0 <= drift["top1_changed"] < 0.15
+    assert drift["perplexity_ratio"] == pytest.approx(fast["perplexity"] / exact["perplexity"], rel=1e-4)
+
+
+def test_kl_divergence_of_next_token_distributions():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(300, 50)).astype(np.float32)
+    same = kl_divergence(a, a.copy())
+    assert same["kl_max"] == 0.0 and same["top1_changed"] == 0.0 and same["positions"] == 300
+    # Two rows by hand: p = (1/2, 1/2), q = (1/4, 3/4): KL = 1/2 ln 2 + 1/2 ln(2/3).
+    p = np.log(np.array([[0.5, 0.5], [0.5, 0.5]], dtype=np.float32))
+    q = np.log(np.array([[0.25, 0.75], [0.5, 0.5]], dtype=np.float32))
+    got = kl_divergence(p, q)
+    assert got["kl_max"] == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(2 / 3), rel=1e-6)
+    assert got["kl_mean"] == pytest.approx(got["kl_max"] / 2, rel=1e-6) and got["top1_changed"] == 0.5
+    with pytest.raises(ValueError):
+        kl_divergence(a, a[:10])
 
 
 def _text_head() -> str:
