@@ -208,6 +208,13 @@ def _bench_parser(sub) -> None:
                    help="tools: builtin, recorded (real agents' and MCP servers' tools, tests/fixtures) or a folder")
     p.add_argument("--template", default=None, help="tools: a chat template file the model wears (Jinja)")
     p.add_argument("--agents", default="claude,codex,opencode", help="agents: which agents to run")
+    p.add_argument("--models", default=None,
+                   help="speed: bundled, q4_k_m, q4_0, q8_0 (comma-separated; default: all four)")
+    p.add_argument("--prompt-tokens", type=int, default=957, help="speed: the long prompt's length")
+    p.add_argument("--switches", nargs="?", const="runtime", choices=("runtime", "tinyblas"), default=None,
+                   help="speed: also what each llama.cpp switch buys (tinyblas: and a build without it)")
+    p.add_argument("--window", action="store_true",
+                   help="speed: the window (python -m app --bench-stream) against the engine and llama-bench instead")
     p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
     p.set_defaults(func=cmd_bench)
 
