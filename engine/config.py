@@ -14,7 +14,7 @@ fails with a clear message before any file is read.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -27,6 +27,17 @@ from .models.catalogue import BACKENDS, ModelRef, resolve
 # "fast": llama.cpp's faster CPU kernels (repack buffers, flash attention), under which cached and
 # speculative output may differ slightly from plain decoding.
 EXACTNESS = ("exact", "fast")
+# The profile a load gets when it names none: "fast", llama.cpp's own defaults (what LM Studio and
+# Ollama run; `bench speed` measures both against llama-bench). HEARTH_EXACTNESS=exact changes it.
+DEFAULT_EXACTNESS = "fast"
+
+
+def default_exactness() -> str:
+    """The exactness profile of a load that names none (HEARTH_EXACTNESS, else DEFAULT_EXACTNESS)."""
+    v = os.environ.get("HEARTH_EXACTNESS") or DEFAULT_EXACTNESS
+    if v not in EXACTNESS:
+        raise HearthError(f"HEARTH_EXACTNESS={v!r} is not an exactness profile; choose exact or fast")
+    return v
 HF_QUANTS = ("none", "int8", "int4")
 HF_DEVICES = ("auto", "cpu", "gpu")
 DRAFT_MODES = ("none", "ngram", "model", "auto")
@@ -57,7 +68,7 @@ class EngineConfig:
     # thread pool (0-100; None: llama.cpp's threads).
     n_threads: int | None = None
     threads_poll: int | None = None
-    exactness: str = "exact"
+    exactness: str = field(default_factory=default_exactness)
     # Speculative decoding: "none", "ngram", "model", "auto" or a draft model's path; ``draft_k``
     # fixes the draft length instead of adapting it.
     draft: str | os.PathLike[str] | None = None

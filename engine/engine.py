@@ -269,7 +269,8 @@ class Engine:
                 f"the conversation is {len(prompt)} tokens but the context holds {b.n_ctx}; "
                 "start a new conversation, shorten the message, or raise the context length")
         history = list(prompt)
-        stats = GenerationStats(backend=b.name, n_ctx=b.n_ctx, dropped_messages=req.dropped)
+        stats = GenerationStats(backend=b.name, profile=getattr(b, "exactness", ""), n_ctx=b.n_ctx,
+                                dropped_messages=req.dropped)
         # A grammar is checked before any KV work; it runs on plain steps only
         # (rejected drafts would have to rewind its parse state), and so does a
         # thinking budget (its closing tokens are fed between two plain steps).

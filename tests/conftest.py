@@ -12,6 +12,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # The command line (engine serve/chat, benchmarks) keeps its prompt cache, plan log and GPU marker in
 # Hearth's data folder, like the window: tests and their subprocesses use a scratch one, never the user's.
 os.environ.setdefault("HEARTH_DATA_DIR", tempfile.mkdtemp(prefix="hearth-tests-"))
+# Hearth's default profile is "fast" (llama.cpp's own kernels). Most tests check that the prefix
+# cache, speculation and batching give exactly what plain decoding gives: the exact profile's
+# promise, so they run in it. The fast default's own tests unset this (test_exactness_default.py).
+os.environ["HEARTH_EXACTNESS"] = "exact"
 
 
 @pytest.fixture(scope="session")

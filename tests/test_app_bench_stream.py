@@ -44,6 +44,7 @@ def test_both_sides_write_the_same_16_tokens_and_the_figures_come_out(tmp_path):
     assert r["window"]["gui_cpu_fraction"] == [r["gui_cpu_fraction"]]
     assert r["window"]["worst_gap_ms"] == [r["worst_gap_ms"]]
     assert r["same_text"] is True and r["window_text"] == r["engine_text"] and r["window_text"].strip()
+    assert r["profile"] == "exact"  # the suite's pinned profile (conftest)
     assert not (tmp_path / "data").exists() and not (tmp_path / "config").exists()
 
 
@@ -73,3 +74,4 @@ def test_the_window_can_run_on_hearths_own_thread_pool(tmp_path):
 def test_a_missing_model_file_is_refused_before_anything_loads(capsys, tmp_path):
     assert main(["--bench-stream", "--model", str(tmp_path / "nope.gguf")]) == 2
     assert f"--model {tmp_path / 'nope.gguf'}: no such file or folder" in capsys.readouterr().err
+

@@ -10,10 +10,12 @@ def exactness_note(profile: str, llama: bool, measured: str = "") -> str:
     if not llama:
         return "A choice for GGUF files on llama.cpp."
     if profile == "fast":
-        text = ("Faster kernels (repack buffers, flash attention): replies served from the prompt cache or "
-                "sped up by a draft may differ slightly from plain decoding.")
+        text = ("llama.cpp's own fast kernels (repack buffers, flash attention), as llama.cpp, LM Studio and "
+                "Ollama run them: replies served from the prompt cache or sped up by a draft may differ "
+                "slightly from plain decoding.")
     else:
-        text = "Cached and speculative replies are token for token what plain decoding gives."
+        text = ("Cached and speculative replies are token for token what plain decoding gives, with "
+                "slower kernels.")
     return f"{text} {measured}".strip()
 
 

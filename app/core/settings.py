@@ -25,7 +25,7 @@ from typing import Any
 from engine import HearthError, SamplingParams
 from engine.atomic import atomic_write
 from engine.backends.llama.threadpool import check_poll
-from engine.config import EXACTNESS
+from engine.config import EXACTNESS, default_exactness
 from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, \
     effective_backend, infer_source, runs_gguf
 from engine.prompt.builder import CONTEXT_POLICIES
@@ -35,7 +35,8 @@ from app.core.paths import config_dir, move_aside
 from app.core.presets import DEFAULT_PRESETS, valid_presets
 
 FILE_NAME = "settings.json"
-FORMAT_VERSION = 1
+# 2: the exactness profile's default became "fast" (engine/config.py DEFAULT_EXACTNESS).
+FORMAT_VERSION = 2
 THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
@@ -84,7 +85,7 @@ class Settings:
     threads_poll: int | None = None  # llama.cpp's thread-pool poll level 0-100; None = llama.cpp's default threads
     gpu_layers: int | str | None = None  # None = Auto (the memory plan), "all", or blocks on the GPU
     kv_type: str = "auto"           # "auto" (the memory plan) | "f16" | "q8_0" | "q4_0"
-    exactness: str = "exact"        # "exact" | "fast" (see EXACTNESS)
+    exactness: str = field(default_factory=default_exactness)  # "exact" | "fast" (see EXACTNESS)
     # model -> {"applied": {...}, "previous": {...}}: what "Apply best" set and what it replaced
     tuning: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=_default_sampling)
@@ -317,6 +318,16 @@ def _valid_sampling(raw: Any, problems: list[str]) -> dict[str, Any]:
     return out
 
 
+def upgraded(raw: dict[str, Any]) -> dict[str, Any]:
+    """A settings file's dict as this version reads it. Version 1 saved every field, so its "exact"
+    profile was the old default (unless "Apply best" chose it): it becomes the new default."""
+    tuning = raw.get("tuning") if isinstance(raw.get("tuning"), dict) else {}
+    applied = any(isinstance(t, dict) and "exactness" in (t.get("applied") or {}) for t in tuning.values())
+    old = isinstance(raw.get("version", 1), int) and raw.get("version", 1) < 2
+    return {k: v for k, v in raw.items() if k != "exactness"} if old and raw.get("exactness") == "exact" \
+        and not applied else raw
+
+
 class SettingsFile:
     """Reads and writes ``settings.json``; remembers the last model set-up that loaded."""
 
@@ -345,6 +356,7 @@ class SettingsFile:
             moved = move_aside(self.path, "invalid")
             return Settings(), (f"The settings file could not be used ({reason}), so Hearth started "
                                 f"with default settings. The old file was kept as {moved}.")
+        raw = upgraded(raw)
         try:
             settings, problems = Settings.from_dict(raw), []
         except (ValueError, TypeError):  # SettingsError, or a path Python refuses (a NUL byte)

@@ -74,7 +74,7 @@ def metrics_line(m: dict | None) -> str:
     if spec and spec.get("drafted"):  # 0 drafted: speculation chose plain decoding
         parts.append(f"draft acceptance {100 * spec['acceptance_rate']:.0f}%")
     if m.get("backend"):
-        parts.append(m["backend"])
+        parts.append(m["backend"] + (f", {m['profile']} profile" if m.get("profile") else ""))
     return " · ".join(parts)
 
 

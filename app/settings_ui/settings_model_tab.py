@@ -32,6 +32,7 @@ from app.settings_ui.projector_box import ProjectorBox
 from app.core.exactness import exactness_note, measured_difference
 from app.core.plan_text import headline
 from app.core.settings import BUNDLED, EXACTNESS, MAX_CONTEXT, Settings
+from engine.config import default_exactness
 from app.core.text_utils import human_bytes
 
 HUB_TIP = ("A model on the Hugging Face Hub. It is downloaded into the Hugging Face cache when it loads, "
@@ -270,7 +271,7 @@ class ModelTabMixin:
         return self.kv_combo.currentData() if backend == "llama_cpp" else "auto"
 
     def chosen_exactness(self) -> str:
-        return self.exactness.currentData() if self.exactness.isEnabled() else "exact"
+        return self.exactness.currentData() if self.exactness.isEnabled() else default_exactness()
 
     def chosen_request(self) -> LoadRequest:
         """The load the dialog's choices stand for (what the plan and the load both see)."""

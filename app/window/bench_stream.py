@@ -192,7 +192,7 @@ def run(model: str = "bundled", tokens: int = 256, threads: int | None = None, r
             "window": {**_side(window), "gui_cpu_fraction": [round(r["gui_cpu_fraction"], 3) for r in window],
                        "worst_gap_ms": [round(r["worst_gap_ms"], 1) for r in window]},
             "engine": _side(direct),
-            "same_text": all(w["text"] == e["text"] for w, e in zip(window, direct)),
+            "same_text": all(w["text"] == e["text"] for w, e in zip(window, direct)), "profile": loaded.exactness,
             "window_text": window[-1]["text"], "engine_text": direct[-1]["text"],
         }
     finally:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QProgressBar, QPushButton, QStatusBar, QWidget
 
+from engine.config import default_exactness
 from engine.loading.gpu_guard import GpuGuard, crash_text
 from engine.interface import LoadedModel
 from engine.loading.request import LoadRequest
@@ -208,7 +209,7 @@ class LoadingController:
                                     + (f"\n{FAST_NOTE}" if fast else ""))
         self.memory_label.setText(f"Memory {human_bytes(model.memory_total)}")
         self.memory_label.setToolTip(memory_tooltip(model))
-        if fast:
+        if fast and default_exactness() != "fast":  # the default profile is said in Settings, not at every start
             self.info.show_message(FAST_NOTE, "info")
         for text in model.notes:
             self.info.show_message(text, "info", action=("Details…", self.show_memory_details))

@@ -44,6 +44,9 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: physical cores)")
     p.add_argument("--mmproj", default=None,
                    help="a vision projector GGUF for a GGUF model (default: the one beside it, if any; 'none': none)")
+    p.add_argument("--exactness", choices=["fast", "exact"], default=None,
+                   help="llama.cpp's kernels: fast (llama.cpp's own; the default) or exact (cached and "
+                        "speculative output token for token what plain decoding gives; slower)")
 
 
 def cmd_info(a: argparse.Namespace) -> int:
@@ -102,6 +105,7 @@ def _print_stats(st) -> None:
 
 
 def cmd_chat(a: argparse.Namespace) -> int:
+    from ..config import default_exactness
     from ..loading.load import load_model
     from ..loading.request import LoadRequest
     from ..paths import data_dir
@@ -110,14 +114,17 @@ def cmd_chat(a: argparse.Namespace) -> int:
     print("loading model...", file=sys.stderr, flush=True)
     # The window's planned load: what is left on Auto comes from the memory plan for this machine.
     req = LoadRequest(model=a.model or "bundled", backend=a.backend or "auto", quant=a.quant, context=a.ctx,
-                      draft=a.draft or "auto", n_threads=a.threads, mmproj=a.mmproj or "auto")
+                      draft=a.draft or "auto", n_threads=a.threads, mmproj=a.mmproj or "auto",
+                      exactness=a.exactness or default_exactness())
     loaded = load_model(req, data_dir=data_dir(), progress=_download_progress())
     assert loaded.model is not None  # load_model describes what it loaded
     for note in loaded.model.notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
     engine = loaded.engine
     label = engine.model.label if engine.model else "model"
-    print(f"{label}, context {engine.backend.n_ctx}. /reset clears the conversation, /quit leaves.",
+    profile = getattr(engine.backend, "exactness", "")
+    kernels = f", {profile} kernels" if profile else ""
+    print(f"{label}, context {engine.backend.n_ctx}{kernels}. /reset clears the conversation, /quit leaves.",
           file=sys.stderr, flush=True)
     history: list[Message] = [Message("system", a.system)] if a.system else []
     interactive = sys.stdin.isatty()
@@ -303,7 +310,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .serve import serve  # engine/serve/headless.py
 
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=a.api_key, n_ctx=a.ctx, n_threads=a.threads,
-                 cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj)
+                 cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj,
+                 exactness=a.exactness)
 
 
 def cmd_launch(a: argparse.Namespace) -> int:

@@ -260,12 +260,13 @@ def cli_doctor(a) -> int:
     from ..sizing.bandwidth import measure_read_bandwidth
     from ..backends.llama.backend import default_threads
     from ..engine import Engine
-    from ..config import EngineConfig
+    from ..config import EngineConfig, default_exactness
     from ..kv.prefix_cache import DEFAULT_BUDGET
 
     system = Path(a.system_file).read_text(encoding="utf-8") if a.system_file else DOCTOR_SYSTEM
     threads = a.threads or default_threads()
     engine = Engine.open(EngineConfig(a.model, n_ctx=a.ctx, n_threads=threads,
+                         exactness=getattr(a, "exactness", None) or default_exactness(),
                          cache_budget=0 if a.no_prefix_cache else DEFAULT_BUDGET))
     try:
         info = engine.backend.describe()

@@ -14,12 +14,14 @@ from ..serve.http.server import DEFAULT_PORT, LocalServer
 
 def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
           n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
-          cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None) -> int:
+          cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None,
+          exactness: str | None = None) -> int:
     """Load ``model`` through the window's planned load (every setting on Auto but the context
     and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status.
     ``idle_unload``: a request naming another model of the library loads it the same way, and
     it is unloaded after this many seconds without requests (None: only ``model`` is served).
     ``mmproj``: the model's vision projector (default: the one beside it, if any)."""
+    from ..config import default_exactness
     from ..loading.load import load_model
     from ..loading.request import LoadRequest
     from ..paths import data_dir
@@ -28,12 +30,13 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
 
     pool = None if idle_unload is None else library_pool(
         data_dir(), parallel=parallel, queue_limit=queue_limit, n_ctx=n_ctx, n_threads=n_threads,
-        default_ttl=idle_unload)
+        default_ttl=idle_unload, exactness=exactness)
     server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool)
     print("loading model...", file=sys.stderr, flush=True)
     # The plan counts the batch context the scheduler opens for ``parallel`` sequences.
     loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads,
-                                    server_parallel=parallel, mmproj=mmproj or "auto"), data_dir=data_dir())
+                                    server_parallel=parallel, mmproj=mmproj or "auto",
+                                    exactness=exactness or default_exactness()), data_dir=data_dir())
     m = loaded.model
     assert m is not None  # load_model describes what it loaded
     print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "

@@ -157,8 +157,8 @@ class BatchRunner:
         t.queue_wait_s = dst.t_admit - client.submitted
         t.prompt_tokens, t.cached_tokens = len(prompt), len(dst.kv)
         # The reply's clock starts at admission; the wait before it is the queue's.
-        stats = GenerationStats(backend=self.backend.name, n_ctx=self.slot_ctx,
-                                queue_wait_ms=t.queue_wait_s * 1e3)
+        stats = GenerationStats(backend=self.backend.name, profile=getattr(self.backend, "exactness", ""),
+                                n_ctx=self.slot_ctx, queue_wait_ms=t.queue_wait_s * 1e3)
         events = stream_tokens(self.backend, dst.feed.steps(), prompt_len=len(prompt), cached=len(dst.kv),
                                params=params, stats=stats, t_start=dst.t_admit, cancel=client.cancel_flag,
                                layout=req.layout, opened=req.opened, tools=req.tools,

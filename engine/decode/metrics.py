@@ -74,6 +74,7 @@ class GenerationStats:
     e2e_ms: float = 0.0          # request (queue included) -> final event
     finish_reason: str = ""
     backend: str = ""
+    profile: str = ""            # llama.cpp's exactness profile that wrote the reply ("exact", "fast")
     n_ctx: int = 0               # the context window: prompt + reply must fit in it
     dropped_messages: int = 0    # oldest messages left out so the conversation fits
     spec: dict | None = field(default=None)  # speculative-decoding stats, when used

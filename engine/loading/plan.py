@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import EngineConfig
+from ..config import EngineConfig, default_exactness
 from ..errors import HearthError
 from ..kv.disk_store import DEFAULT_DISK_BUDGET
 from ..models.catalogue import ModelRef
@@ -98,7 +98,7 @@ def engine_config(plan: Plan | None, req: LoadRequest, ref: ModelRef, backend: s
     draft = req.draft or "auto"
     base = EngineConfig(
         model=ref, backend=backend, n_threads=n_threads, threads_poll=threads_poll,
-        exactness=req.exactness or "exact", mmproj=(req.mmproj or "auto") if backend != "hf" else "auto",
+        exactness=req.exactness or default_exactness(), mmproj=(req.mmproj or "auto") if backend != "hf" else "auto",
         n_ctx=req.context, draft=draft, n_gpu_layers=_layers(req.gpu_layers),
         kv_type="f16" if kv == "auto" else kv, quant="none" if backend != "hf" or quant == "auto" else quant,
         disk_cache=prefix_store_dir(data_dir) if data_dir is not None else None,

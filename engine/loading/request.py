@@ -9,10 +9,11 @@ Hub id. Settings files keep a load as a plain dict (``last_working``):
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..config import default_exactness
 from ..errors import HearthError, ModelFileError
 from ..models.hf_folder import check_hf_folder
 
@@ -77,7 +78,7 @@ class LoadRequest:
     threads_poll: int | None = None  # llama.cpp's poll level 0-100 on a pool of Hearth's own; None: llama.cpp's default
     gpu_layers: int | str | None = None  # None: Auto; "all"; or a number
     kv_type: str = "auto"           # one of KV_TYPES
-    exactness: str = "exact"        # one of engine.config.EXACTNESS
+    exactness: str = field(default_factory=default_exactness)  # one of engine.config.EXACTNESS
     # The local server's batched sequences: their batch context's memory is planned too (0: no
     # server). The server's setting, not the model's: settings files do not keep it.
     server_parallel: int = 0

@@ -17,7 +17,7 @@ import numpy as np
 
 import llama_cpp as lc
 
-from ...config import EXACTNESS
+from ...config import EXACTNESS, default_exactness
 from ...errors import Cancelled, ContextFullError, HearthError, NoVisionError
 from ...inputs.images import DecodedImage
 from ...inputs.media import has_media
@@ -40,7 +40,7 @@ class LlamaCppBackend:
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
                  flash_attn: bool | None = None, repack: bool = False,
-                 info: ModelInfo | None = None, exactness: str = "exact", threads_poll: int | None = None,
+                 info: ModelInfo | None = None, exactness: str | None = None, threads_poll: int | None = None,
                  mmproj: str | os.PathLike[str] | None = None) -> None:
         self._pool: ThreadPool | None = None
         self._projector: Projector | None = None
@@ -50,6 +50,7 @@ class LlamaCppBackend:
         self.path = Path(path)
         if kv_type not in KV_TYPES:
             raise HearthError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
+        exactness = exactness or default_exactness()
         if exactness not in EXACTNESS:
             raise HearthError(f"unknown exactness profile {exactness!r}; choose exact or fast")
         # threads_poll: None leaves the threads to ggml (a throw-away pool per graph, polling at

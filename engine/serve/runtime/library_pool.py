@@ -31,9 +31,10 @@ def library_ids(models: Iterable) -> dict[str, str]:
 
 def library_pool(data_dir: Path, *, parallel: int, queue_limit: int, n_ctx: int | None = None,
                  n_threads: int | None = None, default_ttl: float = DEFAULT_TTL_S,
-                 library=None) -> ModelPool:
+                 library=None, exactness: str | None = None) -> ModelPool:
     """A pool that loads the library's models as ``engine serve``'s own model is loaded: planned
     (for the memory the held models leave), with a batch context of ``parallel`` sequences."""
+    from ...config import default_exactness
     from ...loading import plan as planning  # planning.machine: tests put a simulated machine there
     from ...loading.load import load_model
     from ...loading.plan import plan_request, shortfall_text
@@ -50,7 +51,8 @@ def library_pool(data_dir: Path, *, parallel: int, queue_limit: int, n_ctx: int 
         return cached[1]
 
     def request(model: str) -> LoadRequest:
-        return LoadRequest(model=model, context=n_ctx, n_threads=n_threads, server_parallel=parallel)
+        return LoadRequest(model=model, context=n_ctx, n_threads=n_threads, server_parallel=parallel,
+                           exactness=exactness or default_exactness())
 
     def fits(model: str, held: int) -> str | None:
         req = request(model)
