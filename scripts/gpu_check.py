@@ -214,6 +214,46 @@ def _decode(path: Path, bw: float) -> dict:
     return row
 
 
+def _profiles(path: Path, rounds: int = 3, tokens: int = 128, repeat: int = 60) -> dict:
+    """The exact and fast profiles on the GPU: prefill and decode tok/s (median of 3), and how far
+    a 64-token batch's logits are from the same tokens fed one at a time (the CPU's exact profile
+    gives 0.0; on a GPU the kernels for one token and for a batch differ)."""
+    import numpy as np
+
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.prompt.messages import Message
+    from engine.types import SamplingParams
+
+    text = " ".join(["The lighthouse keeper counted the waves and wrote them down."] * repeat)
+    out: dict = {}
+    for profile in ("exact", "fast"):
+        e = Engine.open(EngineConfig(path, n_ctx=4096, cache_budget=0, exactness=profile))
+        try:
+            pre, dec = [], []
+            for _ in range(rounds):
+                e.reset()
+                ev = list(e.stream([Message("user", text)],
+                                   SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)))[-1]
+                pre.append(ev.stats.prefill_tokens / (ev.stats.prefill_ms / 1e3))
+                dec.append(ev.stats.decode_tok_s)
+            b = e.backend
+            ids = b.tokenize(text, add_bos=b.add_bos)[:64]
+            b.truncate(0)
+            batch = b.forward(ids, all_logits=True).copy()
+            b.truncate(0)
+            single = np.stack([b.forward([t]).copy() for t in ids])
+            b.truncate(0)
+            out[profile] = {"prefill_tok_s": round(sorted(pre)[len(pre) // 2], 1),
+                            "decode_tok_s": round(sorted(dec)[len(dec) // 2], 1),
+                            "batch_vs_single_max_logit_diff": round(float(np.abs(batch - single).max()), 4),
+                            "runtime": b.describe().runtime}
+        finally:
+            e.close()
+    out["fast_vs_exact"] = {k: round(out["fast"][k] / out["exact"][k], 3) for k in ("prefill_tok_s", "decode_tok_s")}
+    return out
+
+
 def _plan_vs_nvml(path: Path) -> dict:
     import pynvml
 
@@ -266,6 +306,7 @@ def measure(kit: Path) -> dict:
     out["gpu_bandwidth_gb_s"] = round(bw / 1e9, 1)
     for label, path in models.items():
         out[f"decode_{label}"] = _try(_decode, path, bw) if path else {"skipped": "model not in KIT/models"}
+        out[f"profiles_{label}"] = _try(_profiles, path) if path else {"skipped": "model not in KIT/models"}
     if models["bundled"]:
         out["prefix"] = _try(prefix.run, argparse.Namespace(model=str(models["bundled"]), backend="llama_cpp",
                                                             threads=None, rounds=3))

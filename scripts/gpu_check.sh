@@ -15,8 +15,8 @@
 # nvidia-smi; a few minutes on 16 cores), then scripts/gpu_check.py measures with every layer
 # on the GPU: runtime and device, decode tok/s and roofline fraction (model bytes x tok/s over
 # the card's measured copy bandwidth) for the bundled model and the 1.5B, prefill tok/s, prefix
-# cache warm/cold, speculative speedup (0.5B draft and n-gram, with identical), the planner's GPU
-# figure against NVML, and bitsandbytes int8/NF4 tok/s on torch CUDA.
+# cache warm/cold, the exact and fast profiles (speed, batch invariance), speculative speedup (0.5B
+# draft and n-gram, with identical), the planner's GPU figure against NVML, and bitsandbytes int8/NF4 tok/s on torch CUDA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = prepare ]; then

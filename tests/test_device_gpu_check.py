@@ -42,3 +42,16 @@ def test_the_slim_source_keeps_what_the_build_needs():
               "vendor/llama.cpp/vendor", "vendor/llama.cpp/tools/mtmd", "vendor/llama.cpp/cmake", "llama_cpp")
     for drop in gpu_check.SLIM_DROP:
         assert not any(n == drop or n.startswith(drop + "/") for n in needed), drop
+
+
+def test_the_profile_comparison_runs_and_the_exact_profile_is_batch_invariant(bundled_path):
+    """The GPU check's exact-vs-fast part, run here on the CPU (no layer offloaded): both profiles
+    load and answer, and on the CPU the exact one's batch equals its single steps bit for bit."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_check
+
+    got = gpu_check._profiles(bundled_path, rounds=1, tokens=4, repeat=8)
+    assert got["exact"]["batch_vs_single_max_logit_diff"] == 0.0
+    for profile in ("exact", "fast"):
+        assert got[profile]["runtime"] == "cpu" and got[profile]["prefill_tok_s"] > 0 < got[profile]["decode_tok_s"]
+    assert got["fast_vs_exact"]["decode_tok_s"] > 0

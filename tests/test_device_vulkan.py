@@ -108,6 +108,15 @@ def worker() -> dict:
     finally:
         full.close()
 
+    fast = Engine.open(EngineConfig(path, n_ctx=CTX, n_threads=2, n_gpu_layers=999, cache_budget=0,
+                                    exactness="fast"))
+    try:
+        info = fast.backend.describe()
+        out["fast"] = {"tokens": _tokens(fast, [Message("user", Q)]).token_ids, "profile": info.exactness,
+                       "device": info.device}
+    finally:
+        fast.close()
+
     warm = Engine.open(EngineConfig(path, n_ctx=CTX, n_threads=2, n_gpu_layers=999))
     try:
         first = _tokens(warm, [Message("system", SYSTEM), Message("user", QUESTIONS[0])])
@@ -345,6 +354,12 @@ def test_every_layer_on_the_device_gives_the_cpu_greedy_tokens(dev, cpu):
     assert (full["runtime"], full["device"]) == (dev["device"]["runtime"], dev["device"]["name"])
     assert full["report"][f"weights@{dev['device']['name']}"] > 50 * 2**20
     assert full["tokens"] == cpu["tokens"]
+
+
+def test_both_exactness_profiles_load_on_the_device_and_answer(dev):
+    """The fast profile (the default) with every layer on the device, beside the exact one above."""
+    assert dev["fast"]["profile"] == "fast" and dev["fast"]["device"] == dev["full"]["device"]
+    assert len(dev["fast"]["tokens"]) == len(dev["full"]["tokens"]) > 0
 
 
 def test_some_layers_on_the_device_give_the_cpu_greedy_tokens(dev, cpu):
