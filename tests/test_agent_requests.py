@@ -27,6 +27,11 @@ from engine.types import SamplingParams
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOOLED = ("claude", "codex", "opencode", "mcp-fetch", "mcp-git", "mcp-time")
+FORCED_PER_AGENT = 6
+SCHEMA_KEYWORDS = {"type", "properties", "required", "items", "enum", "const", "anyOf", "oneOf", "allOf",
+                   "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
+                   "pattern", "format", "minItems", "maxItems", "additionalProperties", "default", "$ref",
+                   "$defs", "definitions", "uniqueItems", "multipleOf", "propertyNames", "not"}
 
 
 def recorded(path: Path) -> dict:
@@ -73,12 +78,48 @@ def tooled(bundled_path):
         yield e
 
 
+def keywords(schema) -> set[str]:
+    """The JSON Schema keywords a schema uses, at any depth."""
+    if isinstance(schema, dict):
+        return set(schema) | {k for v in schema.values() for k in keywords(v)}
+    if isinstance(schema, list):
+        return {k for v in schema for k in keywords(v)}
+    return set()
+
+
+def richest(tools: tuple[Tool, ...], n: int = FORCED_PER_AGENT) -> tuple[Tool, ...]:
+    """Tools that between them use every schema keyword the agent's tools use (each next one the
+    tool adding the most keywords not yet covered), then the richest others up to ``n``: what a
+    regression in the grammars would break first. Every tool's grammar is checked above, and
+    `bench tools --schemas recorded` forces calls to all of them (the statistics)."""
+    def kw(t: Tool) -> set[str]:
+        return keywords(dict(t.parameters)) & SCHEMA_KEYWORDS
+
+    ranked = sorted(tools, key=lambda t: (-len(kw(t)), -len(json.dumps(dict(t.parameters))), t.name))
+    chosen: list[Tool] = []
+    left = set().union(*(kw(t) for t in tools))
+    while left:
+        best = max(ranked, key=lambda t: len(kw(t) & left))  # the first of the richest on a tie
+        chosen.append(best)
+        left -= kw(best)
+    chosen += [t for t in ranked if t not in chosen][:max(0, n - len(chosen))]
+    return tuple(chosen)
+
+
+def test_the_forced_tools_cover_every_keyword_the_agents_use():
+    for agent, tools in agent_tools().items():
+        used = set().union(*(keywords(dict(t.parameters)) for t in tools))
+        forced = set().union(*(keywords(dict(t.parameters)) for t in richest(tools)))
+        assert (used - forced) & SCHEMA_KEYWORDS == set(), agent  # property names are keys too: not counted
+        assert len(richest(tools)) == min(len(tools), FORCED_PER_AGENT) or len(richest(tools)) <= 8, agent
+
+
 @pytest.mark.parametrize("agent", TOOLED)
 def test_forced_calls_to_each_agent_tool_validate(agent, tooled):
-    """Each of the agent's tools forced once, sampled: every call validates against its schema. A
-    tiny model may repeat itself inside a free string until ``max_tokens``: that reply comes back cut,
-    with no call (never half a one), and such replies stay few."""
-    tools = agent_tools()[agent]
+    """The agent's richest tools forced once each, sampled: every call validates against its schema.
+    A tiny model may repeat itself inside a free string until ``max_tokens``: that reply comes back
+    cut, with no call (never half a one), and such replies stay few."""
+    tools = richest(agent_tools()[agent])
     cut = []
     for i, t in enumerate(tools):
         # The tool's own description is left out of the prompt (Claude Code's Workflow tool alone is
