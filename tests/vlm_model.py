@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -49,19 +48,14 @@ def converter_source() -> Path:
     dest = Path.home() / ".cache" / "hearth" / f"llama-convert-{LLAMA_VERSION}"
     if (dest / "convert_hf_to_gguf.py").is_file():
         return dest
+    from engine.bench.llama_tools import source
+
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                        "-d", tmp, f"llama-cpp-python=={LLAMA_VERSION}"], check=True)
-        (sdist,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
-        prefix = f"llama_cpp_python-{LLAMA_VERSION}/vendor/llama.cpp/"
-        with tarfile.open(sdist) as t:
-            wanted = [m for m in t.getmembers() if m.name.startswith(prefix) and (
-                m.name == prefix + "convert_hf_to_gguf.py" or m.name.startswith(prefix + "conversion/")
-                or m.name.startswith(prefix + "gguf-py/"))]
-            t.extractall(tmp, members=wanted, filter="data")
+        src = source(Path(tmp), lambda name: name == "convert_hf_to_gguf.py"
+                     or name.startswith(("conversion/", "gguf-py/")))
         part = dest.with_name(dest.name + ".part")
         shutil.rmtree(part, ignore_errors=True)
-        shutil.copytree(Path(tmp) / prefix, part)
+        shutil.copytree(src, part)
         part.rename(dest)
     return dest
 

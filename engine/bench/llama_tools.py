@@ -19,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import llama_cpp
 
@@ -45,15 +46,17 @@ def tools_dir(extra: tuple[str, ...] = ()) -> Path:
     return root / f"{VERSION}-{key}"
 
 
-def source(into: Path) -> Path:
-    """llama.cpp's source from the llama-cpp-python sdist of this version, unpacked under ``into``."""
+def source(into: Path, wanted: Callable[[str], bool] = lambda _name: True) -> Path:
+    """llama.cpp's source from the llama-cpp-python sdist of this version, unpacked under ``into``:
+    the files whose path under llama.cpp's folder ``wanted`` accepts (default: all)."""
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
                         "-d", tmp, f"llama-cpp-python=={VERSION}"], check=True)
         (sdist,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
         prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
         with tarfile.open(sdist) as t:
-            t.extractall(into, members=[m for m in t.getmembers() if m.name.startswith(prefix)], filter="data")
+            members = [m for m in t.getmembers() if m.name.startswith(prefix) and wanted(m.name[len(prefix):])]
+            t.extractall(into, members=members, filter="data")
     return into / prefix
 
 
