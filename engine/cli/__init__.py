@@ -11,7 +11,6 @@ import sys
 from typing import Sequence
 
 from ..errors import HearthError
-from ..prompt.messages import Message
 from ..types import SamplingParams
 
 
@@ -65,110 +64,10 @@ def cmd_info(a: argparse.Namespace) -> int:
     return 0
 
 
-def _prefill_progress(min_tokens: int = 1024):
-    """A progress callback that shows "reading the prompt... 40%" on stderr
-    for prompts long enough to make the user wait, and clears it at the end."""
-    from ..kv.reuse import FINAL_PIECE
-
-    def show(done: int, total: int) -> None:
-        if total < min_tokens:
-            return
-        end = "\n" if done >= total - FINAL_PIECE else ""
-        print(f"\r\x1b[2mreading the prompt... {done * 100 // total}%\x1b[0m", end=end, file=sys.stderr,
-              flush=True)
-    return show
-
-
-def _download_progress(step: float = 0.05):
-    """Prints a Hub download's progress to stderr, every 5% of the bytes."""
-    shown = [-1.0]
-
-    def show(done: int, total: int, name: str) -> None:
-        if total <= 0 or not name:
-            return
-        frac = done / total
-        if frac >= 1.0 or frac - shown[0] >= step:
-            shown[0] = frac
-            print(f"downloading {name}: {done / 2**20:,.0f} of {total / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
-    return show
-
-
-def _print_stats(st) -> None:
-    cached = f", cached {st.cached_tokens}/{st.prompt_tokens}" if st.prompt_tokens else ""
-    spec = ""
-    if st.spec and st.spec.get("drafted"):
-        spec = f", draft acceptance {st.spec['acceptance_rate']:.0%}"
-    if st.dropped_messages:
-        spec += f", {st.dropped_messages} oldest messages left out to fit the context"
-    print(f"\x1b[2m[{st.generated_tokens} tok, {st.decode_tok_s:.1f} tok/s, TTFT {st.ttft_ms:.0f} ms"
-          f"{cached}{spec}, {st.finish_reason}]\x1b[0m", file=sys.stderr, flush=True)
-
-
 def cmd_chat(a: argparse.Namespace) -> int:
-    from ..config import default_exactness
-    from ..loading.load import load_model
-    from ..loading.request import LoadRequest
-    from ..paths import data_dir
+    from .chat import chat
 
-    params = _sampling(a)
-    print("loading model...", file=sys.stderr, flush=True)
-    # The window's planned load: what is left on Auto comes from the memory plan for this machine.
-    req = LoadRequest(model=a.model or "bundled", backend=a.backend or "auto", quant=a.quant, context=a.ctx,
-                      draft=a.draft or "auto", n_threads=a.threads, mmproj=a.mmproj or "auto",
-                      exactness=a.exactness or default_exactness())
-    loaded = load_model(req, data_dir=data_dir(), progress=_download_progress())
-    assert loaded.model is not None  # load_model describes what it loaded
-    for note in loaded.model.notes:
-        print(f"note: {note}", file=sys.stderr, flush=True)
-    engine = loaded.engine
-    label = engine.model.label if engine.model else "model"
-    profile = getattr(engine.backend, "exactness", "")
-    kernels = f", {profile} kernels" if profile else ""
-    print(f"{label}, context {engine.backend.n_ctx}{kernels}. /reset clears the conversation, /quit leaves.",
-          file=sys.stderr, flush=True)
-    history: list[Message] = [Message("system", a.system)] if a.system else []
-    interactive = sys.stdin.isatty()
-    while True:
-        try:
-            line = input("you> " if interactive else "")
-        except EOFError:
-            break
-        except KeyboardInterrupt:
-            print()
-            break
-        text = line.strip()
-        if not text:
-            continue
-        if text in ("/quit", "/exit"):
-            break
-        if text == "/reset":
-            history = history[:1] if a.system else []
-            engine.reset()
-            print("(conversation cleared)", file=sys.stderr)
-            continue
-        history.append(Message("user", line))
-        reply: list[str] = []
-        events = engine.stream(history, params, progress=_prefill_progress())
-        try:
-            if interactive:
-                print("bot> ", end="", flush=True)
-            for ev in events:
-                if ev.kind == "delta":
-                    reply.append(ev.text)
-                    print(ev.text, end="", flush=True)
-                else:
-                    print(flush=True)
-                    _print_stats(ev.stats)
-        except KeyboardInterrupt:
-            events.close()
-            print("\n(stopped)", file=sys.stderr, flush=True)
-        except HearthError as e:
-            history.pop()  # keep the conversation usable; the user still sees their text
-            print(f"\nerror: {e}", file=sys.stderr, flush=True)
-            continue
-        history.append(Message("assistant", "".join(reply)))
-    engine.close()
-    return 0
+    return chat(a, _sampling(a))
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
@@ -240,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="speculative decoding: none, ngram, auto (default) or a draft .gguf")
     _add_sampling_flags(p)
     p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--remote", default=None, metavar="URL",
+                   help="chat with a model on an OpenAI-compatible server (another Hearth, llama-server, vLLM, "
+                        "SGLang, LM Studio, Ollama's /v1); --model picks one of its models")
+    p.add_argument("--key", default=None, help="--remote: the server's API key (default: $HEARTH_REMOTE_KEY)")
     p.set_defaults(func=cmd_chat)
 
     p = sub.add_parser("info", help="print a GGUF file's metadata")
@@ -258,7 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="unload a library model a request loaded after this long without requests (default 600)")
     p.add_argument("--no-library", action="store_true",
                    help="serve only MODEL: a request naming another library model is a 404, not a load")
+    p.add_argument("--listen", default=None, metavar="ADDR",
+                   help="let other devices in: listen on ADDR (0.0.0.0 for every network) with TLS and a key "
+                        "required on every request (make keys with `keys new`)")
+    p.add_argument("--tls-cert", default=None, help="--listen: your own certificate (default: one Hearth makes)")
+    p.add_argument("--tls-key", default=None, help="--listen: the key of --tls-cert")
+    p.add_argument("--rate-limit", type=int, default=None, metavar="N",
+                   help="requests a minute per key (default: 120 with --listen, none on 127.0.0.1; 0: none)")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("keys", help="API keys other devices use with `serve --listen`: new NAME, list, revoke ID")
+    p.add_argument("action", choices=["new", "list", "revoke"])
+    p.add_argument("name", nargs="?", default=None, help="new: what the key is for; revoke: its id")
+    p.set_defaults(func=cmd_keys)
     p = sub.add_parser("launch", help="start a coding agent (claude, codex, opencode) pointed at Hearth's server")
     p.add_argument("agent", choices=["claude", "codex", "opencode"])
     p.add_argument("--model", default=None, help="the model the server loads when it is not running yet")
@@ -311,7 +226,31 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=a.api_key, n_ctx=a.ctx, n_threads=a.threads,
                  cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj,
-                 exactness=a.exactness)
+                 exactness=a.exactness, listen=a.listen, tls_cert=a.tls_cert, tls_key=a.tls_key,
+                 rate_limit=a.rate_limit)
+
+
+def cmd_keys(a: argparse.Namespace) -> int:
+    import time
+
+    from ..paths import data_dir
+    from ..serve.http.keys import KeyRing
+
+    ring = KeyRing(data_dir() / "server" / "keys.json")
+    if a.action == "new":
+        entry, key = ring.create(a.name or "key")
+        print(key)
+        print(f"key {entry.id} ({entry.name}) made; it is shown this once and stored only as a hash. "
+              "Give it to the device that will use this server.", file=sys.stderr)
+    elif a.action == "revoke":
+        if not a.name:
+            raise HearthError("revoke needs a key's id: `python -m engine keys list` shows them")
+        entry = ring.revoke(a.name)
+        print(f"revoked {entry.id} ({entry.name})", file=sys.stderr)
+    else:
+        for e in ring.entries():
+            print(f"{e.id}  {time.strftime('%Y-%m-%d', time.localtime(e.created))}  {e.name}")
+    return 0
 
 
 def cmd_launch(a: argparse.Namespace) -> int:

@@ -8,19 +8,48 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from typing import Any
 
+from ..remote.errors import fingerprint_text
 from ..serve.http.server import DEFAULT_PORT, LocalServer
+
+LISTEN_RATE_LIMIT = 120  # requests a minute per key for a server other devices use
+
+
+def exposure(listen: str | None, tls_cert: str | None, tls_key: str | None,
+             rate_limit: int | None) -> dict[str, Any]:
+    """LocalServer's keywords for ``--listen``: the address, TLS, the key ring and the rate limit
+    (none of them without ``listen``: the server stays on 127.0.0.1)."""
+    from ..errors import HearthError
+    from ..paths import data_dir
+    from ..serve.http.keys import KeyRing
+    from ..serve.http.tls import own_certificate, user_certificate
+
+    keys = KeyRing(data_dir() / "server" / "keys.json")
+    if not listen:
+        if tls_cert or tls_key:
+            raise HearthError("--tls-cert and --tls-key go with --listen")
+        return {"keys": keys, "rate_limit": rate_limit or 0}
+    if bool(tls_cert) != bool(tls_key):
+        raise HearthError("--tls-cert and --tls-key go together")
+    tls = user_certificate(tls_cert, tls_key) if tls_cert and tls_key else own_certificate(
+        data_dir() / "server" / "tls", listen)
+    return {"host": listen, "listen": True, "tls": tls, "keys": keys,
+            "rate_limit": LISTEN_RATE_LIMIT if rate_limit is None else rate_limit}
 
 
 def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
           n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
           cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None,
-          exactness: str | None = None) -> int:
+          exactness: str | None = None, listen: str | None = None, tls_cert: str | None = None,
+          tls_key: str | None = None, rate_limit: int | None = None) -> int:
     """Load ``model`` through the window's planned load (every setting on Auto but the context
     and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status.
     ``idle_unload``: a request naming another model of the library loads it the same way, and
     it is unloaded after this many seconds without requests (None: only ``model`` is served).
-    ``mmproj``: the model's vision projector (default: the one beside it, if any)."""
+    ``mmproj``: the model's vision projector (default: the one beside it, if any).
+    ``listen``: let other devices in on this address, with TLS (``tls_cert``/``tls_key``, or a
+    certificate Hearth makes once) and a key of ``engine keys`` (or ``api_key``) on every request."""
     from ..config import default_exactness
     from ..loading.load import load_model
     from ..loading.request import LoadRequest
@@ -31,7 +60,8 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     pool = None if idle_unload is None else library_pool(
         data_dir(), parallel=parallel, queue_limit=queue_limit, n_ctx=n_ctx, n_threads=n_threads,
         default_ttl=idle_unload, exactness=exactness)
-    server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool)
+    server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool,
+                         **exposure(listen, tls_cert, tls_key, rate_limit))
     print("loading model...", file=sys.stderr, flush=True)
     # The plan counts the batch context the scheduler opens for ``parallel`` sequences.
     loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads,
@@ -50,7 +80,10 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     try:
         server.attach(scheduler)
         server.start()
-        key = " (API key required)" if api_key else ""
+        key = " (API key required)" if api_key or server.exposed else ""
+        if server.tls is not None:
+            print(f"TLS certificate fingerprint {fingerprint_text(server.tls.fingerprint())}: a client that "
+                  "pins another refuses this server", file=sys.stderr, flush=True)
         # stdout, one line: scripts (and the tests) read the address from it.
         print(f"Hearth serving {server.model_id} at {server.url}{key}; Ctrl-C stops", flush=True)
         try:

@@ -9,6 +9,8 @@ still reach 127.0.0.1. Two guards close that door:
   Origin is not on the user's allow-list is refused outright (without an
   allow-list, every browser origin is), so no page can spend the user's
   model or read its replies.
+Off loopback (``engine serve --listen``) the Host check gives way to a key on
+every request (the key ring's keys, each with its own rate limit) and TLS.
 Then the optional API key (``Authorization: Bearer <key>``, or ``x-api-key: <key>``
 as Anthropic's clients send it), compared in constant time. Allowed origins get CORS headers (Starlette's middleware)
 and their preflights pass without the key, as browsers send none.
@@ -23,20 +25,44 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .body import error_body_for, error_status_for
+from .keys import KeyRing, RateLimit
 from ..protocols.openai import ApiError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 BIND_HOST = "127.0.0.1"
 
 
-def check_bind_host(host: str) -> str:
-    """The address to bind: 127.0.0.1 (or ``localhost``); any other host is refused."""
+def is_loopback_bind(host: str) -> bool:
+    """Whether binding ``host`` keeps the server on this machine alone, as the default does."""
+    return host in ("127.0.0.1", "localhost")
+
+
+def check_bind_host(host: str, *, listen: bool = False) -> str:
+    """The address to bind: 127.0.0.1 (or ``localhost``); another address only when the user asked
+    to let other devices in (``listen``: ``engine serve --listen``, the Local server tab's switch)."""
     from ...errors import HearthError
 
-    if host in ("127.0.0.1", "localhost"):
+    if is_loopback_bind(host):
         return BIND_HOST
-    raise HearthError(f"the local server binds 127.0.0.1 only (asked for {host!r}): it is for programs on this "
-                      "machine; other machines cannot reach it")
+    if listen and host.strip():
+        return host.strip()
+    raise HearthError(f"the local server binds 127.0.0.1 only (asked for {host!r}): to let other devices use "
+                      "it, ask for that (`engine serve --listen ADDR`, or Settings → Local server)")
+
+
+def check_exposure(host: str, tls: bool, keyed: bool) -> bool:
+    """Whether a server bound to ``host`` is exposed beyond loopback; if it is, it must have TLS and a key."""
+    from ...errors import HearthError
+
+    if is_loopback_bind(host):
+        return False
+    if not tls:
+        raise HearthError(f"listening on {host} needs TLS: other devices' requests and keys would cross the "
+                          "network in clear")
+    if not keyed:
+        raise HearthError(f"listening on {host} needs an API key: make one with `python -m engine keys new NAME` "
+                          "(it is shown once)")
+    return True
 
 
 def allowed_hosts(port: int) -> frozenset[str]:
@@ -66,25 +92,41 @@ async def send_error(send: Send, scope: Scope, status: int, message: str, *, typ
 
 
 class KeyCheck:
-    """Refuses requests without the API key (when one is set). Reads the key on every
-    request, so a regenerated key takes effect at once."""
+    """Refuses requests without a valid API key: the one key set in Settings (read on every
+    request, so a regenerated key takes effect at once) or any key of the key ring. ``required``:
+    refuse even when no key is set (a server other devices reach). With a rate limit, each key
+    (the single key counts as one) gets its own budget of requests per minute, then 429."""
 
-    def __init__(self, app: ASGIApp, get_key: Callable[[], str | None]) -> None:
-        self.app, self.get_key = app, get_key
+    def __init__(self, app: ASGIApp, get_key: Callable[[], str | None], *, keys: KeyRing | None = None,
+                 required: bool = False, limit: RateLimit | None = None) -> None:
+        self.app, self.get_key, self.keys, self.required, self.limit = app, get_key, keys, required, limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = self.get_key()
-        if scope["type"] == "http" and key:
+        if scope["type"] == "http" and (key or self.required or (self.keys is not None and self.keys.entries())):
             auth = _header(scope, b"authorization") or ""
             scheme, _, given = auth.partition(" ")
             if scheme.lower() != "bearer":
                 given = _header(scope, b"x-api-key") or ""  # Anthropic's clients send the key this way
-            if not hmac.compare_digest(given.strip().encode(), key.encode()):
+            given = given.strip()
+            who: str | None = None
+            if key and hmac.compare_digest(given.encode(), key.encode()):
+                who = "settings key"
+            elif given and self.keys is not None and (entry := self.keys.match(given)) is not None:
+                who = entry.id
+            if who is None:
                 await send_error(send, scope, 401, "invalid or missing API key: send it as 'Authorization: "
                                                    "Bearer <key>' or 'x-api-key: <key>' (Hearth shows it in "
                                                    "Settings → Local server)",
                                  type="invalid_request_error", code="invalid_api_key",
                                  headers=[("www-authenticate", "Bearer")])
+                return
+            wait = self.limit.take(who) if self.limit is not None else 0.0
+            if wait and self.limit is not None:
+                await send_error(send, scope, 429, f"this key's limit of {self.limit.per_minute} requests a "
+                                                   f"minute is spent; try again in {wait:.0f} s",
+                                 type="rate_limit_error", code="rate_limit_exceeded",
+                                 headers=[("retry-after", f"{wait:.0f}")])
                 return
         await self.app(scope, receive, send)
 
@@ -93,10 +135,14 @@ class Guard:
     """Host and Origin checks, then CORS for allowed origins, then the key check."""
 
     def __init__(self, app: ASGIApp, *, port: Callable[[], int], get_key: Callable[[], str | None],
-                 cors_origins: Iterable[str] = ()) -> None:
+                 cors_origins: Iterable[str] = (), exposed: bool = False, keys: KeyRing | None = None,
+                 limit: RateLimit | None = None) -> None:
+        """``exposed``: the server listens beyond loopback. Any Host is then answered (the names other
+        devices reach it by are many) and the key is required on every request instead."""
         self.port = port
+        self.exposed = exposed
         self.origins = frozenset(o.rstrip("/") for o in cors_origins)
-        inner: Any = KeyCheck(app, get_key)
+        inner: Any = KeyCheck(app, get_key, keys=keys, required=exposed, limit=limit)
         if self.origins:
             inner = CORSMiddleware(inner, allow_origins=sorted(self.origins), allow_methods=["GET", "POST"],
                                    allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version",
@@ -108,7 +154,7 @@ class Guard:
             await self.inner(scope, receive, send)
             return
         host = (_header(scope, b"host") or "").lower()
-        if host not in allowed_hosts(self.port()):
+        if not self.exposed and host not in allowed_hosts(self.port()):
             await send_error(send, scope, 403, f"this server answers only to localhost names, not Host {host!r} "
                                         "(a guard against DNS rebinding)",
                              type="invalid_request_error", code="host_not_allowed")

@@ -38,7 +38,9 @@ from ..protocols.openai import ApiError, ApiRequest
 from .pump import Pump
 from ..runtime.requests import QueueFull, ServeRequest, Ticket
 from ..runtime.scheduler import Scheduler
-from .security import Guard, check_bind_host
+from .keys import KeyRing, RateLimit
+from .security import Guard, check_bind_host, check_exposure
+from .tls import TlsFiles
 from ..protocols.template_vars import TemplateVarsError, check_think
 from ..runtime.pool import ModelPool, keep_alive
 from ..protocols.responses import ResponseStore
@@ -63,10 +65,16 @@ class LocalServer:
 
     def __init__(self, *, port: int = DEFAULT_PORT, api_key: str | None = None,
                  cors_origins: Iterable[str] = (), max_body: int = MAX_BODY, host: str = "127.0.0.1",
-                 pool: ModelPool | None = None) -> None:
+                 pool: ModelPool | None = None, listen: bool = False, tls: TlsFiles | None = None,
+                 keys: KeyRing | None = None, rate_limit: int = 0) -> None:
         """``pool``: the library's models, loaded when a request names one (None: only the
-        attached model is served)."""
-        self.host = check_bind_host(host)
+        attached model is served). ``listen``: ``host`` may be an address other devices reach;
+        the server then refuses to start without TLS (``tls``) and a key (``api_key`` or one in
+        ``keys``). ``rate_limit``: requests a minute per key (0: none)."""
+        self.host = check_bind_host(host, listen=listen)
+        self.exposed = check_exposure(self.host, tls is not None, bool(api_key) or bool(keys and keys.entries()))
+        self.tls = tls
+        self.keys = keys
         self.requested_port = port
         self.api_key = api_key or None
         self.max_body = max_body
@@ -91,7 +99,8 @@ class LocalServer:
             ("/v1/messages/count_tokens", self._count_tokens, "POST"),
             ("/v1/responses", self._route(responses_wire(self.responses)), "POST"))]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
-        self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins)
+        self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins,
+                         exposed=self.exposed, keys=keys, limit=RateLimit(rate_limit) if rate_limit else None)
 
     # -- what is served -------------------------------------------------------------
 
@@ -322,7 +331,10 @@ class LocalServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._port}/v1"
+        """The address clients use: on loopback 127.0.0.1; listening beyond it, the listen address."""
+        host = "127.0.0.1" if not self.exposed else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"{'https' if self.tls else 'http'}://{host}:{self._port}/v1"
 
     @property
     def running(self) -> bool:
@@ -333,7 +345,8 @@ class LocalServer:
         A port in use raises HearthError at once."""
         if self.running:
             return
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.bind((self.host, self.requested_port))
         except OSError as e:
@@ -342,7 +355,9 @@ class LocalServer:
                               "choose another port") from None
         self._port = sock.getsockname()[1]
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2)
+                                timeout_graceful_shutdown=2,
+                                ssl_certfile=None if self.tls is None else str(self.tls.cert),
+                                ssl_keyfile=None if self.tls is None else str(self.tls.key))
         server = uvicorn.Server(config)
         self._uvicorn = server
         self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="hearth-server",

@@ -1,0 +1,140 @@
+"""``python -m engine chat``: a streaming terminal chat, on a model loaded here or on a server's (``--remote``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import HearthError
+from ..prompt.messages import Message
+from ..types import SamplingParams
+
+
+def _prefill_progress(min_tokens: int = 1024):
+    """A progress callback that shows "reading the prompt... 40%" on stderr
+    for prompts long enough to make the user wait, and clears it at the end."""
+    from ..kv.reuse import FINAL_PIECE
+
+    def show(done: int, total: int) -> None:
+        if total < min_tokens:
+            return
+        end = "\n" if done >= total - FINAL_PIECE else ""
+        print(f"\r\x1b[2mreading the prompt... {done * 100 // total}%\x1b[0m", end=end, file=sys.stderr,
+              flush=True)
+    return show
+
+
+def _download_progress(step: float = 0.05):
+    """Prints a Hub download's progress to stderr, every 5% of the bytes."""
+    shown = [-1.0]
+
+    def show(done: int, total: int, name: str) -> None:
+        if total <= 0 or not name:
+            return
+        frac = done / total
+        if frac >= 1.0 or frac - shown[0] >= step:
+            shown[0] = frac
+            print(f"downloading {name}: {done / 2**20:,.0f} of {total / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
+    return show
+
+
+def _print_stats(st) -> None:
+    cached = f", cached {st.cached_tokens}/{st.prompt_tokens}" if st.prompt_tokens else ""
+    spec = ""
+    if st.spec and st.spec.get("drafted"):
+        spec = f", draft acceptance {st.spec['acceptance_rate']:.0%}"
+    if st.dropped_messages:
+        spec += f", {st.dropped_messages} oldest messages left out to fit the context"
+    print(f"\x1b[2m[{st.generated_tokens} tok, {st.decode_tok_s:.1f} tok/s, TTFT {st.ttft_ms:.0f} ms"
+          f"{cached}{spec}, {st.finish_reason}]\x1b[0m", file=sys.stderr, flush=True)
+
+
+def chat(a: argparse.Namespace, params: SamplingParams) -> int:
+    """The chat loop on a model loaded here, or on a server's (``--remote``)."""
+    from ..config import default_exactness
+    from ..loading.load import load_model
+    from ..loading.request import LoadRequest
+    from ..paths import data_dir
+
+    if a.remote:
+        return _chat_loop(a, params, _open_remote(a), reset=lambda: None)
+    print("loading model...", file=sys.stderr, flush=True)
+    # The window's planned load: what is left on Auto comes from the memory plan for this machine.
+    req = LoadRequest(model=a.model or "bundled", backend=a.backend or "auto", quant=a.quant, context=a.ctx,
+                      draft=a.draft or "auto", n_threads=a.threads, mmproj=a.mmproj or "auto",
+                      exactness=a.exactness or default_exactness())
+    loaded = load_model(req, data_dir=data_dir(), progress=_download_progress())
+    assert loaded.model is not None  # load_model describes what it loaded
+    for note in loaded.model.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    engine = loaded.engine
+    label = engine.model.label if engine.model else "model"
+    profile = getattr(engine.backend, "exactness", "")
+    kernels = f", {profile} kernels" if profile else ""
+    print(f"{label}, context {engine.backend.n_ctx}{kernels}. /reset clears the conversation, /quit leaves.",
+          file=sys.stderr, flush=True)
+    return _chat_loop(a, params, engine, reset=engine.reset)
+
+
+def _open_remote(a: argparse.Namespace):
+    import os
+
+    from ..paths import data_dir
+    from ..remote.connect import open_remote
+
+    key = a.key or os.environ.get("HEARTH_REMOTE_KEY")
+    engine = open_remote(a.remote, key, a.model, data_dir=data_dir())
+    m = engine.describe()
+    for note in m.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    print(f"{m.label} on {m.device} ({m.runtime}), context {m.n_ctx:,}. /reset clears the conversation, "
+          "/quit leaves.", file=sys.stderr, flush=True)
+    return engine
+
+
+def _chat_loop(a: argparse.Namespace, params: SamplingParams, engine, *, reset) -> int:
+    history: list[Message] = [Message("system", a.system)] if a.system else []
+    interactive = sys.stdin.isatty()
+    while True:
+        try:
+            line = input("you> " if interactive else "")
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            print()
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/quit", "/exit"):
+            break
+        if text == "/reset":
+            history = history[:1] if a.system else []
+            reset()
+            print("(conversation cleared)", file=sys.stderr)
+            continue
+        history.append(Message("user", line))
+        reply: list[str] = []
+        events = engine.stream(history, params, progress=_prefill_progress())
+        try:
+            if interactive:
+                print("bot> ", end="", flush=True)
+            for ev in events:
+                if ev.kind == "delta":
+                    reply.append(ev.text)
+                    print(ev.text, end="", flush=True)
+                elif ev.kind == "reasoning":
+                    print(f"\x1b[2m{ev.text}\x1b[0m", end="", flush=True)
+                elif ev.kind == "final":
+                    print(flush=True)
+                    _print_stats(ev.stats)
+        except KeyboardInterrupt:
+            events.close()
+            print("\n(stopped)", file=sys.stderr, flush=True)
+        except HearthError as e:
+            print(f"\nerror: {e}", file=sys.stderr, flush=True)
+            if not reply:
+                history.pop()  # keep the conversation usable; the user still sees their text
+                continue
+        history.append(Message("assistant", "".join(reply)))  # a partial reply too: the user saw it
+    engine.close()
+    return 0

@@ -1,0 +1,356 @@
+"""A model served elsewhere, as an implementation of the engine interface.
+
+The window's engine thread and ``engine chat --remote`` use it exactly as the
+local engine: messages and options in, typed events out. What this side cannot
+know it says: token counts are estimates (the server has the tokenizer), and the
+figures are measured here (TTFT and tok/s as the user sees them, the network
+included), with the server's own counts (``usage``, cached prompt tokens,
+llama-server's ``timings``) where it sends them.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from typing import Any, Iterator, Mapping, Sequence
+
+from ..decode.metrics import GenerationStats
+from ..errors import HearthError
+from ..interface import LoadedModel
+from ..kv.reuse import ProgressFn
+from ..prompt.messages import DocumentPart, ImagePart, Message, TextPart, ToolCall, ToolCallDelta
+from ..reply_formats import ThinkControl
+from ..reply_formats.tools import Tool, ToolPlan, ToolSyntax
+from ..types import SamplingParams, StreamEvent
+from .client import Client, RemoteModel
+from .think import ThinkSplitter
+from .errors import RemoteError, Stopped
+
+CHARS_PER_TOKEN = 4   # the estimate where the server keeps the tokenizer
+DEFAULT_N_CTX = 8192  # a server that does not say its context: what most serve at least
+
+# The server's finish_reason as the engine's (engine/decode/metrics.py FINISH_REASONS).
+FINISH = {"stop": "eos", "eos": "eos", "length": "max_tokens", "tool_calls": "tool_calls",
+          "function_call": "tool_calls", "cancelled": "cancelled", "content_filter": "stop_string"}
+
+# The syntax a remote model's calls come in: OpenAI's tool_calls, parsed by the server.
+OPENAI_TOOLS = ToolSyntax(name="openai (the server parses the calls)", open="")
+
+
+def wire_message(m: Message | Mapping[str, Any]) -> dict[str, Any]:
+    """A message as OpenAI's chat API takes it: images as data URLs, calls with JSON-text arguments.
+    A document must have been turned into text by the caller (the window does, in the same slot as
+    for a local model); one that reaches here is refused, never dropped silently."""
+    msg = m if isinstance(m, Message) else Message.from_dict(m)
+    out: dict[str, Any] = {"role": msg.role}
+    if msg.only_text:
+        out["content"] = msg.content
+    else:
+        parts: list[dict[str, Any]] = []
+        for p in msg.parts:
+            if isinstance(p, TextPart):
+                parts.append({"type": "text", "text": p.text})
+            elif isinstance(p, ImagePart):
+                if p.data is None:
+                    raise HearthError("an image's bytes are not at hand, so it cannot be sent to the server")
+                url = f"data:{p.mime};base64,{base64.b64encode(p.data).decode()}"
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+            elif isinstance(p, DocumentPart):
+                raise HearthError(f"the document {p.name!r} must be sent as its text")
+        out["content"] = parts
+    if msg.tool_calls:
+        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                             for c in msg.tool_calls]
+        if not msg.content:
+            out["content"] = None
+    if msg.tool_call_id is not None:
+        out["tool_call_id"] = msg.tool_call_id
+    return out
+
+
+def sampling_fields(params: SamplingParams, extras: bool) -> tuple[dict[str, Any], list[str]]:
+    """``params`` as request fields, and notes on what the server may not honour. ``extras``: send
+    llama.cpp's and vLLM's own fields (top_k, min_p, repeat_penalty), which OpenAI itself refuses."""
+    f: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens}
+    notes: list[str] = []
+    if params.stop:
+        f["stop"] = list(params.stop)[:4]  # OpenAI's limit; llama.cpp and vLLM take more, but all take 4
+        if len(params.stop) > 4:
+            notes.append(f"only the first 4 of {len(params.stop)} stop strings were sent (OpenAI's limit)")
+    if params.seed is not None:
+        f["seed"] = params.seed
+    if params.presence_penalty:
+        f["presence_penalty"] = params.presence_penalty
+    if params.frequency_penalty:
+        f["frequency_penalty"] = params.frequency_penalty
+    changed = [n for n, v, off in (("top_k", params.top_k, 0), ("min_p", params.min_p, 0.0),
+                                   ("repeat_penalty", params.repeat_penalty, 1.0)) if v != off]
+    if extras:
+        f["top_k"], f["min_p"] = params.top_k, params.min_p
+        if params.repeat_penalty != 1.0:
+            f["repeat_penalty"] = f["repetition_penalty"] = params.repeat_penalty
+    elif changed:
+        notes.append(f"{', '.join(changed)} not sent: this server takes OpenAI's fields only")
+    if params.grammar and extras:
+        f["grammar"] = params.grammar  # llama-server's and llama-cpp-python's field (GBNF)
+    elif params.grammar:
+        notes.append("the grammar was not sent: this server takes OpenAI's fields only")
+    if params.reasoning_budget is not None:
+        notes.append("the thinking budget applies to local models only")
+    return f, notes
+
+
+class RemoteEngine:
+    """A model on an OpenAI-compatible server (another Hearth, llama-server, vLLM, SGLang, LM Studio,
+    Ollama's /v1): opened with :meth:`open`, which lists the server's models and checks the one asked
+    for, so a wrong address, key or model fails at once with the reason in one line."""
+
+    def __init__(self, client: Client, model: RemoteModel, *, label: str | None = None,
+                 notes: Sequence[str] = ()) -> None:
+        self.client = client
+        self.model = model
+        self.label = label or model.id
+        self._notes = tuple(notes)
+        self._n_ctx = model.n_ctx or DEFAULT_N_CTX
+        self._closed = False
+        self.extras = client.endpoint.host != "api.openai.com"
+
+    @classmethod
+    def open(cls, client: Client, model: str | None = None, *, cancel: threading.Event | None = None) -> RemoteEngine:
+        """Connect, list the models and pick ``model`` (None: the first the server lists)."""
+        models = client.models(cancel=cancel)
+        if not models:
+            raise RemoteError(f"{client.endpoint.address} lists no models", "not_found")
+        if model is None:
+            chosen = models[0]
+        else:
+            chosen = next((m for m in models if m.id == model), None)  # type: ignore[assignment]
+            if chosen is None:
+                names = ", ".join(m.id for m in models[:8])
+                raise RemoteError(f"{client.endpoint.address} does not serve {model!r}; it serves {names}",
+                                  "not_found")
+        notes = [] if chosen.n_ctx else [f"the server does not say its context length; {DEFAULT_N_CTX:,} tokens "
+                                         "is assumed"]
+        return cls(client, chosen, notes=notes)
+
+    # -- what it is ---------------------------------------------------------------------
+
+    @property
+    def think(self) -> ThinkControl | None:
+        return None  # the server's template decides; a split reasoning_content is still shown
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def describe(self) -> LoadedModel:
+        ep = self.client.endpoint
+        return LoadedModel(
+            label=self.label, path=f"{ep.url}#{self.model.id}", bundled=False, backend="remote", quant="",
+            n_ctx=self._n_ctx, n_threads=None, runtime=f"remote ({self.model.owned_by or 'OpenAI-compatible'})",
+            device=ep.address, n_gpu_layers=0, kv_type="", exactness="", draft="none", draft_model=None,
+            draft_memory=0, memory={}, memory_total=0, prefix_budget=0,
+            notes=self._notes + ("token counts here are estimates: the server holds the tokenizer",),
+            projector="remote: the server decides whether the model takes images")
+
+    def plan_tools(self, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
+        return ToolPlan(OPENAI_TOOLS, tuple(tools), choice, parallel)
+
+    def count_tokens(self, messages: Sequence[Message | Mapping[str, Any]],
+                     template_kwargs: Mapping[str, object] | None = None) -> int:
+        text = sum(len((m if isinstance(m, Message) else Message.from_dict(m)).content) + 16 for m in messages)
+        return -(-text // CHARS_PER_TOKEN)
+
+    def count_image_tokens(self, data: bytes) -> int:
+        return 0  # the server counts an image's tokens; nothing of this side's context is spent on it
+
+    def open_batch(self, parallel: int, slot_ctx: int, prefill_chunk: int) -> None:
+        return None  # the server batches its own requests
+
+    def close(self) -> None:
+        self._closed = True  # nothing is held between requests: each reply is one connection
+
+    # -- replies --------------------------------------------------------------------------
+
+    def payload(self, messages: Sequence[Message | Mapping[str, Any]], params: SamplingParams,
+                tools: ToolPlan | None) -> tuple[dict[str, Any], list[str]]:
+        """The request body for a reply, and the notes on what was not sent."""
+        fields, notes = sampling_fields(params, self.extras)
+        body: dict[str, Any] = {"model": self.model.id, "messages": [wire_message(m) for m in messages],
+                                "stream_options": {"include_usage": True}, **fields}
+        if tools is not None:
+            body["tools"] = [t.as_dict() for t in tools.tools]
+            choice = tools.choice
+            body["tool_choice"] = choice if choice in ("auto", "required", "none") else {
+                "type": "function", "function": {"name": choice}}
+            body["parallel_tool_calls"] = tools.parallel
+        return body, notes
+
+    def stream(self, messages: Sequence[Message | Mapping[str, Any]], params: SamplingParams | None = None, *,
+               cancel: threading.Event | None = None, progress: ProgressFn | None = None,
+               context_policy: str = "drop_oldest", template_kwargs: Mapping[str, object] | None = None,
+               tools: ToolPlan | None = None) -> Iterator[StreamEvent]:
+        if self._closed:
+            raise HearthError("the remote model was closed")
+        params = params or SamplingParams()
+        body, notes = self.payload(messages, params, tools)
+        yield from RemoteReply(self, body, notes, cancel).events()
+
+    def complete(self, text: str, params: SamplingParams | None = None, *,
+                 cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+        """A continuation through the chat API (most servers' /completions differ): ``text`` as a user turn."""
+        return self.stream([Message("user", text)], params, cancel=cancel)
+
+
+class RemoteReply:
+    """One streamed reply: the server's chunks as the engine's events, timed on this side."""
+
+    def __init__(self, engine: RemoteEngine, body: dict[str, Any], notes: list[str],
+                 cancel: threading.Event | None) -> None:
+        self.engine, self.body, self.cancel = engine, body, cancel
+        self.stats = GenerationStats(backend="remote", n_ctx=engine.n_ctx, notes=list(notes))
+        self.answer: list[str] = []
+        self.thought: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.finish: str | None = None
+        self.split = ThinkSplitter()
+        self.t0 = time.perf_counter()
+        self.t_first_text: float | None = None
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.usage_tokens: int | None = None
+
+    def events(self) -> Iterator[StreamEvent]:
+        where = self.engine.client.endpoint.address
+        try:
+            for chunk in self.engine.client.stream_chat(self.body, cancel=self.cancel):
+                yield from self._chunk(chunk)
+        except Stopped:
+            self.finish = "cancelled"
+        except RemoteError as e:
+            if e.kind == "lost" and self.finish is not None:
+                pass  # the reply was whole; the server only closed without [DONE]
+            elif self.answer or self.thought or self.calls:
+                raise RemoteError(f"{e} (the partial reply is kept)", e.kind, status=e.status,
+                                  retry_after=e.retry_after) from None
+            else:
+                raise
+        if self.cancel is not None and self.cancel.is_set():
+            self.finish = "cancelled"
+        yield from self._flush_split()
+        yield self._final(where)
+
+    def _chunk(self, chunk: dict[str, Any]) -> Iterator[StreamEvent]:
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage(usage)
+        timings = chunk.get("timings")
+        if isinstance(timings, dict):
+            self._timings(timings)
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices:
+            return
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise RemoteError(f"{self.engine.client.endpoint.address} sent a choice that is not an object", "malformed")
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise RemoteError(f"{self.engine.client.endpoint.address} sent a delta that is not an object", "malformed")
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            yield self._text("reasoning", reasoning)
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            for kind, text in self.split.feed(content):
+                yield self._text(kind, text)
+        for call in delta.get("tool_calls") or ():
+            if isinstance(call, dict):
+                yield self._call(call)
+        if choice.get("finish_reason"):
+            self.finish = FINISH.get(str(choice["finish_reason"]), "eos")
+
+    def _tick(self) -> float:
+        now = time.perf_counter()
+        if self.t_first is None:
+            self.t_first = now
+        self.t_last = now
+        s = self.stats
+        s.generated_tokens += 1  # a streamed chunk is a token on llama.cpp, vLLM, SGLang and Hearth
+        s.decode_ms = (now - self.t_first) * 1e3
+        return now
+
+    def _text(self, kind: str, text: str) -> StreamEvent:
+        now = self._tick()
+        if self.t_first_text is None:
+            self.t_first_text = now
+            self.stats.ttft_ms = (now - self.t0) * 1e3
+        (self.answer if kind == "delta" else self.thought).append(text)
+        if kind == "reasoning":
+            self.stats.reasoning_tokens += 1
+        return StreamEvent("delta" if kind == "delta" else "reasoning", text, stats=self.stats)
+
+    def _call(self, call: dict[str, Any]) -> StreamEvent:
+        self._tick()
+        index = call.get("index", len(self.calls))
+        index = index if isinstance(index, int) and not isinstance(index, bool) else len(self.calls)
+        fn = call.get("function")
+        fn = fn if isinstance(fn, dict) else {}
+        slot = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        cid, name, args = call.get("id"), fn.get("name"), fn.get("arguments")
+        if isinstance(cid, str) and cid:
+            slot["id"] = cid
+        if isinstance(name, str) and name and not slot["name"]:
+            slot["name"] = name
+        if isinstance(args, str):
+            slot["arguments"] += args
+        elif isinstance(args, dict):  # some servers send the arguments as an object
+            slot["arguments"] += json.dumps(args, ensure_ascii=False)
+        return StreamEvent("tool_call", tool_call=ToolCallDelta(index, cid if isinstance(cid, str) else None,
+                                                                name if isinstance(name, str) else None,
+                                                                args if isinstance(args, str) else ""))
+
+    def _flush_split(self) -> Iterator[StreamEvent]:
+        for kind, text in self.split.close():
+            yield self._text(kind, text)
+
+    def _usage(self, usage: dict[str, Any]) -> None:
+        s = self.stats
+        if isinstance(usage.get("prompt_tokens"), int):
+            s.prompt_tokens = usage["prompt_tokens"]
+        if isinstance(usage.get("completion_tokens"), int):
+            self.usage_tokens = usage["completion_tokens"]
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            s.cached_tokens = details["cached_tokens"]
+        s.prefill_tokens = max(0, s.prompt_tokens - s.cached_tokens)
+
+    def _timings(self, t: dict[str, Any]) -> None:
+        s = self.stats
+        if isinstance(t.get("cache_n"), int):
+            s.cached_tokens = t["cache_n"]
+        if isinstance(t.get("prompt_n"), int):
+            s.prefill_tokens = t["prompt_n"]
+            s.prompt_tokens = max(s.prompt_tokens, t["prompt_n"] + s.cached_tokens)
+        if isinstance(t.get("prompt_ms"), (int, float)):
+            s.prefill_ms = float(t["prompt_ms"])
+
+    def _final(self, where: str) -> StreamEvent:
+        s = self.stats
+        calls = tuple(ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"] or "{}")
+                      for i, c in sorted(self.calls.items()) if c["name"])
+        finish = self.finish or ("tool_calls" if calls else "eos")
+        if calls and finish == "eos":
+            finish = "tool_calls"
+        if self.usage_tokens is not None:
+            s.generated_tokens = self.usage_tokens  # the server's count, exact
+        s.answer_tokens = max(0, s.generated_tokens - s.reasoning_tokens)
+        s.finish_reason = finish
+        s.finish(t_start=self.t0, t_first_text=self.t_first_text, t_first_token=self.t_first,
+                 t_last_token=self.t_last, t_end=time.perf_counter())
+        if finish == "cancelled":
+            s.notes.append(f"stopped: the connection to {where} was closed")
+        answer = "".join(self.answer)
+        reasoning = "".join(self.thought) if self.thought else None
+        return StreamEvent("final", answer, finish_reason=finish, stats=s, reasoning=reasoning,
+                           reasoning_open=self.split.inside and not answer, tool_calls=calls)

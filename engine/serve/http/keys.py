@@ -1,0 +1,119 @@
+"""API keys for a server other devices use: generated, shown once, kept only as hashes, each revocable.
+
+A key is 256 random bits (``hearth-`` + 43 URL-safe characters), so an unsalted
+SHA-256 is as good as any password hash here: nothing can be guessed from it. The
+file lives in the data folder, readable by the user only; it is re-read when it
+changes, so a key made or revoked in a terminal (``engine keys``) counts at once
+in a running server. Each key has its own request budget (RateLimit).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import secrets
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ...atomic import atomic_write
+from ...errors import HearthError
+
+PREFIX = "hearth-"
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.strip().encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    id: str        # a short handle to revoke it by (the first 8 hex digits of its hash)
+    name: str      # what the user called it ("laptop", "phone")
+    sha256: str
+    created: float
+
+
+class KeyRing:
+    """The server's keys, in ``path`` (JSON, mode 0600)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._seen: tuple[float, int] | None = None
+        self._entries: tuple[KeyEntry, ...] = ()
+
+    def entries(self) -> tuple[KeyEntry, ...]:
+        with self._lock:
+            try:
+                st = self.path.stat()
+            except FileNotFoundError:
+                self._seen, self._entries = None, ()
+                return ()
+            stamp = (st.st_mtime, st.st_size)
+            if stamp != self._seen:
+                try:
+                    rows = json.loads(self.path.read_text(encoding="utf-8"))
+                    self._entries = tuple(KeyEntry(**r) for r in rows)
+                except (OSError, ValueError, TypeError) as e:
+                    raise HearthError(f"the server's key file {self.path} is damaged ({e}); remove it and make "
+                                      "new keys with `python -m engine keys new NAME`") from None
+                self._seen = stamp
+            return self._entries
+
+    def create(self, name: str) -> tuple[KeyEntry, str]:
+        """A new key: its entry, and the key itself, which is never stored and cannot be shown again."""
+        name = (name or "").strip() or "key"
+        key = PREFIX + secrets.token_urlsafe(32)
+        h = digest(key)
+        entry = KeyEntry(h[:8], name[:64], h, time.time())
+        self._write(self.entries() + (entry,))
+        return entry, key
+
+    def revoke(self, key_id: str) -> KeyEntry:
+        entries = self.entries()
+        gone = [e for e in entries if e.id == key_id.strip()]
+        if not gone:
+            raise HearthError(f"no key {key_id!r}; `python -m engine keys list` shows them")
+        self._write(tuple(e for e in entries if e.id != gone[0].id))
+        return gone[0]
+
+    def match(self, given: str) -> KeyEntry | None:
+        """The entry ``given`` is the key of (compared in constant time), or None."""
+        h = digest(given)
+        found = None
+        for e in self.entries():
+            if hmac.compare_digest(e.sha256, h):
+                found = e
+        return found
+
+    def _write(self, entries: tuple[KeyEntry, ...]) -> None:
+        atomic_write(self.path, json.dumps([asdict(e) for e in entries], indent=1))
+        self.path.chmod(0o600)
+
+
+class RateLimit:
+    """Requests per minute for each key (a token bucket that refills evenly): beyond it, 429 with
+    the seconds until the next request is allowed."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, who: str, now: float | None = None) -> float:
+        """0 when ``who`` may go now (and it is counted), else the seconds to wait."""
+        if self.per_minute <= 0:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        rate = self.per_minute / 60.0
+        with self._lock:
+            tokens, last = self._buckets.get(who, (float(self.per_minute), now))
+            tokens = min(float(self.per_minute), tokens + (now - last) * rate)
+            if tokens >= 1.0:
+                self._buckets[who] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[who] = (tokens, now)
+            return max(1.0, math.ceil((1.0 - tokens) / rate))

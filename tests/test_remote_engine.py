@@ -1,0 +1,208 @@
+"""The remote engine against a real Hearth server: the same reply as the local engine, Stop, and every fault.
+
+A real LocalServer serves the bundled model on 127.0.0.1; the faults come from
+tests/fault_proxy.py in front of it (a cut, a stall, garbled events) or from the
+server itself (a wrong key, a model it does not serve, its rate limit).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from engine import HearthError, Message, SamplingParams
+from engine.remote.client import Client
+from engine.remote.connect import open_remote
+from engine.remote.engine import RemoteEngine, wire_message
+from engine.remote.pins import MemoryPins
+from engine.remote.think import ThinkSplitter
+from engine.remote.errors import RemoteError
+from engine.remote.wire import Endpoint
+from engine.serve.runtime.scheduler import Scheduler
+from engine.serve.http.server import LocalServer
+from tests.fault_proxy import FaultProxy
+from tests.serving import local_server
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+ASK = [Message("system", "You are brief."), Message("user", "Name three colours.")]
+
+
+@pytest.fixture(scope="module")
+def server(engine):
+    with local_server(engine) as srv:
+        yield srv
+
+
+def remote(url: str, **kw) -> RemoteEngine:
+    return open_remote(url, kw.pop("key", None), pins=MemoryPins(), **kw)
+
+
+def events_of(eng, messages=ASK, params=GREEDY, **kw):
+    return list(eng.stream(messages, params, **kw))
+
+
+def test_a_remote_reply_is_the_local_engines_reply_with_the_servers_counts(engine, server):
+    local = events_of(engine)
+    eng = remote(server.url)
+    assert eng.describe().backend == "remote" and eng.n_ctx == engine.n_ctx  # the server's context_length
+    first = events_of(eng)
+    again = events_of(eng)
+    assert first[-1].kind == "final" and first[-1].text == local[-1].text != ""
+    assert "".join(e.text for e in first if e.kind == "delta") == first[-1].text
+    st = first[-1].stats
+    assert st.backend == "remote" and st.prompt_tokens == local[-1].stats.prompt_tokens
+    assert st.generated_tokens == local[-1].stats.generated_tokens and st.ttft_ms > 0
+    assert first[-1].finish_reason == local[-1].finish_reason
+    assert again[-1].text == first[-1].text and again[-1].stats.cached_tokens > 0  # the server's prefix cache
+    live = [e.stats.live() for e in first if e.kind == "delta"]
+    assert live[-1]["tokens"] >= 1
+
+
+def test_stop_ends_a_remote_reply_within_300_ms_and_keeps_the_partial_reply(server):
+    eng = remote(server.url)
+    cancel = threading.Event()
+    seen: list[str] = []
+    stopped_at = None
+    for ev in eng.stream(ASK, SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=False), cancel=cancel):
+        if ev.kind == "delta":
+            seen.append(ev.text)
+            if len(seen) == 3:
+                cancel.set()
+                stopped_at = time.perf_counter()
+        elif ev.kind == "final":
+            final = ev
+    assert stopped_at is not None and time.perf_counter() - stopped_at < 0.3
+    assert final.finish_reason == "cancelled" and final.text == "".join(seen)[:len(final.text)]
+    assert final.text.startswith("".join(seen[:3]))
+
+
+def test_stop_works_while_the_server_sends_nothing(server):
+    with FaultProxy(("127.0.0.1", server.port), "stall", after=0) as proxy:
+        eng = remote(server.url)
+        eng.client.endpoint = Endpoint.parse(proxy.url)
+        cancel = threading.Event()
+        threading.Timer(0.5, cancel.set).start()
+        t0 = time.perf_counter()
+        final = events_of(eng, cancel=cancel)[-1]
+        assert final.finish_reason == "cancelled" and time.perf_counter() - t0 < 0.5 + 0.3
+
+
+def test_a_server_that_never_answers_times_out_with_one_line(server):
+    with FaultProxy(("127.0.0.1", server.port), "silent") as proxy:
+        client = Client(Endpoint.parse(proxy.url), pins=MemoryPins(), idle_timeout=0.6)
+        with pytest.raises(RemoteError) as e:
+            client.models()
+        assert e.value.kind == "timeout" and "timed out" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_server_that_goes_away_mid_reply_keeps_the_partial_reply(server):
+    with FaultProxy(("127.0.0.1", server.port), "cut", after=1200) as proxy:
+        eng = remote(server.url)
+        eng.client.endpoint = Endpoint.parse(proxy.url)
+        got: list[str] = []
+        with pytest.raises(RemoteError) as e:
+            for ev in eng.stream(ASK, SamplingParams(temperature=0.0, max_tokens=200)):
+                got.append(ev.text)
+        assert e.value.kind == "lost" and "partial reply is kept" in str(e.value)
+        assert "".join(got)  # what arrived before the cut was handed on
+
+
+@pytest.mark.parametrize("mode", ["corrupt", "garbage_json"])
+def test_a_garbled_stream_is_a_clear_error(server, mode):
+    with FaultProxy(("127.0.0.1", server.port), mode) as proxy:
+        eng = remote(server.url)
+        eng.client.endpoint = Endpoint.parse(proxy.url)
+        with pytest.raises(RemoteError) as e:
+            events_of(eng)
+        assert e.value.kind == "malformed" and ("not server-sent events" in str(e.value) or "not JSON" in str(e.value))
+
+
+@pytest.mark.parametrize("status,kind,wait", [(503, "unavailable", 7), (429, "rate_limited", 3), (500, "http", None)])
+def test_error_statuses_say_what_happened(server, status, kind, wait):
+    body = b'{"error": {"message": "busy loading"}}'
+    retry = b"" if wait is None else b"Retry-After: %d\r\n" % wait
+    with FaultProxy(("127.0.0.1", server.port), "status") as proxy:
+        proxy.response = (b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s"
+                          % (status, retry, len(body), body))
+        with pytest.raises(RemoteError) as e:
+            remote(proxy.url)
+    assert e.value.kind == kind and e.value.status == status and e.value.retry_after == wait
+    assert "busy loading" in str(e.value) and str(status) in str(e.value)
+
+
+def test_a_refused_connection_and_a_wrong_model_say_why():
+    s = __import__("socket").create_server(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(RemoteError) as e:
+        remote(f"http://127.0.0.1:{port}")
+    assert e.value.kind == "refused" and "refused the connection" in str(e.value)
+
+
+def test_a_model_the_server_does_not_serve_is_named(server):
+    with pytest.raises(RemoteError) as e:
+        remote(server.url, model="no-such-model")
+    assert e.value.kind == "not_found" and server.model_id in str(e.value)
+    eng = remote(server.url)
+    eng.model = type(eng.model)("no-such-model")  # the server unloaded it since
+    with pytest.raises(RemoteError) as e:
+        events_of(eng)
+    assert e.value.kind == "not_found" and e.value.status == 404
+
+
+def test_the_key_is_sent_and_a_wrong_one_is_refused_and_the_rate_limit_says_when(engine):
+    sched = Scheduler(engine)
+    srv = LocalServer(port=0, api_key="sekrit", rate_limit=2)
+    srv.attach(sched)
+    srv.start()
+    try:
+        with pytest.raises(RemoteError) as e:
+            remote(srv.url, key="wrong")
+        assert e.value.kind == "auth" and e.value.status == 401
+        eng = remote(srv.url, key="sekrit")  # request 1 of 2
+        assert events_of(eng, params=SamplingParams(temperature=0.0, max_tokens=2))[-1].text  # request 2
+        with pytest.raises(RemoteError) as e:
+            events_of(eng)
+        assert e.value.kind == "rate_limited" and e.value.retry_after and e.value.retry_after >= 1
+    finally:
+        srv.stop()
+        sched.close()
+
+
+def test_messages_go_out_in_openais_shape():
+    from engine.prompt.messages import ImagePart, ToolCall
+
+    img = ImagePart("a" * 64, "image/png", b"\x89PNG")
+    m = wire_message(Message.of("user", "what is this?", img))
+    assert m["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}}
+    call = wire_message(Message("assistant", tool_calls=(ToolCall("c1", "f", '{"a": 1}'),)))
+    assert call["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"a": 1}'} and call["content"] is None
+    assert wire_message({"role": "tool", "content": "42", "tool_call_id": "c1"})["tool_call_id"] == "c1"
+    with pytest.raises(HearthError):
+        wire_message(Message.of("user", ImagePart("b" * 64, "image/png")))  # no bytes at hand
+
+
+def test_think_tags_split_on_this_side_even_when_cut_across_chunks():
+    s = ThinkSplitter()
+    out = []
+    for c in ["  <th", "ink>\nlet me", " see</th", "ink>\n\nBlue", "."]:
+        out += s.feed(c)
+    out += s.close()
+    assert "".join(t for k, t in out if k == "reasoning") == "let me see"
+    assert "".join(t for k, t in out if k == "delta") == "Blue."
+    plain = ThinkSplitter()
+    assert plain.feed("Hello <think>") == [("delta", "Hello <think>")] and plain.close() == []
+
+
+@pytest.mark.parametrize("url,expect", [("192.168.1.2:8765", "http://192.168.1.2:8765/v1"),
+                                        ("https://gpu.lan/v1/", "https://gpu.lan:443/v1"),
+                                        ("http://[::1]:9/api/v1", "http://[::1]:9/api/v1")])
+def test_a_server_url_as_people_type_it(url, expect):
+    assert Endpoint.parse(url).url == expect
+
+
+@pytest.mark.parametrize("url", ["", "ftp://x", "http://host:99999", "http://u:p@host"])
+def test_a_bad_server_url_is_refused_in_one_line(url):
+    with pytest.raises(HearthError):
+        Endpoint.parse(url)
