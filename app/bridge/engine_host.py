@@ -14,7 +14,7 @@ from engine.interface import LoadedModel
 from engine.loading.request import LoadRequest
 
 from app.bridge.generation_worker import GenerationJob, GenerationWorker, SharedEngine
-from app.bridge.load_worker import LoadJob, LoadWorker, Opener, open_local
+from app.bridge.load_worker import LoadJob, LoadWorker, Opener, open_model
 
 
 class EngineHost(QObject):
@@ -37,7 +37,7 @@ class EngineHost(QObject):
     _request_unload = Signal()
     _request_release_threads = Signal()
 
-    def __init__(self, parent: QObject | None = None, *, opener: Opener = open_local) -> None:
+    def __init__(self, parent: QObject | None = None, *, opener: Opener = open_model) -> None:
         super().__init__(parent)
         self._shared = SharedEngine()
         self._thread = QThread()

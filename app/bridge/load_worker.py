@@ -83,6 +83,26 @@ def open_local(req: LoadRequest, *, cancel: threading.Event, progress: Progress)
     return result.engine, result.model
 
 
+def open_server_model(req: LoadRequest, *, cancel: threading.Event,
+                      progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+    """A model on a server (``req.model`` is ``url#id``): the remote engine, with the key the
+    user stored for that server and the certificate pins of the data folder."""
+    from engine.loading.request import split_remote
+    from engine.remote.connect import open_remote
+
+    from app.core.connections import Connections
+
+    url, model_id = split_remote(req.model)
+    engine = open_remote(url, Connections(data_dir()).key(url), model_id, data_dir=data_dir(), cancel=cancel)
+    return engine, engine.describe()
+
+
+def open_model(req: LoadRequest, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+    """The engine for ``req``: on a server for a remote model, else here (open_local)."""
+    opener = open_server_model if req.model_source == "remote" else open_local
+    return opener(req, cancel=cancel, progress=progress)
+
+
 class LoadWorker(QObject):
     # Each signal starts with the LoadJob's id.
     started = Signal(int, str)          # what is being loaded
@@ -93,17 +113,27 @@ class LoadWorker(QObject):
     failed = Signal(int, str)           # one-line message
     cancelled = Signal(int)
 
-    def __init__(self, shared: SharedEngine, opener: Opener = open_local) -> None:
+    def __init__(self, shared: SharedEngine, opener: Opener = open_model) -> None:
         super().__init__()
         self._shared = shared
         self._open = opener
+        self._current: tuple[LoadRequest, LoadedModel] | None = None  # what the engine loaded, and its request
+        self._kept = False  # a server model failed to open and the model before it is still loaded
 
     @Slot(object)
     def load(self, job: LoadJob) -> None:
         req, rid = job.request, job.id
         self.started.emit(rid, req.title)
-        # Free the old model first: two models side by side may not fit.
-        self._close_engine()
+        kept, self._kept = self._kept, False
+        if kept and self._current is not None and self._shared.engine is not None and req == self._current[0]:
+            # Going back to the model that worked, which a failed connection never closed: it is still here.
+            self.loaded.emit(rid, self._current[1], self._shared.engine.think)
+            return
+        remote = req.model_source == "remote"
+        if not remote:
+            # Free the old model first: two models side by side may not fit. A server's model takes no memory
+            # here, so the old one stays until the server answers (and stays if it does not).
+            self._close_engine()
         if self._shared.serving is not None:
             # The local server is on: its batch context (parallel x slot context) goes in the plan too.
             req = replace(req, server_parallel=self._shared.serving.parallel)
@@ -111,12 +141,14 @@ class LoadWorker(QObject):
             engine, model = self._open(req, cancel=job.cancel, progress=lambda done, total, name:
                                        self.download_progress.emit(rid, done, total, name))
         except HearthError as e:
+            self._kept = remote and self._shared.engine is not None
             if job.cancel.is_set():  # a download stops with DownloadCancelled: that is a cancel
                 self.cancelled.emit(rid)
             else:
                 self.failed.emit(rid, str(e))
             return
         except Exception as e:  # a bug or an unexpected native failure: still a message, never silence
+            self._kept = remote and self._shared.engine is not None
             traceback.print_exc()
             self.failed.emit(rid, f"unexpected error while loading the model: {type(e).__name__}: {e}")
             return
@@ -124,9 +156,14 @@ class LoadWorker(QObject):
             # Loading is one native call that cannot be interrupted; cancelling
             # means throwing the result away as soon as it returns.
             engine.close()
-            GpuGuard(data_dir()).clear()
+            self._kept = remote and self._shared.engine is not None
+            if not remote:
+                GpuGuard(data_dir()).clear()
             self.cancelled.emit(rid)
             return
+        if remote:
+            self._close_engine()  # the server answered: now the old model goes
+        self._current = (req, model)
         self._shared.engine = engine
         if self._shared.serving is not None:
             self._shared.serving.engine_loaded(engine)
@@ -137,6 +174,7 @@ class LoadWorker(QObject):
         self._close_engine()
 
     def _close_engine(self) -> None:
+        self._current = None
         if self._shared.serving is not None:  # its scheduler uses the engine: it goes first
             self._shared.serving.close("a model is loading in Hearth; try again when it is ready")
         if self._shared.engine is not None:

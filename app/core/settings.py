@@ -26,7 +26,7 @@ from engine import HearthError, SamplingParams
 from engine.atomic import atomic_write
 from engine.backends.llama.threadpool import check_poll
 from engine.config import EXACTNESS, default_exactness
-from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, \
+from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, \
     effective_backend, infer_source, runs_gguf
 from engine.prompt.builder import CONTEXT_POLICIES
 
@@ -121,12 +121,10 @@ class Settings:
             raise SettingsError(f"source: must be one of {', '.join(SOURCES)}, got {self.source!r}")
         if (self.source == "bundled") != (self.model == BUNDLED):
             raise SettingsError(f"source: {self.source!r} does not go with the model {self.model!r}")
-        if self.source == "hub":
-            from engine.models.catalogue import is_hub_id
-
-            if not is_hub_id(self.model):
-                raise SettingsError(f"model: {self.model!r} is not a Hub id (owner/name, owner/name:QUANT "
-                                    "or owner/name/file.gguf)")
+        try:
+            check_model_string(self.source, self.model)
+        except HearthError as e:
+            raise SettingsError(f"model: {e}") from None
         if self.backend not in BACKENDS:
             raise SettingsError(f"backend: must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.backend == "llama_cpp" and not runs_gguf(self.source, self.model):

@@ -3,7 +3,8 @@
 ``attach(window)`` adds the dock (File → Model library…), a Recent models menu,
 drag-and-drop of .gguf files onto the window, and keeps the library in step with
 the engine: a model that loads is marked as used, its drafts are listed, and a
-finished download appears in the library. Loading from the library changes the
+finished download appears in the library. Servers added there (Add server…) list
+their models below the ones on disk; picking one makes the window's engine remote. Loading from the library changes the
 window's settings the way the Settings dialog would (so the rollback on a failed
 load still applies); a draft model chosen there is carried to Engine.load.
 """
@@ -22,6 +23,8 @@ from engine.library.local import ORIGIN_BUNDLED, Library, LibraryModel
 from app.library.downloads import DownloadQueue
 from app.library.hub_browser import HubBrowser
 from app.library.library_view import LibraryView
+from app.library.servers import ServerList
+from app.core.connections import Connections
 from app.core.paths import LIBRARY_FILE, data_dir
 from app.core.settings import SettingsError
 from app.ui.shortcuts import keys
@@ -73,6 +76,9 @@ class ModelsDock(QDockWidget):
         self.tabs.addTab(self.library_view, "Library")
         self.tabs.addTab(self.hub, "Hugging Face Hub")
         self.setWidget(self.tabs)
+        self.servers = ServerList(Connections(data_dir()), self)
+        self.library_view.attach_servers(self.servers)
+        self.library_view.remote_load_requested.connect(self.load_remote)
         self.library_view.load_requested.connect(self.load)
         self.library_view.unload_requested.connect(self.unload)
         self.library_view.imported.connect(
@@ -95,6 +101,18 @@ class ModelsDock(QDockWidget):
             return
         w.apply_settings(new)
 
+    def load_remote(self, model: str) -> None:
+        """Use a server's model (``url#id``): the window's engine becomes a remote one. If the server
+        cannot be reached, the load fails with the reason and the model before it stays."""
+        w = self.window_
+        try:
+            new = replace(w.settings, model=model, source="remote", backend="auto", quant="auto", draft="none",
+                          mmproj="auto", context=None, gpu_layers=None, kv_type="auto").validate()
+        except SettingsError as e:
+            w.info.show_message(f"Cannot use {model}: {e}", "error")
+            return
+        w.apply_settings(new)
+
     def unload(self) -> None:
         w = self.window_
         w.host.unload()  # the engine thread clears the GPU marker as it closes the model
@@ -104,7 +122,7 @@ class ModelsDock(QDockWidget):
     def loaded(self, model) -> None:
         """The window loaded ``model`` (an engine.loading.load.LoadedModel): mark it used and selected."""
         path = model.path
-        if path:
+        if path and model.backend != "remote":  # a server's model is no file of the library
             self.library_view.library.mark_used(path)
         self.library_view.set_loaded(path or None)
 

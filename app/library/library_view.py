@@ -18,9 +18,12 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
                                QMessageBox, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from engine import HearthError
-from engine.library.local import FIT_NO, Library, LibraryModel, badge_for_plan, compatible_drafts
+from engine.library.local import Library, LibraryModel, compatible_drafts
+from engine.loading.request import remote_model
 
 from app.bridge.background import Background, error_text
+from app.library.library_tasks import import_files, plan_all, scan
+from app.library.servers import AddServerDialog, ServerList
 from app.core.text_utils import human_bytes
 
 COLUMNS = ("Name", "Architecture", "Parameters", "Quantization", "Size", "Context", "Last used", "Fit", "Where")
@@ -63,6 +66,7 @@ class LibraryView(QWidget):
     unload_requested = Signal()
     changed = Signal()                   # the models on disk changed (deleted, imported)
     imported = Signal(str, bool)         # what an import did (one line), and whether anything was added
+    remote_load_requested = Signal(str)  # a server's model, as the settings name it (url#id)
 
     def __init__(self, library: Library, parent: QWidget | None = None, *, hardware=None) -> None:
         super().__init__(parent)
@@ -77,6 +81,7 @@ class LibraryView(QWidget):
         self._drafts: list[LibraryModel] = []
         self._select_after: str | None = None
         self._stale = True                # the table has not been filled since the disk last changed
+        self.servers: ServerList | None = None  # the servers' models, in the table's last rows
 
         lay = QVBoxLayout(self)
         self.table = QTableWidget(0, len(COLUMNS))
@@ -99,6 +104,7 @@ class LibraryView(QWidget):
         self.folder_button = self._button(row, "Show in folder", self.show_in_folder)
         row.addStretch(1)
         self._button(row, "Add folder…", self.choose_folder)
+        self.add_server_button = self._button(row, "Add server…", self.add_server)
         self._button(row, "Refresh", self.refresh)
         lay.addLayout(row)
         self.drafts_label = QLabel("Draft models for the loaded model")
@@ -173,7 +179,7 @@ class LibraryView(QWidget):
             return
         self._stale = False
         library, loaded = self.library, self.loaded_path
-        self._bg.run(lambda: _scan(library, loaded), on_done=self._scanned, on_failed=self._scan_failed,
+        self._bg.run(lambda: scan(library, loaded), on_done=self._scanned, on_failed=self._scan_failed,
                      kind="scan", name="hearth-library-scan")  # a newer scan supersedes one on its way
 
     def _scan_failed(self, e: BaseException) -> None:
@@ -181,9 +187,21 @@ class LibraryView(QWidget):
         self.status.setText(f"Could not read the models on disk: {why}")
         self._scanned(([], []))
 
+    def attach_servers(self, servers: ServerList) -> None:
+        """List ``servers``' models below the ones on disk."""
+        self.servers = servers
+        servers.changed.connect(lambda: self._scanned((self.models, self._drafts)))
+        servers.message.connect(lambda text, _ok: self.status.setText(text))
+
+    def add_server(self) -> None:
+        if self.servers is not None:
+            self.server_dialog = AddServerDialog(self.servers, self)
+            self.server_dialog.open()
+
     def _scanned(self, found: tuple[list[LibraryModel], list[LibraryModel]]) -> None:
         self.models, self._drafts = found
-        self.table.setRowCount(len(self.models))
+        remote = self.servers.rows if self.servers is not None else []
+        self.table.setRowCount(len(self.models) + len(remote))
         for r, m in enumerate(self.models):
             cells = (m.name + (" · sees images" if m.projector else ""), m.architecture, params_text(m.n_params),
                      m.quant or "—",
@@ -199,6 +217,8 @@ class LibraryView(QWidget):
                 f = self.table.item(r, 0).font()
                 f.setBold(True)
                 self.table.item(r, 0).setFont(f)
+        if self.servers is not None:
+            self.servers.fill(self.table, len(self.models), self.loaded_path, len(COLUMNS))
         self._fit_name()
         self._show_drafts()
         if self._select_after is not None:
@@ -209,7 +229,7 @@ class LibraryView(QWidget):
         if todo:
             hardware = self.hardware
             # No kind: an older scan's verdicts still count (see _badge_ready), so none supersedes another.
-            self._bg.run(lambda report: _plan_all(todo, hardware, report), on_done=lambda _none: None,
+            self._bg.run(lambda report: plan_all(todo, hardware, report), on_done=lambda _none: None,
                          on_failed=self._fit_failed, on_progress=self._badge_ready, name="hearth-library-fit")
 
     def _fit_failed(self, e: BaseException) -> None:
@@ -253,7 +273,13 @@ class LibraryView(QWidget):
 
     def selected(self) -> LibraryModel | None:
         rows = self.table.selectionModel().selectedRows()
-        return self.models[rows[0].row()] if rows else None
+        return self.models[rows[0].row()] if rows and rows[0].row() < len(self.models) else None
+
+    def selected_remote(self):
+        """The selected server model: (connection, model id, context), or None."""
+        rows = self.table.selectionModel().selectedRows()
+        i = rows[0].row() - len(self.models) if rows else -1
+        return self.servers.rows[i] if self.servers is not None and 0 <= i < len(self.servers.rows) else None
 
     def select_path(self, path: str | os.PathLike[str]) -> bool:
         for r, m in enumerate(self.models):
@@ -263,22 +289,28 @@ class LibraryView(QWidget):
         return False
 
     def _update_buttons(self) -> None:
-        m = self.selected()
-        self.load_button.setEnabled(m is not None and not m.error)
-        self.delete_button.setEnabled(m is not None and m.deletable)
+        m, r = self.selected(), self.selected_remote()
+        self.load_button.setEnabled((m is not None and not m.error) or r is not None)
+        self.delete_button.setText("Forget server…" if r is not None else "Delete…")
+        self.delete_button.setEnabled((m is not None and m.deletable) or r is not None)
         self.delete_button.setToolTip("" if m is None or m.deletable else
                                       "The bundled model ships with Hearth and cannot be deleted")
         self.folder_button.setEnabled(m is not None)
         self.unload_button.setEnabled(self.loaded_path is not None)
 
     def load_selected(self) -> None:
-        m = self.selected()
-        if m is not None and not m.error:
+        m, r = self.selected(), self.selected_remote()
+        if r is not None:
+            self.remote_load_requested.emit(remote_model(r[0].url, r[1]))
+        elif m is not None and not m.error:
             self.load_requested.emit(m)
 
     def delete_selected(self) -> None:
         """Ask, then delete the selected model from disk (never the bundled one)."""
-        m = self.selected()
+        m, r = self.selected(), self.selected_remote()
+        if r is not None and self.servers is not None:
+            self.servers.remove(r[0].url)
+            return
         if m is None or not m.deletable:
             return
         what = "its snapshot folder" if m.kind == "hf_dir" else "the file"
@@ -329,7 +361,7 @@ class LibraryView(QWidget):
         another disk can take minutes); ``imported`` says what was added or why not."""
         self.status.setText(f"Adding {', '.join(Path(p).name for p in paths)}…")
         library, paths = self.library, list(paths)
-        self._imports.run(lambda: _import(library, paths), on_done=self._imported,
+        self._imports.run(lambda: import_files(library, paths), on_done=self._imported,
                           on_failed=lambda e: self._imported(([], [f"Could not add the files: {error_text(e)}"])),
                           name="hearth-import")
 
@@ -341,41 +373,3 @@ class LibraryView(QWidget):
         if added:
             self.changed.emit()
         self.imported.emit(self.status.text(), bool(added))
-
-
-# -- on a background thread: plain data in, plain data out ----------------------
-
-
-def _scan(library: Library, loaded: str | None) -> tuple[list[LibraryModel], list[LibraryModel]]:
-    """The models on disk and the loaded model's drafts."""
-    models = library.scan()
-    return models, compatible_drafts(loaded, models) if loaded and loaded.endswith(".gguf") else []
-
-
-def _plan_all(models: list[LibraryModel], hardware, report) -> None:
-    """The planner's verdict for each model, reported one by one as (key, badge, summary)."""
-    from engine.sizing.plan import plan_for
-
-    from engine.loading import plan as plan_load
-
-    machines: dict[str, object] = {}
-    for m in models:
-        fmt = "gguf" if m.kind == "gguf" else "hf"
-        try:
-            hw = hardware or machines.get(fmt) or machines.setdefault(fmt, plan_load.machine(fmt, torch_ok=False))
-            badge, summary = badge_for_plan(plan_for(str(m.path), hw))
-        except HearthError as e:
-            badge, summary = FIT_NO, str(e)
-        if not report(m.key, badge, summary):
-            return  # the page was closed: nobody to tell
-
-
-def _import(library: Library, paths: list[str]) -> tuple[list[str], list[str]]:
-    """Copy each file into the models folder: (paths added, one line per file that was not)."""
-    added, problems = [], []
-    for p in paths:
-        try:
-            added.append(str(library.import_gguf(p)))
-        except (HearthError, OSError) as e:
-            problems.append(f"{Path(p).name}: {e}")
-    return added, problems

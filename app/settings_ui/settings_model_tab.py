@@ -18,15 +18,13 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, 
                                QVBoxLayout, QWidget)
 
 from engine import HearthError
-from engine.kv.disk_store import DEFAULT_DISK_BUDGET, store_usage
 from engine.models.catalogue import BUNDLED_NAME, parse_hub_id
 
 from engine.loading.estimate import quick_estimate
-from app.settings_ui.memory_details import clear_prefix_store
 from engine.loading.request import HUB_PLACEHOLDER, KV_TYPES, QUANTS, LoadRequest, ModelCheck, \
     effective_backend, runs_gguf
-from app.core.paths import prefix_store_dir
 from app.bridge.plan_runner import PlanRunner
+from app.settings_ui.cache_row import CacheRow
 from app.settings_ui.draft_list import DraftList
 from app.settings_ui.projector_box import ProjectorBox
 from app.core.exactness import exactness_note, measured_difference
@@ -69,12 +67,15 @@ class ModelTabMixin:
         self.rb_file = QRadioButton("Local GGUF file:")
         self.rb_hf = QRadioButton("Hugging Face folder:")
         self.rb_hub = QRadioButton("Hugging Face Hub id:")
+        self.rb_remote = QRadioButton("On a server:")
+        self.rb_remote.setToolTip("A model another machine serves (add servers in the Models dock; their models "
+                                  "are listed in the library): URL#model")
         self.rb_hf.setToolTip("A local transformers model folder (config.json and *.safetensors weights); "
                               "it runs on the transformers backend")
         self.rb_hub.setToolTip(HUB_TIP)
         self._group = QButtonGroup(self)
         self._radios = {"bundled": self.rb_bundled, "gguf": self.rb_file, "hf_dir": self.rb_hf,
-                        "hub": self.rb_hub}
+                        "hub": self.rb_hub, "remote": self.rb_remote}
         for rb in self._radios.values():
             self._group.addButton(rb)
         self.path_edit = QLineEdit(s.model if s.source == "gguf" else "")
@@ -88,12 +89,14 @@ class ModelTabMixin:
         self.hub_edit = QLineEdit(s.model if s.source == "hub" else "")
         self.hub_edit.setPlaceholderText(HUB_PLACEHOLDER)
         self.hub_edit.setToolTip(HUB_TIP)
+        self.remote_edit = QLineEdit(s.model if s.source == "remote" else "")
+        self.remote_edit.setPlaceholderText("https://host:8765/v1#model-id")
         self._radios.get(s.source, self.rb_bundled).setChecked(True)
         models = QVBoxLayout()
         models.addWidget(self.rb_bundled)
         for rb, edit, button in ((self.rb_file, self.path_edit, self.browse),
                                  (self.rb_hf, self.folder_edit, self.browse_folder),
-                                 (self.rb_hub, self.hub_edit, None)):
+                                 (self.rb_hub, self.hub_edit, None), (self.rb_remote, self.remote_edit, None)):
             row = QHBoxLayout()
             row.addWidget(rb)
             row.addWidget(edit, 1)
@@ -196,17 +199,9 @@ class ModelTabMixin:
         self.plan_view.setMinimumHeight(220)
         self.plan_view.setPlaceholderText("The memory plan appears here.")
         form.addRow("Plan", self.plan_view)
-        cache_row = QHBoxLayout()
-        self.cache_label = QLabel()
-        self.cache_label.setWordWrap(True)
-        self.cache_label.setToolTip(f"KV snapshots of system prompts, kept in {prefix_store_dir()} so a restart "
-                                    "does not read them again; the least recently used go first past the cap")
-        self.clear_cache_button = QPushButton("Clear cache")
-        self.clear_cache_button.clicked.connect(lambda: self._show_cache_usage(clear_prefix_store()))
-        cache_row.addWidget(self.cache_label, 1)
-        cache_row.addWidget(self.clear_cache_button)
-        form.addRow("Prompt cache", cache_row)
-        self._show_cache_usage()
+        cache = CacheRow()
+        self.cache_label, self.clear_cache_button = cache.label, cache.button
+        form.addRow("Prompt cache", cache)
 
         self._group.buttonToggled.connect(lambda _b, on: self.refresh_model() if on else None)
         self.backend_combo.currentIndexChanged.connect(self._backend_changed)
@@ -233,12 +228,6 @@ class ModelTabMixin:
             self.rb_hf.setChecked(True)
             self.refresh_model()
 
-    def _show_cache_usage(self, freed: int | None = None) -> None:
-        n, size = store_usage(prefix_store_dir())
-        text = (f"{n} saved system-prompt snapshot{'s' if n != 1 else ''}: {human_bytes(size)} on disk "
-                f"(at most {human_bytes(DEFAULT_DISK_BUDGET)})")
-        self.cache_label.setText(text if freed is None else f"Freed {human_bytes(freed)}. {text}")
-
     def _backend_changed(self) -> None:
         if self.backend_combo.isEnabled():
             self._gguf_backend = self.backend_combo.currentData()
@@ -248,7 +237,8 @@ class ModelTabMixin:
         return next(src for src, rb in self._radios.items() if rb.isChecked())
 
     def chosen_model(self) -> str:
-        edits = {"bundled": None, "gguf": self.path_edit, "hf_dir": self.folder_edit, "hub": self.hub_edit}
+        edits = {"bundled": None, "gguf": self.path_edit, "hf_dir": self.folder_edit, "hub": self.hub_edit,
+                 "remote": self.remote_edit}
         edit = edits[self.chosen_source()]
         return BUNDLED if edit is None else edit.text().strip()
 
@@ -327,6 +317,13 @@ class ModelTabMixin:
             self.fill_drafts(model, self.chosen_draft())
         backend = self._sync_backend(source, model)
         self._clear_plan()
+        if source == "remote":
+            for w in (self.quant_combo, self.kv_combo, self.exactness, self.backend_combo):
+                w.setEnabled(False)
+            self.backend_label.setText("runs on its server")
+            self.memory.setText("Runs on its server: no memory of this machine holds it, and the server decides "
+                                "its context and kernels.")
+            return
         try:
             info = self._model_check.check(source, model)
         except HearthError as e:

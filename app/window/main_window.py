@@ -51,7 +51,7 @@ from app.window.replies import RepliesController
 from app.core.settings import Settings, SettingsFile
 from app.core.store import Store
 from app.bridge.engine_host import EngineHost
-from app.bridge.load_worker import Opener, open_local
+from app.bridge.load_worker import Opener, open_model
 from app.bridge.server_host import ServerHost
 
 
@@ -65,7 +65,7 @@ class MainWindow(QMainWindow):
     the engine thread and the controllers that own each part (see the module's docstring)."""
 
     def __init__(self, *, settings_file: SettingsFile | None = None, store: Store | None = None,
-                 opener: Opener = open_local) -> None:  # opener: a load request -> an engine (EngineHost)
+                 opener: Opener = open_model) -> None:  # opener: a load request -> an engine (EngineHost)
         # Import what loading the default model needs before the window exists.
         # Loading the native library holds the GIL for tens of milliseconds, and
         # once PySide6 is imported every further import is slower still

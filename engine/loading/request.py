@@ -18,7 +18,7 @@ from ..errors import HearthError, ModelFileError
 from ..models.hf_folder import check_hf_folder
 
 BUNDLED = "bundled"
-SOURCES = ("bundled", "gguf", "hf_dir", "hub")
+SOURCES = ("bundled", "gguf", "hf_dir", "hub", "remote")
 BACKENDS = ("auto", "llama_cpp", "hf")
 QUANTS = ("auto", "none", "int8", "int4")
 KV_TYPES = ("auto", "f16", "q8_0", "q4_0")  # llama.cpp's KV cache types the window offers
@@ -32,12 +32,44 @@ def infer_source(model: str) -> str:
 
     if model in ("", BUNDLED):
         return "bundled"
+    if is_remote(model):
+        return "remote"
     p = Path(model).expanduser()
     if p.is_dir():
         return "hf_dir"
     if not p.exists() and is_hub_id(model):
         return "hub"
     return "gguf"
+
+
+def is_remote(model: str) -> bool:
+    """A model on a server: ``https://host:port/v1#model-id`` (remote_model() makes one)."""
+    return model.startswith(("http://", "https://"))
+
+
+def remote_model(url: str, model_id: str) -> str:
+    """The model string of ``model_id`` on the server at ``url``."""
+    return f"{url}#{model_id}"
+
+
+def split_remote(model: str) -> tuple[str, str | None]:
+    """A remote model string as (server URL, model id; None: the server's first)."""
+    url, _, mid = model.partition("#")
+    return url, mid or None
+
+
+def check_model_string(source: str, model: str) -> None:
+    """Raise HearthError when ``model`` cannot be a model of ``source`` by its spelling alone
+    (a Hub id that is not one, a server URL that is not one); files are checked when read."""
+    if source == "hub":
+        from ..models.catalogue import is_hub_id
+
+        if not is_hub_id(model):
+            raise HearthError(f"{model!r} is not a Hub id (owner/name, owner/name:QUANT or owner/name/file.gguf)")
+    elif source == "remote":
+        from ..remote.wire import Endpoint
+
+        Endpoint.parse(split_remote(model)[0])
 
 
 def hub_is_gguf(spec: str) -> bool:
@@ -54,7 +86,10 @@ def runs_gguf(source: str, model: str) -> bool:
 
 
 def effective_backend(source: str, model: str, backend: str) -> str:
-    """The backend a load will use: the chosen one, or the one the model's type calls for."""
+    """The backend a load will use: the chosen one, or the one the model's type calls for
+    ("remote" for a model on a server: no backend of this machine runs it)."""
+    if source == "remote":
+        return "remote"
     if backend != "auto":
         return backend
     return "llama_cpp" if runs_gguf(source, model) else "hf"
@@ -127,6 +162,8 @@ class LoadRequest:
         None for a GGUF file run on transformers, which no planner covers."""
         if self.effective_backend == "llama_cpp":
             return "gguf"
+        if self.effective_backend == "remote":
+            return None  # the server's memory, not this machine's
         return None if runs_gguf(self.model_source, self.model or BUNDLED) else "hf"
 
     @property
@@ -135,6 +172,15 @@ class LoadRequest:
         model = self.model or BUNDLED
         if model == BUNDLED:
             return "the bundled model"
+        if self.model_source == "remote":
+            from ..remote.wire import Endpoint
+
+            url, mid = split_remote(model)
+            try:
+                host = Endpoint.parse(url).address
+            except HearthError:
+                host = url
+            return f"{mid or 'the first model'} on {host}"
         return model if self.model_source == "hub" else (Path(model).name or model)
 
     def model_ref(self):
@@ -146,6 +192,8 @@ class LoadRequest:
         source = self.model_source
         if source == "bundled":
             return resolve(None)
+        if source == "remote":
+            raise HearthError(f"{self.title} runs on its server; there is no file here to load")
         if source == "hub":
             if not is_hub_id(model):
                 raise HearthError(f"{model!r} is not a Hub id (owner/name, owner/name:QUANT or owner/name/file.gguf)")
@@ -189,6 +237,9 @@ class ModelCheck:
 
         if source in ("bundled", "gguf"):
             return self.info(model)
+        if source == "remote":
+            check_model_string(source, model)  # the server answers when it loads
+            return None
         if not model:
             raise HearthError("choose a model folder" if source == "hf_dir" else "type a Hub id")
         if source == "hf_dir":

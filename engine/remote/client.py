@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .errors import RemoteError
+from .errors import RemoteError, lost
 from .wire import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Endpoint, Pins, Response, request
 
 MAX_ERROR_BYTES = 64 << 10
@@ -194,4 +194,4 @@ def sse_json(resp: Response, where: str) -> Iterator[dict[str, Any]]:
                 raise RemoteError(f"{where} ended the reply with an error: {msg}", "http")
             yield obj
     if not done:
-        raise RemoteError(f"the connection to {where} was lost in the middle of the reply", "lost")
+        raise lost(where)

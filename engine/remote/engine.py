@@ -344,6 +344,9 @@ class RemoteReply:
             finish = "tool_calls"
         if self.usage_tokens is not None:
             s.generated_tokens = self.usage_tokens  # the server's count, exact
+        elif finish != "cancelled":
+            s.notes.append(f"{where} reported no token usage: the reply's tokens were counted as they arrived "
+                           "and the prompt's are unknown")
         s.answer_tokens = max(0, s.generated_tokens - s.reasoning_tokens)
         s.finish_reason = finish
         s.finish(t_start=self.t0, t_first_text=self.t_first_text, t_first_token=self.t_first,

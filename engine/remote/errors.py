@@ -36,3 +36,9 @@ class Stopped(RemoteError):
 def fingerprint_text(hexdigest: str) -> str:
     """A SHA-256 fingerprint as SSH and browsers show one: ``SHA256:ab:cd:...``."""
     return "SHA256:" + ":".join(hexdigest[i:i + 2] for i in range(0, len(hexdigest), 2))
+
+
+def lost(where: str, why: str = "") -> RemoteError:
+    """The connection dropped while a reply was coming: the one wording every such fault gets."""
+    return RemoteError(f"the connection to {where} was lost in the middle of the reply" + (f" ({why})" if why else ""),
+                       "lost")

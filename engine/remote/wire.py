@@ -25,7 +25,7 @@ from typing import Iterator, Mapping
 from urllib.parse import urlsplit
 
 from ..errors import HearthError
-from .errors import CertificateChanged, RemoteError, Stopped, fingerprint_text
+from .errors import CertificateChanged, RemoteError, Stopped, fingerprint_text, lost
 
 SLICE_S = 0.05            # the longest a read or connect waits before looking at Stop again
 CONNECT_TIMEOUT_S = 10.0  # to connect and finish the TLS handshake
@@ -212,7 +212,7 @@ class Reader:
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
                 continue
             except (ssl.SSLError, OSError) as e:
-                raise RemoteError(f"{self.where} broke the connection ({e})", "lost") from None
+                raise lost(self.where, str(e)) from None
 
     def fill(self) -> bool:
         """Read more into the buffer; False at the end of the stream."""
@@ -241,12 +241,12 @@ class Reader:
             if not self.fill():
                 if not self.buf:
                     return None
-                raise RemoteError(f"the connection to {self.where} was lost in the middle of the reply", "lost")
+                raise lost(self.where)
 
     def exactly(self, n: int) -> bytes:
         while len(self.buf) < n:
             if not self.fill():
-                raise RemoteError(f"{self.where} closed the connection in the middle of a reply", "lost")
+                raise lost(self.where)
         out = bytes(self.buf[:n])
         del self.buf[:n]
         return out
@@ -276,7 +276,7 @@ class Response:
                 while True:
                     size_line = r.line(1024)
                     if size_line is None:
-                        raise RemoteError(f"{r.where} closed the connection in the middle of a reply", "lost")
+                        raise lost(r.where)
                     try:
                         size = int(size_line.split(b";")[0].strip() or b"x", 16)
                     except ValueError:
@@ -291,7 +291,7 @@ class Response:
                 while left > 0:
                     data = r.some()
                     if not data:
-                        raise RemoteError(f"{r.where} closed the connection in the middle of a reply", "lost")
+                        raise lost(r.where)
                     r.buf[:0] = data[left:]
                     data = data[:left]
                     left -= len(data)

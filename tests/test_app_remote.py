@@ -1,0 +1,137 @@
+"""The window on a model another Hearth serves: added in the Models dock, streamed, stopped, and its faults.
+
+The server is a real ``python -m engine serve`` in its own process (a second
+machine as far as the window can tell); faults come from tests/fault_proxy.py in
+front of it. The window itself starts on its bundled model, as a user's does.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+
+from engine.loading.request import remote_model
+from tests.fault_proxy import FaultProxy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def hearth_server(tmp_path_factory):
+    """Another Hearth serving its bundled model: (url, port)."""
+    folder = tmp_path_factory.mktemp("other-hearth")
+    err = open(folder / "stderr.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--no-library", "--ctx", "2048",
+                             "--threads", "1"], cwd=ROOT, env={**os.environ, "HEARTH_DATA_DIR": str(folder)},
+                            stdout=subprocess.PIPE, stderr=err, text=True)
+    line = proc.stdout.readline()
+    assert "Hearth serving" in line, (folder / "stderr.txt").read_text()
+    url = line.split(" at ")[1].split(";")[0].split(" ")[0]
+    yield url, int(url.rsplit(":", 1)[1].split("/")[0])
+    proc.terminate()
+    proc.wait(30)
+    err.close()
+
+
+def add_server(qtbot, w, url: str) -> None:
+    view = w.models_dock.library_view
+    w.show_library()
+    view.add_server()
+    dlg = view.server_dialog
+    dlg.url.setText(url)
+    dlg.try_add()
+    qtbot.waitUntil(lambda: dlg.result() == dlg.DialogCode.Accepted or dlg.buttons.isEnabled(), timeout=30_000)
+    assert dlg.result() == dlg.DialogCode.Accepted, dlg.status.text()
+
+
+def use_remote(qtbot, w, url: str) -> None:
+    view = w.models_dock.library_view
+    qtbot.waitUntil(lambda: view.table.rowCount() > len(view.models) and bool(view.servers.rows), timeout=30_000)
+    row = len(view.models)  # the first server model, below the ones on disk
+    assert view.table.item(row, view.table.columnCount() - 1).text().startswith("on ")  # where it runs
+    view.table.selectRow(row)
+    view.load_button.click()
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model is not None and w.host.model.backend == "remote",
+                    timeout=30_000)
+
+
+def send(w, text: str) -> int:
+    w.chat.input.setPlainText(text)
+    QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+    assert w.stream is not None, w.info.messages()
+    return w.stream.mid
+
+
+def test_a_server_added_in_the_dock_streams_a_reply_in_the_window(qtbot, make_window, hearth_server):
+    url, port = hearth_server
+    w = make_window(max_tokens=16)
+    add_server(qtbot, w, url)
+    view = w.models_dock.library_view
+    assert any(r[0].url == url for r in view.servers.rows)
+    use_remote(qtbot, w, url)
+    assert "SmolLM2" in w.model_label.text() and f"127.0.0.1:{port}" in w.model_label.toolTip()
+    mid = send(w, "What is the capital of France?")
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    stored = w.store.message(mid)
+    assert stored.content and stored.finish_reason in ("eos", "max_tokens") and stored.metrics["backend"] == "remote"
+    assert stored.metrics["prompt_tokens"] > 0 and stored.metrics["ttft_ms"] > 0
+    assert w.settings.source == "remote" and w.settings.model == remote_model(url, w.host.model.label)
+    from app.settings_ui.settings_dialog import SettingsDialog
+
+    dlg = SettingsDialog(w.settings, w)  # Settings shows the server's model as chosen, not the bundled one
+    assert dlg.chosen_source() == "remote" and dlg.chosen_model() == w.settings.model
+    assert "Runs on its server" in dlg.memory.text()
+    dlg.close()
+
+
+def test_stop_ends_a_remote_reply_within_300_ms_and_keeps_it(qtbot, make_window, hearth_server):
+    url, _port = hearth_server
+    w = make_window(max_tokens=2000)
+    add_server(qtbot, w, url)
+    use_remote(qtbot, w, url)
+    mid = send(w, "Write a very long story about a dragon who learns to bake bread.")
+    deltas: list[str] = []
+    w.host.delta.connect(lambda m, t: deltas.append(t))
+    qtbot.waitUntil(lambda: len(deltas) >= 10, timeout=60_000)
+    t0 = time.perf_counter()
+    w.chat.stop_button.click()
+    qtbot.waitUntil(lambda: w.stream is None, timeout=5_000)
+    assert time.perf_counter() - t0 < 0.3
+    stored = w.store.message(mid)
+    assert stored.finish_reason == "cancelled" and stored.content.startswith("".join(deltas))
+
+
+def test_a_server_that_goes_away_mid_reply_keeps_the_message_and_the_partial_reply(qtbot, make_window,
+                                                                                    hearth_server):
+    _url, port = hearth_server
+    with FaultProxy(("127.0.0.1", port)) as proxy:
+        w = make_window(max_tokens=200)
+        add_server(qtbot, w, proxy.url)
+        use_remote(qtbot, w, proxy.url)
+        proxy.mode, proxy.after = "cut", 1500
+        text = "Write a very long story about a dragon who learns to bake bread."
+        mid = send(w, text)
+        qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+        msgs = w.store.messages(w.current)
+        assert msgs[0].role == "user" and msgs[0].content == text
+        stored = w.store.message(mid)
+        assert stored.content and not stored.complete and "partial reply is kept" in (stored.error or "")
+        assert any("lost in the middle of the reply" in m for m in w.info.messages())
+
+
+def test_a_server_that_cannot_be_reached_leaves_the_model_that_worked(qtbot, make_window):
+    w = make_window()
+    before = w.host.model
+    w.models_dock.load_remote("http://127.0.0.1:9/v1#nothing")
+    qtbot.waitUntil(lambda: any("refused the connection" in m for m in w.info.messages()), timeout=30_000)
+    qtbot.waitUntil(lambda: w.host.ready and w.settings.source == "bundled", timeout=30_000)
+    assert w.host.model.label == before.label and w.host.model.load_ms == before.load_ms  # not loaded again
+    mid = send(w, "Hi")
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    assert w.store.message(mid).metrics["backend"] != "remote"
