@@ -135,3 +135,45 @@ def test_a_server_that_cannot_be_reached_leaves_the_model_that_worked(qtbot, mak
     mid = send(w, "Hi")
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
     assert w.store.message(mid).metrics["backend"] != "remote"
+
+
+def test_letting_other_devices_in_serves_over_tls_with_a_key_made_in_settings(qtbot, make_window, tmp_path):
+    from engine import Message, SamplingParams
+    from engine.remote.connect import open_remote
+    from engine.remote.errors import RemoteError
+    from engine.remote.pins import PinStore
+
+    from app.settings_ui.settings_dialog import SettingsDialog
+    from test_app_server import free_port
+
+    w = make_window()
+    dlg = SettingsDialog(w.settings, w)
+    tab = dlg.server_tab
+    tab.enabled.setChecked(True)
+    tab.port.setValue(port := free_port())
+    assert not tab.listen_addr.isEnabled()
+    tab.listen.setChecked(True)
+    tab.listen_addr.setText("127.0.0.2")  # beyond 127.0.0.1, still on this machine
+    assert tab.listen_addr.isEnabled() and f"https://127.0.0.2:{port}/v1" in tab.example.text()
+    tab.make_key.click()
+    tab.make_key.click()
+    tab.device_keys.setCurrentRow(1)
+    tab.revoke_key.click()  # the second key: gone, and its text with it
+    assert tab.new_key.text() == "" and tab.device_keys.count() == 1
+    tab.make_key.click()
+    key = tab.new_key.text()
+    assert key.startswith("hearth-") and tab.device_keys.count() == 2 and key not in tab.device_keys.item(1).text()
+    w.apply_settings(dlg.build())
+    dlg.deleteLater()
+    assert w.server_host.running, w.info.messages()
+    qtbot.waitUntil(lambda: w.server_host.server.model_id is not None, timeout=30_000)
+    label = w.server_host.label.text()
+    assert label.startswith(f"API 127.0.0.2:{port} (other devices can connect)")
+    url = w.server_host.server.url
+    assert url == f"https://127.0.0.2:{port}/v1"
+    with pytest.raises(RemoteError) as e:
+        open_remote(url, None, pins=PinStore(tmp_path / "pins.json"))
+    assert e.value.status == 401
+    other = open_remote(url, key, pins=PinStore(tmp_path / "pins.json"))
+    final = list(other.stream([Message("user", "Hi")], SamplingParams(temperature=0.0, max_tokens=4)))[-1]
+    assert final.kind == "final" and final.text

@@ -35,7 +35,8 @@ def test_a_remote_model_is_a_load_request_and_a_setting():
     model = remote_model("https://gpu.lan:8765/v1", "qwen2.5-32b")
     req = LoadRequest(model=model)
     assert req.model_source == "remote" and req.effective_backend == "remote" and req.plan_format is None
-    assert req.title == "qwen2.5-32b on gpu.lan:8765" and split_remote(model) == ("https://gpu.lan:8765/v1", "qwen2.5-32b")
+    assert req.title == "qwen2.5-32b on gpu.lan:8765"
+    assert split_remote(model) == ("https://gpu.lan:8765/v1", "qwen2.5-32b")
     s = Settings(model=model).validate()
     assert s.source == "remote" and s.load_request() == req
     with pytest.raises(SettingsError, match="model: "):

@@ -25,6 +25,7 @@ from engine import HearthError, StreamEvent
 from engine.serve import Priority, Scheduler, ServeRequest, Ticket
 from engine.reply_formats.tools import ToolPlan
 from engine.serve.runtime.library_pool import library_pool
+from engine.serve.http.listen import exposure
 from engine.serve.http.server import LocalServer
 
 from app.bridge.engine_host import EngineHost
@@ -129,7 +130,7 @@ class ServerHost(QObject):
 
     def apply(self, s: Settings) -> str | None:
         """Start, stop, restart or re-key the server to match ``s``; a message if it cannot start."""
-        config = (s.server_port, tuple(s.server_cors))
+        config = (s.server_port, tuple(s.server_cors), s.server_listen)
         if self.server is not None and (not s.server_enabled or config != self._config):
             self.stop()
         if self.server is not None:
@@ -140,9 +141,10 @@ class ServerHost(QObject):
         # Any library model a request names is loaded beside the window's (planned for the memory
         # left) and unloaded after 10 idle minutes; the window's own model is never unloaded.
         pool = library_pool(data_dir(), parallel=Serving.parallel, queue_limit=16)
-        server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors,
-                             pool=pool)
         try:
+            # Off loopback (Settings: "Let other devices…"): TLS and a key on every request, or no start at all.
+            server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors,
+                                 pool=pool, **exposure(data_dir(), s.server_listen or None))
             server.start()
         except HearthError as e:
             self.refresh()
@@ -174,12 +176,13 @@ class ServerHost(QObject):
         busy = f" · {srv.in_flight} now" if srv.in_flight else ""
         others = [h for h in (srv.pool.describe() if srv.pool is not None else []) if not h["pinned"]]
         also = f" · +{len(others)} model{'s' if len(others) > 1 else ''}" if others else ""
-        self.label.setText(f"API :{srv.port} · {state}{busy}{also}")
+        where = f"{srv.host}:{srv.port} (other devices can connect)" if srv.exposed else f":{srv.port}"
+        self.label.setText(f"API {where} · {state}{busy}{also}")
         held = "".join(f"\n• {h['id']}: loaded by a request, " + (
             "answering now" if h["busy"] else f"idle {h['idle_s'] / 60:.0f} of "
             + ("∞" if h["ttl_s"] is None else f"{h['ttl_s'] / 60:.0f}") + " min") for h in others)
         self.label.setToolTip(f"The local OpenAI-compatible server is on at {srv.url}"
-                              f"{' (API key required)' if srv.api_key else ''}. Settings → Local server "
+                              f"{' (API key required)' if srv.api_key or srv.exposed else ''}. Settings → Local server "
                               "turns it off."
                               + (f"\nIt serves {srv.model_id} (this window's model)" if srv.model_id else "")
                               + (f" and also holds:{held}" if held else ""))

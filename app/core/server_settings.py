@@ -1,6 +1,7 @@
 """The local server's settings rules (Qt-free; app/core/settings.py calls them)."""
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -9,7 +10,7 @@ _KEY = re.compile(r"[\w\-.~+/=]*")           # what secrets.token_urlsafe writes
 _ORIGIN = re.compile(r"https?://[\w\-.\[\]:]+")  # scheme://host[:port], as browsers send it
 
 
-def problem(enabled: Any, port: Any, key: Any, cors: Any) -> str | None:
+def problem(enabled: Any, port: Any, key: Any, cors: Any, listen: Any = "") -> str | None:
     """The first invalid server setting as "field: rule", or None when all are valid."""
     if not isinstance(enabled, bool):
         return f"server_enabled: must be true or false, got {enabled!r}"
@@ -19,4 +20,11 @@ def problem(enabled: Any, port: Any, key: Any, cors: Any) -> str | None:
         return "server_api_key: only letters, digits and - _ . ~ + / = may be used"
     if not isinstance(cors, list) or not all(isinstance(o, str) and _ORIGIN.fullmatch(o) for o in cors):
         return "server_cors: each entry must be a web origin such as http://localhost:3000"
+    if not isinstance(listen, str):
+        return f"server_listen: must be an address or empty, got {listen!r}"
+    if listen:
+        try:
+            ipaddress.ip_address(listen)
+        except ValueError:
+            return f"server_listen: {listen!r} is not an IP address (0.0.0.0 means every network of this machine)"
     return None

@@ -2,17 +2,25 @@
 
 The tab edits the port, the API key (made with ``secrets.token_urlsafe``, shown,
 copied or regenerated here) and the web origins allowed to call it (CORS);
-the dialog hands its values to Settings, which checks them.
+the dialog hands its values to Settings, which checks them. "Let other devices…"
+listens beyond loopback (TLS and a key always), with the keys other devices use:
+each made here is shown once and kept only as a hash (engine/serve/http/keys.py).
 """
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QCheckBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit,
-                               QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem,
+                               QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
+from engine import HearthError
+from engine.serve.http.listen import key_ring
+
+from app.core.paths import data_dir
 from app.core.settings import Settings
 
 
@@ -26,8 +34,9 @@ class ServerTab(QWidget):
         super().__init__(parent)
         form = QFormLayout(self)
         intro = QLabel("Lets programs on this computer (editors, scripts, Open WebUI…) use the loaded model "
-                       "through the OpenAI API, while Hearth runs. It listens on 127.0.0.1 only; the "
-                       "window's own replies always go first. API requests are not saved in your chats.")
+                       "through the OpenAI API, while Hearth runs. It listens on 127.0.0.1 unless you let other "
+                       "devices in below; the window's own replies always go first. API requests are not saved in "
+                       "your chats.")
         intro.setWordWrap(True)
         form.addRow(intro)
         self.enabled = QCheckBox("Run the local server")
@@ -61,28 +70,88 @@ class ServerTab(QWidget):
                              "Programs outside a browser need no entry.")
         self.cors.setMaximumHeight(70)
         form.addRow("Allowed web origins", self.cors)
+        self._network_rows(form, s)
         self.example = QLabel()
         self.example.setWordWrap(True)
         self.example.setTextInteractionFlags(self.example.textInteractionFlags().TextSelectableByMouse)
         form.addRow(self.example)
-        for sig in (self.enabled.toggled, self.require_key.toggled, self.port.valueChanged, self.key.textChanged):
+        for sig in (self.enabled.toggled, self.require_key.toggled, self.port.valueChanged, self.key.textChanged,
+                    self.listen.toggled, self.listen_addr.textChanged):
             sig.connect(self._refresh)
         self._refresh()
 
+    def _network_rows(self, form: QFormLayout, s: Settings) -> None:
+        """"Let other devices…": the address, and the keys those devices use (each shown once, revocable)."""
+        self.listen = QCheckBox("Let other devices on my network use this model")
+        self.listen.setChecked(bool(s.server_listen))
+        self.listen.setToolTip("Listen beyond this computer, over TLS, answering only requests with one of the "
+                               "keys below. Another Hearth pins this server's certificate on first use.")
+        form.addRow(self.listen)
+        self.listen_addr = QLineEdit(s.server_listen or "0.0.0.0")
+        self.listen_addr.setToolTip("0.0.0.0: every network of this computer; or one of its addresses")
+        form.addRow("Listen on", self.listen_addr)
+        self.ring = key_ring(data_dir())
+        self.device_keys = QListWidget()
+        self.device_keys.setMaximumHeight(70)
+        self.new_key = QLineEdit()
+        self.new_key.setReadOnly(True)
+        self.new_key.setPlaceholderText("a new key appears here once; it is stored only as a hash")
+        self.make_key, self.revoke_key = make, revoke = QPushButton("New key"), QPushButton("Revoke")
+        make.clicked.connect(self._make_key)
+        revoke.clicked.connect(self._revoke_key)
+        row = QHBoxLayout()
+        row.addWidget(self.new_key, 1)
+        row.addWidget(make)
+        row.addWidget(revoke)
+        self.device_rows = (self.listen_addr, self.device_keys, self.new_key, make, revoke)
+        form.addRow("Keys for devices", self.device_keys)
+        form.addRow("", row)
+        self._list_keys()
+
+    def _list_keys(self) -> None:
+        self.device_keys.clear()
+        try:
+            entries = self.ring.entries()
+        except HearthError as e:
+            self.device_keys.addItem(str(e))
+            return
+        for e in entries:
+            item = QListWidgetItem(f"{e.name} · made {time.strftime('%Y-%m-%d', time.localtime(e.created))} · {e.id}")
+            item.setData(Qt.ItemDataRole.UserRole, e.id)
+            self.device_keys.addItem(item)
+
+    def _make_key(self) -> None:
+        _entry, key = self.ring.create(f"device {len(self.ring.entries()) + 1}")
+        self.new_key.setText(key)
+        self._list_keys()
+
+    def _revoke_key(self) -> None:
+        item = self.device_keys.currentItem()
+        if item is not None and item.data(Qt.ItemDataRole.UserRole):
+            self.ring.revoke(item.data(Qt.ItemDataRole.UserRole))
+            self.new_key.clear()
+            self._list_keys()
+
     def _refresh(self, *_: Any) -> None:
         on = self.enabled.isChecked()
-        for w in (self.port, self.require_key, self.cors):
+        for w in (self.port, self.require_key, self.cors, self.listen):
             w.setEnabled(on)
+        for w in self.device_rows:
+            w.setEnabled(on and self.listen.isChecked())
         keyed = on and self.require_key.isChecked()
         for w in (self.key, self.copy_key, self.regenerate):
             w.setEnabled(keyed)
         key = self.key.text() if keyed else "unused"
-        self.example.setText(f"Base URL http://127.0.0.1:{self.port.value()}/v1 · in Python: "
-                             f"OpenAI(base_url=\"http://127.0.0.1:{self.port.value()}/v1\", api_key=\"{key}\")")
+        base = f"http://127.0.0.1:{self.port.value()}/v1"
+        if on and self.listen.isChecked():
+            base = f"https://{self.listen_addr.text().strip() or '0.0.0.0'}:{self.port.value()}/v1"
+            key = "one of the keys for devices"
+        self.example.setText(f"Base URL {base} · in Python: OpenAI(base_url=\"{base}\", api_key=\"{key}\")")
 
     def values(self) -> dict[str, Any]:
         """The server fields of Settings, as edited."""
         origins = [o.strip().rstrip("/") for o in self.cors.toPlainText().splitlines() if o.strip()]
         return {"server_enabled": self.enabled.isChecked(), "server_port": self.port.value(),
                 "server_api_key": self.key.text() if self.require_key.isChecked() else "",
-                "server_cors": origins}
+                "server_cors": origins,
+                "server_listen": self.listen_addr.text().strip() if self.listen.isChecked() else ""}

@@ -234,9 +234,9 @@ def cmd_keys(a: argparse.Namespace) -> int:
     import time
 
     from ..paths import data_dir
-    from ..serve.http.keys import KeyRing
+    from ..serve.http.listen import key_ring
 
-    ring = KeyRing(data_dir() / "server" / "keys.json")
+    ring = key_ring(data_dir())
     if a.action == "new":
         entry, key = ring.create(a.name or "key")
         print(key)

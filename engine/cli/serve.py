@@ -8,34 +8,10 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from typing import Any
 
 from ..remote.errors import fingerprint_text
+from ..serve.http.listen import exposure
 from ..serve.http.server import DEFAULT_PORT, LocalServer
-
-LISTEN_RATE_LIMIT = 120  # requests a minute per key for a server other devices use
-
-
-def exposure(listen: str | None, tls_cert: str | None, tls_key: str | None,
-             rate_limit: int | None) -> dict[str, Any]:
-    """LocalServer's keywords for ``--listen``: the address, TLS, the key ring and the rate limit
-    (none of them without ``listen``: the server stays on 127.0.0.1)."""
-    from ..errors import HearthError
-    from ..paths import data_dir
-    from ..serve.http.keys import KeyRing
-    from ..serve.http.tls import own_certificate, user_certificate
-
-    keys = KeyRing(data_dir() / "server" / "keys.json")
-    if not listen:
-        if tls_cert or tls_key:
-            raise HearthError("--tls-cert and --tls-key go with --listen")
-        return {"keys": keys, "rate_limit": rate_limit or 0}
-    if bool(tls_cert) != bool(tls_key):
-        raise HearthError("--tls-cert and --tls-key go together")
-    tls = user_certificate(tls_cert, tls_key) if tls_cert and tls_key else own_certificate(
-        data_dir() / "server" / "tls", listen)
-    return {"host": listen, "listen": True, "tls": tls, "keys": keys,
-            "rate_limit": LISTEN_RATE_LIMIT if rate_limit is None else rate_limit}
 
 
 def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
@@ -61,7 +37,7 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
         data_dir(), parallel=parallel, queue_limit=queue_limit, n_ctx=n_ctx, n_threads=n_threads,
         default_ttl=idle_unload, exactness=exactness)
     server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool,
-                         **exposure(listen, tls_cert, tls_key, rate_limit))
+                         **exposure(data_dir(), listen, tls_cert, tls_key, rate_limit))
     print("loading model...", file=sys.stderr, flush=True)
     # The plan counts the batch context the scheduler opens for ``parallel`` sequences.
     loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads,
