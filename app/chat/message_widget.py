@@ -56,13 +56,15 @@ class MessageWidget(QFrame):
         self.flashed = False
         self.setObjectName("message")
         self.setFrameShape(QFrame.Shape.StyledPanel)
+        self._colors = colors
+        self._frame_style()  # before the children: set after them, the sheet is applied to each one again
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 8, 12, 8)
         lay.setSpacing(4)
         head = QHBoxLayout()
         self.who = QLabel("You" if role == "user" else "Hearth" if role == "assistant" else role.title())
-        self.who.setStyleSheet("font-weight: 600;")
+        self.who.setObjectName("who")  # styled by the frame's one style sheet (_frame_style), as the labels below
         head.addWidget(self.who)
         # "◀ 2/3 ▶": this message has other versions (regenerated or edited); all are kept.
         self.btn_prev = self._button("◀", "Show the previous version of this message",
@@ -98,7 +100,7 @@ class MessageWidget(QFrame):
         self.documents = QLabel()  # a user message's attached documents, one chip line
         self.documents.setTextFormat(Qt.TextFormat.PlainText)
         self.documents.setWordWrap(True)
-        self.documents.setStyleSheet("color: palette(placeholder-text);")
+        self.documents.setObjectName("muted")
         self.documents.hide()
         lay.addWidget(self.documents)
         self.images = ImageStrip()  # a user message's images, as thumbnails
@@ -113,7 +115,7 @@ class MessageWidget(QFrame):
         self.note = QLabel()
         self.note.setTextFormat(Qt.TextFormat.PlainText)  # it names the user's files
         self.note.setWordWrap(True)
-        self.note.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
+        self.note.setObjectName("note")
         self.note.hide()
         lay.addWidget(self.note)
         self.sources = SourcesLine()  # the passages retrieval gave the reply, each a link to its text
@@ -122,7 +124,7 @@ class MessageWidget(QFrame):
         self.details.setTextFormat(Qt.TextFormat.PlainText)  # notes may name files: never markup
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.details.setStyleSheet("color: palette(placeholder-text); font-size: 11px;")
+        self.details.setObjectName("details")
         self.details.hide()
         lay.addWidget(self.details)
 
@@ -137,8 +139,7 @@ class MessageWidget(QFrame):
         self.btn_details.setEnabled(False)  # until the reply's metrics exist
         self.btn_perf.setVisible(role == "assistant")
         self.btn_perf.setEnabled(False)  # until the reply's timeline exists
-        self.apply_colors(colors)
-        self._render()
+        self._render(rebuild=True)  # the colours are the constructor's: apply_colors is for a theme change
 
     def _button(self, text: str, tip: str, slot) -> QToolButton:
         b = QToolButton(self)
@@ -159,7 +160,13 @@ class MessageWidget(QFrame):
         c = self._colors
         bg = c["user"] if self.role == "user" else c["assistant"]
         border = f"2px solid {c['hit']}" if self.flashed else f"1px solid {c['border']}"
-        self.setStyleSheet(f"QFrame#message {{ background: {bg}; border: {border}; border-radius: 10px; }}")
+        # One sheet for the frame and its labels: a sheet per label cost a style pass each, on the path from
+        # Enter to the first word (bench remote's TTFT).
+        self.setStyleSheet(f"QFrame#message {{ background: {bg}; border: {border}; border-radius: 10px; }}"
+                           "QLabel#who { font-weight: 600; }"
+                           "QLabel#muted { color: palette(placeholder-text); }"
+                           "QLabel#note { color: palette(placeholder-text); font-style: italic; }"
+                           "QLabel#details { color: palette(placeholder-text); font-size: 11px; }")
 
     def flash(self, ms: int = 2500) -> None:
         """Outline this message for a moment (a search hit was opened here)."""

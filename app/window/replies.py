@@ -234,12 +234,15 @@ class RepliesController:
                     attached: list[Part] | None = None) -> None:
         """Save the turn (one transaction), show it, and hand the job to the engine thread."""
         user_mid, mid = self.store.start_turn(cid, user_text, replace_from=replace_from, attached=attached or ())
-        if user_mid is not None:
-            self.chat.add_message(user_mid, "user", user_text).show_documents(attached or (), self.chat.read_attachment)
         self.tools.reconnect_failed()
         conv = self.store.conversation(cid)
         self.stream = ReplyStream(cid, mid, user_mid, user_text, conv.title)
-        self._write(self.stream, self._settings().tool_choice)
+        # The job goes first, the widgets after: the engine reads the prompt (or the server is asked) while
+        # they are built, and its first events wait in the queue until this handler has drawn them.
+        self._dispatch(self.stream, self._settings().tool_choice)
+        if user_mid is not None:
+            self.chat.add_message(user_mid, "user", user_text).show_documents(attached or (), self.chat.read_attachment)
+        self._show_step(self.stream)
         self._refresh_list(self._current())  # the first message may have named the conversation
         self.chat.title.setText(conv.title)
 
@@ -252,9 +255,10 @@ class RepliesController:
             self._tools_ended("the model was unloaded while a tool ran")
             return
         self.stream = ReplyStream(conv, self.store.begin_reply(conv), None, None, s.title, made=made)
-        self._write(self.stream, "auto")
+        self._dispatch(self.stream, "auto")
+        self._show_step(self.stream)
 
-    def _write(self, s: ReplyStream, choice: str) -> None:
+    def _dispatch(self, s: ReplyStream, choice: str) -> None:
         """Hand step ``s`` to the engine thread, with the MCP tools it may call."""
         cid, mid = s.conv, s.mid
         history = self.history(cid, self.store.conversation(cid).system_prompt)
@@ -267,15 +271,18 @@ class RepliesController:
                             context_policy=settings.context_policy, template_kwargs=self.think_kwargs(cid),
                             notes=notes, sources=tuple(self.doc_sources), tools=s.offer.engine_tools(),
                             tool_choice=choice)
-        if cid == self._current():  # (a later step may start while another conversation is on screen)
-            w = self.chat.add_message(mid, "assistant", "")
+        self.monitor.begin("streaming")
+        self.host.generate(job)
+
+    def _show_step(self, s: ReplyStream) -> None:
+        """The reply being written, on screen (a later step may start while another conversation is)."""
+        if s.conv == self._current():
+            w = self.chat.add_message(s.mid, "assistant", "")
             w.follow(s.parts)
             w.follow_reasoning(s.thought)
             w.set_streaming(True)
             self._show_branches()  # a regenerate or an edit made a new version: "◀ 2/2 ▶"
         self.stats_label.setText("Waiting for the first token…")
-        self.monitor.begin("streaming")
-        self.host.generate(job)
         self.update_busy()
 
     def stop(self) -> None:
