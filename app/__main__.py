@@ -36,8 +36,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="offscreen: stream the same greedy reply through the real window and through "
                         "Engine.stream on the same loaded model, print one JSON object (tok/s both ways, "
                         "their ratio, the GUI thread's CPU share, the worst event-loop gap), exit")
-    p.add_argument("--model", metavar="PATH", default="bundled", help="the model for --bench-stream "
-                                                                     "(default: the bundled one)")
+    p.add_argument("--model", metavar="PATH", default="bundled",
+                   help="the model for --bench-stream (default: the bundled one; URL#id: a server's model, "
+                        "measured against the openai client)")
     p.add_argument("--tokens", type=_positive, default=256, help="reply length for --bench-stream")
     p.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for --bench-stream (default: the app's Auto rule)")
@@ -117,8 +118,9 @@ def _close_on_signals(win) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    model = args.model if args.model == "bundled" else os.path.abspath(os.path.expanduser(args.model))
-    if model != "bundled" and not os.path.exists(model):
+    remote = args.model.startswith(("http://", "https://"))  # a server's model (URL#id): --bench-stream on it
+    model = args.model if args.model == "bundled" or remote else os.path.abspath(os.path.expanduser(args.model))
+    if model != "bundled" and not remote and not os.path.exists(model):
         print(f"error: --model {args.model}: no such file or folder", file=sys.stderr)
         return 2
     scratch = None
@@ -159,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.bench_open:
             from app.window.bench_open import main as bench_open
             return bench_open()
+        if args.bench_stream and remote:
+            from app.window.bench_remote import main as bench_remote
+            return bench_remote(model, tokens=args.tokens, rounds=args.rounds)
         if args.bench_stream:
             from app.window.bench_stream import main as bench_stream
             return bench_stream(model, tokens=args.tokens, threads=args.threads, rounds=args.rounds,

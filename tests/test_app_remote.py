@@ -177,3 +177,23 @@ def test_letting_other_devices_in_serves_over_tls_with_a_key_made_in_settings(qt
     other = open_remote(url, key, pins=PinStore(tmp_path / "pins.json"))
     final = list(other.stream([Message("user", "Hi")], SamplingParams(temperature=0.0, max_tokens=4)))[-1]
     assert final.kind == "final" and final.text
+
+
+def test_bench_stream_on_a_server_model_compares_the_window_with_the_openai_client(hearth_server, tmp_path):
+    """``python -m app --bench-stream --model URL#id`` (what ``bench remote`` runs): correctness only."""
+    import json
+
+    url, _port = hearth_server
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HOME": str(tmp_path)}
+    env.pop("HEARTH_DATA_DIR", None)  # it picks its own scratch folder
+    from engine.remote.connect import list_models
+
+    model = remote_model(url, list_models(url)[0].id)
+    p = subprocess.run([sys.executable, "-m", "app", "--bench-stream", "--model", model, "--tokens", "12",
+                        "--rounds", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert p.returncode == 0 and r["ok"], p.stdout + p.stderr
+    assert r["window_tok_s"] > 0 and r["client_tok_s"] > 0 and r["ratio"] == pytest.approx(
+        r["window_tok_s"] / r["client_tok_s"], abs=1e-3)
+    assert r["ttft_added_ms"] == pytest.approx(r["window_ttft_ms"] - r["client_ttft_ms"], abs=0.11)
+    assert r["per_round"]["chunks"] == [12]
