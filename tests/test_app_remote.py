@@ -18,6 +18,7 @@ from PySide6.QtTest import QTest
 
 from engine.loading.request import remote_model
 from tests.fault_proxy import FaultProxy
+from tests.serving import hearth_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,18 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def hearth_server(tmp_path_factory):
     """Another Hearth serving its bundled model: (url, port)."""
-    folder = tmp_path_factory.mktemp("other-hearth")
-    err = open(folder / "stderr.txt", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--no-library", "--ctx", "2048",
-                             "--threads", "1"], cwd=ROOT, env={**os.environ, "HEARTH_DATA_DIR": str(folder)},
-                            stdout=subprocess.PIPE, stderr=err, text=True)
-    line = proc.stdout.readline()
-    assert "Hearth serving" in line, (folder / "stderr.txt").read_text()
-    url = line.split(" at ")[1].split(";")[0].split(" ")[0]
-    yield url, int(url.rsplit(":", 1)[1].split("/")[0])
-    proc.terminate()
-    proc.wait(30)
-    err.close()
+    with hearth_process(tmp_path_factory.mktemp("other-hearth")) as served:
+        yield served
 
 
 def add_server(qtbot, w, url: str) -> None:

@@ -85,10 +85,13 @@ class EngineHost(QObject):
         return self.model is not None and self.model.sees_images
 
     def count_image_tokens(self, data: bytes) -> int | None:
-        """An image's tokens for the loaded model (None: no model that sees images). Call it off the
-        GUI thread: the projector reads the image (it waits while the engine thread encodes one)."""
-        engine = self._shared.engine
-        return engine.count_image_tokens(data) if engine is not None and self.sees_images else None
+        """An image's tokens for the loaded model (None: no model that sees images, or a server's model,
+        whose server counts them). Call it off the GUI thread: the projector reads the image (it waits
+        while the engine thread encodes one)."""
+        engine, model = self._shared.engine, self.model
+        if engine is None or model is None or not self.sees_images or model.backend == "remote":
+            return None
+        return engine.count_image_tokens(data)
 
     @property
     def shared(self) -> SharedEngine:

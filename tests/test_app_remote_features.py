@@ -1,0 +1,120 @@
+"""What the window does on a local model, on a server's: thinking, a tool call with its approval, an image.
+
+Thinking comes from a server that splits ``reasoning_content`` (tests/openai_script.py,
+as vLLM and llama-server send it). The tool call and the image come from another Hearth
+in its own process: the bundled model wearing Qwen 2.5's template (Hermes tool calls),
+with the window's MCP loop and a real MCP server; and the tests' tiny VLM with its
+projector.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from openai_script import ScriptServer
+from serving import QWEN, hearth_process
+from test_app_remote import add_server, send, use_remote
+from test_app_think import with_template
+from test_app_tool_calls import ASK, asked, calc, roles
+from test_images import png
+from test_remote_servers import llama_server  # noqa: F401 (a fixture)
+
+
+def test_reasoning_from_a_server_shows_in_the_reasoning_block_and_is_kept(qtbot, make_window):
+    script = ScriptServer(["The user ", "greets me."], ["Hello", " there!"])
+    try:
+        w = make_window()
+        add_server(qtbot, w, script.url)
+        use_remote(qtbot, w, script.url)
+        assert w.host.model.n_ctx == 32768  # vLLM's max_model_len
+        mid = send(w, "Hi")
+        qtbot.waitUntil(lambda: w.stream is None, timeout=30_000)
+        stored = w.store.message(mid)
+        assert stored.reasoning == "The user greets me." and stored.content == "Hello there!" and stored.complete
+        assert stored.metrics["cached_tokens"] == 16 and stored.metrics["prompt_tokens"] == 30
+        view = w.chat.widget(mid)
+        assert view.thinking.text == "The user greets me." and not view.thinking.isHidden()
+        sent = script.requests[-1]
+        assert sent["messages"][-1] == {"role": "user", "content": "Hi"} and sent["temperature"] == 0.0
+        assert sent["stream_options"] == {"include_usage": True}
+    finally:
+        script.close()
+
+
+@pytest.fixture(scope="module")
+def qwen_server(bundled_path, tmp_path_factory):
+    model = with_template(Path(bundled_path), tmp_path_factory.mktemp("q") / "smol-qwen.gguf", QWEN)
+    with hearth_process(tmp_path_factory.mktemp("qwen-hearth"), "--model", str(model)) as served:
+        yield served
+
+
+def test_a_remote_models_tool_call_runs_after_approval_and_the_reply_uses_its_result(
+        qtbot, make_window, qwen_server, tmp_path):
+    url, _port = qwen_server
+    w = make_window(max_tokens=64)
+    add_server(qtbot, w, url)
+    use_remote(qtbot, w, url)
+    w.apply_settings(replace(w.settings, mcp_servers=[calc(tmp_path, "add")], tool_choice="required",
+                             max_tool_calls=1).validate())
+    qtbot.waitUntil(lambda: "calc" in w.replies.tools.states and w.replies.tools.states["calc"].ready,
+                    timeout=60_000)
+    assert w.host.model.backend == "remote"  # the settings change kept the server's model
+    send(w, ASK)
+    qtbot.waitUntil(lambda: w.stream is None or w.replies.tools.pending is not None, timeout=60_000)
+    assert w.replies.tools.pending is not None, (w.info.messages(), [(m.role, m.content, m.error, m.tool_calls)
+                                                                    for m in w.store.messages(w.current)])
+    card = asked(qtbot, w)
+    assert (card.tool, card.server) == ("add", "calc") and roles(w) == ["user", "assistant"]  # asked, not run
+    card.btn_allow.click()
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    assert roles(w) == ["user", "assistant", "tool", "assistant"]
+    msgs = w.store.messages(w.current)
+    (call,) = msgs[1].tool_calls
+    args = json.loads(call.arguments)
+    assert call.name == "add" and msgs[2].content == str(args["a"] + args["b"]) and msgs[3].content
+
+
+def test_an_image_goes_to_a_remote_hearth_that_sees_images(qtbot, make_window, tiny_vlm, tmp_path_factory, tmp_path):
+    model, mmproj = tiny_vlm
+    with hearth_process(tmp_path_factory.mktemp("vlm-hearth"), "--model", str(model), "--mmproj",
+                        str(mmproj)) as (url, _port):
+        w = make_window()
+        add_server(qtbot, w, url)
+        use_remote(qtbot, w, url)
+        assert w.host.sees_images
+        picture = tmp_path / "cat.png"
+        picture.write_bytes(png(30))
+        w.chat.attach.add_paths([str(picture)])
+        qtbot.waitUntil(lambda: len(w.chat.attach.images) == 1, timeout=20_000)
+        assert w.chat.attach.status.text() == "1 image attached"  # the server counts its tokens
+        with_image = send(w, "What is in this picture?")
+        qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+        without = send(w, "What is in this picture?")
+        qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+        first, second = w.store.message(with_image), w.store.message(without)
+        assert first.content and first.metrics["backend"] == "remote"
+        # the second prompt holds the first turn (its image included) and a second question
+        assert second.metrics["prompt_tokens"] > first.metrics["prompt_tokens"] > 0
+        assert any(p.kind == "image" for p in w.store.messages(w.current)[0].parts)
+
+
+def test_llama_cpp_server_in_the_window_streams_and_stops(qtbot, make_window, llama_server):  # noqa: F811
+    import time
+
+    w = make_window(max_tokens=1000)
+    add_server(qtbot, w, llama_server)
+    use_remote(qtbot, w, llama_server)
+    assert w.host.model.label == "smol" and "remote (me)" in w.model_label.toolTip()
+    mid = send(w, "Write a very long story about a dragon who learns to bake bread.")
+    deltas: list[str] = []
+    w.host.delta.connect(lambda m, t: deltas.append(t))
+    qtbot.waitUntil(lambda: len(deltas) >= 5, timeout=60_000)
+    t0 = time.perf_counter()
+    w.chat.stop_button.click()
+    qtbot.waitUntil(lambda: w.stream is None, timeout=5_000)
+    assert time.perf_counter() - t0 < 0.3
+    stored = w.store.message(mid)
+    assert stored.finish_reason == "cancelled" and stored.content.startswith("".join(deltas))
