@@ -14,7 +14,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class ScriptServer:
-    def __init__(self, reasoning: list[str], answer: list[str], model: str = "thinker-7b") -> None:
+    USAGE = {"prompt_tokens": 30, "completion_tokens": 12, "prompt_tokens_details": {"cached_tokens": 16}}
+
+    def __init__(self, reasoning: list[str], answer: list[str], model: str = "thinker-7b", *,
+                 usage: dict | None = USAGE, timings: dict | None = None) -> None:
+        """``usage``: the last chunk's (None: none, as llama-cpp-python's server); ``timings``: llama-server's
+        figures on the finishing chunk."""
         self.reasoning, self.answer, self.model = reasoning, answer, model
         self.requests: list[dict] = []
         outer = self
@@ -40,9 +45,10 @@ class ScriptServer:
                 for kind, pieces in (("reasoning_content", outer.reasoning), ("content", outer.answer)):
                     for p in pieces:
                         self._event({"choices": [{"index": 0, "delta": {kind: p}, "finish_reason": None}]})
-                self._event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-                self._event({"choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 12,
-                                                      "prompt_tokens_details": {"cached_tokens": 16}}})
+                end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                self._event({**end, "timings": timings} if timings else end)
+                if usage is not None:
+                    self._event({"choices": [], "usage": usage})
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
 

@@ -75,20 +75,13 @@ def hearth_process(folder: Path, *extra: str) -> Iterator[tuple[str, int]]:
     """Another Hearth: ``python -m engine serve --port 0 --no-library --ctx 2048 --threads 1 EXTRA...``
     in its own process and data folder (a second machine, as far as a client can tell): (url, port)."""
     import os
-    import subprocess
-    import sys
 
-    root = Path(__file__).resolve().parents[1]
-    err = open(folder / "stderr.txt", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--no-library", "--ctx", "2048",
-                             "--threads", "1", *extra], cwd=root, env={**os.environ, "HEARTH_DATA_DIR": str(folder)},
-                            stdout=subprocess.PIPE, stderr=err, text=True)
+    from engine.bench.remote import serve_process
+
+    proc, url = serve_process(["--ctx", "2048", "--threads", "1", *extra], folder / "stderr.txt",
+                             env={**os.environ, "HEARTH_DATA_DIR": str(folder)})
     try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert "Hearth serving" in line, (folder / "stderr.txt").read_text()
-        url = line.split(" at ")[1].split(";")[0].split(" ")[0]
         yield url, int(url.rsplit(":", 1)[1].split("/")[0])
     finally:
         proc.terminate()
         proc.wait(30)
-        err.close()

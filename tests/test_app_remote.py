@@ -86,10 +86,15 @@ def test_stop_ends_a_remote_reply_within_300_ms_and_keeps_it(qtbot, make_window,
     w = make_window(max_tokens=2000)
     add_server(qtbot, w, url)
     use_remote(qtbot, w, url)
+    stop_within_300_ms(qtbot, w)
+
+
+def stop_within_300_ms(qtbot, w) -> None:
+    """Send a long request, press Stop after a few words: the reply ends within 300 ms and is kept."""
     mid = send(w, "Write a very long story about a dragon who learns to bake bread.")
     deltas: list[str] = []
     w.host.delta.connect(lambda m, t: deltas.append(t))
-    qtbot.waitUntil(lambda: len(deltas) >= 10, timeout=60_000)
+    qtbot.waitUntil(lambda: len(deltas) >= 5, timeout=60_000)
     t0 = time.perf_counter()
     w.chat.stop_button.click()
     qtbot.waitUntil(lambda: w.stream is None, timeout=5_000)

@@ -16,7 +16,7 @@ import pytest
 
 from openai_script import ScriptServer
 from serving import QWEN, hearth_process
-from test_app_remote import add_server, send, use_remote
+from test_app_remote import add_server, send, stop_within_300_ms, use_remote
 from test_app_think import with_template
 from test_app_tool_calls import ASK, asked, calc, roles
 from test_images import png
@@ -102,19 +102,8 @@ def test_an_image_goes_to_a_remote_hearth_that_sees_images(qtbot, make_window, t
 
 
 def test_llama_cpp_server_in_the_window_streams_and_stops(qtbot, make_window, llama_server):  # noqa: F811
-    import time
-
     w = make_window(max_tokens=1000)
     add_server(qtbot, w, llama_server)
     use_remote(qtbot, w, llama_server)
     assert w.host.model.label == "smol" and "remote (me)" in w.model_label.toolTip()
-    mid = send(w, "Write a very long story about a dragon who learns to bake bread.")
-    deltas: list[str] = []
-    w.host.delta.connect(lambda m, t: deltas.append(t))
-    qtbot.waitUntil(lambda: len(deltas) >= 5, timeout=60_000)
-    t0 = time.perf_counter()
-    w.chat.stop_button.click()
-    qtbot.waitUntil(lambda: w.stream is None, timeout=5_000)
-    assert time.perf_counter() - t0 < 0.3
-    stored = w.store.message(mid)
-    assert stored.finish_reason == "cancelled" and stored.content.startswith("".join(deltas))
+    stop_within_300_ms(qtbot, w)

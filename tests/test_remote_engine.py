@@ -206,3 +206,17 @@ def test_a_server_url_as_people_type_it(url, expect):
 def test_a_bad_server_url_is_refused_in_one_line(url):
     with pytest.raises(HearthError):
         Endpoint.parse(url)
+
+
+def test_llama_servers_timings_give_the_cached_and_computed_prompt_tokens():
+    from openai_script import ScriptServer
+
+    script = ScriptServer([], ["Hi", "!"], usage=None,
+                          timings={"cache_n": 40, "prompt_n": 8, "prompt_ms": 12.5, "predicted_n": 2})
+    try:
+        final = events_of(remote(script.url))[-1]
+    finally:
+        script.close()
+    st = final.stats
+    assert (st.cached_tokens, st.prefill_tokens, st.prompt_tokens, st.prefill_ms) == (40, 8, 48, 12.5)
+    assert final.text == "Hi!" and st.generated_tokens == 2 and final.finish_reason == "eos"

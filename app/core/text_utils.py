@@ -63,17 +63,22 @@ def metrics_line(m: dict | None) -> str:
     """One readable line of a reply's metrics (GenerationStats.as_dict())."""
     if not m:
         return "No metrics for this message."
+    remote = m.get("backend") == "remote"  # a server's reply: its prompt and prefill only where it said them
     parts = [f"{m.get('generated_tokens', 0)} tokens",
              f"{m.get('decode_tok_s', 0.0):.1f} tok/s",
              f"TTFT {m.get('ttft_ms', 0.0):.0f} ms",
-             f"prompt {m.get('prompt_tokens', 0)} (cached {m.get('cached_tokens', 0)})",
-             f"prefill {m.get('prefill_ms', 0.0):.0f} ms",
+             f"prompt {m.get('prompt_tokens', 0)} (cached {m.get('cached_tokens', 0)})"
+             if m.get("prompt_tokens") or not remote else "",
+             f"prefill {m.get('prefill_ms', 0.0):.0f} ms" if m.get("prefill_ms") or not remote else "",
              f"total {m.get('e2e_ms', 0.0) / 1000:.2f} s",
              f"ended: {m.get('finish_reason', '?')}"]
+    parts = [p for p in parts if p]
     spec = m.get("spec")
     if spec and spec.get("drafted"):  # 0 drafted: speculation chose plain decoding
         parts.append(f"draft acceptance {100 * spec['acceptance_rate']:.0f}%")
-    if m.get("backend"):
+    if remote:
+        parts.append("on its server")
+    elif m.get("backend"):
         parts.append(m["backend"] + (f", {m['profile']} profile" if m.get("profile") else ""))
     return " · ".join(parts)
 

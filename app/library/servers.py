@@ -45,7 +45,8 @@ class ServerList(QObject):
         """Rows ``start``... of ``table``: each server model as Name, Context and Where (the rest "—")."""
         for i, (c, mid, n_ctx) in enumerate(self.rows):
             cells = ["—"] * columns
-            cells[0], cells[5], cells[7] = mid, f"{n_ctx:,}" if n_ctx else "—", "on its server"
+            # Where it runs goes in the name too: the Where column is the last, often scrolled out of view.
+            cells[0], cells[5], cells[7] = f"{mid} · on {c.title}", f"{n_ctx:,}" if n_ctx else "—", "on its server"
             cells[-1] = WHERE_PREFIX + c.title
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)

@@ -194,6 +194,9 @@ class LoadingController:
     def on_loaded(self, model: LoadedModel) -> None:
         """The host's loaded: show what runs where, its notes, and remember it worked."""
         self._end_loading()
+        if model.backend == "remote":
+            self._remote_loaded(model)
+            return
         fast = model.exactness == "fast"
         self.model_label.setText(f"{model.label} · {model.quant} · context {model.n_ctx:,}"
                                  + (" · sees images" if model.sees_images else "")
@@ -213,6 +216,9 @@ class LoadingController:
             self.info.show_message(FAST_NOTE, "info")
         for text in model.notes:
             self.info.show_message(text, "info", action=("Details…", self.show_memory_details))
+        self._mark_working()
+
+    def _mark_working(self) -> None:
         st = self.state
         st.oom_retried = st.req is not None and st.req.retry_after is not None
         settings = self._settings()
@@ -222,6 +228,17 @@ class LoadingController:
             except OSError as e:
                 self.info.show_message(f"Could not save the settings: {e}", "error")
         st.rolling_back = False
+
+    def _remote_loaded(self, model: LoadedModel) -> None:
+        """A server's model: where it runs instead of this machine's memory, quant and kernels."""
+        self.model_label.setText(f"{model.label} · on {model.device} · context {model.n_ctx:,}")
+        self.model_label.setToolTip(f"{model.path}\nruns on {model.runtime} at {model.device}; images go to the "
+                                    "server, which decides whether the model reads them")
+        self.memory_label.setText("")
+        self.memory_label.setToolTip("")
+        for text in model.notes:
+            self.info.show_message(text, "info")
+        self._mark_working()
 
     def on_load_failed(self, msg: str) -> None:
         """The host's load_failed: say why, and go back to what last worked."""

@@ -1,15 +1,13 @@
 """Sending messages and showing the replies as they stream.
 
-The window's RepliesController (given the store, the engine host, the chat
-view, the info bar and the status bar's labels). A stream belongs to its
-conversation: deltas are shown only while that conversation is on screen, and
-the worker saves them to that conversation whatever is on screen. A send that fails before any reply text comes back
-puts the message back in the input box.
+The window's RepliesController (given the store, the engine host, the chat view, the info bar and the
+status bar's labels). A stream belongs to its conversation: deltas are shown only while that conversation
+is on screen, and the worker saves them to that conversation whatever is on screen. A send that fails
+before any reply text comes back puts the message back in the input box.
 
-A long prompt is read in chunks before the first token (the pending reply and the
-status bar say how far; Stop works then too). A conversation that outgrew the
-context goes on without its oldest turns (unless Settings say stop); the reply's
-metrics say how many were left out, and the chat shows a marker there.
+A long prompt is read in chunks before the first token (the pending reply and the status bar say how
+far; Stop works then too). A conversation that outgrew the context goes on without its oldest turns
+(unless Settings say stop); the reply's metrics say how many were left out, and the chat shows a marker.
 """
 from __future__ import annotations
 
@@ -78,12 +76,9 @@ class RepliesController:
     def connect(self) -> None:
         """Follow the engine thread's reply events."""
         h = self.host
-        h.delta.connect(self.on_delta)
-        h.reasoning.connect(self.on_reasoning)
-        h.progress.connect(self.on_progress)
-        h.finished.connect(self.on_finished)
-        h.failed.connect(self.on_failed)
-        h.loaded.connect(self.on_model_loaded)
+        for sig, slot in ((h.delta, self.on_delta), (h.reasoning, self.on_reasoning), (h.progress, self.on_progress),
+                          (h.finished, self.on_finished), (h.failed, self.on_failed), (h.loaded, self.on_model_loaded)):
+            sig.connect(slot)
         self.chat.think.chosen.connect(self.think_chosen)
 
     def streaming_in(self) -> int | None:  # the conversation a reply is being written in, if any
@@ -237,12 +232,9 @@ class RepliesController:
         self.tools.reconnect_failed()
         conv = self.store.conversation(cid)
         self.stream = ReplyStream(cid, mid, user_mid, user_text, conv.title)
-        # The job goes first, the widgets after: the engine reads the prompt (or the server is asked) while
-        # they are built, and its first events wait in the queue until this handler has drawn them.
-        self._dispatch(self.stream, self._settings().tool_choice)
-        if user_mid is not None:
-            self.chat.add_message(user_mid, "user", user_text).show_documents(attached or (), self.chat.read_attachment)
-        self._show_step(self.stream)
+        show_user = None if user_mid is None else lambda: self.chat.add_message(user_mid, "user", user_text) \
+            .show_documents(attached or (), self.chat.read_attachment)
+        self._write(self.stream, self._settings().tool_choice, shown_first=show_user)
         self._refresh_list(self._current())  # the first message may have named the conversation
         self.chat.title.setText(conv.title)
 
@@ -255,11 +247,12 @@ class RepliesController:
             self._tools_ended("the model was unloaded while a tool ran")
             return
         self.stream = ReplyStream(conv, self.store.begin_reply(conv), None, None, s.title, made=made)
-        self._dispatch(self.stream, "auto")
-        self._show_step(self.stream)
+        self._write(self.stream, "auto")
 
-    def _dispatch(self, s: ReplyStream, choice: str) -> None:
-        """Hand step ``s`` to the engine thread, with the MCP tools it may call."""
+    def _write(self, s: ReplyStream, choice: str, shown_first: Callable[[], object] | None = None) -> None:
+        """Hand step ``s`` to the engine thread, with the MCP tools it may call, then show it (after
+        ``shown_first``: the user's message). The job goes first: the engine reads the prompt (or the
+        server is asked) while the widgets are built, and its events wait in the queue until they are."""
         cid, mid = s.conv, s.mid
         history = self.history(cid, self.store.conversation(cid).system_prompt)
         s.offer, limit_note = self.tools.offer(s.made)
@@ -273,11 +266,10 @@ class RepliesController:
                             tool_choice=choice)
         self.monitor.begin("streaming")
         self.host.generate(job)
-
-    def _show_step(self, s: ReplyStream) -> None:
-        """The reply being written, on screen (a later step may start while another conversation is)."""
-        if s.conv == self._current():
-            w = self.chat.add_message(s.mid, "assistant", "")
+        if shown_first is not None:
+            shown_first()
+        if cid == self._current():  # (a later step may start while another conversation is on screen)
+            w = self.chat.add_message(mid, "assistant", "")
             w.follow(s.parts)
             w.follow_reasoning(s.thought)
             w.set_streaming(True)

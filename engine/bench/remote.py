@@ -21,13 +21,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def serve(model: str, threads: int | None, log: Path) -> tuple[subprocess.Popen, str]:
-    """``engine serve`` on a free port: the process and its URL."""
-    cmd = [sys.executable, "-m", "engine", "serve", "--port", "0", "--no-library", "--model", model]
-    if threads:
-        cmd += ["--threads", str(threads)]
+def serve_process(args: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """``engine serve --port 0 --no-library ARGS`` in its own process (stderr to ``log``: llama.cpp's load log
+    would fill a pipe): the process and the URL it prints."""
     err = open(log, "w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--port", "0", "--no-library", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    err.close()  # the child holds its own copy
     line = proc.stdout.readline() if proc.stdout else ""
     if "Hearth serving" not in line:
         proc.kill()
@@ -43,7 +43,8 @@ def bench_remote(a: argparse.Namespace) -> dict[str, Any]:
         # One core for the server, the rest for the window and the client, as two machines would have: on one
         # small machine a server on every core makes the window's drawing slow the server's prefill, which is
         # no cost of the window's (measured on 2 cores: +19-24 ms TTFT that way, +1-10 ms with one).
-        proc, url = serve(model, getattr(a, "threads", None) or 1, Path(tmp) / "server.txt")
+        threads = str(getattr(a, "threads", None) or 1)
+        proc, url = serve_process(["--model", model, "--threads", threads], Path(tmp) / "server.txt")
         try:
             from ..remote.connect import list_models
 

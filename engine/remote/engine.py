@@ -151,7 +151,7 @@ class RemoteEngine:
             n_ctx=self._n_ctx, n_threads=None, runtime=f"remote ({self.model.owned_by or 'OpenAI-compatible'})",
             device=ep.address, n_gpu_layers=0, kv_type="", exactness="", draft="none", draft_model=None,
             draft_memory=0, memory={}, memory_total=0, prefix_budget=0,
-            notes=self._notes + ("token counts here are estimates: the server holds the tokenizer",),
+            notes=self._notes,
             projector="remote: the server decides whether the model takes images")
 
     def plan_tools(self, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
@@ -159,6 +159,7 @@ class RemoteEngine:
 
     def count_tokens(self, messages: Sequence[Message | Mapping[str, Any]],
                      template_kwargs: Mapping[str, object] | None = None) -> int:
+        """An estimate (about 4 characters a token): the server holds the tokenizer and counts the real ones."""
         text = sum(len((m if isinstance(m, Message) else Message.from_dict(m)).content) + 16 for m in messages)
         return -(-text // CHARS_PER_TOKEN)
 
