@@ -107,3 +107,39 @@ def test_llama_cpp_server_in_the_window_streams_and_stops(qtbot, make_window, ll
     use_remote(qtbot, w, llama_server)
     assert w.host.model.label == "smol" and "remote (me)" in w.model_label.toolTip()
     stop_within_300_ms(qtbot, w)
+
+
+def test_a_tool_call_on_llama_cpp_server_in_the_window(qtbot, make_window, llama_server, tmp_path):  # noqa: F811
+    """llama-cpp-python's server (chatml-function-calling) writes the call; the window asks, runs it, answers."""
+    w = make_window(max_tokens=64)
+    add_server(qtbot, w, llama_server)
+    use_remote(qtbot, w, llama_server)
+    w.apply_settings(replace(w.settings, mcp_servers=[calc(tmp_path, "add")], tool_choice="required",
+                             max_tool_calls=1).validate())
+    qtbot.waitUntil(lambda: "calc" in w.replies.tools.states and w.replies.tools.states["calc"].ready,
+                    timeout=60_000)
+    send(w, ASK)
+    card = asked(qtbot, w)
+    assert (card.tool, card.server) == ("add", "calc")
+    card.btn_allow.click()
+    qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+    assert roles(w)[:3] == ["user", "assistant", "tool"], w.info.messages()
+    msgs = w.store.messages(w.current)
+    args = json.loads(msgs[1].tool_calls[0].arguments)
+    assert msgs[2].content == str(args["a"] + args["b"])
+
+
+def test_reasoning_from_a_remote_hearth_fills_the_reasoning_block(qtbot, make_window, bundled_path, tmp_path_factory):
+    """MiniMax-M2's template opens the thinking block in the prompt: the other Hearth's parser sends what the
+    model writes as reasoning_content, which the window shows as reasoning (cut short here: open)."""
+    m2 = (Path(__file__).parent / "fixtures" / "templates" / "MiniMax-M2.jinja")
+    model = with_template(Path(bundled_path), tmp_path_factory.mktemp("m2") / "smol-m2.gguf", m2.read_text())
+    with hearth_process(tmp_path_factory.mktemp("m2-hearth"), "--model", str(model)) as (url, _port):
+        w = make_window(max_tokens=12)
+        add_server(qtbot, w, url)
+        use_remote(qtbot, w, url)
+        mid = send(w, "Hi")
+        qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
+        stored = w.store.message(mid)
+        assert stored.reasoning and stored.content == "" and stored.reasoning_open
+        assert w.chat.widget(mid).thinking.text == stored.reasoning

@@ -220,3 +220,18 @@ def test_llama_servers_timings_give_the_cached_and_computed_prompt_tokens():
     st = final.stats
     assert (st.cached_tokens, st.prefill_tokens, st.prompt_tokens, st.prefill_ms) == (40, 8, 48, 12.5)
     assert final.text == "Hi!" and st.generated_tokens == 2 and final.finish_reason == "eos"
+
+
+def test_required_with_one_tool_is_sent_as_that_tool_and_what_is_not_sent_is_noted(server):
+    from engine.reply_formats.tools import Tool
+
+    eng = remote(server.url)
+    one, two = Tool("add"), Tool("mul")
+    body, _ = eng.payload(ASK, GREEDY, eng.plan_tools([one], "required"))
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}  # llama_cpp.server: no "required"
+    body, _ = eng.payload(ASK, GREEDY, eng.plan_tools([one, two], "required"))
+    assert body["tool_choice"] == "required" and [t["function"]["name"] for t in body["tools"]] == ["add", "mul"]
+    eng.extras = False  # a server that takes OpenAI's fields only
+    body, notes = eng.payload(ASK, SamplingParams(temperature=0.5, top_k=20, grammar="root ::= \"x\""), None)
+    assert "top_k" not in body and "grammar" not in body and body["temperature"] == 0.5
+    assert any("top_k" in n for n in notes) and any("grammar" in n for n in notes)

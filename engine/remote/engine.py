@@ -183,6 +183,9 @@ class RemoteEngine:
         if tools is not None:
             body["tools"] = [t.as_dict() for t in tools.tools]
             choice = tools.choice
+            if choice == "required" and len(tools.tools) == 1:
+                choice = tools.tools[0].name  # the same demand, in the form every server takes (llama-cpp-python's
+                #                               server has no "required")
             body["tool_choice"] = choice if choice in ("auto", "required", "none") else {
                 "type": "function", "function": {"name": choice}}
             body["parallel_tool_calls"] = tools.parallel
@@ -356,5 +359,7 @@ class RemoteReply:
             s.notes.append(f"stopped: the connection to {where} was closed")
         answer = "".join(self.answer)
         reasoning = "".join(self.thought) if self.thought else None
+        # A reply cut inside its reasoning (a server that splits it sends no close): reasoning and no answer.
+        cut = finish in ("max_tokens", "cancelled") and reasoning is not None and not answer and not calls
         return StreamEvent("final", answer, finish_reason=finish, stats=s, reasoning=reasoning,
-                           reasoning_open=self.split.inside and not answer, tool_calls=calls)
+                           reasoning_open=cut or (self.split.inside and not answer), tool_calls=calls)
