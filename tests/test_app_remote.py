@@ -121,6 +121,25 @@ def test_a_server_that_goes_away_mid_reply_keeps_the_message_and_the_partial_rep
         assert any("lost in the middle of the reply" in m for m in w.info.messages())
 
 
+@pytest.mark.parametrize("status,said", [(503, "is unavailable (503); it asks to wait 30 s"),
+                                         (401, "refused the API key (401)"), (429, "too many requests (429)")])
+def test_a_server_that_refuses_a_message_gives_the_text_back(qtbot, make_window, hearth_server, status, said):
+    _url, port = hearth_server
+    with FaultProxy(("127.0.0.1", port)) as proxy:
+        w = make_window()
+        add_server(qtbot, w, proxy.url)
+        use_remote(qtbot, w, proxy.url)
+        body = b'{"error": {"message": "busy"}}'
+        proxy.mode, proxy.response = "status", (b"HTTP/1.1 %d X\r\nRetry-After: 30\r\nContent-Length: %d\r\n\r\n%s"
+                                                 % (status, len(body), body))
+        w.chat.input.setPlainText("my carefully typed question")
+        QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: w.stream is None, timeout=30_000)
+        assert w.chat.input_text() == "my carefully typed question"  # nothing typed is lost
+        assert any(said in m and "Your text is back" in m for m in w.info.messages()), w.info.messages()
+        assert w.host.ready and w.host.model.backend == "remote"  # the model stays; the next try may work
+
+
 def test_a_server_that_cannot_be_reached_leaves_the_model_that_worked(qtbot, make_window):
     w = make_window()
     before = w.host.model
