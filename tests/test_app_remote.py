@@ -79,6 +79,8 @@ def test_a_server_added_in_the_dock_streams_a_reply_in_the_window(qtbot, make_wi
     assert dlg.chosen_source() == "remote" and dlg.chosen_model() == w.settings.model
     assert "Runs on its server" in dlg.memory.text()
     dlg.close()
+    w.performance.open_benchmark()  # says plainly why it cannot, rather than tune a model that is not here
+    assert w.performance.tune_dialog is None and any("runs on 127.0.0.1" in m for m in w.info.messages())
 
 
 def test_stop_ends_a_remote_reply_within_300_ms_and_keeps_it(qtbot, make_window, hearth_server):
