@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import HearthError
-from engine.backends.llama.rpc import probe
+from engine.backends.llama.rpc import probe_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def worker(tmp_path):
     deadline = time.monotonic() + 30
     while True:
         try:
-            probe(f"127.0.0.1:{port}")
+            probe_worker(f"127.0.0.1:{port}")
             break
         except HearthError:
             if p.poll() is not None or time.monotonic() > deadline:
@@ -43,7 +43,7 @@ def worker(tmp_path):
 
 
 def test_a_worker_answers_hello_with_this_builds_protocol(worker):
-    v = probe(worker[0])
+    v = probe_worker(worker[0])
     assert (v.major, v.minor) == (7, 0)
 
 
@@ -51,10 +51,10 @@ def test_a_port_that_is_not_a_worker_is_an_error_not_an_abort():
     srv = socket.create_server(("127.0.0.1", 0))
     port = srv.getsockname()[1]
     with pytest.raises(HearthError, match="did not answer|closed the connection|not as a llama.cpp RPC worker"):
-        probe(f"127.0.0.1:{port}", timeout=0.5)
+        probe_worker(f"127.0.0.1:{port}", timeout=0.5)
     srv.close()
     with pytest.raises(HearthError, match="no worker at"):
-        probe(f"127.0.0.1:{port}")
+        probe_worker(f"127.0.0.1:{port}")
 
 
 def test_a_model_split_over_a_worker_answers_as_the_local_one(worker, bundled_path, tmp_path):
@@ -83,7 +83,42 @@ print(repr((names, a, b, remote.describe().memory)))
 
 
 def test_a_worker_binds_loopback_unless_told_and_then_warns(tmp_path):
-    from engine.cli.worker import worker as run_worker
+    from engine.cli.worker import run_worker
 
     with pytest.raises(HearthError, match="binds 127.0.0.1 unless --unsafe-listen"):
         run_worker("0.0.0.0", free_port())
+
+
+def test_the_devices_llama_cpp_loads_on_include_a_registered_worker(worker, tmp_path):
+    """list_devices reads libllama's ggml (a wheel ships libggml.so as a second copy with its own registry)."""
+    code = f'''
+from engine.backends.llama.rpc import add_worker
+from engine.backends.llama.devices import list_devices
+add_worker({worker[0]!r})
+print(repr([(d.name, d.type, d.description) for d in list_devices()]))
+'''
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ("RPC0", "gpu", worker[0]) in eval(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_killed_mid_reply_never_takes_the_client_with_it(worker, tmp_path):
+    """The model on the worker runs in a child ``engine serve --rpc``; the client (the window's remote engine)
+    sees the reply cut, keeps what came, and lives."""
+    from engine import Message, SamplingParams
+    from engine.remote.connect import open_remote
+    from engine.remote.errors import RemoteError
+    from engine.remote.pins import MemoryPins
+    from serving import hearth_process
+
+    endpoint, proc = worker
+    (tmp_path / "serve").mkdir()
+    with hearth_process(tmp_path / "serve", "--rpc", endpoint) as (url, _port):
+        eng = open_remote(url, pins=MemoryPins())
+        got: list[str] = []
+        with pytest.raises(RemoteError) as e:
+            for ev in eng.stream([Message("user", "Write a long story about a dragon.")],
+                                 SamplingParams(temperature=0.0, max_tokens=400)):
+                got.append(ev.text)
+                if len(got) == 5:
+                    proc.kill()  # kill -9 the worker mid-reply
+        assert "".join(got) and e.value.kind in ("lost", "http")

@@ -125,6 +125,25 @@ def _bench_parser(sub) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+def _worker_parser(sub) -> None:
+    """``worker`` and ``keys``: a machine's device for another Hearth, and the keys of a served one."""
+    p = sub.add_parser("worker", help="this machine's device for a Hearth elsewhere (llama.cpp RPC; 127.0.0.1 "
+                                      "unless --unsafe-listen)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=50052)
+    p.add_argument("--device", default=None, help="a ggml device name (default: the first GPU, else the CPU)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads for a CPU device (0: llama.cpp's choice)")
+    p.add_argument("--no-cache", action="store_true", help="do not keep large tensors on disk between loads")
+    p.add_argument("--unsafe-listen", action="store_true",
+                   help="allow an address other than loopback: the RPC port has no key and no encryption")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("keys", help="API keys other devices use with `serve --listen`: new NAME, list, revoke ID")
+    p.add_argument("action", choices=["new", "list", "revoke"])
+    p.add_argument("name", nargs="?", default=None, help="new: what the key is for; revoke: its id")
+    p.set_defaults(func=cmd_keys)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine", description="Hearth inference engine")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -172,21 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests a minute per key (default: 120 with --listen, none on 127.0.0.1; 0: none)")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("worker", help="this machine's device for a Hearth elsewhere (llama.cpp RPC; 127.0.0.1 "
-                                      "unless --unsafe-listen)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=50052)
-    p.add_argument("--device", default=None, help="a ggml device name (default: the first GPU, else the CPU)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads for a CPU device (0: llama.cpp's choice)")
-    p.add_argument("--no-cache", action="store_true", help="do not keep large tensors on disk between loads")
-    p.add_argument("--unsafe-listen", action="store_true",
-                   help="allow an address other than loopback: the RPC port has no key and no encryption")
-    p.set_defaults(func=cmd_worker)
-
-    p = sub.add_parser("keys", help="API keys other devices use with `serve --listen`: new NAME, list, revoke ID")
-    p.add_argument("action", choices=["new", "list", "revoke"])
-    p.add_argument("name", nargs="?", default=None, help="new: what the key is for; revoke: its id")
-    p.set_defaults(func=cmd_keys)
+    _worker_parser(sub)
     p = sub.add_parser("launch", help="start a coding agent (claude, codex, opencode) pointed at Hearth's server")
     p.add_argument("agent", choices=["claude", "codex", "opencode"])
     p.add_argument("--model", default=None, help="the model the server loads when it is not running yet")
@@ -244,9 +249,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
 
 def cmd_worker(a: argparse.Namespace) -> int:
-    from .worker import worker
+    from .worker import run_worker
 
-    return worker(a.host, a.port, device=a.device, threads=a.threads, cache=not a.no_cache,
+    return run_worker(a.host, a.port, device=a.device, threads=a.threads, cache=not a.no_cache,
                   unsafe_listen=a.unsafe_listen)
 
 

@@ -19,7 +19,7 @@ WARNING = ("WARNING: this worker listens on {host}, beyond this machine. Its por
            "control; prefer an SSH tunnel (Hearth's Add a machine: user@host).")
 
 
-def worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, device: str | None = None, threads: int = 0,
+def run_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, device: str | None = None, threads: int = 0,
            cache: bool = True, unsafe_listen: bool = False) -> int:
     """Serve until killed (the RPC server never returns)."""
     if host not in ("127.0.0.1", "localhost", "::1") and not unsafe_listen:

@@ -6,7 +6,7 @@ loads, and its devices appear as ``RPC0``... before the local GPUs (``tensor_spl
 indexes that order). Registration is process-wide and a failed RPC call aborts the
 process (GGML_ABORT), so:
 - an endpoint is checked here first, in Python, with the protocol's own HELLO
-  (``probe``): a closed port, a port that is not a worker, or a worker of another
+  (``probe_worker``): a closed port, a port that is not a worker, or a worker of another
   protocol version is a HearthError, never an abort;
 - a model that uses workers runs in a child process (the remote engine's client
   talks to it), so a worker lost mid-reply cannot take the window with it.
@@ -41,7 +41,7 @@ class Version:
         return f"{self.major}.{self.minor}.{self.patch}"
 
 
-def probe(endpoint: str, timeout: float = 3.0) -> Version:
+def probe_worker(endpoint: str, timeout: float = 3.0) -> Version:
     """The protocol version a worker at ``host:port`` speaks, by its HELLO. Raises HearthError
     (never aborts) for a closed port, a silent one, one that is not a worker, or a version this
     build's client would refuse."""
@@ -120,7 +120,7 @@ def add_worker(endpoint: str) -> list[str]:
     with _lock:
         if endpoint in _added:
             return _added[endpoint]
-        probe(endpoint)
+        probe_worker(endpoint)
         api = _lib()
         rpc = api["reg_by_name"](b"RPC")
         if not rpc:
