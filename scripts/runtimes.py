@@ -46,14 +46,17 @@ SOFTWARE_ICDS = ("lvp_icd",)   # Mesa's lavapipe: a Vulkan device that runs on t
 # token's logits would depend on how it was batched; without them the prefix
 # cache and speculative verification give bit-identical results to plain
 # decoding (tests check this). Never -march=native: the wheel is portable.
-_AMX_OFF = "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_LLAMAFILE=OFF"
+# RPC on in every build (#45): another process's or machine's device is one more device here
+# (engine/backends/llama/rpc.py). RDMA off: it would link libibverbs wherever that is installed.
+_RPC = "-DGGML_RPC=ON -DGGML_RPC_RDMA=OFF"
+_AMX_OFF = f"-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_LLAMAFILE=OFF {_RPC}"
 CPU_LADDER = (
     ("avx2", f"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF {_AMX_OFF}"),
     ("sse42", "-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF "
               f"-DGGML_BMI2=OFF -DGGML_AVX512=OFF {_AMX_OFF}"),
 )
 # Apple silicon: no x86 flags; NATIVE off with an explicit ARM baseline every M-series chip has.
-_APPLE_CPU = "-DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16 -DGGML_LLAMAFILE=OFF"
+_APPLE_CPU = f"-DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16 -DGGML_LLAMAFILE=OFF {_RPC}"
 # lavapipe is a Vulkan device of type CPU: ggml uses it only when it is named.
 # (llama.cpp's llvmpipe CI also sets GGML_VK_DISABLE_F16/COOPMAT; lavapipe from
 # Mesa 22.3 passed the probe and the device tests without them, at the same speed.)

@@ -118,7 +118,7 @@ def test_hearth_runtime_forces_one_runtime():
 def test_cpu_build_key_is_stable_so_existing_wheels_stay_valid():
     # The key names the cached wheel: changing it silently rebuilds for everyone.
     avx2 = runtimes.ladder(machine())[0][0]
-    assert avx2.key("0.3.36") == "f7a36787ea91"
+    assert avx2.key("0.3.36") == "ef2e6548d52b"  # -DGGML_RPC=ON joined the flags (#45): one rebuild
 
 
 # -- detection ------------------------------------------------------------------------------

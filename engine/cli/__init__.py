@@ -125,6 +125,25 @@ def _bench_parser(sub) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+def _worker_parser(sub) -> None:
+    """``worker`` and ``keys``: a machine's device for another Hearth, and the keys of a served one."""
+    p = sub.add_parser("worker", help="this machine's device for a Hearth elsewhere (llama.cpp RPC; 127.0.0.1 "
+                                      "unless --unsafe-listen)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=50052)
+    p.add_argument("--device", default=None, help="a ggml device name (default: the first GPU, else the CPU)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads for a CPU device (0: llama.cpp's choice)")
+    p.add_argument("--no-cache", action="store_true", help="do not keep large tensors on disk between loads")
+    p.add_argument("--unsafe-listen", action="store_true",
+                   help="allow an address other than loopback: the RPC port has no key and no encryption")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("keys", help="API keys other devices use with `serve --listen`: new NAME, list, revoke ID")
+    p.add_argument("action", choices=["new", "list", "revoke"])
+    p.add_argument("name", nargs="?", default=None, help="new: what the key is for; revoke: its id")
+    p.set_defaults(func=cmd_keys)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m engine", description="Hearth inference engine")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -166,14 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "required on every request (make keys with `keys new`)")
     p.add_argument("--tls-cert", default=None, help="--listen: your own certificate (default: one Hearth makes)")
     p.add_argument("--tls-key", default=None, help="--listen: the key of --tls-cert")
+    p.add_argument("--rpc", action="append", default=[], metavar="HOST:PORT",
+                   help="a llama.cpp RPC worker (engine worker) to put the model's layers on (repeatable)")
     p.add_argument("--rate-limit", type=int, default=None, metavar="N",
                    help="requests a minute per key (default: 120 with --listen, none on 127.0.0.1; 0: none)")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("keys", help="API keys other devices use with `serve --listen`: new NAME, list, revoke ID")
-    p.add_argument("action", choices=["new", "list", "revoke"])
-    p.add_argument("name", nargs="?", default=None, help="new: what the key is for; revoke: its id")
-    p.set_defaults(func=cmd_keys)
+    _worker_parser(sub)
     p = sub.add_parser("launch", help="start a coding agent (claude, codex, opencode) pointed at Hearth's server")
     p.add_argument("agent", choices=["claude", "codex", "opencode"])
     p.add_argument("--model", default=None, help="the model the server loads when it is not running yet")
@@ -227,7 +245,14 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=a.api_key, n_ctx=a.ctx, n_threads=a.threads,
                  cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj,
                  exactness=a.exactness, listen=a.listen, tls_cert=a.tls_cert, tls_key=a.tls_key,
-                 rate_limit=a.rate_limit)
+                 rate_limit=a.rate_limit, rpc=tuple(a.rpc))
+
+
+def cmd_worker(a: argparse.Namespace) -> int:
+    from .worker import run_worker
+
+    return run_worker(a.host, a.port, device=a.device, threads=a.threads, cache=not a.no_cache,
+                  unsafe_listen=a.unsafe_listen)
 
 
 def cmd_keys(a: argparse.Namespace) -> int:

@@ -18,14 +18,15 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
           n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
           cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None,
           exactness: str | None = None, listen: str | None = None, tls_cert: str | None = None,
-          tls_key: str | None = None, rate_limit: int | None = None) -> int:
+          tls_key: str | None = None, rate_limit: int | None = None, rpc: tuple[str, ...] = ()) -> int:
     """Load ``model`` through the window's planned load (every setting on Auto but the context
     and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status.
     ``idle_unload``: a request naming another model of the library loads it the same way, and
     it is unloaded after this many seconds without requests (None: only ``model`` is served).
     ``mmproj``: the model's vision projector (default: the one beside it, if any).
     ``listen``: let other devices in on this address, with TLS (``tls_cert``/``tls_key``, or a
-    certificate Hearth makes once) and a key of ``engine keys`` (or ``api_key``) on every request."""
+    certificate Hearth makes once) and a key of ``engine keys`` (or ``api_key``) on every request.
+    ``rpc``: llama.cpp RPC workers (host:port) whose devices take every layer (each probed first)."""
     from ..config import default_exactness
     from ..loading.load import load_model
     from ..loading.request import LoadRequest
@@ -38,10 +39,17 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
         default_ttl=idle_unload, exactness=exactness)
     server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool,
                          **exposure(data_dir(), listen, tls_cert, tls_key, rate_limit))
+    gpu_layers = None
+    if rpc:
+        from ..backends.llama.rpc import add_worker
+
+        for endpoint in rpc:
+            print(f"worker {endpoint}: {', '.join(add_worker(endpoint))}", file=sys.stderr, flush=True)
+        gpu_layers = "all"
     print("loading model...", file=sys.stderr, flush=True)
     # The plan counts the batch context the scheduler opens for ``parallel`` sequences.
     loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads,
-                                    server_parallel=parallel, mmproj=mmproj or "auto",
+                                    server_parallel=parallel, mmproj=mmproj or "auto", gpu_layers=gpu_layers,
                                     exactness=exactness or default_exactness()), data_dir=data_dir())
     m = loaded.model
     assert m is not None  # load_model describes what it loaded

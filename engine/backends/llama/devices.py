@@ -66,9 +66,12 @@ def _ggml():
     """libggml with the device functions declared (once)."""
     global _lib
     if _lib is None:
-        from llama_cpp import _ggml  # the library llama_cpp itself loaded
+        from llama_cpp import llama_cpp as lcpp
 
-        lib = _ggml.libggml
+        # libllama's own handle: dlsym searches the libggml it links. llama_cpp._ggml loads lib/libggml.so,
+        # which a wheel ships as a copy (wheels hold no symlinks) of libggml.so.0: a second ggml with its own
+        # registry, which never sees an RPC worker registered for llama.cpp's loads.
+        lib = lcpp._lib
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
         for fn, args, res in (("ggml_backend_dev_count", [], sz), ("ggml_backend_dev_get", [sz], vp),
                               ("ggml_backend_dev_name", [vp], ctypes.c_char_p),
