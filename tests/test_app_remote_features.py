@@ -51,9 +51,8 @@ def qwen_server(bundled_path, tmp_path_factory):
         yield served
 
 
-def test_a_remote_models_tool_call_runs_after_approval_and_the_reply_uses_its_result(
-        qtbot, make_window, qwen_server, tmp_path):
-    url, _port = qwen_server
+def remote_with_calc(qtbot, make_window, url: str, tmp_path):
+    """A window on the server's model at ``url`` with the MCP calc server's add tool, a call required."""
     w = make_window(max_tokens=64)
     add_server(qtbot, w, url)
     use_remote(qtbot, w, url)
@@ -61,6 +60,13 @@ def test_a_remote_models_tool_call_runs_after_approval_and_the_reply_uses_its_re
                              max_tool_calls=1).validate())
     qtbot.waitUntil(lambda: "calc" in w.replies.tools.states and w.replies.tools.states["calc"].ready,
                     timeout=60_000)
+    return w
+
+
+def test_a_remote_models_tool_call_runs_after_approval_and_the_reply_uses_its_result(
+        qtbot, make_window, qwen_server, tmp_path):
+    url, _port = qwen_server
+    w = remote_with_calc(qtbot, make_window, url, tmp_path)
     assert w.host.model.backend == "remote"  # the settings change kept the server's model
     send(w, ASK)
     qtbot.waitUntil(lambda: w.stream is None or w.replies.tools.pending is not None, timeout=60_000)
@@ -111,13 +117,7 @@ def test_llama_cpp_server_in_the_window_streams_and_stops(qtbot, make_window, ll
 
 def test_a_tool_call_on_llama_cpp_server_in_the_window(qtbot, make_window, llama_server, tmp_path):  # noqa: F811
     """llama-cpp-python's server (chatml-function-calling) writes the call; the window asks, runs it, answers."""
-    w = make_window(max_tokens=64)
-    add_server(qtbot, w, llama_server)
-    use_remote(qtbot, w, llama_server)
-    w.apply_settings(replace(w.settings, mcp_servers=[calc(tmp_path, "add")], tool_choice="required",
-                             max_tool_calls=1).validate())
-    qtbot.waitUntil(lambda: "calc" in w.replies.tools.states and w.replies.tools.states["calc"].ready,
-                    timeout=60_000)
+    w = remote_with_calc(qtbot, make_window, llama_server, tmp_path)
     send(w, ASK)
     card = asked(qtbot, w)
     assert (card.tool, card.server) == ("add", "calc")

@@ -202,9 +202,7 @@ class Reader:
     def _recv(self) -> bytes:
         deadline = time.monotonic() + self.idle_timeout
         while True:
-            if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
-                pass
-            else:
+            if not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()):  # TLS may hold bytes already
                 _wait(self.sock, write=False, cancel=self.cancel, deadline=deadline,
                       what=f"{self.where} sent nothing for {self.idle_timeout:.0f} s (timed out)")
             try:

@@ -18,6 +18,7 @@ worker is reached through an SSH tunnel.
 from __future__ import annotations
 
 import ctypes
+import functools
 import socket
 import struct
 import threading
@@ -84,7 +85,9 @@ _lock = threading.Lock()
 _added: dict[str, list[str]] = {}
 
 
+@functools.cache
 def _lib():
+    """The registry functions, declared once, on libllama's handle (the ggml llama.cpp loads with)."""
     from llama_cpp import llama_cpp as lcpp
 
     from . import init
@@ -106,6 +109,15 @@ def _lib():
             "dev_name": sym("ggml_backend_dev_name", ctypes.c_char_p, vp)}
 
 
+def _rpc_function(name: str, ctype):
+    """The RPC backend's ``name`` as ``ctype``; HearthError on a build without the backend."""
+    api = _lib()
+    rpc = api["reg_by_name"](b"RPC")
+    if not rpc:
+        raise HearthError("this llama.cpp build has no RPC backend: set-up builds every runtime with it")
+    return ctype(api["get_proc"](rpc, name.encode()))
+
+
 def rpc_available() -> bool:
     """Whether this build has the RPC backend."""
     try:
@@ -122,11 +134,7 @@ def add_worker(endpoint: str) -> list[str]:
             return _added[endpoint]
         probe_worker(endpoint)
         api = _lib()
-        rpc = api["reg_by_name"](b"RPC")
-        if not rpc:
-            raise HearthError("this llama.cpp build has no RPC backend: set-up builds every runtime with it")
-        at = api["get_proc"](rpc, b"ggml_backend_rpc_add_server")
-        add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(at)
+        add = _rpc_function("ggml_backend_rpc_add_server", ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p))
         reg = add(endpoint.encode())
         if not reg:
             raise HearthError(f"llama.cpp could not add the worker at {endpoint}")
@@ -140,23 +148,16 @@ def serve_worker(host: str, port: int, *, device: str | None = None, threads: in
                  cache_dir: str | None = None) -> None:
     """Run a worker on this machine's ``device`` (default: its first GPU, else the CPU) at ``host:port``;
     never returns. Bind anything but loopback only when the caller has said so (engine/cli/worker.py)."""
-    from .devices import list_devices
+    from .devices import _ggml, list_devices
 
-    api = _lib()
-    rpc = api["reg_by_name"](b"RPC")
-    if not rpc:
-        raise HearthError("this llama.cpp build has no RPC backend: set-up builds every runtime with it")
+    start = _rpc_function("ggml_backend_rpc_start_server", ctypes.CFUNCTYPE(
+        None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)))
     devices = list_devices()
     chosen = [d for d in devices if d.name == device] if device else (
         [d for d in devices if d.type in ("gpu", "igpu") and not d.name.startswith("RPC")][:1]
         or [d for d in devices if d.type == "cpu"][:1])
     if not chosen:
         raise HearthError(f"no device {device!r} here; this machine has {', '.join(d.name for d in devices)}")
-    from .devices import _ggml
-
     dev = _ggml().ggml_backend_dev_get(chosen[0].index)
-    at = api["get_proc"](rpc, b"ggml_backend_rpc_start_server")
-    start = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
-                             ctypes.POINTER(ctypes.c_void_p))(at)
     arr = (ctypes.c_void_p * 1)(dev)
     start(f"{host}:{port}".encode(), cache_dir.encode() if cache_dir else None, threads, 1, arr)
