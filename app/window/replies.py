@@ -264,7 +264,6 @@ class RepliesController:
                             context_policy=settings.context_policy, template_kwargs=self.think_kwargs(cid),
                             notes=notes, sources=tuple(self.doc_sources), tools=s.offer.engine_tools(),
                             tool_choice=choice)
-        self.monitor.begin("streaming")
         self.host.generate(job)
         if shown_first is not None:
             shown_first()
@@ -275,6 +274,8 @@ class RepliesController:
             w.set_streaming(True)
             self._show_branches()  # a regenerate or an edit made a new version: "◀ 2/2 ▶"
         self.stats_label.setText("Waiting for the first token…")
+        # From here the loop's lateness counts as the stream's: this handler's own drawing is not the reply's.
+        self.monitor.begin("streaming")
         self.update_busy()
 
     def stop(self) -> None:
