@@ -58,6 +58,9 @@ class EngineConfig:
     # Where the layers go. llama.cpp: how many blocks on the GPU (-1: all). transformers: the
     # bitsandbytes quantization, the device ("auto", "cpu", "gpu") and accelerate's max_memory.
     n_gpu_layers: int = 0
+    # llama.cpp over several devices: each device's share of the offloaded layers, in llama.cpp's order
+    # (RPC workers first, then this machine's GPUs); None: shares by free memory, as llama.cpp does.
+    tensor_split: tuple[float, ...] | None = None
     quant: str = "none"
     device: str = "auto"
     max_memory: Mapping[Any, int] | None = None
@@ -91,6 +94,11 @@ class EngineConfig:
             raise HearthError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if isinstance(self.n_gpu_layers, bool) or not isinstance(self.n_gpu_layers, int) or self.n_gpu_layers < -1:
             raise HearthError(f"n_gpu_layers must be a whole number >= -1 (-1: all), got {self.n_gpu_layers!r}")
+        if self.tensor_split is not None:
+            split = tuple(self.tensor_split)
+            if not split or any(not isinstance(x, (int, float)) or x < 0 for x in split) or not sum(split):
+                raise HearthError(f"tensor_split must be shares >= 0, not all zero, got {self.tensor_split!r}")
+            object.__setattr__(self, "tensor_split", tuple(float(x) for x in split))
         if self.quant not in HF_QUANTS:
             raise HearthError(f"unknown quantization {self.quant!r}; choose one of {', '.join(HF_QUANTS)}")
         if self.n_ctx is not None and (not isinstance(self.n_ctx, int) or self.n_ctx < 1):

@@ -1,45 +1,31 @@
 """llama.cpp RPC workers on 127.0.0.1 standing in for other machines' devices."""
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from engine import HearthError
 from engine.backends.llama.rpc import probe_worker
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        return s.getsockname()[1]
-
+from rpc_workers import ROOT, free_port, start_worker
 
 @pytest.fixture
 def worker(tmp_path):
-    port = free_port()
-    log = open(tmp_path / "worker.txt", "w")
-    p = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--port", str(port), "--threads", "1"],
-                         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                         env={**os.environ, "HEARTH_DATA_DIR": str(tmp_path)})
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            probe_worker(f"127.0.0.1:{port}")
-            break
-        except HearthError:
-            if p.poll() is not None or time.monotonic() > deadline:
-                pytest.fail((tmp_path / "worker.txt").read_text())
-            time.sleep(0.2)
-    yield f"127.0.0.1:{port}", p
+    endpoint, p = start_worker(tmp_path)
+    yield endpoint, p
     p.kill()
     p.wait(10)
+
+
+@pytest.fixture
+def two_workers(tmp_path):
+    started = [start_worker(tmp_path, f"worker{i}") for i in range(2)]
+    yield [e for e, _ in started]
+    for _, p in started:
+        p.kill()
+        p.wait(10)
 
 
 def test_a_worker_answers_hello_with_this_builds_protocol(worker):
@@ -57,29 +43,41 @@ def test_a_port_that_is_not_a_worker_is_an_error_not_an_abort():
         probe_worker(f"127.0.0.1:{port}")
 
 
-def test_a_model_split_over_a_worker_answers_as_the_local_one(worker, bundled_path, tmp_path):
-    """In a child process (registration is process-wide, and a failed RPC call aborts): the bundled model
-    with every layer on the worker, greedy, exact profile, against the same model all local."""
+def test_a_model_split_over_two_workers_answers_as_the_local_one_and_as_planned(two_workers, bundled_path):
+    """In a child process (registration is process-wide, and a failed RPC call aborts): the bundled model's
+    planned load with every layer split over two workers, greedy, exact profile, against the same model all
+    local; and the plan, per device, against the buffers llama.cpp allocated there."""
     code = f'''
-import sys
 from engine.backends.llama.rpc import add_worker
 from engine.config import EngineConfig
 from engine.engine import Engine
+from engine.loading.load import load_model
+from engine.loading.request import LoadRequest
+from engine.sizing.reality import device_errors
 from engine import Message, SamplingParams
 p = SamplingParams(temperature=0.0, max_tokens=16)
 m = [Message("user", "Name three colours.")]
-local = Engine.open(EngineConfig({str(bundled_path)!r}, n_ctx=1024, n_threads=1))
+local = Engine.open(EngineConfig({str(bundled_path)!r}, n_ctx=2048, n_threads=1, exactness="exact"))
 a = list(local.stream(m, p))[-1].text
 local.close()
-names = add_worker({worker[0]!r})
-remote = Engine.open(EngineConfig({str(bundled_path)!r}, n_ctx=1024, n_threads=1, n_gpu_layers=-1))
-b = list(remote.stream(m, p))[-1].text
-print(repr((names, a, b, remote.describe().memory)))
+names = [add_worker(w) for w in {two_workers!r}]
+r = load_model(LoadRequest(model={str(bundled_path)!r}, context=2048, gpu_layers="all", exactness="exact"),
+               data_dir=None, n_threads=1)
+b = list(r.engine.stream(m, p))[-1].text
+memory = r.engine.describe().memory
+print(repr((names, a, b, r.plan.tensor_split, device_errors(r.plan, memory), r.check["rel_error"], memory)))
 '''
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    names, a, b, memory = eval(out.stdout.strip().splitlines()[-1])
-    assert names == ["RPC0"] and a and b == a
-    assert memory.get(f"weights@RPC0[{worker[0]}]", 0) > 90e6  # the weights really are on the worker
+    assert out.returncode == 0, out.stderr[-2000:]
+    names, a, b, split, per_device, overall, memory = eval(out.stdout.strip().splitlines()[-1])
+    assert names == [["RPC0"], ["RPC1"]] and a and b == a
+    assert split is not None and len(split) == 2 and all(split)  # both workers hold layers
+    for w in two_workers:
+        assert memory.get(f"weights@RPC0[{w}]", 0) > 30e6  # the weights really are on each worker
+        errors = per_device[f"worker {w}"]
+        assert set(errors) == {"weights", "kv", "compute"}
+        assert all(abs(e) <= 0.10 for e in errors.values()), per_device
+    assert abs(overall["compute"]) <= 0.10  # this machine's side of the split too
 
 
 def test_a_worker_binds_loopback_unless_told_and_then_warns(tmp_path):
@@ -122,3 +120,14 @@ def test_a_worker_killed_mid_reply_never_takes_the_client_with_it(worker, tmp_pa
                 if len(got) == 5:
                     proc.kill()  # kill -9 the worker mid-reply
         assert "".join(got) and e.value.kind in ("lost", "http")
+
+
+def test_placement_names_a_worker_as_a_worker_not_the_cpu():
+    from engine.backends.llama.devices import placement
+
+    log = ["load_tensors: offloaded 31/31 layers to GPU\n",
+           "load_tensors: RPC0[127.0.0.1:50052] model buffer size =    33.82 MiB\n",
+           "load_tensors: RPC0[127.0.0.1:50053] model buffer size =    58.28 MiB\n",
+           "load_tensors:   CPU_Mapped model buffer size =    28.69 MiB\n"]
+    p = placement(log)
+    assert p.runtime == "rpc" and p.device == "RPC0[127.0.0.1:50052]+RPC0[127.0.0.1:50053]"

@@ -246,6 +246,29 @@ def test_several_gpus_share_the_layers_by_free_memory():
     assert p.status == STATUS_FITS and g0.layers > g1.layers > 0
     assert g0.layers + g1.layers == 32 and all(g.fits for g in p.breakdown.gpus)
     assert g1.compute > g0.compute  # the last GPU holds the output head and its logits
+    # The load gets the plan's split as llama.cpp's tensor_split: positions per device, head on the last.
+    assert p.tensor_split == (float(g0.positions), float(g1.positions))
+    assert g0.positions == g0.layers and g1.positions == g1.layers + 1
+    assert p.to_config().tensor_split == p.tensor_split
+    one = plan_for("llama-3.1-8b-instruct", simulated("24GiB", "32GiB", cores=8))
+    assert one.tensor_split is None  # one device: nothing to split
+
+
+def test_rpc_workers_come_first_and_are_named_by_their_address():
+    """llama.cpp puts RPC workers before local GPUs; a worker's pool says where it is, and its runtime is
+    already running there, so only llama.cpp's pool is added on top of what it reports free."""
+    from engine.sizing.hardware import GPU
+    from engine.sizing.memory import GPU_OVERHEAD
+
+    hw = Hardware((GPU(0, "10.0.0.5:50052", "rpc", 8 * GiB, 8 * GiB, device="RPC0[10.0.0.5:50052]"),
+                   GPU(1, "NVIDIA RTX 4060", "nvidia", 8 * GiB, 8 * GiB, device="CUDA0")),
+                  32 * GiB, 32 * GiB, 8, "simulated")
+    p = plan_for("llama-3.1-8b-instruct", hw)
+    w, g = p.breakdown.gpus
+    assert w.name == "worker 10.0.0.5:50052" and g.name == "GPU 1"
+    assert w.layers > 0 and g.layers > 0 and w.layers + g.layers == 32
+    assert w.overhead == GPU_OVERHEAD["rpc"] < g.overhead
+    assert p.tensor_split == (float(w.positions), float(g.positions))
 
 
 def test_unified_memory_counts_the_gpu_share_against_ram():

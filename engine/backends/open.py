@@ -60,7 +60,7 @@ def open_backend(config: EngineConfig) -> tuple[Backend, Callable[[Path], str]]:
             mmproj = None
         n_ctx = c.n_ctx if c.n_ctx is not None else min(info.n_ctx_train or DEFAULT_CTX, DEFAULT_CTX)
         lb = LlamaCppBackend(ref.path, n_ctx=n_ctx, n_threads=c.n_threads,
-                             n_gpu_layers=c.n_gpu_layers, kv_type=c.kv_type, info=info,
+                             n_gpu_layers=c.n_gpu_layers, tensor_split=c.tensor_split, kv_type=c.kv_type, info=info,
                              exactness=c.exactness, threads_poll=c.threads_poll, mmproj=mmproj)
         return lb, lambda root: file_sha256(ref.path, memo_dir=root)
     raise HearthError(f"unknown backend {kind!r}; choose one of {', '.join(BACKENDS)}")

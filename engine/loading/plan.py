@@ -23,7 +23,7 @@ from .request import BUNDLED, LoadRequest
 
 ALL_LAYERS = 1 << 20       # "all": the planner clamps it to every block plus the output head
 PREFIX_STORE = "prefix-cache"
-_VENDORS = {"cuda": "nvidia", "rocm": "amd", "metal": "apple"}  # ggml runtime -> the planner's GPU overheads
+_VENDORS = {"cuda": "nvidia", "rocm": "amd", "metal": "apple", "rpc": "rpc"}  # ggml runtime -> the planner's overheads
 
 
 def prefix_store_dir(data_dir: Path) -> Path:
@@ -54,11 +54,27 @@ def machine(fmt: str | None, *, torch_ok: bool = True) -> Hardware:
     except (ImportError, OSError, AttributeError) as e:  # a build without ggml's device API
         return replace(base, notes=(f"llama.cpp's devices could not be listed ({type(e).__name__}: {e}); "
                                     "the plan is for the CPU",))
+    # In llama.cpp's order (RPC workers first): the plan's split is the tensor_split the load passes.
+    names = _log_names(devs)
     gpus = tuple(GPU(i, d.description or d.name, _VENDORS.get(d.runtime, d.runtime), d.total, d.free,
-                     unified=d.runtime == "metal") for i, d in enumerate(devs))
+                     unified=d.runtime == "metal", device=names[i]) for i, d in enumerate(devs))
     notes = () if gpus else ("llama.cpp has no GPU device here (see the runtime in the model's tooltip): "
                              "the model runs on the CPU from system RAM",)
     return replace(base, gpus=gpus, notes=notes)
+
+
+def _log_names(devs) -> list[str]:
+    """The devices as llama.cpp's load log names their buffers. A worker's device is named by its place
+    on that worker and the worker's address ("RPC0[10.0.0.5:50052]"), not by its place here ("RPC1")."""
+    seen: dict[str, int] = {}
+    out = []
+    for d in devs:
+        if d.runtime == "rpc":
+            k = seen[d.description] = seen.get(d.description, -1) + 1
+            out.append(f"RPC{k}[{d.description}]")
+        else:
+            out.append(d.name)
+    return out
 
 
 def choices_for(req: LoadRequest, fmt: str) -> Choices:

@@ -37,6 +37,7 @@ class GPU:
     total: int           # bytes
     free: int            # bytes free when probed (other programs' use excluded)
     unified: bool = False  # memory shared with the CPU (Apple silicon)
+    device: str = ""       # ggml's name for it when llama.cpp listed it ("Vulkan0", "RPC0"); "" otherwise
 
 
 @dataclass(slots=True, frozen=True)

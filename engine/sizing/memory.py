@@ -57,7 +57,9 @@ KV_PAD = 256
 # The CUDA context plus cuBLAS workspace and llama.cpp's scratch pool measure
 # 300-450 MiB on current drivers; ROCm's HIP runtime is heavier. Apple's Metal
 # runtime lives in the same unified memory and is small.
-GPU_OVERHEAD = {"nvidia": 400 * MiB, "simulated": 400 * MiB, "amd": 512 * MiB, "apple": 64 * MiB}
+# An RPC worker's device reports its free memory with the worker's own runtime already started, so
+# only llama.cpp's small per-device pool is left to count.
+GPU_OVERHEAD = {"nvidia": 400 * MiB, "simulated": 400 * MiB, "amd": 512 * MiB, "apple": 64 * MiB, "rpc": 32 * MiB}
 CPU_OVERHEAD = 128 * MiB     # llama.cpp threads, batch, token-piece cache, logits copies
 OUTPUT_ROWS = 16             # logits rows kept for draft verification
 HF_TORCH_RUNTIME = 768 * MiB  # RSS of torch + transformers + bitsandbytes once imported
@@ -82,6 +84,7 @@ class Usage:
     vision: int = 0          # the vision projector: its weights and compute buffer
     shared: int = 0          # RAM only: what a unified-memory GPU holds in the same memory
     layers: int = 0          # blocks placed here
+    positions: int = 0       # llama.cpp's offloaded positions here: its blocks, plus the head on the last device
 
     @property
     def subtotal(self) -> int:
@@ -181,6 +184,17 @@ def attention_peak(spec: ModelSpec, n_batch: int, cells: int, flash_attn: bool) 
     return _ub(n_batch) * 4 * (cells * (spec.n_heads + 1) + rest)
 
 
+def split_peak(spec: ModelSpec, n_batch: int, cells: int, head: bool) -> int:
+    """Compute buffer of one device in a split over several (llama.cpp's layer split): its graph copies
+    its inputs (the mask, f32 and f16, and the hidden state), and a device without the head peaks in the
+    feed-forward block (gate, up and their product) instead of at the logits. Measured over loopback RPC
+    workers (engine/bench/rpc.py), SmolLM2-135M at n_ctx 1k-4k: within 1% per device."""
+    ub = _ub(n_batch)
+    if head:
+        return ub * (4 * (spec.n_vocab + 5 * spec.n_embd) + 8 * cells)
+    return ub * (4 * (3 * spec.n_ff + 7 * spec.n_embd) + 8 * cells)
+
+
 def _split(n: int, gpus: list[GPU]) -> list[int]:
     """llama.cpp's default layer split: proportional to each GPU's free memory,
     by cumulative fraction (accelerate's greedy fill ends up close to it too)."""
@@ -198,8 +212,15 @@ def _split(n: int, gpus: list[GPU]) -> list[int]:
     return counts
 
 
+def pool_name(g: GPU, several: bool) -> str:
+    """A device's pool as people read it: "GPU", "GPU 1", or "worker 10.0.0.5:50052" (an RPC worker)."""
+    if g.vendor == "rpc":
+        return f"worker {g.name}"
+    return f"GPU {g.index}" if several else "GPU"
+
+
 def _pools(hw: Hardware) -> list[Usage]:
-    pools = [Usage(f"GPU {g.index}" if len(hw.gpus) > 1 else "GPU", g.free, True) for g in hw.gpus]
+    pools = [Usage(pool_name(g, len(hw.gpus) > 1), g.free, True) for g in hw.gpus]
     return pools + [Usage("RAM", hw.ram_available)]
 
 
@@ -233,6 +254,7 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
     a = output_peak(s, ub)
     # Offloaded positions: the last k blocks, then the head as one more "layer".
     counts = _split(ngl, list(hw.gpus))
+    split = sum(1 for c in counts if c) > 1   # several devices: each one's graph holds its own inputs
     first = s.n_layers - k
     pos = 0
     for i, pool in enumerate(pools[:-1]):
@@ -240,11 +262,14 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
         has_out = out_gpu and pos + counts[i] == ngl
         pos += counts[i]
         pool.layers = len(idx)
+        pool.positions = counts[i]
         pool.weights = sum(s.layer_bytes[j] for j in idx) + (s.output_bytes if has_out else 0)
         pool.kv = kv_l * len(idx)
         if idx or has_out:
             att = attention_peak(s, ub, cells, fa) if idx else 0
             pool.compute = max(att, a_gpu if has_out else 0)
+            if split:
+                pool.compute = split_peak(s, ub, cells, has_out)
             pool.overhead = GPU_OVERHEAD.get(hw.gpus[i].vendor, GPU_OVERHEAD["nvidia"])
     cpu_layers = s.n_layers - k
     ram.layers = cpu_layers
@@ -253,7 +278,9 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
     ram.kv = kv_l * cpu_layers
     att_cpu = attention_peak(s, ub, cells, fa) if cpu_layers else 0
     ram.compute = max(att_cpu, 0 if out_gpu else a)
-    if ngl:  # the host-side inputs of the GPU graph: embeddings and the mask
+    if split:
+        ram.compute += _ub(ub) * (8 * cells + 20 * s.n_embd)
+    elif ngl:  # the host-side inputs of the GPU graph: embeddings and the mask
         ram.compute += _ub(ub) * 4 * (s.n_embd + cells)
     ram.overhead = CPU_OVERHEAD + OUTPUT_ROWS * 4 * s.n_vocab
     parts = {"weights": sum(p.weights for p in pools), "kv": sum(p.kv for p in pools),

@@ -78,10 +78,20 @@ class Plan:
             kw.update(backend="hf", quant=quant, device=device, max_memory=max_memory, n_gpu_layers=0,
                       kv_type="f16")
             return kw
-        kw.update(n_gpu_layers=self.n_gpu_layers, kv_type=self.kv_type)
+        kw.update(n_gpu_layers=self.n_gpu_layers, kv_type=self.kv_type, tensor_split=self.tensor_split)
         if self.config.draft is not None and self.draft_source and os.path.exists(self.draft_source):
             kw["draft"] = self.draft_source
         return kw
+
+    @property
+    def tensor_split(self) -> tuple[float, ...] | None:
+        """llama.cpp's ``tensor_split`` that places the layers as planned, for a split over several
+        devices (None: one device or none, where llama.cpp needs none). The plan's positions per device
+        are the split itself: llama.cpp cuts at their cumulative shares, as the planner does."""
+        gpus = self.breakdown.gpus
+        if self.spec.format != "gguf" or len(gpus) < 2 or not any(p.positions for p in gpus):
+            return None
+        return tuple(float(p.positions) for p in gpus)
 
     def to_config(self, base: EngineConfig | None = None) -> EngineConfig:
         """This plan carried out: ``base`` (what the plan does not decide: threads, exactness,

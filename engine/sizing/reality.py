@@ -61,6 +61,23 @@ def compare_to_report(breakdown: Breakdown, report: dict[str, int]) -> dict[str,
     return {"predicted": pred, "actual": actual, "rel_error": rel, "max_rel_error": round(worst, 4)}
 
 
+def device_errors(plan: Plan, report: dict[str, int]) -> dict[str, dict[str, float]]:
+    """Per device of a split: the relative error of the planned weights, KV and compute buffers against
+    what llama.cpp allocated there (``part@RPC0[host:port]``, ``part@CUDA1``...), by the plan's pool name."""
+    out: dict[str, dict[str, float]] = {}
+    for g, pool in zip(plan.hardware.gpus, plan.breakdown.gpus):
+        if not g.device:
+            continue
+        errs = {}
+        for part in ("weights", "kv", "compute"):
+            actual = sum(v for k, v in report.items() if k == f"{part}@{g.device}")
+            predicted = getattr(pool, part)
+            if actual or predicted:
+                errs[part] = round((predicted - actual) / actual, 4) if actual else float("inf")
+        out[pool.name] = errs
+    return out
+
+
 def check_against_report(plan: Plan, report: dict[str, int], *, threshold: float = MARGIN) -> dict[str, Any]:
     """Compare a plan with what was really allocated; warn when off by more than the margin."""
     result = compare_to_report(plan.breakdown, report)

@@ -41,7 +41,7 @@ class LlamaCppBackend:
                  n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
                  flash_attn: bool | None = None, repack: bool = False,
                  info: ModelInfo | None = None, exactness: str | None = None, threads_poll: int | None = None,
-                 mmproj: str | os.PathLike[str] | None = None) -> None:
+                 mmproj: str | os.PathLike[str] | None = None, tensor_split: tuple[float, ...] | None = None) -> None:
         self._pool: ThreadPool | None = None
         self._projector: Projector | None = None
         # Parse the header ourselves first: a missing/truncated/corrupt file gets
@@ -63,7 +63,7 @@ class LlamaCppBackend:
         self._model = self._ctx = self._batch = None
         init()  # log callback, then llama_backend_init: once per process
         mark = _log_mark()
-        self._load_weights(n_gpu_layers, repack, mark)
+        self._load_weights(n_gpu_layers, repack, mark, tensor_split)
         n_threads = n_threads or default_threads()
         self._open_context(n_ctx, n_batch, n_threads, kv_type, flash_attn, n_gpu_layers, mark)
         self._load_log = _log_since(mark)
@@ -92,9 +92,10 @@ class LlamaCppBackend:
                 self.close()
                 raise
 
-    def _load_weights(self, n_gpu_layers: int, repack: bool, mark: int) -> None:
+    def _load_weights(self, n_gpu_layers: int, repack: bool, mark: int, split: tuple[float, ...] | None) -> None:
         self.repack = repack
-        self._model = lc.llama_model_load_from_file(str(self.path).encode(), model_params(n_gpu_layers, repack))
+        params = model_params(n_gpu_layers, repack, split)
+        self._model = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not self._model:
             self._raise_load_failure(_log_since(mark), what="load the model")
 

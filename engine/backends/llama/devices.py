@@ -26,7 +26,7 @@ STAMP_NAME = ".hearth-setup.json"
 DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 # ggml device names -> the runtime that computes there ("CUDA0", "Vulkan1", "MTL0"/"Metal", "ROCm0")
 _RUNTIME_PREFIXES = (("cuda", "cuda"), ("vulkan", "vulkan"), ("mtl", "metal"), ("metal", "metal"),
-                     ("rocm", "rocm"), ("hip", "rocm"), ("sycl", "sycl"), ("opencl", "opencl"))
+                     ("rocm", "rocm"), ("hip", "rocm"), ("sycl", "sycl"), ("opencl", "opencl"), ("rpc", "rpc"))
 _OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _BUFFER_DEV_RE = re.compile(r"(\S+)\s+(?:model|KV|compute|output|RS)\s+buffer size\s*=")
 
@@ -51,7 +51,8 @@ class Device:
 
 
 def runtime_of(device_name: str) -> str:
-    """'Vulkan0' -> 'vulkan', 'CUDA1' -> 'cuda', 'MTL0' -> 'metal'; host buffers -> 'cpu'."""
+    """'Vulkan0' -> 'vulkan', 'CUDA1' -> 'cuda', 'MTL0' -> 'metal', 'RPC0[10.0.0.5:50052]' (a worker) -> 'rpc';
+    host buffers -> 'cpu'."""
     low = device_name.lower()
     for prefix, runtime in _RUNTIME_PREFIXES:
         if low.startswith(prefix) and not low.endswith("_host"):
@@ -105,8 +106,12 @@ def list_devices() -> list[Device]:
 
 
 def gpu_devices() -> list[Device]:
-    """The devices layers can be offloaded to (GPUs, integrated GPUs)."""
-    return [d for d in list_devices() if d.is_gpu]
+    """The devices llama.cpp offloads layers to, in its order (``tensor_split`` indexes it): RPC workers
+    first, then the GPUs, then integrated GPUs only where there is no other GPU (src/llama.cpp)."""
+    devs = [d for d in list_devices() if d.is_gpu]
+    rpc = [d for d in devs if d.runtime == "rpc"]
+    gpus = [d for d in devs if d.runtime != "rpc" and d.type == "gpu"]
+    return rpc + (gpus or [d for d in devs if d.runtime != "rpc" and d.type == "igpu"])
 
 
 def memory_entries(devices: Iterable[Device] | None = None) -> dict[str, int]:

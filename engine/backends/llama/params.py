@@ -8,15 +8,26 @@ stays off in either profile; the tiled K-quant matmul is read once per process
 """
 from __future__ import annotations
 
+import ctypes
+
 import llama_cpp as lc
+
+from ...errors import HearthError
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2, "f32": 0, "bf16": 30}  # the name -> ggml's type
 
 
-def model_params(n_gpu_layers: int, repack: bool):
-    """The model's load parameters: ``n_gpu_layers`` blocks on the GPU, and the repack buffers."""
+def model_params(n_gpu_layers: int, repack: bool, tensor_split: tuple[float, ...] | None = None):
+    """The model's load parameters: ``n_gpu_layers`` blocks on the GPU, shared over the devices by
+    ``tensor_split`` (llama.cpp's device order; None: by free memory), and the repack buffers."""
     mparams = lc.llama_model_default_params()
     mparams.n_gpu_layers = n_gpu_layers
+    if tensor_split:
+        n = lc.llama_max_devices()
+        if len(tensor_split) > n:
+            raise HearthError(f"this llama.cpp build splits over at most {n} devices, not {len(tensor_split)}")
+        # The struct keeps a reference to the array (ctypes' _objects) for as long as the load reads it.
+        mparams.tensor_split = (ctypes.c_float * n)(*tensor_split)
     # The CPU "repack" buffers (interleaved Q4_0/Q4_K/IQ4_NL weights on
     # AVX2) run batches through a gemm that quantizes activations in groups
     # of four rows and single tokens through a gemv that does not: a token's
