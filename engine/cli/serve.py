@@ -5,9 +5,13 @@ runs until Ctrl-C (or SIGTERM), then cancels what is in flight and exits 0.
 """
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
+from dataclasses import asdict, replace
+
+from ..loading.request import LoadRequest
 
 from ..remote.errors import fingerprint_text
 from ..serve.http.listen import exposure
@@ -18,7 +22,8 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
           n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
           cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None,
           exactness: str | None = None, listen: str | None = None, tls_cert: str | None = None,
-          tls_key: str | None = None, rate_limit: int | None = None, rpc: tuple[str, ...] = ()) -> int:
+          tls_key: str | None = None, rate_limit: int | None = None, rpc: tuple[str, ...] = (),
+          request: LoadRequest | None = None) -> int:
     """Load ``model`` through the window's planned load (every setting on Auto but the context
     and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status.
     ``idle_unload``: a request naming another model of the library loads it the same way, and
@@ -26,10 +31,11 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     ``mmproj``: the model's vision projector (default: the one beside it, if any).
     ``listen``: let other devices in on this address, with TLS (``tls_cert``/``tls_key``, or a
     certificate Hearth makes once) and a key of ``engine keys`` (or ``api_key``) on every request.
-    ``rpc``: llama.cpp RPC workers (host:port) whose devices take every layer (each probed first)."""
+    ``rpc``: llama.cpp RPC workers (host:port) whose devices take every layer (each probed first).
+    ``request``: the whole load as the window asks for it (its private child for a model on workers: then
+    the plan places the layers, and what was loaded is printed as one ``HEARTH-LOADED {json}`` line)."""
     from ..config import default_exactness
     from ..loading.load import load_model
-    from ..loading.request import LoadRequest
     from ..paths import data_dir
     from ..serve.runtime.library_pool import library_pool
     from ..serve.runtime.scheduler import Scheduler
@@ -48,11 +54,16 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
         gpu_layers = "all"
     print("loading model...", file=sys.stderr, flush=True)
     # The plan counts the batch context the scheduler opens for ``parallel`` sequences.
-    loaded = load_model(LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads,
-                                    server_parallel=parallel, mmproj=mmproj or "auto", gpu_layers=gpu_layers,
-                                    exactness=exactness or default_exactness()), data_dir=data_dir())
+    if request is not None:
+        req = replace(request, server_parallel=parallel, workers=())
+    else:
+        req = LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads, server_parallel=parallel,
+                          mmproj=mmproj or "auto", gpu_layers=gpu_layers, exactness=exactness or default_exactness())
+    loaded = load_model(req, data_dir=data_dir(), n_threads=n_threads)
     m = loaded.model
     assert m is not None  # load_model describes what it loaded
+    if request is not None:
+        print("HEARTH-LOADED " + json.dumps(asdict(m)), flush=True)
     print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "
           f"{m.n_gpu_layers} layers offloaded", file=sys.stderr, flush=True)
     for note in m.notes:

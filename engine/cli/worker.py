@@ -9,7 +9,10 @@ the worker's loopback.
 """
 from __future__ import annotations
 
+import os
+import socket
 import sys
+import threading
 
 from ..backends.llama.rpc import DEFAULT_PORT, serve_worker
 from ..errors import HearthError
@@ -19,14 +22,27 @@ WARNING = ("WARNING: this worker listens on {host}, beyond this machine. Its por
            "control; prefer an SSH tunnel (Hearth's Add a machine: user@host).")
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 def run_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, device: str | None = None, threads: int = 0,
-           cache: bool = True, unsafe_listen: bool = False) -> int:
-    """Serve until killed (the RPC server never returns)."""
-    if host not in ("127.0.0.1", "localhost", "::1") and not unsafe_listen:
-        raise HearthError(f"a worker binds 127.0.0.1 unless --unsafe-listen is given (asked for {host}); to use "
-                          "it from another machine, reach it through SSH instead")
-    if host not in ("127.0.0.1", "localhost", "::1"):
+               cache: bool = True, unsafe_listen: bool = False, allow: tuple[str, ...] = (),
+               until_stdin_closes: bool = False) -> int:
+    """Serve until killed (the RPC server never returns). Beyond loopback (``unsafe_listen``), the RPC
+    server still binds 127.0.0.1 and only a relay that lets the ``allow`` addresses through listens on
+    ``host``. ``until_stdin_closes``: exit when standard input ends (started over SSH: the session's end)."""
+    relay = None
+    if host not in LOOPBACK:
+        if not unsafe_listen:
+            raise HearthError(f"a worker binds 127.0.0.1 unless --unsafe-listen is given (asked for {host}); to use "
+                              "it from another machine, reach it through SSH instead")
+        from ..workers.relay import Relay, allow_list
+
+        networks = allow_list(allow)
+        inner = _free_loopback_port()
+        relay = Relay(host, port, ("127.0.0.1", inner), networks)
         print(WARNING.format(host=host), file=sys.stderr, flush=True)
+        print(f"answering only {', '.join(str(n) for n in networks)}", file=sys.stderr, flush=True)
     cache_dir = None
     if cache:
         from ..paths import data_dir
@@ -34,6 +50,25 @@ def run_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, device: str
         folder = data_dir() / "rpc-cache"  # tensors over 10 MiB by hash: a second load skips the network
         folder.mkdir(parents=True, exist_ok=True)
         cache_dir = str(folder)
-    print(f"Hearth worker at {host}:{port}; Ctrl-C stops", flush=True)
-    serve_worker(host, port, device=device, threads=threads, cache_dir=cache_dir)
+    if until_stdin_closes:
+        threading.Thread(target=_exit_at_eof, daemon=True, name="hearth-worker-stdin").start()
+    if relay is not None:
+        relay.start()
+        print(f"Hearth worker at {host}:{relay.address[1]}; Ctrl-C stops", flush=True)
+        serve_worker("127.0.0.1", inner, device=device, threads=threads, cache_dir=cache_dir)
+    else:
+        print(f"Hearth worker at {host}:{port}; Ctrl-C stops", flush=True)
+        serve_worker(host, port, device=device, threads=threads, cache_dir=cache_dir)
     return 0
+
+
+def _free_loopback_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return s.getsockname()[1]
+
+
+def _exit_at_eof() -> None:
+    """The SSH session that started this worker ended (its standard input closed): so does the worker."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    os._exit(0)

@@ -117,12 +117,17 @@ class LoadRequest:
     # The local server's batched sequences: their batch context's memory is planned too (0: no
     # server). The server's setting, not the model's: settings files do not keep it.
     server_parallel: int = 0
+    # Other machines whose devices take layers (engine/workers/machines.py: host:port, user@host). A load
+    # with any runs in a child process: a worker lost mid-reply aborts the process llama.cpp's RPC client is in.
+    workers: tuple[str, ...] = ()
     cpu_only: str | None = None
     retry_after: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.server_parallel, int) or self.server_parallel < 0:
             raise HearthError(f"server_parallel must be a whole number >= 0, got {self.server_parallel!r}")
+        if not isinstance(self.workers, tuple):  # a settings file's list
+            object.__setattr__(self, "workers", tuple(self.workers or ()))
         if self.source is None and isinstance(self.model, str):
             # Worked out once, so that two requests for the same model compare equal.
             object.__setattr__(self, "source", infer_source(self.model or BUNDLED))
@@ -140,7 +145,9 @@ class LoadRequest:
 
     def as_dict(self) -> dict[str, Any]:
         """The settings' part of this load as a plain dict (what ``last_working`` saves)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("cpu_only", "retry_after", "server_parallel")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("cpu_only", "retry_after", "server_parallel")}
+        d["workers"] = list(self.workers)  # as JSON keeps it
+        return d
 
     def plain(self) -> "LoadRequest":
         """The settings' own request, without a retry's notes (out of memory, CPU only)."""

@@ -1,0 +1,177 @@
+"""A model that uses other machines' workers runs in a private child process.
+
+llama.cpp's RPC client aborts the whole process when a worker goes away (GGML_ABORT), so the window
+never registers a worker itself. :func:`open_split` opens each machine (an SSH machine's tunnel stays in
+this process), starts ``engine serve --load REQUEST --rpc ENDPOINT...`` on a free loopback port with a
+random key, and returns a :class:`SplitEngine`: the remote engine's client to that child, which says
+what was loaded as the child's planned load describes it, and which turns a cut reply into the name of
+the worker that went away.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import Cancelled, HearthError
+from ..interface import LoadedModel
+from ..loading.request import LoadRequest
+from ..prompt.messages import Message
+from ..remote.connect import client_for
+from ..remote.engine import RemoteEngine
+from ..remote.errors import RemoteError
+from ..remote.pins import MemoryPins
+from ..types import SamplingParams, StreamEvent
+from .connect import open_machine
+from .machines import Link, WorkerMachine
+
+READY = "Hearth serving"
+LOADED = "HEARTH-LOADED "
+
+
+class WorkerLost(HearthError):
+    """A worker stopped answering mid-reply; ``machines``: the labels of those that did (the window offers
+    to reload without them)."""
+
+    def __init__(self, message: str, machines: Sequence[str]) -> None:
+        super().__init__(message)
+        self.machines = tuple(machines)
+
+
+class SplitEngine(RemoteEngine):
+    """The engine interface for a model split over workers, served by a child process of this one."""
+
+    def __init__(self, client, model, *, proc: subprocess.Popen, links: list[Link], loaded: LoadedModel,
+                 log: Path) -> None:
+        super().__init__(client, model, label=loaded.label)
+        self.proc, self.links, self.log = proc, links, log
+        self._n_ctx = loaded.n_ctx
+        where = ", ".join(f"{lk.machine.label} ({lk.round_trip_ms:.1f} ms round trip)" for lk in links)
+        self._loaded = replace(loaded, notes=(*loaded.notes, f"layers on other machines: {where}; the model runs in "
+                                              "a process of its own, so a machine that goes away cannot take "
+                                              "the window with it"))
+
+    def describe(self) -> LoadedModel:
+        return self._loaded
+
+    def stream(self, messages: Sequence[Message | Mapping[str, Any]], params: SamplingParams | None = None, *,
+               cancel: threading.Event | None = None, **kw: Any) -> Iterator[StreamEvent]:
+        try:
+            yield from super().stream(messages, params, cancel=cancel, **kw)
+        except RemoteError as e:
+            if e.kind == "cancelled":
+                raise
+            raise self.why(e) from None
+
+    def why(self, error: RemoteError) -> HearthError:
+        """What a failed reply means here: a worker that went away (named), the child that ended, or
+        the error itself."""
+        gone = [lk.machine.label for lk in self.links if not lk.alive()]
+        if gone:
+            names = ", ".join(gone)
+            return WorkerLost(f"the machine {names} stopped answering in the middle of the reply, and the "
+                              f"model's layers there went with it; reload the model without it, or start its "
+                              f"worker again and reload", gone)
+        if self.proc.poll() is not None:
+            return HearthError(f"the model's process ended ({_tail(self.log)}); reload the model")
+        return error
+
+    def close(self) -> None:
+        super().close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        for lk in self.links:
+            lk.close()
+
+
+def open_split(req: LoadRequest, machines: Sequence[WorkerMachine], *, data_dir: Path | None,
+               cancel: threading.Event | None = None, n_threads: int | None = None) -> SplitEngine:
+    """Open every machine, then load ``req`` over their workers in a child ``engine serve``."""
+    links: list[Link] = []
+    try:
+        for m in machines:
+            links.append(open_machine(m, data_dir))
+        return _start_child(req, links, data_dir, cancel, n_threads)
+    except BaseException:
+        for lk in links:
+            lk.close()
+        raise
+
+
+def _start_child(req: LoadRequest, links: list[Link], data_dir: Path | None, cancel: threading.Event | None,
+                 n_threads: int | None) -> SplitEngine:
+    import tempfile
+
+    key = secrets.token_urlsafe(32)
+    folder = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="hearth-split-"))
+    log = folder / "split-model.log"   # llama.cpp's load log would fill a pipe
+    args = [sys.executable, "-m", "engine", "serve", "--port", "0", "--no-library", "--parallel", "1",
+            "--load", json.dumps(req.as_dict())]
+    if n_threads:
+        args += ["--threads", str(n_threads)]
+    for lk in links:
+        args += ["--rpc", lk.endpoint]
+    env = {**os.environ, "HEARTH_CHILD_KEY": key}
+    if data_dir is not None:
+        env["HEARTH_DATA_DIR"] = str(data_dir)
+    with open(log, "w") as err:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                text=True)
+    try:
+        url, loaded = _wait_ready(proc, log, cancel)
+        client = client_for(url, key, pins=MemoryPins())
+        remote = RemoteEngine.open(client, cancel=cancel)
+        return SplitEngine(client, remote.model, proc=proc, links=links, loaded=loaded, log=log)
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
+
+
+def _wait_ready(proc: subprocess.Popen, log: Path, cancel: threading.Event | None) -> tuple[str, LoadedModel]:
+    """The child's URL and what it loaded, read from its stdout as it comes (Cancel stops the wait)."""
+    assert proc.stdout is not None
+    loaded = None
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("the load was cancelled")
+        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
+        if not ready:
+            if proc.poll() is not None:
+                raise HearthError(f"the model could not be loaded over the machines: {_tail(log)}")
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait(10)
+            raise HearthError(f"the model could not be loaded over the machines: {_tail(log)}")
+        if line.startswith(LOADED):
+            d = json.loads(line[len(LOADED):])
+            loaded = LoadedModel(**{**d, "notes": tuple(d.get("notes") or ())})
+        elif line.startswith(READY) and loaded is not None:
+            return line.split(" at ")[1].split(";")[0].split(" ")[0], loaded
+
+
+def _tail(log: Path) -> str:
+    """The child's last error line (``hearth: error: ...``, or llama.cpp's), for the user."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    for ln in reversed(lines):
+        if ln.startswith("hearth: error:"):
+            return ln[len("hearth: error:"):].strip()
+    errs = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+    return (errs or lines or ["no message"])[-1][-300:]

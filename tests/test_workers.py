@@ -1,0 +1,112 @@
+"""Other machines for one model: a worker reached directly and one started over SSH (a real sshd on a
+loopback port), the child process a model on them runs in, a worker lost mid-reply, and the allow-list
+of a worker that listens beyond loopback."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from engine import HearthError, Message, SamplingParams
+from engine.backends.llama.rpc import probe_worker
+from engine.loading.request import LoadRequest
+from engine.workers.child import WorkerLost, open_split
+from engine.workers.connect import open_machine
+from engine.workers.machines import WorkerMachine, check_address
+from rpc_workers import ROOT, free_port, sshd, start_worker
+
+
+def ssh_machine(addr: str, key, data) -> WorkerMachine:
+    """This checkout's worker as an SSH machine would run it (its own data folder, one thread)."""
+    return WorkerMachine(addr, name="laptop", identity=str(key),
+                   command=f"env HEARTH_DATA_DIR={data} {sys.executable} -m engine worker --threads 1")
+
+
+def test_a_model_on_a_worker_and_an_ssh_machine_runs_apart_and_names_the_worker_that_went_away(
+        tmp_path, bundled_path):
+    direct, proc = start_worker(tmp_path, "direct")
+    with sshd(tmp_path / "ssh") as (addr, key):
+        laptop = ssh_machine(addr, key, tmp_path)
+        eng = open_split(LoadRequest(model=str(bundled_path), context=2048, exactness="exact"),
+                         [WorkerMachine(direct), laptop], data_dir=tmp_path, n_threads=1)
+        try:
+            m = eng.describe()
+            # The plan put the layers on both machines (Auto: they count as devices), as llama.cpp did.
+            assert m.runtime == "rpc" and m.device.count("RPC0[") == 2 and m.n_gpu_layers > 0
+            assert any("other machines" in n and "laptop" in n for n in m.notes)
+            tunnel = next(lk for lk in eng.links if lk.machine is laptop)
+            assert tunnel.endpoint != tunnel.remote and tunnel.round_trip_ms > 0
+            first = list(eng.stream([Message("user", "Name three colours.")],
+                                    SamplingParams(temperature=0.0, max_tokens=8)))[-1]
+            assert first.text and first.finish_reason == "max_tokens"
+            got: list[str] = []
+            with pytest.raises(WorkerLost) as e:
+                for ev in eng.stream([Message("user", "Write a long story about a dragon.")],
+                                     SamplingParams(temperature=0.0, max_tokens=400)):
+                    got.append(ev.text)
+                    if len(got) == 5:
+                        proc.kill()  # kill -9 the direct worker mid-reply
+            assert e.value.machines == (direct,) and direct in str(e.value) and "reload" in str(e.value)
+            assert "".join(got)  # what came before stays the caller's
+        finally:
+            eng.close()
+            proc.kill()
+            proc.wait(10)
+        assert eng.proc.poll() is not None  # the model's process is gone with the engine
+        deadline = time.monotonic() + 10
+        while True:  # the SSH session ended, so the worker it started there exits too
+            try:
+                probe_worker(tunnel.remote, timeout=1.0)
+            except HearthError:
+                break
+            assert time.monotonic() < deadline, "the SSH machine's worker outlived its session"
+            time.sleep(0.2)
+
+
+def test_an_ssh_machine_that_cannot_start_a_worker_says_why(tmp_path):
+    with sshd(tmp_path / "ssh") as (addr, key):
+        bad = WorkerMachine(addr, identity=str(key), command="no-such-hearth-worker")
+        with pytest.raises(HearthError, match="could not start a worker on .* over SSH: .*no-such-hearth-worker"):
+            open_machine(bad, tmp_path, timeout=20)
+        stranger = WorkerMachine(addr, identity=str(tmp_path / "ssh" / "host_ed25519"))  # a key sshd does not know
+        with pytest.raises(HearthError, match="over SSH: .*Permission denied"):
+            open_machine(stranger, tmp_path, timeout=20)
+
+
+def test_machine_addresses_are_a_worker_or_user_at_host():
+    for ok in ("127.0.0.1:50052", "gpu-box.local:50052", "[::1]:50052", "ann@gpu-box", "ann@10.0.0.5:2222"):
+        check_address(ok)
+    for bad in ("gpu-box", "ann@", "http://x:1", "a b:1", "ann@host; rm -rf ~"):
+        with pytest.raises(HearthError, match="host:port"):
+            check_address(bad)
+
+
+def test_a_worker_beyond_loopback_answers_only_the_addresses_it_allows(tmp_path):
+    """127.0.0.2 is this machine, but not an address run_worker takes for loopback: it needs --unsafe-listen,
+    and then --allow; the RPC server itself stays on 127.0.0.1 behind the relay."""
+    out = subprocess.run([sys.executable, "-m", "engine", "worker", "--host", "127.0.0.2", "--port",
+                          str(free_port()), "--unsafe-listen"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "needs --allow" in out.stderr
+    ok, p1 = start_worker(tmp_path, "allowed", "--unsafe-listen", "--allow", "127.0.0.0/8", host="127.0.0.2")
+    try:
+        assert probe_worker(ok).major == 7
+        assert "WARNING" in (tmp_path / "allowed.txt").read_text()
+    finally:
+        p1.kill()
+        p1.wait(10)
+    port = free_port()
+    log = open(tmp_path / "refusing.txt", "w")
+    p2 = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--host", "127.0.0.2", "--port", str(port),
+                           "--unsafe-listen", "--allow", "10.0.0.0/8"], cwd=ROOT, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while "refused a connection" not in (tmp_path / "refusing.txt").read_text():
+            with pytest.raises(HearthError):
+                probe_worker(f"127.0.0.2:{port}", timeout=1.0)
+            assert time.monotonic() < deadline and p2.poll() is None
+            time.sleep(0.2)
+    finally:
+        p2.kill()
+        p2.wait(10)
