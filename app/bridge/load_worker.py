@@ -97,9 +97,26 @@ def open_server_model(req: LoadRequest, *, cancel: threading.Event,
     return engine, engine.describe()
 
 
+def open_split_model(req: LoadRequest, *, cancel: threading.Event,
+                     progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+    """A model with layers on other machines (``req.workers``, as Settings → Machines saved them): planned
+    and loaded in a private child process, which a machine lost mid-reply cannot take the window with."""
+    from engine.workers.child import open_split
+
+    from app.core.machine_list import MachineList
+
+    machines = MachineList(data_dir())
+    engine = open_split(req, [machines.machine(a) for a in req.workers], data_dir=data_dir(), cancel=cancel,
+                        n_threads=app_threads().n_threads)
+    return engine, engine.describe()
+
+
 def open_model(req: LoadRequest, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, LoadedModel]:
-    """The engine for ``req``: on a server for a remote model, else here (open_local)."""
-    opener = open_server_model if req.model_source == "remote" else open_local
+    """The engine for ``req``: on a server for a remote model, in a child process for one that uses other
+    machines, else here (open_local)."""
+    if req.model_source == "remote":
+        return open_server_model(req, cancel=cancel, progress=progress)
+    opener = open_split_model if req.workers else open_local
     return opener(req, cancel=cancel, progress=progress)
 
 

@@ -40,6 +40,12 @@ class _Machines:
             if fmt not in self._hardware:
                 self._hardware[fmt] = plan_load.machine(fmt, torch_ok=False)
             hw = self._hardware[fmt]
+        if req.workers and fmt == "gguf":  # other machines' devices, as their last check found them
+            from app.core.machine_list import MachineList
+            from app.core.paths import data_dir
+
+            rows = MachineList(data_dir())
+            hw = plan_load.with_workers(hw, [(a, (r.memory if (r := rows.get(a)) else ())) for a in req.workers])
         return plan_load.plan_request(req, hardware=hw)
 
 

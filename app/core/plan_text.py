@@ -34,8 +34,17 @@ def fixed_choices(plan: Plan) -> str:
 
 
 def pools_text(plan: Plan) -> str:
-    """'GPU: 596 MiB of 600 MiB; RAM: 1.02 GiB of 21.7 GiB'."""
-    return "; ".join(f"{p.name}: {human_bytes(p.total)} of {human_bytes(p.available)}" for p in plan.breakdown.pools)
+    """'GPU: 596 MiB of 600 MiB; RAM: 1.02 GiB of 21.7 GiB'. Split over several devices (other machines'
+    workers, several GPUs), each one's layers too: 'worker 10.0.0.5:50052: 15 layers, 412 MiB of 8.00 GiB'."""
+    split = len(plan.breakdown.gpus) > 1 or any(g.vendor == "rpc" for g in plan.hardware.gpus)
+
+    def held(p) -> str:
+        if not (split and p.is_gpu):
+            return ""
+        return f"{p.layers} layers{' + head' if p.positions > p.layers else ''}, "
+
+    return "; ".join(f"{p.name}: {held(p)}{human_bytes(p.total)} of {human_bytes(p.available)}"
+                     for p in plan.breakdown.pools)
 
 
 def headline(plan: Plan) -> str:

@@ -9,10 +9,8 @@ kept; the message names the field, and the original is moved aside as a backup.
 The model choice that last loaded successfully is kept under ``last_working``
 so a failed load can roll back.
 
-Files written before a field existed still load: a missing ``source`` is
-worked out from ``model`` (older files hold only "bundled" or a GGUF path), a
-missing ``backend``/``quant`` means Auto, and a missing ``context_policy``
-means dropping the oldest turns.
+Files written before a field existed still load: a missing ``source`` is worked out from ``model`` (older
+files hold only "bundled" or a GGUF path), a missing field means its default (Auto, drop the oldest turns).
 """
 from __future__ import annotations
 
@@ -29,6 +27,7 @@ from engine.config import EXACTNESS, default_exactness
 from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, \
     effective_backend, infer_source, runs_gguf
 from engine.prompt.builder import CONTEXT_POLICIES
+from engine.workers.machines import is_address
 
 from app.core import mcp_servers as mcp, server_settings
 from app.core.paths import config_dir, move_aside
@@ -42,7 +41,7 @@ DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
 DEFAULT_CONTEXT_POLICY = "drop_oldest"
 LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "threads_poll", "gpu_layers",
-             "kv_type", "exactness", "mmproj")
+             "kv_type", "exactness", "mmproj", "workers")
 # The load settings a "Benchmark this model" row can set as a model's default.
 TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
 
@@ -86,6 +85,7 @@ class Settings:
     gpu_layers: int | str | None = None  # None = Auto (the memory plan), "all", or blocks on the GPU
     kv_type: str = "auto"           # "auto" (the memory plan) | "f16" | "q8_0" | "q4_0"
     exactness: str = field(default_factory=default_exactness)  # "exact" | "fast" (see EXACTNESS)
+    workers: tuple[str, ...] = ()   # machines whose devices take layers (Settings → Machines; host:port, user@host)
     # model -> {"applied": {...}, "previous": {...}}: what "Apply best" set and what it replaced
     tuning: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=_default_sampling)
@@ -111,6 +111,7 @@ class Settings:
     def __post_init__(self) -> None:
         if self.source is None and isinstance(self.model, str):
             self.source = infer_source(self.model)
+        self.workers = tuple(self.workers) if isinstance(self.workers, (list, tuple)) else self.workers
 
     # -- validation ---------------------------------------------------------
 
@@ -166,6 +167,8 @@ class Settings:
                                 "transformers keeps the cache in the model's compute dtype")
         if self.exactness not in EXACTNESS:
             raise SettingsError(f"exactness: must be one of {', '.join(EXACTNESS)}, got {self.exactness!r}")
+        if not isinstance(self.workers, tuple) or not all(isinstance(w, str) and is_address(w) for w in self.workers):
+            raise SettingsError(f"workers: each is host:port or user@host, got {self.workers!r}")
         if not isinstance(self.tuning, dict) or not all(
                 isinstance(t, dict) and set(t) == {"applied", "previous"} and all(
                     isinstance(t[k], dict) and set(t[k]) <= set(TUNABLE_KEYS) for k in t)

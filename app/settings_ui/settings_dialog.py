@@ -1,4 +1,4 @@
-"""Settings: model, backend, quantization, draft, context, sampling, presets, theme, local server, tools.
+"""Settings: model, backend, quantization, draft, context, sampling, presets, theme, local server, tools, machines.
 
 The model is the bundled GGUF, a local GGUF file, a local transformers folder
 or a Hub id; the backend follows its type (a GGUF may also run on
@@ -20,12 +20,14 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout
 
 from engine import HearthError
 
+from app.core.paths import data_dir
 from app.core.plan_text import refusal
 from app.settings_ui.presets_editor import PresetsEditor
 from app.settings_ui.sampling_form import SamplingForm
 from app.core.settings import THEMES, Settings, SettingsError
 from app.settings_ui.settings_model_tab import ModelTabMixin
 from app.settings_ui.settings_server_tab import ServerTab
+from app.settings_ui.settings_machines_tab import MachinesTab
 from app.settings_ui.settings_tools_tab import ToolsTab
 from app.core.text_utils import human_bytes
 
@@ -55,6 +57,9 @@ class SettingsDialog(ModelTabMixin, QDialog):
         tabs.addTab(self.server_tab, "Local server")
         self.tools_tab = ToolsTab(settings)
         tabs.addTab(self.tools_tab, "Tools")
+        self.machines_tab = MachinesTab(settings, data_dir())
+        tabs.addTab(self.machines_tab, "Machines")
+        self.machines_tab.table.itemChanged.connect(lambda *_: self.refresh_model())  # the plan's split follows
         lay.addWidget(tabs)
         self.error = QLabel()
         self.error.setWordWrap(True)
@@ -95,7 +100,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
                      default_preset=self.presets_editor.default_name(),
                      theme=THEMES[self.theme.currentIndex()],
                      context_policy=self.sampling_form.context_policy(), **self.server_tab.values(),
-                     **self.tools_tab.values())
+                     **self.tools_tab.values(), **self.machines_tab.values())
         s.validate()
         try:
             self._model_check.check(s.source, s.model)

@@ -268,7 +268,13 @@ class ModelTabMixin:
         return LoadRequest(model=self.chosen_model(), source=self.chosen_source(), backend=self.chosen_backend(),
                            quant=self.chosen_quant(), context=None if self.ctx_auto.isChecked() else self.ctx.value(),
                            draft=self.chosen_draft(), gpu_layers=self.chosen_gpu_layers(),
-                           kv_type=self.chosen_kv_type(), exactness=self.chosen_exactness())
+                           kv_type=self.chosen_kv_type(), exactness=self.chosen_exactness(),
+                           workers=self.chosen_workers())
+
+    def chosen_workers(self) -> tuple[str, ...]:
+        """The machines ticked in the Machines tab (none while the dialog is still being built)."""
+        tab = getattr(self, "machines_tab", None)
+        return tab.values()["workers"] if tab is not None else ()
 
     def _sync_backend(self, source: str, model: str) -> str:
         """Make the backend choice follow the model's type; return the backend in use."""

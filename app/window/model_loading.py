@@ -295,6 +295,8 @@ class LoadingController:
         req, model = st.req, self.host.model
         if self._closed() or req is None:
             return
+        if req.workers and self._offer_without_lost(req, msg):
+            return
         if is_device_failure(msg) and model is not None and model.runtime != "cpu" and req.cpu_only is None:
             # The device failed under the reply (a reset, a GPU gone): go on on the CPU, once.
             text = (f"{model.device or 'The GPU'} failed during the reply ({msg}); the model now runs on "
@@ -307,3 +309,25 @@ class LoadingController:
         st.oom_retried = True
         # after the reply's failure is shown
         QTimer.singleShot(0, lambda: self.load_model(replace(req, retry_after=msg)))
+
+    def _offer_without_lost(self, req: LoadRequest, msg: str) -> bool:
+        """A machine the model's layers were on went away mid-reply (the error names it): offer to load the
+        model without it. The reply's own failure handling has kept the message and the partial reply."""
+        from app.core.machine_list import MachineList
+
+        machines = MachineList(data_dir())
+        lost = [a for a in req.workers if machines.machine(a).label in msg]
+        if not lost:
+            return False
+        rest = tuple(a for a in req.workers if a not in lost)
+        names = ", ".join(machines.machine(a).label for a in lost)
+
+        def reload() -> None:
+            self._adopt(replace(self._settings(), workers=rest))  # the next start leaves it out too
+            self.load_model(replace(req.plain(), workers=rest))
+
+        where = "the other machines left" if rest else "this machine alone"
+        self.info.show_message(f"{names} stopped answering, and the model's layers there are gone. Your message "
+                               f"and the reply so far are kept; the model can be loaded again on {where}.",
+                               "error", action=(f"Reload without {names}", reload))
+        return True

@@ -10,6 +10,7 @@ plan through :func:`plan_request`, so the plan shown is the plan loaded.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,6 +62,16 @@ def machine(fmt: str | None, *, torch_ok: bool = True) -> Hardware:
     notes = () if gpus else ("llama.cpp has no GPU device here (see the runtime in the model's tooltip): "
                              "the model runs on the CPU from system RAM",)
     return replace(base, gpus=gpus, notes=notes)
+
+
+def with_workers(hw: Hardware, machines: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> Hardware:
+    """``hw`` with other machines' devices before its GPUs, where llama.cpp puts them once registered:
+    (address, [(free, total) per device]) per machine, as their last check found them. The window's plan
+    preview for a load with workers; the load itself plans in the child, where they are registered."""
+    extra = [GPU(0, address, "rpc", total, free, device=f"RPC{k}[{address}]")
+             for address, devices in machines for k, (free, total) in enumerate(devices)]
+    gpus = tuple(replace(g, index=i) for i, g in enumerate([*extra, *hw.gpus]))
+    return replace(hw, gpus=gpus, notes=hw.notes if not extra or hw.gpus else ())
 
 
 def _log_names(devs) -> list[str]:

@@ -5,7 +5,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ..backends.llama.rpc import probe_worker
+from ..backends.llama.rpc import probe_worker, worker_memory
 from ..errors import HearthError
 from .machines import Link, WorkerMachine
 from .ssh import open_ssh
@@ -31,6 +31,7 @@ def open_machine(machine: WorkerMachine, data_dir: Path | None, *, timeout: floa
         link = Link(machine, machine.address)
     try:
         link.round_trip_ms = round_trip_ms(link.endpoint)
+        link.memory = worker_memory(link.endpoint)
     except HearthError:
         link.close()
         raise

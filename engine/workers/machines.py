@@ -51,9 +51,14 @@ class WorkerMachine:
                    d.get("identity") or None)
 
 
+def is_address(text: str) -> bool:
+    """Whether ``text`` is a machine's address: ``host:port`` or ``user@host[:port]``."""
+    return bool(_WORKER_RE.match(text) or _SSH_RE.match(text))
+
+
 def check_address(address: str) -> None:
     """HearthError unless ``address`` is ``host:port`` or ``user@host[:port]``."""
-    if not (_WORKER_RE.match(address) or _SSH_RE.match(address)):
+    if not is_address(address):
         raise HearthError(f"a machine is host:port (a worker it runs) or user@host (Hearth starts the worker over "
                           f"SSH), not {address!r}")
 
@@ -66,6 +71,7 @@ class Link:
     round_trip_ms: float = 0.0
     tunnel: subprocess.Popen | None = None
     remote: str = ""     # over SSH: the worker's address on its own machine (its loopback)
+    memory: list[tuple[int, int]] = field(default_factory=list)  # (free, total) bytes of each device it serves
     notes: list[str] = field(default_factory=list)
 
     @property

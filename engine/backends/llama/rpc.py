@@ -28,6 +28,7 @@ from ...errors import HearthError
 
 PROTO_MAJOR, PROTO_MINOR = 7, 0   # ggml-rpc.h's RPC_PROTO_*_VERSION in the llama.cpp this wheel carries
 CMD_HELLO = 14                    # RPC_CMD_HELLO, fixed across versions ("must be always 14")
+CMD_GET_DEVICE_MEMORY, CMD_DEVICE_COUNT = 11, 15  # enum rpc_cmd in ggml-rpc.cpp (protocol 7)
 CONN_CAPS = 24                    # RPC_CONN_CAPS_SIZE (transport.h): all zero asks for plain TCP
 DEFAULT_PORT = 50052              # rpc-server's
 
@@ -46,6 +47,30 @@ def probe_worker(endpoint: str, timeout: float = 3.0) -> Version:
     """The protocol version a worker at ``host:port`` speaks, by its HELLO. Raises HearthError
     (never aborts) for a closed port, a silent one, one that is not a worker, or a version this
     build's client would refuse."""
+    return _ask(endpoint, timeout, lambda s: None)[0]
+
+
+def worker_memory(endpoint: str, timeout: float = 3.0) -> list[tuple[int, int]]:
+    """(free, total) bytes of each device the worker at ``endpoint`` serves, asked as llama.cpp's client
+    asks (DEVICE_COUNT, then GET_DEVICE_MEMORY per device), without registering anything here."""
+    def ask(s: socket.socket) -> list[tuple[int, int]]:
+        (count,) = struct.unpack("<I", _command(s, CMD_DEVICE_COUNT, b"", 4))
+        return [struct.unpack("<QQ", _command(s, CMD_GET_DEVICE_MEMORY, struct.pack("<I", i), 16))
+                for i in range(min(count, 16))]
+    return _ask(endpoint, timeout, ask)[1]
+
+
+def _command(s: socket.socket, cmd: int, payload: bytes, size: int) -> bytes:
+    """One request (| cmd u8 | size u64 | payload |) and its fixed-size answer (| size u64 | data |)."""
+    s.sendall(struct.pack("<BQ", cmd, len(payload)) + payload)
+    (n,) = struct.unpack("<Q", _exactly(s, 8))
+    if n != size:
+        raise OSError(f"an answer of {n} bytes, not {size}")
+    return _exactly(s, n)
+
+
+def _ask(endpoint: str, timeout: float, then):
+    """Connect, HELLO (the version check), then ``then(socket)``: (version, its result)."""
     host, _, port = endpoint.rpartition(":")
     if not host or not port.isdigit():
         raise HearthError(f"a worker's address is host:port, not {endpoint!r}")
@@ -58,17 +83,17 @@ def probe_worker(endpoint: str, timeout: float = 3.0) -> Version:
                 raise HearthError(f"{endpoint} answered, but not as a llama.cpp RPC worker of protocol "
                                   f"{PROTO_MAJOR}.x (its HELLO reply is {size} bytes)")
             body = _exactly(s, size)
+            v = Version(body[0], body[1], body[2])
+            if v.major != PROTO_MAJOR or v.minor > PROTO_MINOR:
+                raise HearthError(f"the worker at {endpoint} speaks RPC protocol {v}; this Hearth speaks "
+                                  f"{PROTO_MAJOR}.{PROTO_MINOR}: start the worker from the same Hearth version")
+            return v, then(s)
     except (ConnectionRefusedError, socket.gaierror) as e:
         raise HearthError(f"no worker at {endpoint}: {e.strerror or e}") from None
     except (TimeoutError, socket.timeout):
         raise HearthError(f"{endpoint} did not answer within {timeout:.0f} s: is it a llama.cpp RPC worker?") from None
     except OSError as e:
         raise HearthError(f"{endpoint} closed the connection: is it a llama.cpp RPC worker? ({e})") from None
-    v = Version(body[0], body[1], body[2])
-    if v.major != PROTO_MAJOR or v.minor > PROTO_MINOR:
-        raise HearthError(f"the worker at {endpoint} speaks RPC protocol {v}; this Hearth speaks "
-                          f"{PROTO_MAJOR}.{PROTO_MINOR}: start the worker from the same Hearth version")
-    return v
 
 
 def _exactly(s: socket.socket, n: int) -> bytes:
