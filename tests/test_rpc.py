@@ -28,9 +28,13 @@ def two_workers(tmp_path):
         p.wait(10)
 
 
-def test_a_worker_answers_hello_with_this_builds_protocol(worker):
+def test_a_worker_answers_hello_with_this_builds_protocol_and_says_its_memory(worker):
+    from engine.backends.llama.rpc import worker_memory
+
     v = probe_worker(worker[0])
     assert (v.major, v.minor) == (7, 0)
+    (free, total), = worker_memory(worker[0])  # one device: this machine's CPU, its RAM
+    assert 0 < free <= total
 
 
 def test_a_port_that_is_not_a_worker_is_an_error_not_an_abort():
@@ -131,3 +135,15 @@ def test_placement_names_a_worker_as_a_worker_not_the_cpu():
            "load_tensors:   CPU_Mapped model buffer size =    28.69 MiB\n"]
     p = placement(log)
     assert p.runtime == "rpc" and p.device == "RPC0[127.0.0.1:50052]+RPC0[127.0.0.1:50053]"
+
+
+def test_bench_rpc_side_answers_prefill_and_decode_with_every_layer_on_a_worker(worker, bundled_path):
+    """`bench rpc`'s side on a worker (the comparison with all local is the benchmark's)."""
+    from engine.bench.speed import Side
+
+    s = Side("one worker", bundled_path, 1, module="engine.bench.rpc", extra=(worker[0],))
+    try:
+        assert s.ask("pp 64") > 0 and s.ask("tg") > 0
+    finally:
+        s.close()
+    assert s.proc.returncode == 0

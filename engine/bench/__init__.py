@@ -13,7 +13,8 @@ import importlib
 MODULES = {"overhead": "overhead", "prefix": "prefix", "speculative": "speculative", "sizing": "sizing", "hf": "hf",
            "quality": "quality", "stop": "stop", "soak": "soak", "tune": "tune_model", "server": "api_cost",
            "serve": "concurrency", "threads": "threads", "handover": "handover", "documents": "documents",
-           "tools": "tools", "images": "images", "agents": "agents", "speed": "speed", "remote": "remote"}
+           "tools": "tools", "images": "images", "agents": "agents", "speed": "speed", "remote": "remote",
+           "rpc": "rpc"}
 NAMES = tuple(MODULES)
 
 

@@ -167,10 +167,11 @@ def worker(side: str, path: str, threads: int) -> None:
 
 
 class Side:
-    """A side's worker process."""
+    """A side's worker process (``python -m MODULE SIDE PATH THREADS EXTRA...``, answering ``pp N`` and ``tg``)."""
 
-    def __init__(self, side: str, path: Path, threads: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine.bench.speed", side, str(path), str(threads)],
+    def __init__(self, side: str, path: Path, threads: int, module: str = "engine.bench.speed",
+                 extra: tuple[str, ...] = ()) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", module, side, str(path), str(threads), *extra],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=clean_env(),
                                      cwd=Path(__file__).resolve().parents[2])
         if self._read() != "ready":
