@@ -294,7 +294,7 @@ def _bnb(path: Path) -> dict:
 def measure(kit: Path) -> dict:
     sys.path.insert(0, str(ROOT))
     _offload_everything()
-    from engine.bench import prefix, speculative
+    from engine.bench import prefix, rpc, speculative
     from engine.models.catalogue import BENCH_TARGET, bench_model_path, bundled_model_path
 
     models = {"bundled": next(iter((kit / "models").glob("SmolLM2-*.gguf")), None),
@@ -313,6 +313,9 @@ def measure(kit: Path) -> dict:
         out["plan_vs_nvml"] = _try(_plan_vs_nvml, models["bundled"])
         out["bnb"] = _try(_bnb, models["bundled"])
     out["speculative"] = _try(speculative.run, argparse.Namespace(tokens=128, threads=None, rounds=1))
+    for label, path in models.items():  # a worker on the GPU over loopback, against the same GPU in-process
+        out[f"rpc_{label}"] = _try(rpc.bench_rpc, argparse.Namespace(model=str(path), threads=None, rounds=3,
+                                                                      gpu_check=True)) if path else {"skipped": "no"}
     return out
 
 

@@ -16,7 +16,8 @@
 # on the GPU: runtime and device, decode tok/s and roofline fraction (model bytes x tok/s over
 # the card's measured copy bandwidth) for the bundled model and the 1.5B, prefill tok/s, prefix
 # cache warm/cold, the exact and fast profiles (speed, batch invariance), speculative speedup (0.5B
-# draft and n-gram, with identical), the planner's GPU figure against NVML, and bitsandbytes int8/NF4 tok/s on torch CUDA.
+# draft and n-gram, with identical), the planner's GPU figure against NVML, bitsandbytes int8/NF4 tok/s on torch CUDA,
+# and the model on an RPC worker on the GPU over loopback against the GPU in-process (bench rpc --gpu-check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = prepare ]; then

@@ -141,7 +141,7 @@ def test_bench_rpc_side_answers_prefill_and_decode_with_every_layer_on_a_worker(
     """`bench rpc`'s side on a worker (the comparison with all local is the benchmark's)."""
     from engine.bench.speed import Side
 
-    s = Side("one worker", bundled_path, 1, module="engine.bench.rpc", extra=(worker[0],))
+    s = Side("one worker", bundled_path, 1, module="engine.bench.rpc", extra=("cpu", worker[0]))
     try:
         assert s.ask("pp 64") > 0 and s.ask("tg") > 0
     finally:

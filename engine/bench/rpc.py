@@ -9,6 +9,9 @@ repacked, so that is the fair comparison), prefix cache off:
 - ``one worker``: every layer on one ``engine worker`` with those threads;
 - ``two workers``: the layers split over two workers with half the threads each.
 
+``--gpu-check`` puts every layer on the GPU instead: local on this process's GPU, the workers on theirs
+(scripts/gpu_check.sh runs it on the first GPU lent).
+
 Workers run in processes of their own on 127.0.0.1, so the figures are the protocol's cost (a
 round trip per call, the activations copied), not a network's: a LAN adds its round trip times
 about three calls a token. Ratios are each side's median over the rounds divided by ``local``'s.
@@ -33,9 +36,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class RpcSide(HearthSide):
-    """Hearth with every layer on the workers at ``endpoints`` (none: all local)."""
+    """Hearth with every layer on the workers at ``endpoints`` (none: all here, on this machine's GPU with
+    ``gpu``)."""
 
-    def __init__(self, path: Path, threads: int, endpoints: list[str]) -> None:
+    def __init__(self, path: Path, threads: int, endpoints: list[str], gpu: bool = False) -> None:
         from ..backends.llama.rpc import add_worker
         from ..config import EngineConfig
         from ..engine import Engine
@@ -43,12 +47,12 @@ class RpcSide(HearthSide):
         for ep in endpoints:
             add_worker(ep)
         self.engine = Engine.open(EngineConfig(path, n_ctx=4096, n_threads=threads, exactness="exact",
-                                               cache_budget=0, n_gpu_layers=-1 if endpoints else 0))
+                                               cache_budget=0, n_gpu_layers=-1 if endpoints or gpu else 0))
 
 
-def side_main(path: str, threads: int, endpoints: list[str]) -> None:
+def side_main(path: str, threads: int, where: str, endpoints: list[str]) -> None:
     """One side in its own process: registration is process-wide, and a lost worker aborts it."""
-    s = RpcSide(Path(path), threads, endpoints)
+    s = RpcSide(Path(path), threads, endpoints, gpu=where == "gpu")
     print("ready", flush=True)
     for line in sys.stdin:
         cmd = line.split()
@@ -81,6 +85,7 @@ def bench_rpc(a: argparse.Namespace) -> dict[str, Any]:
 
     path = Path(a.model) if getattr(a, "model", None) and a.model != "bundled" else bundled_model_path()
     threads = getattr(a, "threads", None) or min(2, os.cpu_count() or 2)
+    gpu = bool(getattr(a, "gpu_check", False))  # every layer on this machine's GPU, the workers' too
     half = max(1, threads // 2)
     procs: list[subprocess.Popen] = []
     sides: dict[str, Side] = {}
@@ -90,8 +95,12 @@ def bench_rpc(a: argparse.Namespace) -> dict[str, Any]:
             two = [_worker(Path(tmp), half) for _ in range(2)]
             procs += [p1, *(p for _, p in two)]
             plan = {"local": [], "one worker": [one], "two workers": [e for e, _ in two]}
-            # The client computes nothing but the input rows when every layer is elsewhere: one thread.
-            sides = {name: Side(name, path, threads if not eps else 1, module="engine.bench.rpc", extra=tuple(eps))
+            # The client computes nothing but the input rows when every layer is elsewhere: one thread. With a
+            # GPU the workers use it and the client does not see it (else llama.cpp splits over both).
+            where = "gpu" if gpu else "cpu"
+            hide = {**clean_env(), "CUDA_VISIBLE_DEVICES": "", "GGML_VK_VISIBLE_DEVICES": ""} if gpu else None
+            sides = {name: Side(name, path, threads if not eps else 1, module="engine.bench.rpc",
+                                extra=(where, *eps), env=hide if eps else None)
                      for name, eps in plan.items()}
             got = _rounds(sides, max(1, a.rounds))
         finally:
@@ -102,8 +111,8 @@ def bench_rpc(a: argparse.Namespace) -> dict[str, Any]:
                 p.wait(10)
     med = {name: {k: _median(v) for k, v in g.items()} for name, g in got.items()}
     base = med["local"]
-    return {"bench": "rpc", "model": path.name, "threads": threads, "rounds": a.rounds,
-            "reference": f"the same model all local, {threads} threads, same run",
+    return {"bench": "rpc", "model": path.name, "threads": threads, "rounds": a.rounds, "device": where,
+            "reference": f"the same model all local ({where}), {threads} threads, same run",
             "tok_s": med, "vs_local": {name: {k: round(m[k] / base[k], 3) for k in m if base.get(k)}
                                        for name, m in med.items() if name != "local"},
             "meets": {"decode_one_worker_at_least_0.9": med["one worker"][f"tg{N_GEN}"] >= 0.9 * base[f"tg{N_GEN}"]}}
@@ -122,4 +131,4 @@ def _rounds(sides: dict[str, Side], rounds: int) -> dict[str, dict[str, list[flo
 
 
 if __name__ == "__main__":
-    side_main(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
+    side_main(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:])

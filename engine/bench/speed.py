@@ -170,9 +170,9 @@ class Side:
     """A side's worker process (``python -m MODULE SIDE PATH THREADS EXTRA...``, answering ``pp N`` and ``tg``)."""
 
     def __init__(self, side: str, path: Path, threads: int, module: str = "engine.bench.speed",
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", module, side, str(path), str(threads), *extra],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=clean_env(),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env or clean_env(),
                                      cwd=Path(__file__).resolve().parents[2])
         if self._read() != "ready":
             raise RuntimeError(f"bench speed: the {side} side did not start")
