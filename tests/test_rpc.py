@@ -69,12 +69,14 @@ r = load_model(LoadRequest(model={str(bundled_path)!r}, context=2048, gpu_layers
                data_dir=None, n_threads=1)
 b = list(r.engine.stream(m, p))[-1].text
 memory = r.engine.describe().memory
-print(repr((names, a, b, r.plan.tensor_split, device_errors(r.plan, memory), r.check["rel_error"], memory)))
+draft = r.engine.backend.open_draft({str(bundled_path)!r}).n_gpu_layers  # a draft never goes over the link
+print(repr((names, a, b, r.plan.tensor_split, device_errors(r.plan, memory), r.check["rel_error"], memory, draft)))
 '''
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    names, a, b, split, per_device, overall, memory = eval(out.stdout.strip().splitlines()[-1])
+    names, a, b, split, per_device, overall, memory, draft = eval(out.stdout.strip().splitlines()[-1])
     assert names == [["RPC0"], ["RPC1"]] and a and b == a
+    assert draft == 0  # only workers take layers here: the draft stays on this machine's CPU
     assert split is not None and len(split) == 2 and all(split)  # both workers hold layers
     for w in two_workers:
         assert memory.get(f"weights@RPC0[{w}]", 0) > 30e6  # the weights really are on each worker

@@ -348,6 +348,22 @@ def test_draft_is_given_up_before_context_and_kept_when_there_is_room():
                     Choices(quant="Q4_K_M", draft="none")).config.draft is None
 
 
+def test_the_draft_never_goes_to_another_machines_worker():
+    """It runs every step: on a worker each step would cross the link. Beside a local GPU it goes there;
+    with only workers, to RAM."""
+    from engine.sizing.hardware import GPU
+
+    worker = GPU(0, "10.0.0.5:50052", "rpc", 16 * GiB, 16 * GiB, device="RPC0[10.0.0.5:50052]")
+    local = GPU(1, "simulated GPU", "simulated", 16 * GiB, 16 * GiB)
+    both = plan_for("qwen2.5-7b-instruct", Hardware((worker, local), 32 * GiB, 32 * GiB, 8, "simulated"),
+                    Choices(quant="Q4_K_M"))
+    assert both.config.draft is not None
+    assert both.breakdown.gpus[0].draft == 0 and both.breakdown.gpus[1].draft > 0
+    alone = plan_for("qwen2.5-7b-instruct", Hardware((worker,), 32 * GiB, 32 * GiB, 8, "simulated"),
+                     Choices(quant="Q4_K_M", n_gpu_layers=1 << 20))
+    assert alone.breakdown.gpus[0].draft == 0 and (alone.config.draft is None or alone.breakdown.ram.draft > 0)
+
+
 def test_prefix_cache_is_the_first_thing_given_up():
     p = plan_fixture("llama-3.1-8b-instruct.Q8_0.gguf", "CPU 16 GiB")
     assert p.n_ctx == 32768 and p.prefix_cache == 128 * MiB

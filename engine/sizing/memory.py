@@ -342,12 +342,14 @@ def _estimate_hf(cfg: Config, hw: Hardware) -> Breakdown:
 
 def _add_draft(b: Breakdown, cfg: Config, d: ModelSpec, hw: Hardware) -> None:
     """The draft model (``d``, which is ``cfg.draft``) runs on the GPU when the target is
-    fully offloaded (a CPU draft would slow a GPU target down), otherwise in RAM."""
+    fully offloaded (a CPU draft would slow a GPU target down), otherwise in RAM; never on another
+    machine's worker (it runs every step: each would cross the link)."""
     cells = kv_cells(cfg.n_ctx)
-    on_gpu = bool(hw.gpus) and cfg.all_on_gpu
+    local = [p for p, g in zip(b.gpus, hw.gpus) if g.vendor != "rpc"]
+    on_gpu = bool(local) and cfg.all_on_gpu
     fa = on_gpu or cfg.kv_type not in ("f16", "f32", "bf16")
     need = (d.weight_bytes + (d.output_bytes if on_gpu and d.tied_output else 0)
             + kv_layer_bytes(d, cells, cfg.kv_type) * d.n_layers
             + max(output_peak(d, cfg.n_batch, 2 if on_gpu else 3), attention_peak(d, cfg.n_batch, cells, fa)))
-    target = max(b.gpus, key=lambda p: p.available - p.total) if on_gpu else b.ram
+    target = max(local, key=lambda p: p.available - p.total) if on_gpu else b.ram
     target.draft += need

@@ -328,8 +328,14 @@ class LlamaCppBackend:
         # The planner counts the draft on the GPU only when the target is all there (the draft runs
         # every step, and splitting both across the bus would cost more than it saves).
         on_gpu = self.n_gpu_layers < 0 or self.n_gpu_layers > self.info.n_layers
+        split = None
+        if on_gpu:  # never on another machine's worker: a draft runs every step, and each would cross the link
+            from .devices import gpu_devices
+
+            shares = [0.0 if d.runtime == "rpc" else 1.0 for d in gpu_devices()]
+            on_gpu, split = any(shares), (tuple(shares) if 0.0 in shares and any(shares) else None)
         return LlamaCppBackend(path, n_ctx=self.n_ctx, n_threads=n_threads, n_gpu_layers=-1 if on_gpu else 0,
-                               exactness=self.exactness, threads_poll=self.threads_poll)
+                               exactness=self.exactness, threads_poll=self.threads_poll, tensor_split=split)
 
     def open_batch(self, n_seq: int, n_ctx: int) -> LlamaBatch:
         # The model must outlive the batch context: close the batch first.
