@@ -45,7 +45,8 @@ class _Machines:
             from app.core.paths import data_dir
 
             rows = MachineList(data_dir())
-            hw = plan_load.with_workers(hw, [(a, (r.memory if (r := rows.get(a)) else ())) for a in req.workers])
+            found = [(a, rows.get(a)) for a in req.workers]
+            hw = plan_load.with_workers(hw, [(r.machine.label if r else a, r.memory if r else ()) for a, r in found])
         return plan_load.plan_request(req, hardware=hw)
 
 

@@ -66,10 +66,10 @@ def machine(fmt: str | None, *, torch_ok: bool = True) -> Hardware:
 
 def with_workers(hw: Hardware, machines: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> Hardware:
     """``hw`` with other machines' devices before its GPUs, where llama.cpp puts them once registered:
-    (address, [(free, total) per device]) per machine, as their last check found them. The window's plan
+    (name, [(free, total) per device]) per machine, as their last check found them. The window's plan
     preview for a load with workers; the load itself plans in the child, where they are registered."""
-    extra = [GPU(0, address, "rpc", total, free, device=f"RPC{k}[{address}]")
-             for address, devices in machines for k, (free, total) in enumerate(devices)]
+    extra = [GPU(0, name, "rpc", total, free, device=f"RPC{k}[{name}]")
+             for name, devices in machines for k, (free, total) in enumerate(devices)]
     gpus = tuple(replace(g, index=i) for i, g in enumerate([*extra, *hw.gpus]))
     return replace(hw, gpus=gpus, notes=hw.notes if not extra or hw.gpus else ())
 
