@@ -110,3 +110,15 @@ def test_a_worker_beyond_loopback_answers_only_the_addresses_it_allows(tmp_path)
     finally:
         p2.kill()
         p2.wait(10)
+
+
+def test_a_model_the_child_cannot_load_says_why_and_leaves_the_worker_ready(tmp_path):
+    direct, proc = start_worker(tmp_path, "direct")
+    try:
+        with pytest.raises(HearthError, match="could not be loaded over the machines: .*not found"):
+            open_split(LoadRequest(model=str(tmp_path / "missing.gguf"), source="gguf"), [WorkerMachine(direct)],
+                       data_dir=tmp_path, n_threads=1)
+        assert probe_worker(direct).major == 7  # the worker is untouched, ready for the next load
+    finally:
+        proc.kill()
+        proc.wait(10)
