@@ -8,8 +8,17 @@ cd "$(dirname "$0")/.."
 PACKAGES="mesa-vulkan-drivers libvulkan1 glslc openssh-server openssh-client"
 if command -v apt-get >/dev/null && ! dpkg -s $PACKAGES >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $PACKAGES >/dev/null
+    if [ -z "$SUDO" ] || command -v sudo >/dev/null; then
+        had_sshd=no; dpkg -s openssh-server >/dev/null 2>&1 && had_sshd=yes
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $PACKAGES >/dev/null
+        # The tests run their own sshd on a loopback port: a system one installed just now stays off.
+        if [ "$had_sshd" = no ] && command -v systemctl >/dev/null; then
+            $SUDO systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+        fi
+    else
+        echo "test.sh: cannot install $PACKAGES (not root, no sudo); the tests that need them say so" >&2
+    fi
 fi
 # --hf: the transformers backend's tests (torch CPU wheel, transformers, bitsandbytes) run too.
 python3 scripts/setup.py --dev --hf

@@ -76,11 +76,25 @@ def test_an_ssh_machine_that_cannot_start_a_worker_says_why(tmp_path):
 
 
 def test_machine_addresses_are_a_worker_or_user_at_host():
-    for ok in ("127.0.0.1:50052", "gpu-box.local:50052", "[::1]:50052", "ann@gpu-box", "ann@10.0.0.5:2222"):
+    for ok in ("127.0.0.1:50052", "gpu-box.local:50052", "ann@gpu-box", "ann@10.0.0.5:2222", "ann@[::1]:2222"):
         check_address(ok)
-    for bad in ("gpu-box", "ann@", "http://x:1", "a b:1", "ann@host; rm -rf ~"):
+    # llama.cpp's client cuts an endpoint at its first ":" (an IPv6 worker is reached over SSH); ports stop at
+    # 65535 (glibc would wrap 70000 to 4464); a leading "-" would be an ssh option.
+    for bad in ("gpu-box", "ann@", "http://x:1", "a b:1", "ann@host; rm -rf ~", "[::1]:50052", "host:70000",
+                "host:0", "-oProxyCommand=touch@x", "ann@-oProxyCommand=x"):
         with pytest.raises(HearthError, match="host:port"):
             check_address(bad)
+    with pytest.raises(HearthError, match="cannot be read"):
+        WorkerMachine("ann@gpu-box", command="hearth-worker 'unclosed")
+
+
+def test_the_ssh_command_passes_the_host_after_the_options_and_the_port_apart(tmp_path):
+    from engine.workers.ssh import ssh_command
+
+    cmd = ssh_command(WorkerMachine("ann@[::1]:2222", identity="/k"), 4000, 30000, tmp_path / "known_hosts")
+    assert cmd[-4:] == ["ann", "--", "::1", "hearth-worker --port 30000 --until-stdin-closes"] and cmd[-5] == "-l"
+    assert cmd[cmd.index("-p") + 1] == "2222" and "-L" in cmd and "127.0.0.1:4000:127.0.0.1:30000" in cmd
+    assert "ControlMaster=no" in cmd and any(str(tmp_path / "known_hosts") in c for c in cmd)
 
 
 def test_a_worker_beyond_loopback_answers_only_the_addresses_it_allows(tmp_path):

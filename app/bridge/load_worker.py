@@ -116,7 +116,8 @@ def open_model(req: LoadRequest, *, cancel: threading.Event, progress: Progress)
     machines, else here (open_local)."""
     if req.model_source == "remote":
         return open_server_model(req, cancel=cancel, progress=progress)
-    opener = open_split_model if req.workers else open_local
+    # Other machines' workers take a llama.cpp model's layers; a transformers model stays here.
+    opener = open_split_model if req.workers and req.effective_backend == "llama_cpp" else open_local
     return opener(req, cancel=cancel, progress=progress)
 
 

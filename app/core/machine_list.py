@@ -88,14 +88,17 @@ class MachineList:
         atomic_write(self.path, json.dumps([r.to_dict() for r in rows], indent=1))
 
 
-def check_machine(machine: WorkerMachine, data_dir: Path) -> MachineRow:
-    """Reach ``machine`` (over SSH: start its worker), measure the link and its devices, let it go again."""
+def check_machine(machine: WorkerMachine, data_dir: Path, previous: MachineRow | None = None) -> MachineRow:
+    """Reach ``machine`` (over SSH: start its worker), measure the link and its devices, let it go again.
+    A check that fails keeps what the ``previous`` one found (a worker busy with the loaded model does not
+    answer, but its devices are still there), with the reason."""
     from engine.workers.connect import open_machine
 
     try:
         link = open_machine(machine, data_dir, timeout=60)
     except HearthError as e:
-        return MachineRow(machine, checked=time.time(), problem=str(e))
+        before = previous or MachineRow(machine)
+        return MachineRow(machine, before.round_trip_ms, before.memory, time.time(), problem=str(e))
     try:
         return MachineRow(machine, link.round_trip_ms, tuple(link.memory), time.time())
     finally:

@@ -140,7 +140,8 @@ class MachinesTab(QWidget):
         item = self._item(address)
         if item is not None:
             item.setText(2, "checking…")
-        self._bg.run(lambda: check_machine(machine, self.data_dir), on_done=self._checked,
+        folder, previous = self.data_dir, self.store.get(address)  # the call runs on a worker thread: no widget
+        self._bg.run(lambda: check_machine(machine, folder, previous), on_done=self._checked,
                      on_failed=lambda e: self._checked(MachineRow(machine, problem=str(e))), kind=f"check {address}")
 
     def remove(self, address: str) -> None:

@@ -316,7 +316,7 @@ class LoadingController:
         from app.core.machine_list import MachineList
 
         machines = MachineList(data_dir())
-        lost = [a for a in req.workers if machines.machine(a).label in msg]
+        lost = [a for a in req.workers if f"[{a}]" in msg and "stopped answering" in msg]  # child.lost_text
         if not lost:
             return False
         rest = tuple(a for a in req.workers if a not in lost)

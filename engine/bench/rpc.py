@@ -59,23 +59,24 @@ def side_main(path: str, threads: int, where: str, endpoints: list[str]) -> None
         print(round(s.prefill(int(cmd[1])) if cmd[0] == "pp" else s.decode(), 3), flush=True)
 
 
-def _worker(folder: Path, threads: int) -> tuple[str, subprocess.Popen]:
+def _worker(folder: Path, threads: int, procs: list[subprocess.Popen]) -> str:
     from ..backends.llama.rpc import probe_worker
     from ..errors import HearthError
 
     with socket.create_server(("127.0.0.1", 0)) as sock:
         port = sock.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--port", str(port), "--threads", str(threads),
-                          "--no-cache"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(folder / f"w{port}.txt", "w"),
-                         env={**clean_env(), "HEARTH_DATA_DIR": str(folder)})
+    with open(folder / f"w{port}.txt", "w") as err:
+        p = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--port", str(port), "--threads",
+                              str(threads), "--no-cache"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
+                             env={**clean_env(), "HEARTH_DATA_DIR": str(folder)})
+    procs.append(p)  # the caller stops it, whatever happens next
     deadline = time.monotonic() + 60
     while True:
         try:
             probe_worker(f"127.0.0.1:{port}")
-            return f"127.0.0.1:{port}", p
+            return f"127.0.0.1:{port}"
         except HearthError:
             if p.poll() is not None or time.monotonic() > deadline:
-                p.kill()
                 raise RuntimeError(f"bench rpc: a worker did not start: {(folder / f'w{port}.txt').read_text()[-400:]}")
             time.sleep(0.2)
 
@@ -91,10 +92,9 @@ def bench_rpc(a: argparse.Namespace) -> dict[str, Any]:
     sides: dict[str, Side] = {}
     with tempfile.TemporaryDirectory(prefix="hearth-bench-rpc-") as tmp:
         try:
-            one, p1 = _worker(Path(tmp), threads)
-            two = [_worker(Path(tmp), half) for _ in range(2)]
-            procs += [p1, *(p for _, p in two)]
-            plan = {"local": [], "one worker": [one], "two workers": [e for e, _ in two]}
+            one = _worker(Path(tmp), threads, procs)
+            two = [_worker(Path(tmp), half, procs) for _ in range(2)]
+            plan = {"local": [], "one worker": [one], "two workers": two}
             # The client computes nothing but the input rows when every layer is elsewhere: one thread. With a
             # GPU the workers use it and the client does not see it (else llama.cpp splits over both).
             where = "gpu" if gpu else "cpu"

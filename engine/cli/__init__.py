@@ -259,6 +259,12 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from .serve import serve  # engine/serve/headless.py
 
     request = LoadRequest.from_dict(json.loads(a.load)) if a.load else None
+    if request is not None:  # a window's private child: it ends when the window's end of its stdin does
+        import threading
+
+        from .worker import exit_at_eof
+
+        threading.Thread(target=exit_at_eof, daemon=True, name="hearth-child-stdin").start()
     key = a.api_key or (os.environ.get("HEARTH_CHILD_KEY") if request is not None else None)
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=key, n_ctx=a.ctx, n_threads=a.threads,
                  cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj,

@@ -51,7 +51,7 @@ def run_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, device: str
         folder.mkdir(parents=True, exist_ok=True)
         cache_dir = str(folder)
     if until_stdin_closes:
-        threading.Thread(target=_exit_at_eof, daemon=True, name="hearth-worker-stdin").start()
+        threading.Thread(target=exit_at_eof, daemon=True, name="hearth-worker-stdin").start()
     if relay is not None:
         relay.start()
         print(f"Hearth worker at {host}:{relay.address[1]}; Ctrl-C stops", flush=True)
@@ -59,7 +59,9 @@ def run_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, device: str
     else:
         print(f"Hearth worker at {host}:{port}; Ctrl-C stops", flush=True)
         serve_worker(host, port, device=device, threads=threads, cache_dir=cache_dir)
-    return 0
+    # llama.cpp's server returns only when it could not listen (the port taken, an address it cannot read)
+    raise HearthError(f"the worker could not listen on {host}:{port} (is the port taken? llama.cpp's worker "
+                      "reads IPv4 addresses and names only)")
 
 
 def _free_loopback_port() -> int:
@@ -67,8 +69,8 @@ def _free_loopback_port() -> int:
         return s.getsockname()[1]
 
 
-def _exit_at_eof() -> None:
-    """The SSH session that started this worker ended (its standard input closed): so does the worker."""
+def exit_at_eof() -> None:
+    """Whoever started this process (an SSH session, the window) let go of its standard input: exit."""
     while sys.stdin.buffer.read(4096):
         pass
     os._exit(0)

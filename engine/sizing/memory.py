@@ -230,8 +230,10 @@ def estimate(cfg: Config, hw: Hardware) -> Breakdown:
     if cfg.draft is not None:
         _add_draft(b, cfg, cfg.draft, hw)
     if cfg.spec.vision_bytes and cfg.backend == "llama_cpp":
-        # libmtmd puts the projector on the GPU whenever layers are (use_gpu), else in RAM.
-        (b.gpus[0] if b.gpus and cfg.n_gpu_layers != 0 else b.ram).vision += cfg.spec.vision_bytes
+        # libmtmd puts the projector on the first GPU registered whenever layers are on one (use_gpu), else
+        # in RAM; other machines' workers register after this machine's GPUs.
+        local = [p for p, g in zip(b.gpus, hw.gpus) if g.vendor != "rpc"] or b.gpus
+        (local[0] if local and cfg.n_gpu_layers != 0 else b.ram).vision += cfg.spec.vision_bytes
     b.ram.prefix_cache = cfg.prefix_cache  # snapshots are copied to host memory
     for g, pool in zip(hw.gpus, b.gpus):
         if g.unified:  # Apple: the GPU's allocations come out of the same RAM
@@ -268,8 +270,8 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
         if idx or has_out:
             att = attention_peak(s, ub, cells, fa) if idx else 0
             pool.compute = max(att, a_gpu if has_out else 0)
-            if split:
-                pool.compute = split_peak(s, ub, cells, has_out)
+            if split:  # without flash attention a long context's scores can still be the peak
+                pool.compute = max(att, split_peak(s, ub, cells, has_out))
             pool.overhead = GPU_OVERHEAD.get(hw.gpus[i].vendor, GPU_OVERHEAD["nvidia"])
     cpu_layers = s.n_layers - k
     ram.layers = cpu_layers

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import secrets
-import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -38,21 +40,28 @@ LOADED = "HEARTH-LOADED "
 
 
 class WorkerLost(HearthError):
-    """A worker stopped answering mid-reply; ``machines``: the labels of those that did (the window offers
-    to reload without them)."""
+    """A worker stopped answering mid-reply; ``machines``: the addresses of those that did (the window offers
+    to reload without them). The message names each as ``label [address]``."""
 
     def __init__(self, message: str, machines: Sequence[str]) -> None:
         super().__init__(message)
         self.machines = tuple(machines)
 
 
+def lost_text(labels: Sequence[tuple[str, str]]) -> str:
+    """The one wording of a lost machine, (label, address) each: the window finds ``[address]`` in it."""
+    names = ", ".join(f"{label} [{address}]" if label != address else f"[{address}]" for label, address in labels)
+    return (f"the machine {names} stopped answering in the middle of the reply, and the model's layers there "
+            "went with it; reload the model without it, or start its worker again and reload")
+
+
 class SplitEngine(RemoteEngine):
     """The engine interface for a model split over workers, served by a child process of this one."""
 
     def __init__(self, client, model, *, proc: subprocess.Popen, links: list[Link], loaded: LoadedModel,
-                 log: Path) -> None:
+                 log: Path, scratch: Path | None = None) -> None:
         super().__init__(client, model, label=loaded.label)
-        self.proc, self.links, self.log = proc, links, log
+        self.proc, self.links, self.log, self.scratch = proc, links, log, scratch
         self._n_ctx = loaded.n_ctx
         where = ", ".join(f"{lk.machine.label} ({lk.round_trip_ms:.1f} ms round trip)" for lk in links)
         self._loaded = replace(loaded, notes=(*loaded.notes, f"layers on other machines: {where}; the model runs in "
@@ -72,20 +81,23 @@ class SplitEngine(RemoteEngine):
             raise self.why(e) from None
 
     def why(self, error: RemoteError) -> HearthError:
-        """What a failed reply means here: a worker that went away (named), the child that ended, or
-        the error itself."""
-        gone = [lk.machine.label for lk in self.links if not lk.alive()]
+        """What a failed reply means here. llama.cpp's RPC client aborts its process when a worker goes away,
+        so a lost worker shows as the child ending; only then are the workers asked (while the child holds
+        them they answer no one else: each serves one client at a time). A child still running means the
+        error is the reply's own."""
+        try:
+            self.proc.wait(2)
+        except subprocess.TimeoutExpired:
+            return error
+        gone = [(lk.machine.label, lk.machine.address) for lk in self.links if not lk.alive()]
         if gone:
-            names = ", ".join(gone)
-            return WorkerLost(f"the machine {names} stopped answering in the middle of the reply, and the "
-                              f"model's layers there went with it; reload the model without it, or start its "
-                              f"worker again and reload", gone)
-        if self.proc.poll() is not None:
-            return HearthError(f"the model's process ended ({_tail(self.log)}); reload the model")
-        return error
+            return WorkerLost(lost_text(gone), [a for _, a in gone])
+        return HearthError(f"the model's process ended ({_tail(self.log)}); reload the model")
 
     def close(self) -> None:
         super().close()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # the child exits when its input ends (so it does if this process dies)
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -93,8 +105,12 @@ class SplitEngine(RemoteEngine):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         for lk in self.links:
             lk.close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def open_split(req: LoadRequest, machines: Sequence[WorkerMachine], *, data_dir: Path | None,
@@ -113,11 +129,12 @@ def open_split(req: LoadRequest, machines: Sequence[WorkerMachine], *, data_dir:
 
 def _start_child(req: LoadRequest, links: list[Link], data_dir: Path | None, cancel: threading.Event | None,
                  n_threads: int | None) -> SplitEngine:
-    import tempfile
-
     key = secrets.token_urlsafe(32)
-    folder = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="hearth-split-"))
-    log = folder / "split-model.log"   # llama.cpp's load log would fill a pipe
+    scratch = None if data_dir is not None else Path(tempfile.mkdtemp(prefix="hearth-split-"))
+    folder = Path(data_dir) / "logs" if data_dir is not None else scratch
+    assert folder is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix="split-model-", suffix=".log", dir=folder)  # llama.cpp's load log
     args = [sys.executable, "-m", "engine", "serve", "--port", "0", "--no-library", "--parallel", "1",
             "--load", json.dumps(req.as_dict())]
     if n_threads:
@@ -127,33 +144,46 @@ def _start_child(req: LoadRequest, links: list[Link], data_dir: Path | None, can
     env = {**os.environ, "HEARTH_CHILD_KEY": key}
     if data_dir is not None:
         env["HEARTH_DATA_DIR"] = str(data_dir)
-    with open(log, "w") as err:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                text=True)
+    with os.fdopen(fd, "w") as err:
+        # stdin stays open for the child's life: it exits when it ends, so a window that dies takes it along.
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE, env=env, text=True)
+    log = Path(name)
     try:
         url, loaded = _wait_ready(proc, log, cancel)
         client = client_for(url, key, pins=MemoryPins())
         remote = RemoteEngine.open(client, cancel=cancel)
-        return SplitEngine(client, remote.model, proc=proc, links=links, loaded=loaded, log=log)
+        return SplitEngine(client, remote.model, proc=proc, links=links, loaded=loaded, log=log, scratch=scratch)
     except BaseException:
         proc.kill()
         proc.wait(10)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         raise
 
 
 def _wait_ready(proc: subprocess.Popen, log: Path, cancel: threading.Event | None) -> tuple[str, LoadedModel]:
-    """The child's URL and what it loaded, read from its stdout as it comes (Cancel stops the wait)."""
-    assert proc.stdout is not None
+    """The child's URL and what it loaded, from its stdout lines as they come (read on a thread, so that two
+    lines arriving together are both seen; Cancel stops the wait)."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                lines.put(line)
+        except (ValueError, OSError):  # closed by SplitEngine.close
+            pass
+        lines.put("")
+
+    threading.Thread(target=read, daemon=True, name="hearth-split-child").start()
     loaded = None
     while True:
         if cancel is not None and cancel.is_set():
             raise Cancelled("the load was cancelled")
-        ready, _, _ = select.select([proc.stdout], [], [], 0.1)
-        if not ready:
-            if proc.poll() is not None:
-                raise HearthError(f"the model could not be loaded over the machines: {_tail(log)}")
+        try:
+            line = lines.get(timeout=0.1)
+        except queue.Empty:
             continue
-        line = proc.stdout.readline()
         if not line:
             proc.wait(10)
             raise HearthError(f"the model could not be loaded over the machines: {_tail(log)}")
@@ -161,7 +191,7 @@ def _wait_ready(proc: subprocess.Popen, log: Path, cancel: threading.Event | Non
             d = json.loads(line[len(LOADED):])
             loaded = LoadedModel(**{**d, "notes": tuple(d.get("notes") or ())})
         elif line.startswith(READY) and loaded is not None:
-            return line.split(" at ")[1].split(";")[0].split(" ")[0], loaded
+            return line.rsplit(" at ", 1)[1].split(";")[0].split(" ")[0], loaded
 
 
 def _tail(log: Path) -> str:

@@ -8,6 +8,7 @@ the child process's job (engine/workers/child.py), because a lost worker aborts 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass, field
 
@@ -16,9 +17,11 @@ from ..errors import HearthError
 
 WORKER_COMMAND = "hearth-worker"   # what starts a worker on an SSH machine (an installed Hearth's entry point)
 ROUND_TRIPS_PER_TOKEN = 3          # a decode step's RPC calls per worker: inputs in, compute, the result back
-_HOST = r"(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+)"
-_WORKER_RE = re.compile(rf"^{_HOST}:\d{{1,5}}$")
-_SSH_RE = re.compile(rf"^[A-Za-z0-9._-]+@{_HOST}(?::\d{{1,5}})?$")
+_NAME = r"[A-Za-z0-9_.][A-Za-z0-9._-]*"   # never a leading "-": ssh would read it as an option
+# A worker: a name or an IPv4 address and a port (llama.cpp's client cuts an endpoint at its first ":", so a
+# worker is reached over IPv6 through SSH). An SSH machine: user@host, host an IPv6 address in brackets too.
+_WORKER_RE = re.compile(rf"^(?P<host>{_NAME}):(?P<port>\d{{1,5}})$")
+_SSH_RE = re.compile(rf"^(?P<user>{_NAME})@(?P<host>{_NAME}|\[[0-9a-fA-F:.]+\])(?::(?P<port>\d{{1,5}}))?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,19 @@ class WorkerMachine:
 
     def __post_init__(self) -> None:
         check_address(self.address)
+        try:
+            ok = bool(shlex.split(self.command))
+        except ValueError as e:
+            raise HearthError(f"the worker command {self.command!r} cannot be read: {e}") from None
+        if not ok:
+            raise HearthError("the worker command is empty: it is what starts a worker there, hearth-worker")
+
+    @property
+    def ssh_parts(self) -> tuple[str, str, int | None]:
+        """(user, host without brackets, SSH port or None) of a ``user@host[:port]`` machine."""
+        m = _SSH_RE.match(self.address)
+        assert m is not None  # checked when made
+        return m["user"], m["host"].strip("[]"), int(m["port"]) if m["port"] else None
 
     @property
     def ssh(self) -> bool:
@@ -52,15 +68,16 @@ class WorkerMachine:
 
 
 def is_address(text: str) -> bool:
-    """Whether ``text`` is a machine's address: ``host:port`` or ``user@host[:port]``."""
-    return bool(_WORKER_RE.match(text) or _SSH_RE.match(text))
+    """Whether ``text`` is a machine's address: ``host:port`` or ``user@host[:port]``, ports 1-65535."""
+    m = _WORKER_RE.match(text) or _SSH_RE.match(text)
+    return m is not None and (m["port"] is None or 0 < int(m["port"]) < 65536)
 
 
 def check_address(address: str) -> None:
     """HearthError unless ``address`` is ``host:port`` or ``user@host[:port]``."""
     if not is_address(address):
-        raise HearthError(f"a machine is host:port (a worker it runs) or user@host (Hearth starts the worker over "
-                          f"SSH), not {address!r}")
+        raise HearthError(f"a machine is host:port (a worker it runs; an IPv4 address or a name, port 1-65535) or "
+                          f"user@host (Hearth starts the worker over SSH), not {address!r}")
 
 
 @dataclass(slots=True)
@@ -80,7 +97,8 @@ class Link:
         return ROUND_TRIPS_PER_TOKEN * self.round_trip_ms
 
     def alive(self) -> bool:
-        """Whether the worker still answers (and, over SSH, the tunnel is up)."""
+        """Whether the worker still answers (and, over SSH, the tunnel is up). A worker serves one client at a
+        time: ask only when no model of this Hearth holds it (a busy worker does not answer either)."""
         if self.tunnel is not None and self.tunnel.poll() is not None:
             return False
         try:
@@ -90,6 +108,8 @@ class Link:
             return False
 
     def close(self) -> None:
+        if self.tunnel is not None and self.tunnel.stdin is not None:
+            self.tunnel.stdin.close()
         if self.tunnel is not None and self.tunnel.poll() is None:
             self.tunnel.terminate()  # the session ends: the worker there exits (it watches its stdin)
             try:

@@ -50,7 +50,7 @@ class Relay:
         self.sock = socket.create_server((host, port), family=family, reuse_port=False)
         self.address = self.sock.getsockname()[:2]
         self.target, self.networks = target, networks
-        self.refused: list[str] = []
+        self.refused = 0   # a count, and the first few and every 100th said: a flood fills neither memory nor log
 
     def serve_forever(self) -> None:
         while True:
@@ -59,10 +59,11 @@ class Relay:
             except OSError:
                 return  # closed
             if not allowed(peer[0], self.networks):
-                self.refused.append(peer[0])
-                print(f"refused a connection from {peer[0]}: not on the worker's --allow list", file=sys.stderr,
-                      flush=True)
+                self.refused += 1
                 conn.close()
+                if self.refused <= 5 or self.refused % 100 == 0:
+                    print(f"refused a connection from {peer[0]}: not on the worker's --allow list "
+                          f"({self.refused} refused so far)", file=sys.stderr, flush=True)
                 continue
             threading.Thread(target=self._pass, args=(conn,), daemon=True).start()
 

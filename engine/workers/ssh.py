@@ -13,6 +13,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,32 +31,34 @@ def ssh_command(machine: WorkerMachine, local: int, remote: int, known_hosts: Pa
     ssh = shutil.which("ssh")
     if ssh is None:
         raise HearthError("adding a machine as user@host needs the ssh program (OpenSSH), which is not installed")
-    target, _, port = machine.address.partition(":") if "]" not in machine.address else (machine.address, "", "")
+    user, host, port = machine.ssh_parts
+    # No shared master connection (ControlMaster in the user's ssh config): the forward ends with this process.
     cmd = [ssh, "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=5",
            "-o", "ServerAliveCountMax=3", "-o", "ConnectTimeout=15", "-o", "StrictHostKeyChecking=accept-new",
-           "-L", f"127.0.0.1:{local}:127.0.0.1:{remote}"]
-    if known_hosts is not None:
-        cmd += ["-o", f"UserKnownHostsFile={known_hosts}"]
+           "-o", "ControlMaster=no", "-o", "ControlPath=none", "-L", f"127.0.0.1:{local}:127.0.0.1:{remote}"]
+    if known_hosts is not None:  # Hearth's own, then the user's: a host already verified stays verified
+        cmd += ["-o", f'UserKnownHostsFile="{known_hosts}" "{Path.home() / ".ssh" / "known_hosts"}"']
     if port:
-        cmd += ["-p", port]
+        cmd += ["-p", str(port)]
     if machine.identity:
         cmd += ["-i", machine.identity, "-o", "IdentitiesOnly=yes"]
     worker = f"{machine.command} --port {remote} --until-stdin-closes"
-    return [*cmd, target, "--", worker]
+    return [*cmd, "-l", user, "--", host, worker]
 
 
 def open_ssh(machine: WorkerMachine, data_dir: Path | None, *, timeout: float = 60.0) -> Link:
     """Start ``machine``'s worker over SSH and forward it to a free loopback port here; the Link once
     the worker answers its HELLO through the tunnel. HearthError with ssh's own last line otherwise."""
     known = None
+    folder = Path(data_dir) / "remote" if data_dir is not None else Path(tempfile.gettempdir())
+    folder.mkdir(parents=True, exist_ok=True)
     if data_dir is not None:
-        known = Path(data_dir) / "remote" / "known_hosts"
-        known.parent.mkdir(parents=True, exist_ok=True)
+        known = folder / "known_hosts"
     local, remote = _free_port(), random.randint(20000, 59999)
-    log = Path(data_dir) / "remote" / f"ssh-{local}.log" if data_dir is not None else None
-    err = open(log, "w+") if log else subprocess.PIPE
-    proc = subprocess.Popen(ssh_command(machine, local, remote, known), stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=err)
+    log = folder / f"ssh-{local}.log"   # ssh's messages (a pipe nobody reads could fill and stall it)
+    with open(log, "w") as err:
+        proc = subprocess.Popen(ssh_command(machine, local, remote, known), stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=err)
     endpoint = f"127.0.0.1:{local}"
     deadline = time.monotonic() + timeout
     while True:
@@ -74,10 +77,8 @@ def open_ssh(machine: WorkerMachine, data_dir: Path | None, *, timeout: float = 
             time.sleep(0.3)
 
 
-def _last_line(proc: subprocess.Popen, log: Path | None) -> str:
-    if log is not None:
-        text = log.read_text(errors="replace")
-    else:
-        text = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning: Permanently added")]
+def _last_line(proc: subprocess.Popen, log: Path) -> str:
+    text = log.read_text(errors="replace")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning: Permanently added")
+             and "open failed: connect failed" not in ln]  # the probes' tries before the worker listened
     return lines[-1] if lines else f"ssh exited with status {proc.returncode}"

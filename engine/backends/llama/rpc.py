@@ -91,7 +91,8 @@ def _ask(endpoint: str, timeout: float, then):
     except (ConnectionRefusedError, socket.gaierror) as e:
         raise HearthError(f"no worker at {endpoint}: {e.strerror or e}") from None
     except (TimeoutError, socket.timeout):
-        raise HearthError(f"{endpoint} did not answer within {timeout:.0f} s: is it a llama.cpp RPC worker?") from None
+        raise HearthError(f"{endpoint} did not answer within {timeout:.0f} s: is it a llama.cpp RPC worker, and not "
+                          "busy with another Hearth's model? (a worker serves one at a time)") from None
     except OSError as e:
         raise HearthError(f"{endpoint} closed the connection: is it a llama.cpp RPC worker? ({e})") from None
 
