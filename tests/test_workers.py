@@ -136,3 +136,21 @@ def test_a_model_the_child_cannot_load_says_why_and_leaves_the_worker_ready(tmp_
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_the_child_ends_when_the_window_that_started_it_does(tmp_path, bundled_path):
+    """Its stdin is the window's: a window that crashes (and so closes it) takes the child and its model along."""
+    direct, proc = start_worker(tmp_path, "direct")
+    try:
+        eng = open_split(LoadRequest(model=str(bundled_path), context=1024, exactness="exact"),
+                         [WorkerMachine(direct)], data_dir=tmp_path, n_threads=1)
+        try:
+            assert eng.proc.poll() is None
+            eng.proc.stdin.close()  # what the end of the window's process does
+            eng.proc.wait(15)
+        finally:
+            eng.close()
+        assert probe_worker(direct).major == 7  # and the worker is free for the next one
+    finally:
+        proc.kill()
+        proc.wait(10)
