@@ -158,6 +158,21 @@ def _row(name, ttft, tpot, mem=100, ppl=10.0, agreement=1.0, settings=True):
             "settings": {"kv_type": "f16"} if settings else None}
 
 
+def test_a_run_is_found_for_its_model_however_the_path_reaches_the_file(tmp_path, monkeypatch):
+    """A model folder behind a symlink (a venv or a models folder linked elsewhere) is the same model: Settings
+    finds its last run either way (a test run from a worktree with a linked venv found none)."""
+    from engine.tuning import report
+
+    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
+    real = tmp_path / "models" / "m.gguf"
+    real.parent.mkdir()
+    real.write_bytes(b"GGUF")
+    (tmp_path / "linked").symlink_to(real.parent)
+    saved = report.save({"kind": "tune", "path": str(tmp_path / "linked" / "m.gguf"), "rows": []})
+    assert report.last_run(str(real)) == saved and report.last_run(str(tmp_path / "linked" / "m.gguf")) == saved
+    assert report.last_run(str(tmp_path / "models" / "other.gguf")) is None
+
+
 def test_worse_means_beyond_the_noise_of_the_repeated_baseline():
     from engine.tuning import report
 

@@ -124,11 +124,12 @@ def last_run(model_path: str, before: str | os.PathLike[str] | None = None) -> P
     if not folder.is_dir():
         return None
     skip = Path(before).resolve() if before else None
+    real = os.path.realpath(model_path)
     for p in sorted(folder.glob("tune-*.json"), key=lambda q: q.stat().st_mtime, reverse=True):
         if skip is not None and p.resolve() == skip:
             continue
         try:
-            if load_run(p).get("path") == model_path:
+            if os.path.realpath(str(load_run(p).get("path"))) == real:  # the same file, reached another way
                 return p
         except Exception:  # a damaged file: skip it, the others still count
             continue
