@@ -27,7 +27,7 @@ from engine.types import SamplingParams
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TOOLED = ("claude", "codex", "opencode", "mcp-fetch", "mcp-git", "mcp-time")
-FORCED_PER_AGENT = 6
+FORCED_PER_AGENT = 3
 SCHEMA_KEYWORDS = {"type", "properties", "required", "items", "enum", "const", "anyOf", "oneOf", "allOf",
                    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
                    "pattern", "format", "minItems", "maxItems", "additionalProperties", "default", "$ref",

@@ -201,7 +201,10 @@ def test_allow_always_holds_until_the_servers_tools_change(qtbot, window, tmp_pa
     wait_reply(qtbot, w)
 
 
-def test_a_program_that_is_no_server_is_said_and_the_reply_is_written_without_tools(qtbot, window):
+def test_a_program_that_is_no_server_is_said_and_the_reply_is_written_without_tools(qtbot, window, monkeypatch):
+    import app.bridge.mcp_client as mcp_client
+
+    monkeypatch.setattr(mcp_client, "CONNECT_S", 8.0)  # it never answers the handshake: wait less for it
     w = window(ready=False)
     bad = {"name": "junk", "kind": "stdio", "command": sys.executable, "args": ["-c", "print('garbage')"]}
     w.apply_settings(replace(w.settings, mcp_servers=[bad]))

@@ -113,7 +113,10 @@ def test_a_crashed_server_gives_an_error_and_comes_back_on_the_next_connect(clie
     assert client.call("calc", "add", {"a": 1, "b": 2}, 30).result(WAIT).text == "3"
 
 
-def test_a_program_that_is_no_server_says_so(client, root, tmp_path):
+def test_a_program_that_is_no_server_says_so(client, root, tmp_path, monkeypatch):
+    import app.bridge.mcp_client as mcp_client
+
+    monkeypatch.setattr(mcp_client, "CONNECT_S", 8.0)  # the junk program never answers: wait less for it
     garbage = McpServer("junk", "stdio", command=sys.executable, args=("-c", "print('hello'); import time; "
                                                                           "time.sleep(60)"))
     missing = McpServer("gone", "stdio", command=str(tmp_path / "no-such-program"))
