@@ -14,13 +14,12 @@ import pytest
 
 from engine import HearthError
 from engine.backends.llama.rpc import probe_worker
+from engine.workers.machines import free_loopback_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        return s.getsockname()[1]
+free_port = free_loopback_port
 
 
 def start_worker(folder: Path, name: str = "worker", *extra: str,
@@ -86,3 +85,18 @@ def sshd(folder: Path) -> Iterator[tuple[str, Path]]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def kill_mid_reply(engine, worker: subprocess.Popen, error: type[BaseException]) -> tuple[str, BaseException]:
+    """A long greedy reply from ``engine``, the ``worker`` killed -9 at its fifth piece: (the text that came,
+    the ``error`` the reply ended with)."""
+    from engine import Message, SamplingParams
+
+    got: list[str] = []
+    with pytest.raises(error) as e:
+        for ev in engine.stream([Message("user", "Write a long story about a dragon.")],
+                                SamplingParams(temperature=0.0, max_tokens=400)):
+            got.append(ev.text)
+            if len(got) == 5:
+                worker.kill()
+    return "".join(got), e.value

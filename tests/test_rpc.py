@@ -9,7 +9,7 @@ import pytest
 
 from engine import HearthError
 from engine.backends.llama.rpc import probe_worker
-from rpc_workers import ROOT, free_port, start_worker
+from rpc_workers import ROOT, free_port, kill_mid_reply, start_worker
 
 @pytest.fixture
 def worker(tmp_path):
@@ -108,7 +108,6 @@ print(repr([(d.name, d.type, d.description) for d in list_devices()]))
 def test_a_worker_killed_mid_reply_never_takes_the_client_with_it(worker, tmp_path):
     """The model on the worker runs in a child ``engine serve --rpc``; the client (the window's remote engine)
     sees the reply cut, keeps what came, and lives."""
-    from engine import Message, SamplingParams
     from engine.remote.connect import open_remote
     from engine.remote.errors import RemoteError
     from engine.remote.pins import MemoryPins
@@ -118,14 +117,8 @@ def test_a_worker_killed_mid_reply_never_takes_the_client_with_it(worker, tmp_pa
     (tmp_path / "serve").mkdir()
     with hearth_process(tmp_path / "serve", "--rpc", endpoint) as (url, _port):
         eng = open_remote(url, pins=MemoryPins())
-        got: list[str] = []
-        with pytest.raises(RemoteError) as e:
-            for ev in eng.stream([Message("user", "Write a long story about a dragon.")],
-                                 SamplingParams(temperature=0.0, max_tokens=400)):
-                got.append(ev.text)
-                if len(got) == 5:
-                    proc.kill()  # kill -9 the worker mid-reply
-        assert "".join(got) and e.value.kind in ("lost", "http")
+        got, error = kill_mid_reply(eng, proc, RemoteError)
+        assert got and error.kind in ("lost", "http")
 
 
 def test_placement_names_a_worker_as_a_worker_not_the_cpu():

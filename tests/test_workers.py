@@ -15,7 +15,7 @@ from engine.loading.request import LoadRequest
 from engine.workers.child import WorkerLost, open_split
 from engine.workers.connect import open_machine
 from engine.workers.machines import WorkerMachine, check_address
-from rpc_workers import ROOT, free_port, sshd, start_worker
+from rpc_workers import ROOT, free_port, kill_mid_reply, sshd, start_worker
 
 
 def ssh_machine(addr: str, key, data) -> WorkerMachine:
@@ -41,15 +41,9 @@ def test_a_model_on_a_worker_and_an_ssh_machine_runs_apart_and_names_the_worker_
             first = list(eng.stream([Message("user", "Name three colours.")],
                                     SamplingParams(temperature=0.0, max_tokens=8)))[-1]
             assert first.text and first.finish_reason == "max_tokens"
-            got: list[str] = []
-            with pytest.raises(WorkerLost) as e:
-                for ev in eng.stream([Message("user", "Write a long story about a dragon.")],
-                                     SamplingParams(temperature=0.0, max_tokens=400)):
-                    got.append(ev.text)
-                    if len(got) == 5:
-                        proc.kill()  # kill -9 the direct worker mid-reply
-            assert e.value.machines == (direct,) and direct in str(e.value) and "reload" in str(e.value)
-            assert "".join(got)  # what came before stays the caller's
+            got, lost = kill_mid_reply(eng, proc, WorkerLost)  # kill -9 the direct worker mid-reply
+            assert lost.machines == (direct,) and direct in str(lost) and "reload" in str(lost)
+            assert got  # what came before stays the caller's
         finally:
             eng.close()
             proc.kill()

@@ -106,7 +106,7 @@ def open_split_model(req: LoadRequest, *, cancel: threading.Event,
     from app.core.machine_list import MachineList
 
     machines = MachineList(data_dir())
-    engine = open_split(req, [machines.machine(a) for a in req.workers], data_dir=data_dir(), cancel=cancel,
+    engine = open_split(req, machines.machines(req.workers), data_dir=data_dir(), cancel=cancel,
                         n_threads=app_threads().n_threads)
     return engine, engine.describe()
 

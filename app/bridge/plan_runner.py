@@ -44,7 +44,7 @@ class _Machines:
             from app.core.machine_list import MachineList
             from app.core.paths import data_dir
 
-            rows = MachineList(data_dir())
+            rows = {r.address: r for r in MachineList(data_dir()).all()}  # one read of the file
             found = [(a, rows.get(a)) for a in req.workers]
             hw = plan_load.with_workers(hw, [(r.machine.label if r else a, r.memory if r else ()) for a, r in found])
         return plan_load.plan_request(req, hardware=hw)

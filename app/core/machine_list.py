@@ -11,7 +11,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from engine.atomic import atomic_write
 from engine.errors import HearthError
@@ -71,10 +71,14 @@ class MachineList:
     def get(self, address: str) -> MachineRow | None:
         return next((r for r in self.all() if r.address == address), None)
 
+    def machines(self, addresses: Sequence[str]) -> list[WorkerMachine]:
+        """The machines saved at ``addresses`` (one read of the file), a plain one (a worker, or ssh's
+        defaults) for an address not saved."""
+        rows = {r.address: r for r in self.all()}
+        return [rows[a].machine if a in rows else WorkerMachine(a) for a in addresses]
+
     def machine(self, address: str) -> WorkerMachine:
-        """The machine saved at ``address``, or a plain one (a worker, or ssh's defaults)."""
-        row = self.get(address)
-        return row.machine if row is not None else WorkerMachine(address)
+        return self.machines([address])[0]
 
     def save(self, row: MachineRow) -> None:
         rows = [r for r in self.all() if r.address != row.address] + [row]

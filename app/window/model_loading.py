@@ -320,7 +320,7 @@ class LoadingController:
         if not lost:
             return False
         rest = tuple(a for a in req.workers if a not in lost)
-        names = ", ".join(machines.machine(a).label for a in lost)
+        names = ", ".join(m.label for m in machines.machines(lost))
 
         def reload() -> None:
             self._adopt(replace(self._settings(), workers=rest))  # the next start leaves it out too

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..serve.agents import AGENT_CONTEXT, AGENTS, agent_command, find_agent, install_hint, running_model, start_server
+from ..workers.machines import free_loopback_port
 from .agent_proxy import Exchange, RecordingProxy
 
 TASK = "Create a file named hello.txt in the current folder containing the word hi."
@@ -33,12 +33,6 @@ TASK = "Create a file named hello.txt in the current folder containing the word 
 RUN = {"claude": ["-p", TASK, "--permission-mode", "acceptEdits", "--max-turns", "4"],
        "codex": ["exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", TASK],
        "opencode": ["run", TASK]}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _events(raw: bytes) -> list[dict[str, Any]]:
@@ -134,7 +128,7 @@ def bench_agents(a: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("bench agents needs a model that calls tools: run `python -m engine models "
                          "fetch-bench-pair`, or give --model")
     which = [w for w in (getattr(a, "agents", None) or "claude,codex,opencode").split(",") if w]
-    port, key = free_port(), "bench-agents"
+    port, key = free_loopback_port(), "bench-agents"
     log = Path(tempfile.gettempdir()) / "hearth-bench-agents-serve.log"
     server = start_server(model, port, key, a.ctx or AGENT_CONTEXT, log)
     base = f"http://127.0.0.1:{port}"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -62,9 +61,9 @@ def side_main(path: str, threads: int, where: str, endpoints: list[str]) -> None
 def _worker(folder: Path, threads: int, procs: list[subprocess.Popen]) -> str:
     from ..backends.llama.rpc import probe_worker
     from ..errors import HearthError
+    from ..workers.machines import free_loopback_port
 
-    with socket.create_server(("127.0.0.1", 0)) as sock:
-        port = sock.getsockname()[1]
+    port = free_loopback_port()
     with open(folder / f"w{port}.txt", "w") as err:
         p = subprocess.Popen([sys.executable, "-m", "engine", "worker", "--port", str(port), "--threads",
                               str(threads), "--no-cache"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,

@@ -10,7 +10,6 @@ the worker's loopback.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 
@@ -36,10 +35,11 @@ def run_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, device: str
         if not unsafe_listen:
             raise HearthError(f"a worker binds 127.0.0.1 unless --unsafe-listen is given (asked for {host}); to use "
                               "it from another machine, reach it through SSH instead")
+        from ..workers.machines import free_loopback_port
         from ..workers.relay import Relay, allow_list
 
         networks = allow_list(allow)
-        inner = _free_loopback_port()
+        inner = free_loopback_port()
         relay = Relay(host, port, ("127.0.0.1", inner), networks)
         print(WARNING.format(host=host), file=sys.stderr, flush=True)
         print(f"answering only {', '.join(str(n) for n in networks)}", file=sys.stderr, flush=True)
@@ -62,11 +62,6 @@ def run_worker(host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, device: str
     # llama.cpp's server returns only when it could not listen (the port taken, an address it cannot read)
     raise HearthError(f"the worker could not listen on {host}:{port} (is the port taken? llama.cpp's worker "
                       "reads IPv4 addresses and names only)")
-
-
-def _free_loopback_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        return s.getsockname()[1]
 
 
 def exit_at_eof() -> None:

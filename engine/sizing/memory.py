@@ -269,9 +269,9 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
         pool.kv = kv_l * len(idx)
         if idx or has_out:
             att = attention_peak(s, ub, cells, fa) if idx else 0
-            pool.compute = max(att, a_gpu if has_out else 0)
-            if split:  # without flash attention a long context's scores can still be the peak
-                pool.compute = max(att, split_peak(s, ub, cells, has_out))
+            # In a split each device's graph has its own peak; without flash attention a long context's
+            # scores can still be larger.
+            pool.compute = max(att, split_peak(s, ub, cells, has_out) if split else a_gpu if has_out else 0)
             pool.overhead = GPU_OVERHEAD.get(hw.gpus[i].vendor, GPU_OVERHEAD["nvidia"])
     cpu_layers = s.n_layers - k
     ram.layers = cpu_layers

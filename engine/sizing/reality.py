@@ -70,7 +70,7 @@ def device_errors(plan: Plan, report: dict[str, int]) -> dict[str, dict[str, flo
             continue
         errs = {}
         for part in ("weights", "kv", "compute"):
-            actual = sum(v for k, v in report.items() if k == f"{part}@{g.device}")
+            actual = report.get(f"{part}@{g.device}", 0)
             predicted = getattr(pool, part)
             if actual or predicted:
                 errs[part] = round((predicted - actual) / actual, 4) if actual else float("inf")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import socket
 import subprocess
 from dataclasses import dataclass, field
 
@@ -65,6 +66,13 @@ class WorkerMachine:
     def from_dict(cls, d: dict) -> "WorkerMachine":
         return cls(str(d["address"]), str(d.get("name") or ""), str(d.get("command") or WORKER_COMMAND),
                    d.get("identity") or None)
+
+
+def free_loopback_port() -> int:
+    """A port no one listens on at 127.0.0.1 now (the caller binds it next: a worker, a tunnel's end, a relay's
+    target, a benchmark's server)."""
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return s.getsockname()[1]
 
 
 def is_address(text: str) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 import shlex
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,12 +18,7 @@ from pathlib import Path
 
 from ..backends.llama.rpc import probe_worker
 from ..errors import HearthError
-from .machines import Link, WorkerMachine
-
-
-def _free_port() -> int:
-    with socket.create_server(("127.0.0.1", 0)) as s:
-        return s.getsockname()[1]
+from .machines import Link, WorkerMachine, free_loopback_port
 
 
 def ssh_command(machine: WorkerMachine, local: int, remote: int, known_hosts: Path | None) -> list[str]:
@@ -54,7 +48,7 @@ def open_ssh(machine: WorkerMachine, data_dir: Path | None, *, timeout: float = 
     folder.mkdir(parents=True, exist_ok=True)
     if data_dir is not None:
         known = folder / "known_hosts"
-    local, remote = _free_port(), random.randint(20000, 59999)
+    local, remote = free_loopback_port(), random.randint(20000, 59999)
     log = folder / f"ssh-{local}.log"   # ssh's messages (a pipe nobody reads could fill and stall it)
     with open(log, "w") as err:
         proc = subprocess.Popen(ssh_command(machine, local, remote, known), stdin=subprocess.PIPE,
