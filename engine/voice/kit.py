@@ -1,0 +1,43 @@
+"""The speech models one process uses, each loaded on first use and kept: the window and the server share them."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .listen import Transcriber
+from .models import piper_voice, whisper_model
+from .speak import Voice
+
+
+@dataclass(frozen=True)
+class VoiceChoice:
+    """What Settings → Voice chose: None or "bundled" for the bundled models, else a path."""
+    whisper: str | None = None
+    piper: str | None = None
+    language: str | None = None   # None: detected
+    speed: float = 1.0
+    threads: int = 0              # 0: the libraries' own choice (all cores)
+    variation: bool = True        # Piper's sampled pitch and timing (False: the same text, the same samples)
+
+
+class VoiceKit:
+    """A transcriber and a voice, loaded when first asked for (off the GUI thread: loading takes ~0.5 s each)."""
+
+    def __init__(self, choice: VoiceChoice | None = None) -> None:
+        self.choice = choice or VoiceChoice()
+        self._lock = threading.Lock()
+        self._transcriber: Transcriber | None = None
+        self._voice: Voice | None = None
+
+    def transcriber(self) -> Transcriber:
+        with self._lock:
+            if self._transcriber is None:
+                self._transcriber = Transcriber(whisper_model(self.choice.whisper), threads=self.choice.threads)
+            return self._transcriber
+
+    def voice(self) -> Voice:
+        with self._lock:
+            if self._voice is None:
+                self._voice = Voice(piper_voice(self.choice.piper), threads=self.choice.threads,
+                                    variation=self.choice.variation)
+            return self._voice

