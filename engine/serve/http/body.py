@@ -80,9 +80,8 @@ def guarded(endpoint: Endpoint) -> Endpoint:
     return run
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The body as JSON, refusing more than ``limit`` bytes without reading past it, and any
-    value nested deeper than MAX_DEPTH."""
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body's bytes, refusing more than ``limit`` without reading past it."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"the request body is {int(declared):,} bytes; this server takes at most {limit:,}",
@@ -94,10 +93,17 @@ async def read_json(request: Request, limit: int) -> Any:
             raise ApiError(413, f"the request body is over {limit:,} bytes, the most this server takes",
                            code="request_too_large")
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The body as JSON, refusing more than ``limit`` bytes without reading past it, and any
+    value nested deeper than MAX_DEPTH."""
+    data = await read_body(request, limit)
     too_deep = ApiError(400, f"the request body nests more than {MAX_DEPTH} levels deep; no request needs that",
                         code="invalid_json")
     try:
-        body = json.loads(b"".join(chunks))
+        body = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
     except RecursionError:  # thousands of nested brackets: the parser gave up before our own check

@@ -41,6 +41,7 @@ from ..runtime.scheduler import Scheduler
 from .keys import KeyRing, RateLimit
 from .security import Guard, check_bind_host, check_exposure
 from .tls import TlsFiles
+from .audio import AudioRoutes
 from ..protocols.template_vars import TemplateVarsError, check_think
 from ..runtime.pool import ModelPool, keep_alive
 from ..protocols.responses import ResponseStore
@@ -66,11 +67,11 @@ class LocalServer:
     def __init__(self, *, port: int = DEFAULT_PORT, api_key: str | None = None,
                  cors_origins: Iterable[str] = (), max_body: int = MAX_BODY, host: str = "127.0.0.1",
                  pool: ModelPool | None = None, listen: bool = False, tls: TlsFiles | None = None,
-                 keys: KeyRing | None = None, rate_limit: int = 0) -> None:
+                 keys: KeyRing | None = None, rate_limit: int = 0, audio: AudioRoutes | None = None) -> None:
         """``pool``: the library's models, loaded when a request names one (None: only the
         attached model is served). ``listen``: ``host`` may be an address other devices reach;
         the server then refuses to start without TLS (``tls``) and a key (``api_key`` or one in
-        ``keys``). ``rate_limit``: requests a minute per key (0: none)."""
+        ``keys``). ``rate_limit``: requests a minute per key (0: none). ``audio``: the speech routes."""
         self.host = check_bind_host(host, listen=listen)
         self.exposed = check_exposure(self.host, tls is not None, bool(api_key) or bool(keys and keys.entries()))
         self.tls = tls
@@ -97,7 +98,8 @@ class LocalServer:
             ("/v1/completions", self._route(openai_wire("completion")), "POST"),
             ("/v1/messages", self._route(anthropic_wire()), "POST"),
             ("/v1/messages/count_tokens", self._count_tokens, "POST"),
-            ("/v1/responses", self._route(responses_wire(self.responses)), "POST"))]
+            ("/v1/responses", self._route(responses_wire(self.responses)), "POST"),
+            *(audio or AudioRoutes()).routes())]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
         self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins,
                          exposed=self.exposed, keys=keys, limit=RateLimit(rate_limit) if rate_limit else None)
@@ -136,8 +138,8 @@ class LocalServer:
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)  # registered for HTTPException only
         msg = (f"no route {request.method} {request.url.path}; this server offers GET /v1/models, "
-               "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages "
-               "and POST /v1/messages/count_tokens")
+               "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages, "
+               "POST /v1/messages/count_tokens, POST /v1/audio/transcriptions and POST /v1/audio/speech")
         if exc.status_code != 404:
             msg = f"{exc.detail}: {request.method} {request.url.path}"
         return error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None),
