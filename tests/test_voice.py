@@ -159,3 +159,27 @@ def test_the_word_error_rate_counts_words_as_people_do():
     assert error_rate("the cat sat", "a cat sat down") == pytest.approx(2 / 3)
     assert error_rate("今天天气很好", "今天天气不好") == pytest.approx(1 / 6)
 
+
+def test_the_benchmarks_live_dictation_and_read_aloud_measure_what_they_say(kit, tmp_path):
+    from engine.bench import NAMES, voice as bench
+
+    text, ms_after_end = bench._dictate_live(kit.transcriber(), np.concatenate(
+        [espeak(SENTENCES[2], tmp_path), silence(0.2)]))
+    assert error_rate(SENTENCES[2], text) <= 0.2 and ms_after_end > 0
+    reply = "Rain falls from clouds. It waters the plants.\n```\ncode\n```"
+    report = bench._read_aloud(kit, [iter(reply[i:i + 3] for i in range(0, len(reply), 3))])  # a streamed reply
+    row = report["rows"][0]
+    assert row["reply"] == reply and row["wer"] <= 0.15, row["heard"]
+    assert row["first_audio_ms"] > 0 and row["sent_to_audio_ms"] > 0 and row["reference_ms"] > 0  # timings: the bench's
+    assert "voice" in NAMES
+
+
+def test_a_long_first_sentence_is_cut_at_a_clause_so_the_first_audio_comes_sooner():
+    reply = ("The sky looks blue because the air scatters short waves of sunlight, which reach us from every "
+             "direction. Then, at sunset, it turns red.")
+    assert speakable_sentences(reply) == [
+        "The sky looks blue because the air scatters short waves of sunlight",
+        "which reach us from every direction.", "Then, at sunset, it turns red."]
+    assert speakable_sentences("Yes, it is. Well, then.") == ["Yes, it is.", "Well, then."]  # short: not cut
+    assert speakable_sentences("天空是蓝色的，因为大气散射了阳光中的短波长光线，所以我们看到蓝色。")[0] == \
+        "天空是蓝色的，因为大气散射了阳光中的短波长光线，"

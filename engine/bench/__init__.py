@@ -14,7 +14,7 @@ MODULES = {"overhead": "overhead", "prefix": "prefix", "speculative": "speculati
            "quality": "quality", "stop": "stop", "soak": "soak", "tune": "tune_model", "server": "api_cost",
            "serve": "concurrency", "threads": "threads", "handover": "handover", "documents": "documents",
            "tools": "tools", "images": "images", "agents": "agents", "speed": "speed", "remote": "remote",
-           "rpc": "rpc"}
+           "rpc": "rpc", "voice": "voice"}
 NAMES = tuple(MODULES)
 
 

@@ -17,6 +17,8 @@ CODE_SAID = "Code block."
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _ENDS = re.compile(r"[.!?;](?=[\s\"')\]]|$)|[。！？；]")
 _ABBREV = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|Mr|Mrs|Ms|Dr|St|No|Fig)|\b[A-Z])\.$")
+_ENDS_OR_CLAUSE = re.compile(_ENDS.pattern + r"|[,:](?=\s)|[，：、]|\s[–—-](?=\s)")
+FIRST_CLAUSE_WORDS = 6   # a reply's first piece may end at a comma once it has this many words
 _LIST_NUMBER = re.compile(r"\s*\d+\.")
 _IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
 _LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
@@ -24,6 +26,11 @@ _URL = re.compile(r"<?https?://\S+>?")
 _BULLET = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+|>+\s?|#{1,6}\s+)+")
 _MARKS = re.compile(r"(\*\*|__|\*|~~|`|(?<!\w)_|_(?!\w))")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
+
+
+def _words(text: str) -> int:
+    """Words, as a voice's time goes: Latin words, and Chinese characters two to a word."""
+    return len(re.findall(r"[A-Za-z0-9']+", text)) + len(re.findall(r"[\u3400-\u9fff]", text)) // 2
 
 
 def speakable(line: str) -> str:
@@ -40,12 +47,18 @@ def speakable(line: str) -> str:
 
 
 class SentenceCutter:
-    """Reply text in, delta by delta; whole sentences out, ready for a voice."""
+    """Reply text in, delta by delta; whole sentences out, ready for a voice.
 
-    def __init__(self) -> None:
+    The very first piece may end at a clause (a comma, a colon, a dash) once it
+    has ``first_clause_words`` words: a long first sentence would otherwise
+    hold back the first audio until all of it is spoken."""
+
+    def __init__(self, *, first_clause_words: int = FIRST_CLAUSE_WORDS) -> None:
         self._line = ""          # the current line, not yet ended
         self._spoken = 0         # characters of the current line already given out
         self._in_code = False
+        self._given = 0          # pieces given out so far
+        self.first_clause_words = first_clause_words
 
     def feed(self, delta: str) -> list[str]:
         out: list[str] = []
@@ -79,22 +92,26 @@ class SentenceCutter:
         out = []
         rest = self._line[self._spoken:]
         start = 0
-        for m in _ENDS.finditer(rest):
+        for m in (_ENDS_OR_CLAUSE if self._given == 0 and self.first_clause_words else _ENDS).finditer(rest):
             piece = rest[start:m.end()]
             at_line_start = start == self._spoken == 0
             if m.group() == "." and (_ABBREV.search(piece) or (at_line_start and _LIST_NUMBER.fullmatch(piece))):
                 continue
+            if not _ENDS.fullmatch(m.group()) and (self._given or _words(piece) < self.first_clause_words):
+                continue  # a clause ends only a long first piece
             if not final and m.end() == len(rest) and m.group() in ".!?;":
                 break  # "3." may go on as "3.5": wait for what follows
             said = speakable(piece)
             if said and any(c.isalnum() for c in said):
                 out.append(said)
+                self._given += 1
             start = m.end()
         self._spoken += start
         if final:
             said = speakable(rest[start:])
             if said and any(c.isalnum() for c in said):
                 out.append(said)
+                self._given += 1
         return out
 
 
