@@ -4,9 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # System packages the tests use: Mesa's software Vulkan device (lavapipe) and glslc, with which set-up builds
 # llama.cpp's Vulkan runtime for tests/test_device_vulkan.py; OpenSSH's sshd, which tests/test_workers.py
-# runs on a loopback port to reach a machine over SSH; espeak-ng, whose speech the voice tests transcribe.
+# runs on a loopback port to reach a machine over SSH; espeak-ng, whose speech the voice tests transcribe,
+# and PulseAudio, whose private server gives the window a microphone and a speaker (tests/sound_server.py).
 # Installed where apt-get can (root or sudo).
-PACKAGES="mesa-vulkan-drivers libvulkan1 glslc openssh-server openssh-client espeak-ng"
+PACKAGES="mesa-vulkan-drivers libvulkan1 glslc openssh-server openssh-client espeak-ng pulseaudio pulseaudio-utils"
 if command -v apt-get >/dev/null && ! dpkg -s $PACKAGES >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
     if [ -z "$SUDO" ] || command -v sudo >/dev/null; then

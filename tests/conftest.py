@@ -16,6 +16,9 @@ os.environ.setdefault("HEARTH_DATA_DIR", tempfile.mkdtemp(prefix="hearth-tests-"
 # cache, speculation and batching give exactly what plain decoding gives: the exact profile's
 # promise, so they run in it. The fast default's own tests unset this (test_exactness_default.py).
 os.environ["HEARTH_EXACTNESS"] = "exact"
+# A private sound server (tests/sound_server.py), running before Qt first looks for audio devices: the
+# window's microphone and speaker are real QtMultimedia devices on it, never a developer's own.
+SOUND = __import__("sound_server").start_for_session()
 
 
 @pytest.fixture(scope="session")
@@ -131,3 +134,10 @@ def tiny_qwen2vl(bundled_path):
     from vlm_model import build_mrope
 
     return build_mrope(bundled_path)
+
+
+@pytest.fixture(scope="session")
+def sound():
+    """The session's sound server: ``say(wav)`` into the microphone, ``listen()`` to the speaker."""
+    assert not SOUND.missing, "pulseaudio is not installed: scripts/test.sh installs it (pulseaudio pulseaudio-utils)"
+    return SOUND

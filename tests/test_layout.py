@@ -16,7 +16,7 @@ MAX_ENGINE_TOP = 8        # modules at engine/'s top level, besides __init__ and
 QT = ("PySide6", "shiboken6")
 # The window's feature packages: each may use app.core, app.bridge, app.ui and the others,
 # never the window that holds them.
-FEATURES = ("app.chat", "app.library", "app.settings_ui", "app.performance")
+FEATURES = ("app.chat", "app.library", "app.settings_ui", "app.performance", "app.voice")
 
 
 def _modules() -> dict[str, Path]:

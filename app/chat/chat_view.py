@@ -27,11 +27,13 @@ BATCH = 20  # messages built at a time: about a screenful; earlier ones are buil
 
 
 class ChatView(QWidget):
+    can_speak = False  # replies get a Speak button: set where voice is installed (app/voice)
     send_requested = Signal(str)
     edit_resend_requested = Signal(int, str)   # message id being replaced, new text
     stop_requested = Signal()
     regenerate_requested = Signal(int)
     performance_requested = Signal(int)  # message id: open that reply's Performance panel
+    speak_requested = Signal(int, str)   # a reply's Speak button: its id and text (app/voice)
     branch_requested = Signal(int, int)        # message id, -1 / +1
     edit_last_requested = Signal()             # Up in the empty input box
     system_prompt_changed = Signal(str)
@@ -103,7 +105,7 @@ class ChatView(QWidget):
         self.input.up_in_empty.connect(self.edit_last_requested)
         self.input.textChanged.connect(self._draft_edited)
         row.addWidget(self.input, 1)
-        buttons = QVBoxLayout()
+        self.buttons = buttons = QVBoxLayout()  # Send, Stop, Think; the microphone where voice is installed
         self.send_button = QPushButton("Send")
         self.send_button.setDefault(True)
         self.send_button.clicked.connect(self._submit)
@@ -259,6 +261,8 @@ class ChatView(QWidget):
         w.edit_requested.connect(self.start_edit)
         w.regenerate_requested.connect(self.regenerate_requested)
         w.performance_requested.connect(self.performance_requested)
+        w.speak_requested.connect(self.speak_requested)
+        w.btn_speak.setVisible(role == "assistant" and self.can_speak)
         w.branch_step.connect(self.branch_requested)
         self._list.insertWidget(index, w)
         self.empty.hide()

@@ -38,6 +38,7 @@ class MessageWidget(QFrame):
     regenerate_requested = Signal(int)   # message id (the last reply)
     branch_step = Signal(int, int)       # message id, -1 / +1: show the previous / next version
     performance_requested = Signal(int)  # message id (a reply with a timeline): open its Performance panel
+    speak_requested = Signal(int, str)   # message id, text: read this reply aloud (or stop reading it)
 
     def __init__(self, mid: int, role: str, content: str, *, colors: dict[str, str],
                  parent: QWidget | None = None) -> None:
@@ -87,7 +88,10 @@ class MessageWidget(QFrame):
                                      lambda: self.edit_requested.emit(self.mid))
         self.btn_regen = self._button("Regenerate", "Write this reply again",
                                       lambda: self.regenerate_requested.emit(self.mid))
-        for b in (self.btn_details, self.btn_perf, self.btn_code, self.btn_copy, self.btn_edit, self.btn_regen):
+        self.btn_speak = self._button("Speak", "Read this reply aloud",
+                                      lambda: self.speak_requested.emit(self.mid, self.text))
+        for b in (self.btn_details, self.btn_perf, self.btn_code, self.btn_copy, self.btn_speak, self.btn_edit,
+                  self.btn_regen):
             head.addWidget(b)
         lay.addLayout(head)
 
@@ -134,6 +138,7 @@ class MessageWidget(QFrame):
         self._render_timer.timeout.connect(self._render)
 
         self.btn_edit.setVisible(role == "user")
+        self.btn_speak.hide()  # shown on replies where voice is installed (ChatView.can_speak)
         self.btn_regen.setVisible(False)
         self.btn_details.setVisible(role == "assistant")
         self.btn_details.setEnabled(False)  # until the reply's metrics exist
@@ -327,6 +332,10 @@ class MessageWidget(QFrame):
         self.branch_label.setToolTip(f"Version {place} of {count}: every version is kept")
         self.btn_prev.setEnabled(place > 1)
         self.btn_next.setEnabled(place < count)
+
+    def set_speaking(self, on: bool) -> None:
+        """This reply is being read aloud: its Speak button stops it."""
+        self.btn_speak.setText("Stop speaking" if on else "Speak")
 
     def set_can_regenerate(self, on: bool) -> None:
         self.btn_regen.setVisible(on)

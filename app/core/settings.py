@@ -29,7 +29,7 @@ from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES,
 from engine.prompt.builder import CONTEXT_POLICIES
 from engine.workers.machines import is_address
 
-from app.core import mcp_servers as mcp, server_settings
+from app.core import mcp_servers as mcp, server_settings, voice_settings
 from app.core.paths import config_dir, move_aside
 from app.core.presets import DEFAULT_PRESETS, valid_presets
 
@@ -95,8 +95,7 @@ class Settings:
     # A chat longer than the context: "drop_oldest" (leave out the oldest turns, keep the
     # system prompt) or "stop" (refuse the send and say so). Passed with each reply.
     context_policy: str = DEFAULT_CONTEXT_POLICY
-    # The local OpenAI-compatible server (Settings → Local server, app/bridge/server_host.py); off by default.
-    server_enabled: bool = False
+    server_enabled: bool = False    # the local API (Settings → Local server, app/bridge/server_host.py)
     server_port: int = server_settings.PORT
     server_api_key: str = ""        # "" asks for no key; else clients send "Authorization: Bearer <key>"
     server_cors: list[str] = field(default_factory=list)  # web origins allowed to call it (none by default)
@@ -107,6 +106,7 @@ class Settings:
     max_tool_calls: int = mcp.MAX_TOOL_CALLS          # per reply
     tool_timeout_s: float = mcp.TOOL_TIMEOUT_S        # per call
     tool_choice: str = "auto"  # a reply's first step: "auto" (the model decides) or "required" (it must call)
+    voice: dict[str, Any] = field(default_factory=voice_settings.default)  # Settings → Voice (voice_settings.py)
 
     def __post_init__(self) -> None:
         if self.source is None and isinstance(self.model, str):
@@ -150,13 +150,12 @@ class Settings:
                                 f"got {self.draft!r}")
         if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
             raise SettingsError(f"n_threads: must be a positive whole number, got {self.n_threads!r}")
-        tp = self.threads_poll
-        if tp is not None:
-            try:
-                check_poll(tp)
-            except HearthError:
-                raise SettingsError(f"threads_poll: must be Auto or a whole number from 0 (no polling) to 100, "
-                                    f"got {tp!r}") from None
+        try:
+            if self.threads_poll is not None:
+                check_poll(self.threads_poll)
+        except HearthError:
+            raise SettingsError(f"threads_poll: must be Auto or a whole number from 0 (no polling) to 100, "
+                                f"got {self.threads_poll!r}") from None
         gl = self.gpu_layers
         if gl is not None and gl != "all" and (not isinstance(gl, int) or isinstance(gl, bool) or gl < 0):
             raise SettingsError(f"gpu_layers: must be Auto, all or a whole number from 0, got {gl!r}")
@@ -183,7 +182,8 @@ class Settings:
         why = server_settings.problem(self.server_enabled, self.server_port, self.server_api_key, self.server_cors,
                                       self.server_listen) \
             or mcp.servers_problem(self.mcp_servers) \
-            or mcp.tools_problem(self.tool_allow, self.max_tool_calls, self.tool_timeout_s, self.tool_choice)
+            or mcp.tools_problem(self.tool_allow, self.max_tool_calls, self.tool_timeout_s, self.tool_choice) \
+            or voice_settings.problem(self.voice)
         if why:
             raise SettingsError(why)
         unknown = set(self.sampling) - set(SAMPLING_KEYS)

@@ -1,4 +1,5 @@
-"""Settings: model, backend, quantization, draft, context, sampling, presets, theme, local server, tools, machines.
+"""Settings: model, backend, quantization, draft, context, sampling, presets, theme, local server, tools, machines,
+voice.
 
 The model is the bundled GGUF, a local GGUF file, a local transformers folder
 or a Hub id; the backend follows its type (a GGUF may also run on
@@ -29,6 +30,7 @@ from app.settings_ui.settings_model_tab import ModelTabMixin
 from app.settings_ui.settings_server_tab import ServerTab
 from app.settings_ui.settings_machines_tab import MachinesTab
 from app.settings_ui.settings_tools_tab import ToolsTab
+from app.settings_ui.settings_voice_tab import VoiceTab
 from app.core.text_utils import human_bytes
 
 
@@ -60,6 +62,8 @@ class SettingsDialog(ModelTabMixin, QDialog):
         self.machines_tab = MachinesTab(settings, data_dir())
         tabs.addTab(self.machines_tab, "Machines")
         self.machines_tab.table.itemChanged.connect(lambda *_: self.refresh_model())  # the plan's split follows
+        self.voice_tab = VoiceTab(settings)
+        tabs.addTab(self.voice_tab, "Voice")
         lay.addWidget(tabs)
         self.error = QLabel()
         self.error.setWordWrap(True)
@@ -100,7 +104,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
                      default_preset=self.presets_editor.default_name(),
                      theme=THEMES[self.theme.currentIndex()],
                      context_policy=self.sampling_form.context_policy(), **self.server_tab.values(),
-                     **self.tools_tab.values(), **self.machines_tab.values())
+                     **self.tools_tab.values(), **self.machines_tab.values(), **self.voice_tab.values())
         s.validate()
         try:
             self._model_check.check(s.source, s.model)

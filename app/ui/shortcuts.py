@@ -5,7 +5,8 @@ come from it, so the sheet cannot drift from what the keys do.
 while the focus is in the chat (so Esc in a dialog or an editor elsewhere keeps
 its own meaning), "list" in the conversation list (so Delete in the search box
 deletes text, not a chat), "input" in the input box (bound by InputBox itself,
-which asks ``matches``). The first key of each entry is the one the sheet shows.
+which asks ``matches``), "held" while held down (app/voice watches it, where
+voice is installed). The first key of each entry is the one the sheet shows.
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ SHORTCUTS: tuple[Shortcut, ...] = (
     Shortcut("library", ("Ctrl+Shift+M",), "Open the model library (the Models dock)"),
     Shortcut("settings", ("Ctrl+,",), "Open Settings"),
     Shortcut("shortcuts", ("F1",), "Show this list of shortcuts"),
+    Shortcut("talk", ("F8",), "Hold to dictate into the message box (where voice is installed)", "held"),
     Shortcut("quit", ("Ctrl+Q",), "Quit Hearth"),
 )
 BY_NAME = {s.name: s for s in SHORTCUTS}

@@ -43,6 +43,11 @@ def attach_icon() -> QIcon:
     return QIcon(str(ASSETS / "attach.svg"))
 
 
+def microphone_icon() -> QIcon:
+    """The dictation button's microphone (app/voice): a drawing that ships with the app, as the paperclip."""
+    return QIcon(str(ASSETS / "microphone.svg"))
+
+
 def system_scheme() -> str:
     hints = QGuiApplication.styleHints()
     return "dark" if hints.colorScheme() == Qt.ColorScheme.Dark else "light"

@@ -29,6 +29,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from engine.loading.gpu_guard import GpuGuard
+from engine.voice import voice_installed
 
 from app.core.paths import data_dir
 from app.library import library_dock
@@ -115,6 +116,12 @@ class MainWindow(QMainWindow):
             window=self, store=self.store, host=self.host, info=self.info, current=lambda: self.current,
             settings=lambda: self.settings, apply_settings=self.apply_settings)
         self.agents = AgentsMenu(self)  # Claude Code, Codex CLI, OpenCode in a terminal, on this model
+        self.voice = None  # dictation and read-aloud (app/voice), where the optional install put them
+        if voice_installed():
+            from app.voice.voice_controller import VoiceController
+
+            self.voice = VoiceController(chat=self.chat, host=self.host, info=self.info,
+                                         settings=lambda: self.settings, parent=self)
         self.keyboard.build_help_menu()
         for notice in (settings_notice, self.store.notice):
             if notice:
@@ -250,6 +257,8 @@ class MainWindow(QMainWindow):
         self.chat.system.set_presets(new.presets)
         self.apply_theme()
         self._apply_server()
+        if self.voice is not None:
+            self.voice.apply(new)
         if reload:
             self.load_model(new.load_request())
 
@@ -376,6 +385,8 @@ class MainWindow(QMainWindow):
         self._closed = True
         self.hide()
         self.performance.close()  # a benchmark run stops first: its thread must not outlive the window
+        if self.voice is not None:
+            self.voice.close()  # the microphone closes and the voice stops
         self.replies.tools.close()  # a call waited for stops; the MCP servers' programs end
         self.server_host.shutdown()  # API clients are cut off first; then the engine thread ends
         self.host.shutdown()  # stops the reply (saved as incomplete) and frees the model
