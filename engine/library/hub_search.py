@@ -74,6 +74,18 @@ def _offline_guard(what: str) -> None:
                          "the models already on disk still work")
 
 
+def _check_reachable() -> None:
+    """One request to the Hub, without huggingface_hub's retries: offline is said at once, not after its
+    five retries with backoff (23 s). Any answer at all means the Hub can be reached."""
+    from huggingface_hub import get_session
+
+    try:
+        with get_session().stream("GET", hub_endpoint(), timeout=10, follow_redirects=False):
+            pass  # the answer's head is enough; its body (the Hub's home page) is not read
+    except _network_errors() as e:
+        raise _offline(e) from None
+
+
 def _offline(e: BaseException) -> HubOffline:
     return HubOffline(f"cannot reach {hub_endpoint()} ({type(e).__name__}); you seem to be offline. "
                       "The models already on disk still work.")
@@ -84,6 +96,7 @@ def search(query: str, kind: str = "gguf", *, limit: int = 40) -> list[HubModel]
     if kind not in KINDS:
         raise HearthError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     _offline_guard("searched")
+    _check_reachable()
     try:
         found = _api().list_models(search=query.strip() or None, filter=kind, sort="downloads", limit=limit)
         return [HubModel(m.id, kind, int(m.downloads or 0), int(m.likes or 0), list(m.tags or []))
@@ -101,6 +114,7 @@ def repo_files(repo_id: str, revision: str | None = None) -> tuple[list[HubFile]
     from huggingface_hub.errors import RepositoryNotFoundError
 
     _offline_guard("asked for files")
+    _check_reachable()
     try:
         info = _api().model_info(repo_id, revision=revision, files_metadata=True)
     except RepositoryNotFoundError:
