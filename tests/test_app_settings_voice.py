@@ -62,3 +62,17 @@ def test_dictation_continues_the_box_as_a_sentence_would():
     assert joined("Done.", "The next one.") == " The next one."
     assert joined("Tell me ", "I think so.") == "I think so."
     assert joined("NASA and", "NASA again") == " NASA again"
+
+
+def test_a_hub_repository_typed_in_is_kept_and_downloaded_only_when_used(qtbot, monkeypatch):
+    from engine.voice import models
+
+    monkeypatch.setattr(models, "_from_hub", lambda *a: pytest.fail("downloaded on the GUI thread"))
+    t = VoiceTab(Settings())
+    qtbot.addWidget(t)
+    t.whisper.setEditText("Systran/faster-whisper-small")
+    t.piper.setEditText("rhasspy/piper-voices:en/en_US/lessac/medium/en_US-lessac-medium.onnx")
+    t._describe()
+    assert "downloaded from the Hugging Face Hub the first time" in t.whisper_info.text()
+    v = t.values()["voice"]
+    assert v["whisper"] == "Systran/faster-whisper-small" and v["piper"].startswith("rhasspy/piper-voices:en/")

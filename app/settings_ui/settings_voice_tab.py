@@ -9,7 +9,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
 
 from engine import HearthError
 from engine.voice import voice_installed
-from engine.voice.models import SETUP_HINT, BUNDLED, piper_voice, whisper_model
+from engine.voice.models import SETUP_HINT, BUNDLED, on_hub, piper_voice, whisper_model
 
 from app.core import voice_settings
 from app.core.settings import Settings, SettingsError
@@ -35,6 +35,8 @@ class VoiceTab(QWidget):
                 (self.whisper, self.whisper_info, v["whisper"], self._pick_whisper, "Speech to text"),
                 (self.piper, self.piper_info, v["piper"], self._pick_piper, "Voice")):
             combo.addItem("Bundled", BUNDLED)
+            combo.setEditable(True)  # a Hub repository may be typed in (downloaded on first use)
+            combo.lineEdit().editingFinished.connect(self._describe)
             if current != BUNDLED:
                 combo.addItem(current, current)
                 combo.setCurrentIndex(1)
@@ -84,12 +86,22 @@ class VoiceTab(QWidget):
             combo.addItem(path, path)
         combo.setCurrentIndex(combo.findData(path))
 
+    @staticmethod
+    def _spec(combo: QComboBox) -> str:
+        """The combo's model: an item's, or what was typed (a path or a Hub repository)."""
+        typed = combo.currentText().strip()
+        return combo.currentData() if combo.findText(typed) >= 0 and combo.currentData() else typed
+
     def _describe(self) -> None:
         """Each model's languages, size on disk and licence, or why it cannot be used."""
         for combo, info, find in ((self.whisper, self.whisper_info, whisper_model),
                                   (self.piper, self.piper_info, piper_voice)):
+            spec = self._spec(combo)
+            if on_hub(spec):  # never downloaded here, on the GUI thread
+                info.setText(f"{spec}: downloaded from the Hugging Face Hub the first time it is used")
+                continue
             try:
-                m = find(combo.currentData())
+                m = find(spec)
                 info.setText(f"{m.name} · {m.languages} · {human_bytes(m.size_bytes)} · {m.licence}")
             except HearthError as e:
                 info.setText(str(e))
@@ -99,10 +111,11 @@ class VoiceTab(QWidget):
             return {"voice": self._orig}
         for combo, find in ((self.whisper, whisper_model), (self.piper, piper_voice)):
             try:
-                find(combo.currentData())
+                if not on_hub(self._spec(combo)):
+                    find(self._spec(combo))
             except HearthError as e:
                 raise SettingsError(f"voice: {e}") from None
-        return {"voice": {"whisper": self.whisper.currentData(), "piper": self.piper.currentData(),
+        return {"voice": {"whisper": self._spec(self.whisper), "piper": self._spec(self.piper),
                           "language": self.language.currentData(), "speed": round(self.speed.value(), 2),
                           "speak_replies": self.speak_replies.isChecked(),
                           "hands_free": self.hands_free.isChecked()}}

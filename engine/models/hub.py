@@ -29,11 +29,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from ..errors import HearthError
 from .catalogue import ModelRef, parse_hub_id
-from .hub_files import HubError, projector_files, select_gguf_files, select_model_files
+from .hub_files import HubError, projector_files, select_gguf_files, select_model_files, select_named_files
 
 log = logging.getLogger("hearth.hub")
 
@@ -226,30 +226,33 @@ def _fetch_blob(r: _Remote, blob: Path, meter: _Meter, headers: dict[str, str], 
 def download(repo_id: str, *, revision: str | None = None, filename: str | None = None,
              quant: str | None = None, allow_pickle: bool = False, allow_remote_code: bool = False,
              progress: ProgressFn | None = None, cancel: threading.Event | None = None,
-             cache_dir: str | os.PathLike[str] | None = None, token: str | bool | None = None) -> Path:
+             cache_dir: str | os.PathLike[str] | None = None, token: str | bool | None = None,
+             files: Sequence[str] | None = None) -> Path:
     """Make a Hub model available locally and return its path.
 
     A transformers repo returns the snapshot folder. With ``filename`` or
     ``quant`` (a GGUF repo) only that file (or its shards) is fetched and its
-    path returned. Progress reports ``(done, total, filename)`` in bytes over
-    the whole download; ``cancel`` stops it between chunks (DownloadCancelled)
-    and the next call resumes from the bytes already on disk.
+    path returned. With ``files``, exactly those files are fetched (a speech
+    model's: engine/voice/models.py) and the snapshot folder returned.
+    Progress reports ``(done, total, filename)`` in bytes over the whole
+    download; ``cancel`` stops it between chunks (DownloadCancelled) and the
+    next call resumes from the bytes already on disk.
     """
     cache = Path(cache_dir) if cache_dir else hub_cache_dir()
     gguf = bool(filename or quant)
     if offline_mode():
         return _from_cache(repo_id, revision, cache, gguf, filename, quant, allow_pickle,
-                           why="offline mode is on (HF_HUB_OFFLINE)")
+                           why="offline mode is on (HF_HUB_OFFLINE)", files=files)
     try:
         remotes, commit = _resolve_remote(repo_id, revision, filename, quant, allow_pickle,
-                                          allow_remote_code, token)
+                                          allow_remote_code, token, files)
     except _network_errors() as e:
         return _from_cache(repo_id, revision, cache, gguf, filename, quant, allow_pickle,
-                           why=f"cannot reach {hub_endpoint()} ({type(e).__name__})")
+                           why=f"cannot reach {hub_endpoint()} ({type(e).__name__})", files=files)
     return _download_files(repo_id, revision, commit, remotes, cache, progress, cancel, token, gguf)
 
 
-def _resolve_remote(repo_id, revision, filename, quant, allow_pickle, allow_remote_code, token):
+def _resolve_remote(repo_id, revision, filename, quant, allow_pickle, allow_remote_code, token, files=None):
     from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, RepositoryNotFoundError,
                                         RevisionNotFoundError)
@@ -259,7 +262,9 @@ def _resolve_remote(repo_id, revision, filename, quant, allow_pickle, allow_remo
         info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, token=token, files_metadata=True)
         names = [s.rfilename for s in (info.siblings or [])]
         listed = {s.rfilename: s.lfs.sha256 for s in (info.siblings or []) if s.lfs is not None and s.lfs.sha256}
-        if filename or quant:
+        if files is not None:
+            wanted = select_named_files(names, files, repo_id)
+        elif filename or quant:
             wanted = select_gguf_files(names, filename=filename, quant=quant, repo_id=repo_id)
             if not any(n in wanted for n in names if "mmproj" in n.lower()):
                 wanted += projector_files(names, wanted)  # a vision model's eyes come with it
@@ -317,22 +322,24 @@ def _download_files(repo_id, revision, commit, remotes, cache, progress, cancel,
     return snap / remotes[0].name if gguf else snap
 
 
-def _from_cache(repo_id, revision, cache, gguf, filename, quant, allow_pickle, *, why: str) -> Path:
+def _from_cache(repo_id, revision, cache, gguf, filename, quant, allow_pickle, *, why: str, files=None) -> Path:
     snap = cached_snapshot(repo_id, revision, cache=cache)
     missing = f"{why}, and {repo_id} is not in the Hugging Face cache ({cache}); connect once to download it"
     if snap is None:
         raise HubError(missing)
     names = [p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file()]
     try:
-        if gguf:
-            files = select_gguf_files(names, filename=filename, quant=quant, repo_id=repo_id)
+        if files is not None:
+            chosen = select_named_files(names, files, repo_id)
+        elif gguf:
+            chosen = select_gguf_files(names, filename=filename, quant=quant, repo_id=repo_id)
         else:
-            files = select_model_files(names, allow_pickle=allow_pickle, repo_id=repo_id)
+            chosen = select_model_files(names, allow_pickle=allow_pickle, repo_id=repo_id)
             _check_complete(snap, names)
     except HubError as e:
         raise HubError(f"{missing} ({e})") from None
     log.info("%s; using the cached %s", why, snap)
-    return snap / files[0] if gguf else snap
+    return snap / chosen[0] if gguf and files is None else snap
 
 
 def _check_complete(snap: Path, names: list[str]) -> None:

