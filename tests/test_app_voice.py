@@ -182,6 +182,21 @@ def test_hands_free_sends_when_the_speaker_pauses_reads_the_reply_and_listens_ag
     assert not w.voice.listening and not w.voice.hands_free
 
 
+def test_hands_free_speaking_over_the_voice_silences_it_and_listens(window, sound, qtbot, tmp_path):
+    w = window(hands_free=True)
+    w.chat.input.setPlainText("Tell me a long story about a lighthouse keeper.")
+    w.voice.mic_button.click()
+    w.chat.input.submitted.emit()  # sent as Enter would: the reply is read aloud, hands-free
+    qtbot.waitUntil(lambda: bool(w.voice.read_aloud.audio_at), timeout=60_000)
+    assert w.voice.read_aloud.active and w.voice.listening
+    player = sound.say(spoken(tmp_path, SENTENCES[2]))  # the user speaks over the voice
+    qtbot.waitUntil(lambda: not w.voice.read_aloud.active, timeout=20_000)
+    assert w.voice.interrupted == 1 and not w.voice.speaker.playing
+    assert w.voice.listening and w.voice.dictation is not None  # listening to what the user says now
+    qtbot.waitUntil(lambda: player.poll() is not None, timeout=30_000)
+    w.voice.mic_button.click()
+
+
 def test_without_voice_installed_there_is_no_microphone_and_no_speak_button(make_window, monkeypatch, qtbot):
     import app.window.main_window as main_window
     monkeypatch.setattr(main_window, "voice_installed", lambda: False)  # as an install without --voice

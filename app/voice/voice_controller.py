@@ -65,6 +65,7 @@ class VoiceController(QObject):
         self.read_aloud.speaking.connect(self._speaking)
         self.dictation: DictationRun | None = None
         self.hands_free = False
+        self.interrupted = 0  # times the user spoke over the voice (hands-free)
         self._send_timer = QTimer(self)
         self._send_timer.setSingleShot(True)
         self._send_timer.setInterval(int(HANDS_FREE_PAUSE_S * 1000))
@@ -169,6 +170,7 @@ class VoiceController(QObject):
     def _level(self, dbfs: float) -> None:
         self.meter.setValue(int(max(LEVEL_FLOOR_DBFS, dbfs)))
         if self.hands_free and self.read_aloud.active and dbfs > BARGE_IN_DBFS:
+            self.interrupted += 1
             self.read_aloud.stop()  # the user speaks over the voice
         elif self.hands_free and self._send_timer.isActive() and dbfs > BARGE_IN_DBFS:
             self._send_timer.start()  # still speaking: wait for the pause
