@@ -164,8 +164,8 @@ def test_the_benchmarks_live_dictation_and_read_aloud_measure_what_they_say(kit,
     from engine.bench import NAMES, voice as bench
 
     text, ms_after_end = bench._dictate_live(kit.transcriber(), np.concatenate(
-        [espeak(SENTENCES[2], tmp_path), silence(0.2)]))
-    assert error_rate(SENTENCES[2], text) <= 0.2 and ms_after_end > 0
+        [espeak(SENTENCES[0], tmp_path), silence(0.2)]))
+    assert error_rate(SENTENCES[0], text) <= 0.2 and ms_after_end > 0
     reply = "Rain falls from clouds. It waters the plants.\n```\ncode\n```"
     report = bench._read_aloud(kit, [iter(reply[i:i + 3] for i in range(0, len(reply), 3))])  # a streamed reply
     row = report["rows"][0]
