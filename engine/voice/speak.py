@@ -28,7 +28,7 @@ class Voice:
             options.inter_op_num_threads = 1
         session = onnxruntime.InferenceSession(str(model.path), sess_options=options,
                                                providers=["CPUExecutionProvider"])
-        config = json.loads(model.path.with_name(model.path.name + ".json").read_text(encoding="utf-8"))
+        config = json.loads(model.config_path.read_text(encoding="utf-8"))
         self._piper = PiperVoice(config=PiperConfig.from_dict(config), session=session)
         self.rate = int(self._piper.config.sample_rate)
         self._noise: float | None = None if variation else 0.0  # None: the voice's own noise scales

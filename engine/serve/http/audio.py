@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 
 from ...errors import HearthError
 from ...voice import voice_installed
-from ...voice.audio import FORMATS, PCM_RATE, AudioError, encode_audio, read_audio, resample16
+from ...voice.audio import FORMATS, AudioError, encode_audio, read_audio
 from ...voice.kit import VoiceKit
 from ...voice.models import SETUP_HINT
 from ...voice.sentences import speakable_sentences
@@ -79,7 +79,7 @@ class AudioRoutes:
             async def chunks():
                 for sentence in sentences:
                     pcm = await anyio.to_thread.run_sync(lambda s=sentence: voice.speak(s, speed=speed))
-                    yield resample16(pcm, voice.rate, PCM_RATE).astype("<i2").tobytes()
+                    yield encode_audio(pcm, voice.rate, "pcm")
             return StreamingResponse(chunks(), media_type=_MEDIA[fmt], headers=headers)
 
         def whole() -> bytes:
