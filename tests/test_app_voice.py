@@ -198,6 +198,17 @@ def test_hands_free_speaking_over_the_voice_silences_it_and_listens(window, soun
     w.voice.mic_button.click()
 
 
+def test_a_new_speed_or_language_keeps_the_loaded_models_and_a_new_model_replaces_them(window, tmp_path):
+    from dataclasses import replace
+
+    w = window()
+    s = w.settings
+    w.apply_settings(replace(s, voice={**s.voice, "speed": 1.6, "language": "en"}))
+    assert w.voice.kit is KIT and w.voice.read_aloud.speed == 1.6
+    w.apply_settings(replace(s, voice={**s.voice, "whisper": str(tmp_path)}))
+    assert w.voice.kit is not KIT and w.voice.kit.choice.whisper == str(tmp_path)
+
+
 def test_without_voice_installed_there_is_no_microphone_and_no_speak_button(make_window, monkeypatch, qtbot):
     import app.window.main_window as main_window
     monkeypatch.setattr(main_window, "voice_installed", lambda: False)  # as an install without --voice

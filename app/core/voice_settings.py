@@ -41,5 +41,9 @@ def problem(v: Any) -> str | None:
 
 def choice(v: dict[str, Any]) -> VoiceChoice:
     """What the engine's voice kit loads for these settings."""
-    return VoiceChoice(whisper=v["whisper"], piper=v["piper"],
-                       language=None if v["language"] == "auto" else v["language"], speed=float(v["speed"]))
+    return VoiceChoice(whisper=v["whisper"], piper=v["piper"])
+
+
+def language(v: dict[str, Any]) -> str | None:
+    """The language dictation is heard in (None: detected)."""
+    return None if v["language"] == "auto" else v["language"]

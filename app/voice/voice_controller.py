@@ -102,11 +102,11 @@ class VoiceController(QObject):
         self.apply(settings())
 
     def apply(self, settings: Settings) -> None:
-        """Settings → Voice changed: new models load on their next use."""
+        """Settings → Voice changed: other models load on their next use; a new speed or language loads nothing."""
         choice = voice_settings.choice(settings.voice)
-        if choice != self.kit.choice:
+        if not choice.same_models(self.kit.choice):
             self.use(VoiceKit(choice))
-        self.read_aloud.speed = choice.speed
+        self.read_aloud.speed = float(settings.voice["speed"])
 
     def use(self, kit: VoiceKit) -> None:
         """Dictate and speak with ``kit``'s models from the next recording or reading on."""
@@ -147,7 +147,7 @@ class VoiceController(QObject):
             if on else self._placeholder)
 
     def _new_dictation(self) -> None:
-        run = DictationRun(self.kit, voice_settings.choice(self._settings().voice).language, self)
+        run = DictationRun(self.kit, voice_settings.language(self._settings().voice), self)
         run.text.connect(self._dictated)
         run.done.connect(lambda heard, r=run: self._dictation_done(r, heard))
         run.failed.connect(lambda why, r=run: self._dictation_failed(r, why))

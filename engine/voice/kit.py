@@ -5,19 +5,22 @@ import threading
 from dataclasses import dataclass
 
 from .listen import Transcriber
-from .models import piper_voice, whisper_model
+from .models import BUNDLED, piper_voice, whisper_model
 from .speak import Voice
 
 
 @dataclass(frozen=True)
 class VoiceChoice:
-    """What Settings → Voice chose: None or "bundled" for the bundled models, else a path."""
+    """Which models a kit loads, and how: None or "bundled" for the bundled ones, else a path or a Hub id.
+    (The language heard and the voice's speed are per call: changing them loads nothing.)"""
     whisper: str | None = None
     piper: str | None = None
-    language: str | None = None   # None: detected
-    speed: float = 1.0
     threads: int = 0              # 0: the libraries' own choice (all cores)
     variation: bool = True        # Piper's sampled pitch and timing (False: the same text, the same samples)
+
+    def same_models(self, other: "VoiceChoice") -> bool:
+        """Whether ``other`` names the same two models (None and "bundled" are the same)."""
+        return (self.whisper or BUNDLED, self.piper or BUNDLED) == (other.whisper or BUNDLED, other.piper or BUNDLED)
 
 
 class VoiceKit:
