@@ -60,6 +60,8 @@ def test_a_bad_voice_entry_is_refused_by_name_and_salvaged_alone(bad, says):
 def test_dictation_continues_the_box_as_a_sentence_would():
     assert joined("Can you explain how it makes", "The second question faster.") == " the second question faster."
     assert joined("Done.", "The next one.") == " The next one."
+    assert joined("Done. ", "The next one.") == "The next one."  # after a space: none added, the capital kept
+    assert joined("", "The first.") == "The first."
     assert joined("Tell me ", "I think so.") == "I think so."
     assert joined("NASA and", "NASA again") == " NASA again"
 

@@ -41,8 +41,9 @@ LEVEL_FLOOR_DBFS = -60.0      # the meter's empty end
 def joined(before: str, text: str) -> str:
     """``text`` as it continues ``before`` in the box: after a space, and with Whisper's capital dropped
     when ``before`` ends mid-sentence ("makes" + "The second..." -> "makes the second...")."""
-    space = "" if before[-1:].isspace() else " "
-    if before[-1:] not in ".!?:。！？" and text[:1].isupper() and text[1:2].islower() and not text.startswith("I "):
+    space = "" if not before or before[-1].isspace() else " "
+    mid_sentence = before.rstrip()[-1:] not in ".!?:。！？"  # "" (an empty box) is in every string
+    if mid_sentence and text[:1].isupper() and text[1:2].islower() and not text.startswith("I "):
         text = text[0].lower() + text[1:]
     return space + text
 
@@ -177,8 +178,7 @@ class VoiceController(QObject):
 
     def _dictated(self, text: str) -> None:
         box = self.chat.input
-        before = box.toPlainText()[:box.textCursor().position()].rstrip()
-        box.insertPlainText(joined(before, text) if before else text)
+        box.insertPlainText(joined(box.toPlainText()[:box.textCursor().position()], text))
         if self.hands_free:
             self._send_timer.start()
 
