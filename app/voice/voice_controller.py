@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Callable
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
-from PySide6.QtWidgets import QApplication, QProgressBar, QToolButton
+from PySide6.QtWidgets import QProgressBar, QToolButton
 
 from engine.voice.kit import VoiceKit
 
@@ -97,9 +97,10 @@ class VoiceController(QObject):
         host.delta.connect(self._reply_delta)
         host.finished.connect(self._reply_ended)
         host.failed.connect(lambda mid, _msg, _partial: self._reply_ended(mid, {}))
-        app = QApplication.instance()
-        if app is not None:
-            app.installEventFilter(self)
+        # F8 held: a key the focused widget leaves alone travels up to the window, so the window's filter
+        # sees it (an application-wide filter ran Python for every event of every object, streaming included)
+        self._window = chat.window()
+        self._window.installEventFilter(self)
         self.apply(settings())
 
     def apply(self, settings: Settings) -> None:
@@ -203,7 +204,7 @@ class VoiceController(QObject):
     def eventFilter(self, obj, e) -> bool:  # noqa: N802 (Qt override)
         kind = e.type()
         if kind in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease) and matches("talk", e) and \
-                not e.isAutoRepeat() and self.chat.window().isActiveWindow():
+                not e.isAutoRepeat() and self._window.isActiveWindow():
             if kind == QEvent.Type.KeyPress:
                 self.listen()
             else:
@@ -255,9 +256,7 @@ class VoiceController(QObject):
             self.chat.input.submitted.emit()
 
     def close(self) -> None:
-        app = QApplication.instance()
-        if app is not None:
-            app.removeEventFilter(self)
+        self._window.removeEventFilter(self)
         self.hands_free = False
         self.stop_listening()
         self.read_aloud.stop()
