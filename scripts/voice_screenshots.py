@@ -1,6 +1,8 @@
-"""Take the documentation's pictures of voice: the microphone listening, and a reply being read aloud.
+"""Take the documentation's pictures of voice: the microphone listening, a reply being read aloud, and the
+speech models in the model library.
 
-    .venv/bin/python scripts/voice_screenshots.py   # offscreen: assets/voice-listening.png, voice-reading.png
+    .venv/bin/python scripts/voice_screenshots.py   # offscreen: assets/voice-listening.png, voice-reading.png,
+                                                    # voice-models.png
 
 All real: the window, the bundled models, and the test suite's private PulseAudio server
 (tests/sound_server.py) as the sound card: espeak-ng says two sentences into its microphone, with a
@@ -70,6 +72,14 @@ def take(out: Path, scratch: Path, theme: str) -> None:
         raise RuntimeError("could not write the listening picture")
     player.wait(timeout=30)
     win.voice.mic_button.click()
+    win.show_library()  # the speech models below the language models, with their fit
+    speech = win.models_dock.speech
+    if not wait_until(lambda: speech.models and not speech.scanning and not win.models_dock.library_view.scanning,
+                      60.0):
+        raise RuntimeError("the library did not list the speech models: " + speech.status.text())
+    wait_until(lambda: False, 1.0)
+    if not win.grab().save(str(out / f"voice-models{suffix}.png")):
+        raise RuntimeError("could not write the library picture")
     win.close()
 
 

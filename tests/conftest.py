@@ -162,3 +162,28 @@ def sound():
     """The session's sound server: ``say(wav)`` into the microphone, ``listen()`` to the speaker."""
     assert not SOUND.missing, "pulseaudio is not installed: scripts/test.sh installs it (pulseaudio pulseaudio-utils)"
     return SOUND
+
+
+@pytest.fixture
+def speech_hub(monkeypatch, tmp_path):
+    """A local Hub serving the bundled speech models' files as repositories (tests/hub_server.py), with
+    the Hugging Face cache and Hearth's models folder in the test's own folder."""
+    from engine.voice.models import piper_voice, whisper_model
+    from hub_server import HubServer
+
+    whisper = whisper_model()  # the bundled one's files, served as if they were a Hub repository
+    voice = piper_voice()
+    repos = {
+        "acme/faster-whisper-tiny.en": {f.name: f.read_bytes() for f in whisper.path.iterdir() if f.is_file()},
+        "acme/piper-voices": {"en/en_US/joe/medium/" + voice.path.name: voice.path.read_bytes(),
+                              "en/en_US/joe/medium/" + voice.path.name + ".json":
+                                  (voice.path.parent / (voice.path.name + ".json")).read_bytes(),
+                              "README.md": b"voices"},
+        "acme/not-speech": {"config.json": b"{}", "model.safetensors": b"\0" * 64},
+    }
+    srv = HubServer(repos)
+    monkeypatch.setenv("HF_ENDPOINT", srv.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setenv("HEARTH_MODEL_DIR", str(tmp_path / "models"))  # Hearth's models folder: empty
+    yield srv
+    srv.close()

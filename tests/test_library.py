@@ -180,3 +180,20 @@ def test_a_projector_is_known_by_its_header_and_shown_on_its_models_row(tiny_vlm
     imported = li.import_gguf(tiny_vlm[1])  # a projector dropped on the library joins its model's folder
     assert imported.parent == models and [m.path.name for m in li.scan() if m.origin == lib.ORIGIN_MODELS] == [
         "vision-model.gguf"]
+
+
+def test_deleting_a_snapshot_takes_only_that_repository_s(tmp_path):
+    # Two repositories at the same commit (as the tests' Hub serves them); one with a second, older snapshot.
+    cache = tmp_path / "hf"
+    a = hf_cache_gguf(cache, "acme/a-GGUF", "a.Q8_0.gguf", arch="qwen2.5-0.5b", quant="Q8_0")
+    b = hf_cache_gguf(cache, "acme/b-GGUF", "b.Q8_0.gguf", arch="qwen2.5-0.5b", quant="Q8_0")
+    old = b.parents[1] / ("f" * 40)
+    old.mkdir()
+    (old / "b.Q8_0.gguf").symlink_to(os.readlink(b))
+    lib.delete_cached(a.parent, cache, snapshot=True)
+    assert not (cache / "models--acme--a-GGUF").exists() and b.is_file()
+    lib.delete_cached(b.parent, cache, snapshot=True)  # the other snapshot keeps the blob; refs/main goes
+    assert (old / "b.Q8_0.gguf").is_file() and not b.parent.exists()
+    assert not (cache / "models--acme--b-GGUF" / "refs" / "main").exists()
+    with pytest.raises(lib.LibraryError, match="not a snapshot"):
+        lib.delete_cached(tmp_path, cache, snapshot=True)

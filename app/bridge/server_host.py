@@ -16,7 +16,7 @@ as it always did. API requests never reach the store: they are not chats.
 from __future__ import annotations
 
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QLabel
@@ -25,8 +25,10 @@ from engine import HearthError, StreamEvent
 from engine.serve import Priority, Scheduler, ServeRequest, Ticket
 from engine.reply_formats.tools import ToolPlan
 from engine.serve.runtime.library_pool import library_pool
+from engine.serve.http.audio import AudioRoutes
 from engine.serve.http.listen import exposure
 from engine.serve.http.server import LocalServer
+from engine.voice.kit import VoiceKit
 
 from app.bridge.engine_host import EngineHost
 from app.core.paths import data_dir
@@ -115,6 +117,7 @@ class ServerHost(QObject):
         super().__init__(parent)
         self.server: LocalServer | None = None
         self._config: tuple | None = None
+        self.voice_kit: Callable[[], VoiceKit] | None = None  # the window's speech models, which the API shares
         self._worker = ServingWorker(host.shared)
         host.run_on_engine_thread(self._worker)
         self._request_serving.connect(self._worker.set_serving)
@@ -144,7 +147,8 @@ class ServerHost(QObject):
         try:
             # Off loopback (Settings: "Let other devices…"): TLS and a key on every request, or no start at all.
             server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors,
-                                 pool=pool, **exposure(data_dir(), s.server_listen or None))
+                                 pool=pool, audio=AudioRoutes(self.voice_kit) if self.voice_kit else None,
+                                 **exposure(data_dir(), s.server_listen or None))
             server.start()
         except HearthError as e:
             self.refresh()

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QDockWidget, QMenu, QTabWidget
 
 from engine.models.catalogue import bundled_model_path
 from engine.library.local import ORIGIN_BUNDLED, Library, LibraryModel
+from engine.voice import voice_installed
 
 from app.library.downloads import DownloadQueue
 from app.library.hub_browser import HubBrowser
@@ -84,6 +85,14 @@ class ModelsDock(QDockWidget):
         self.library_view.imported.connect(
             lambda msg, ok: window.info.show_message(msg, "info" if ok else "error", timeout_ms=8000))
         self.queue.finished.connect(self._downloaded)
+        self.speech = None
+        if voice_installed():  # without voice there is nothing to list, and no button that cannot work
+            from app.library.speech_list import SpeechList
+
+            self.speech = SpeechList(lambda: (window.settings.voice["whisper"], window.settings.voice["piper"]),
+                                     hardware=hardware)
+            self.speech.use_requested.connect(self.use_speech)
+            self.library_view.attach_speech(self.speech)
 
     def load(self, m: LibraryModel) -> None:
         """Load a model from the library: the window's settings now name it (Auto everything else)."""
@@ -100,6 +109,19 @@ class ModelsDock(QDockWidget):
             w.info.show_message(f"Cannot load {m.name}: {e}", "error")
             return
         w.apply_settings(new)
+
+    def use_speech(self, kind: str, spec: str) -> None:
+        """Make a speech model the one Settings → Voice names ("whisper" dictates, "piper" reads aloud);
+        it loads off the GUI thread on its next use."""
+        w = self.window_
+        try:
+            new = replace(w.settings, voice=dict(w.settings.voice, **{kind: spec})).validate()
+        except SettingsError as e:
+            w.info.show_message(f"Cannot use {spec}: {e}", "error")
+            return
+        w.apply_settings(new)
+        if self.speech is not None:
+            self.speech.refresh()
 
     def load_remote(self, model: str) -> None:
         """Use a server's model (``url#id``): the window's engine becomes a remote one. If the server

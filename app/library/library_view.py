@@ -25,6 +25,7 @@ from app.bridge.background import Background, error_text
 from app.library.library_tasks import import_files, plan_all, scan
 from app.library.servers import AddServerDialog, ServerList
 from app.core.text_utils import human_bytes
+from app.ui.confirm import ask_to_delete
 
 COLUMNS = ("Name", "Architecture", "Parameters", "Quantization", "Size", "Context", "Last used", "Fit", "Where")
 FIT_COL = COLUMNS.index("Fit")
@@ -82,6 +83,7 @@ class LibraryView(QWidget):
         self._select_after: str | None = None
         self._stale = True                # the table has not been filled since the disk last changed
         self.servers: ServerList | None = None  # the servers' models, in the table's last rows
+        self.speech = None                # the speech models (app/library/speech_list.py), where voice is installed
 
         lay = QVBoxLayout(self)
         self.table = QTableWidget(0, len(COLUMNS))
@@ -178,6 +180,8 @@ class LibraryView(QWidget):
             self._bg.drop("scan")  # a scan already on its way is out of date: the one at show selects
             return
         self._stale = False
+        if self.speech is not None:
+            self.speech.refresh()
         library, loaded = self.library, self.loaded_path
         self._bg.run(lambda: scan(library, loaded), on_done=self._scanned, on_failed=self._scan_failed,
                      kind="scan", name="hearth-library-scan")  # a newer scan supersedes one on its way
@@ -192,6 +196,12 @@ class LibraryView(QWidget):
         self.servers = servers
         servers.changed.connect(lambda: self._scanned((self.models, self._drafts)))
         servers.message.connect(lambda text, _ok: self.status.setText(text))
+
+    def attach_speech(self, speech: QWidget) -> None:
+        """List the speech models below the drafts; they are read again with the rest."""
+        self.speech = speech
+        lay = self.layout()
+        lay.insertWidget(lay.indexOf(self.status), speech)
 
     def add_server(self) -> None:
         if self.servers is not None:
@@ -314,17 +324,12 @@ class LibraryView(QWidget):
         if m is None or not m.deletable:
             return
         what = "its snapshot folder" if m.kind == "hf_dir" else "the file"
-        self.confirm = QMessageBox(QMessageBox.Icon.Warning, "Delete model",
-                                   f"Delete {m.name} ({human_bytes(m.size)})? This removes {what} from disk:\n"
-                                   f"{m.path}", QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-                                   self)
-        self.confirm.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        self.confirm.finished.connect(lambda code, m=m: self._delete_answered(m, code))
-        self.confirm.open()
+        self.confirm = ask_to_delete(self, "Delete model", f"Delete {m.name} ({human_bytes(m.size)})? This removes "
+                                     f"{what} from disk:\n{m.path}", lambda yes, m=m: self._delete_answered(m, yes))
 
-    def _delete_answered(self, m: LibraryModel, code: int) -> None:
+    def _delete_answered(self, m: LibraryModel, yes: bool) -> None:
         self.confirm = None
-        if code != QMessageBox.StandardButton.Yes:
+        if not yes:
             return
         if str(m.path) == self.loaded_path:
             self.unload_requested.emit()

@@ -2,11 +2,11 @@
 played in order; Stop (or a new reply) silences at once and drops what was still to be spoken."""
 from __future__ import annotations
 
+import threading
 import time
 from queue import Queue
 from typing import Callable
 
-import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from engine.voice.kit import VoiceKit
@@ -20,6 +20,7 @@ class ReadAloud(QObject):
     """One voice for the window: ``start`` a reply, ``feed`` its text as it streams, ``finish`` it;
     ``stop`` silences. Only the reply's text is fed, never its reasoning."""
     speaking = Signal(bool)     # started or stopped speaking (the buttons follow it)
+    downloading = Signal(str, int, int)  # a Hub voice not in the cache yet: the voice, bytes done, bytes in all
     failed = Signal(str)
 
     def __init__(self, kit: VoiceKit, speaker: Speaker, parent: QObject | None = None) -> None:
@@ -50,9 +51,10 @@ class ReadAloud(QObject):
         queue: Queue[str | None] = Queue()
         self._queue = queue
         self._working = True
-        self._bg.run(lambda report: self._work(queue, report), on_done=lambda _r: self._work_done(),
-                     on_failed=lambda e: self._fail(error_text(e)), on_progress=self._audio, kind="speak",
-                     name="hearth-read-aloud")
+        stop = threading.Event()  # a Stop while a voice downloads stops the download too (its bytes are kept)
+        self._bg.run(lambda report: self._work(queue, report, stop), on_done=lambda _r: self._work_done(),
+                     on_failed=lambda e: self._fail(error_text(e)), on_progress=self._progress, kind="speak",
+                     name="hearth-read-aloud", cancel=stop)
         self.speaking.emit(True)
 
     def feed(self, text: str) -> None:
@@ -90,14 +92,21 @@ class ReadAloud(QObject):
         assert self._queue is not None
         self._queue.put(sentence)
 
-    def _work(self, queue: Queue, report: Callable[..., bool]) -> None:
-        voice = self.kit.voice()  # loaded on first use, here on the worker
+    def _work(self, queue: Queue, report: Callable[..., bool], stop: threading.Event) -> None:
+        kit = self.kit
+        spec = kit.choice.piper or ""
+        # loaded on first use, here on the worker (a Hub voice downloaded first)
+        voice = kit.voice(progress=lambda done, total, _f: report("download", spec, done, total), cancel=stop)
         while (sentence := queue.get()) is not None:
             samples = voice.speak(sentence, speed=self.speed)
-            if not report(samples, voice.rate):
+            if not report("audio", samples, voice.rate):
                 return  # stopped: the rest is not spoken
 
-    def _audio(self, samples: np.ndarray, rate: int) -> None:
+    def _progress(self, what: str, *values) -> None:
+        if what == "download":
+            self.downloading.emit(*values)
+            return
+        samples, rate = values
         self.audio_at.append(time.perf_counter())
         self.speaker.play(samples, rate)
 

@@ -26,8 +26,9 @@ from app.bridge.engine_host import EngineHost
 from app.chat.chat_view import ChatView
 from app.core import voice_settings
 from app.core.settings import Settings
+from app.core.text_utils import human_bytes
 from app.ui import theme
-from app.ui.info_bar import InfoArea
+from app.ui.info_bar import InfoArea, InfoBar
 from app.ui.shortcuts import matches
 from app.voice.devices import Microphone, Speaker
 from app.voice.dictation import DictationRun
@@ -62,8 +63,11 @@ class VoiceController(QObject):
         self.microphone.failed.connect(self._mic_failed)
         self.speaker = Speaker(self)
         self.read_aloud = ReadAloud(self.kit, self.speaker, self)
-        self.read_aloud.failed.connect(lambda why: self.info.show_message(why, "error"))
+        self.read_aloud.failed.connect(lambda why: (self._download_ended(), self.info.show_message(why, "error")))
         self.read_aloud.speaking.connect(self._speaking)
+        self.read_aloud.downloading.connect(
+            lambda spec, done, total: self._downloading(f"the voice {spec}", done, total, "It speaks once it is here."))
+        self._download_bar: InfoBar | None = None
         self.dictation: DictationRun | None = None
         self.hands_free = False
         self.interrupted = 0  # times the user spoke over the voice (hands-free)
@@ -151,9 +155,30 @@ class VoiceController(QObject):
     def _new_dictation(self) -> None:
         run = DictationRun(self.kit, voice_settings.language(self._settings().voice), self)
         run.text.connect(self._dictated)
+        run.downloading.connect(lambda spec, done, total: self._downloading(
+            f"the speech model {spec}", done, total, "What you say meanwhile is kept and written once it is here."))
         run.done.connect(lambda heard, r=run: self._dictation_done(r, heard))
         run.failed.connect(lambda why, r=run: self._dictation_failed(r, why))
         self.dictation = run
+
+    def _downloading(self, what: str, done: int, total: int, meanwhile: str) -> None:
+        """A Hub speech model on its way (the first use of one not in the cache): one notice, kept up to
+        date, gone once the model is here. A failed download is the dictation's or reading's own failure."""
+        if total and done >= total:
+            self._download_ended()
+            return
+        text = (f"Downloading {what} from the Hugging Face Hub: {human_bytes(done)} of "
+                f"{human_bytes(total) if total else '…'}. {meanwhile}")
+        if self._download_bar is None:
+            self._download_bar = bar = self.info.show_message(text, "info")
+            bar.destroyed.connect(lambda *_: setattr(self, "_download_bar", None))
+        else:
+            self._download_bar.label.setText(text)
+
+    def _download_ended(self) -> None:
+        if self._download_bar is not None:
+            self._download_bar.dismiss()
+            self._download_bar = None
 
     def _mic_clicked(self, on: bool) -> None:
         self.hands_free = on and bool(self._settings().voice["hands_free"])
@@ -193,6 +218,7 @@ class VoiceController(QObject):
     def _dictation_failed(self, run: DictationRun, why: str) -> None:
         if run is self.dictation:
             self.dictation = None
+        self._download_ended()
         self.stop_listening()
         self.info.show_message(f"Dictation stopped: {why}. What is in the box is kept.", "error")
 

@@ -122,6 +122,7 @@ class MainWindow(QMainWindow):
 
             self.voice = VoiceController(chat=self.chat, host=self.host, info=self.info,
                                          settings=lambda: self.settings, parent=self)
+            self.server_host.voice_kit = lambda: self.voice.kit  # the API speaks with the window's models
         self.keyboard.build_help_menu()
         for notice in (settings_notice, self.store.notice):
             if notice:

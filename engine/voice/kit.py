@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .listen import Transcriber
 from .models import BUNDLED, piper_voice, whisper_model
 from .speak import Voice
+
+if TYPE_CHECKING:
+    from ..models.hub import ProgressFn
 
 
 @dataclass(frozen=True)
@@ -32,15 +36,19 @@ class VoiceKit:
         self._transcriber: Transcriber | None = None
         self._voice: Voice | None = None
 
-    def transcriber(self) -> Transcriber:
+    def transcriber(self, *, progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> Transcriber:
+        """The Whisper model, loaded now if it is not yet (a Hub model is downloaded first, if it is not in
+        the cache: ``progress`` hears of its bytes and ``cancel`` stops it, keeping what came)."""
         with self._lock:
             if self._transcriber is None:
-                self._transcriber = Transcriber(whisper_model(self.choice.whisper), threads=self.choice.threads)
+                model = whisper_model(self.choice.whisper, progress=progress, cancel=cancel)
+                self._transcriber = Transcriber(model, threads=self.choice.threads)
             return self._transcriber
 
-    def voice(self) -> Voice:
+    def voice(self, *, progress: ProgressFn | None = None, cancel: threading.Event | None = None) -> Voice:
+        """The Piper voice, loaded now if it is not yet (as :meth:`transcriber` says)."""
         with self._lock:
             if self._voice is None:
-                self._voice = Voice(piper_voice(self.choice.piper), threads=self.choice.threads,
-                                    variation=self.choice.variation)
+                model = piper_voice(self.choice.piper, progress=progress, cancel=cancel)
+                self._voice = Voice(model, threads=self.choice.threads, variation=self.choice.variation)
             return self._voice

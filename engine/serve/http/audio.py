@@ -11,7 +11,7 @@ a worker thread; the models are loaded on first use and kept (engine/voice/kit.p
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 from starlette.datastructures import UploadFile
@@ -39,8 +39,14 @@ _MEDIA = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": 
 class AudioRoutes:
     """The two endpoints, over one :class:`VoiceKit` (a transcriber and a voice, loaded on first use)."""
 
-    def __init__(self, kit: VoiceKit | None = None) -> None:
-        self.kit = kit or VoiceKit()
+    def __init__(self, kit: VoiceKit | Callable[[], VoiceKit] | None = None) -> None:
+        """``kit``: the models, or a callable giving the ones to use now (the window passes its own,
+        so the API and the window share one Whisper and one Piper, as Settings → Voice chose them)."""
+        self._kit = kit or VoiceKit()
+
+    @property
+    def kit(self) -> VoiceKit:
+        return self._kit() if callable(self._kit) else self._kit
 
     def routes(self) -> list[tuple[str, Any, str]]:
         return [("/v1/audio/transcriptions", self.transcriptions, "POST"),

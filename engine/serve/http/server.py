@@ -74,8 +74,7 @@ class LocalServer:
         ``keys``). ``rate_limit``: requests a minute per key (0: none). ``audio``: the speech routes."""
         self.host = check_bind_host(host, listen=listen)
         self.exposed = check_exposure(self.host, tls is not None, bool(api_key) or bool(keys and keys.entries()))
-        self.tls = tls
-        self.keys = keys
+        self.tls, self.keys = tls, keys
         self.requested_port = port
         self.api_key = api_key or None
         self.max_body = max_body
@@ -92,6 +91,7 @@ class LocalServer:
         self._leases: dict[Ticket, Lease] = {}
         self._reaper: threading.Thread | None = None
         self._stopping = threading.Event()
+        self.audio = audio or AudioRoutes()
         routes = [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in (
             ("/v1/models", self._models, "GET"), ("/v1/models/{model_id:path}", self._model, "GET"),
             ("/v1/chat/completions", self._route(openai_wire("chat")), "POST"),
@@ -99,7 +99,7 @@ class LocalServer:
             ("/v1/messages", self._route(anthropic_wire()), "POST"),
             ("/v1/messages/count_tokens", self._count_tokens, "POST"),
             ("/v1/responses", self._route(responses_wire(self.responses)), "POST"),
-            *(audio or AudioRoutes()).routes())]
+            *self.audio.routes())]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
         self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins,
                          exposed=self.exposed, keys=keys, limit=RateLimit(rate_limit) if rate_limit else None)
