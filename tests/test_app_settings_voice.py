@@ -24,6 +24,10 @@ def test_the_dialog_keeps_the_voice_choices_and_shows_each_models_languages_size
     assert dlg.build().voice == CHOSEN  # an OK keeps what was not touched
     t = dlg.voice_tab
     assert "English only" in t.whisper_info.text() and "MIT" in t.whisper_info.text()
+    assert "hears English only: for Chinese (Simplified), choose a multilingual model" in t.whisper_info.text()
+    t.language.setCurrentIndex(t.language.findData("en"))  # English: nothing to warn of
+    assert "hears English only" not in t.whisper_info.text()
+    t.language.setCurrentIndex(t.language.findData("zh"))
     assert "Joe" in t.piper_info.text() and "MiB" in t.piper_info.text()
     t.speed.setValue(2.0)
     t.hands_free.setChecked(True)
@@ -78,3 +82,15 @@ def test_a_hub_repository_typed_in_is_kept_and_downloaded_only_when_used(qtbot, 
     assert "downloaded from the Hugging Face Hub the first time" in t.whisper_info.text()
     v = t.values()["voice"]
     assert v["whisper"] == "Systran/faster-whisper-small" and v["piper"].startswith("rhasspy/piper-voices:en/")
+
+
+@pytest.mark.parametrize("language, locale, whisper, script", [
+    ("zh", "en_US", "zh", "simplified"), ("zh-Hant", "zh_CN", "zh", "traditional"),
+    ("auto", "zh_TW", None, "traditional"), ("auto", "zh_HK", None, "traditional"),
+    ("auto", "zh_CN", None, "simplified"),
+    ("auto", "", None, "simplified"), ("en", "zh_TW", "en", "traditional"),
+])
+def test_chinese_is_written_in_the_script_chosen_or_the_systems(language, locale, whisper, script):
+    v = {**voice_settings.default(), "language": language}
+    assert Settings(voice=v).validate().voice["language"] == language
+    assert voice_settings.language(v) == whisper and voice_settings.chinese_script(v, locale) == script

@@ -74,7 +74,7 @@ def test_the_library_lists_speech_models_with_their_size_and_fit_and_deletes_dow
     own.parent.mkdir()
     own.write_bytes(piper_voice().path.read_bytes())
     own.with_name("voice.onnx.json").write_bytes(piper_voice().config_path.read_bytes())
-    fetched = tmp_path / "models" / "faster-whisper-tiny"  # a model put in Hearth's models folder
+    fetched = tmp_path / "models" / "faster-whisper-tiny"  # as `models fetch-whisper-base` puts one
     shutil.copytree(whisper_model().path, fetched, copy_function=os.link)
     (tmp_path / "models" / "half").mkdir()  # a folder that is no model: not listed
     listed = speech_models_on_disk(cache, chosen=[str(own), "bundled", "acme/elsewhere"])

@@ -10,7 +10,8 @@ from typing import Any
 from engine.voice.kit import VoiceChoice
 
 # Whisper's language codes people pick most; "auto" detects (on a multilingual model).
-LANGUAGES = {"auto": "Detect", "en": "English", "zh": "Chinese", "es": "Spanish", "fr": "French", "de": "German",
+LANGUAGES = {"auto": "Detect", "en": "English", "zh": "Chinese (Simplified)", "zh-Hant": "Chinese (Traditional)",
+             "es": "Spanish", "fr": "French", "de": "German",
              "ja": "Japanese", "ko": "Korean", "ru": "Russian", "pt": "Portuguese", "it": "Italian", "ar": "Arabic",
              "hi": "Hindi", "nl": "Dutch"}
 SPEEDS = (0.5, 3.0)
@@ -44,6 +45,17 @@ def choice(v: dict[str, Any]) -> VoiceChoice:
     return VoiceChoice(whisper=v["whisper"], piper=v["piper"])
 
 
+TRADITIONAL_LOCALES = ("zh_TW", "zh_HK", "zh_MO")
+
+
 def language(v: dict[str, Any]) -> str | None:
-    """The language dictation is heard in (None: detected)."""
-    return None if v["language"] == "auto" else v["language"]
+    """The language dictation is heard in, as Whisper names it (None: detected)."""
+    return None if v["language"] == "auto" else v["language"].split("-")[0]
+
+
+def chinese_script(v: dict[str, Any], locale: str = "") -> str:
+    """The script dictated Chinese is written in: the one chosen, else (Detect) the system's: Traditional
+    where ``locale`` (Qt's name for the system's, e.g. "zh_TW") writes it, Simplified elsewhere."""
+    if v["language"] in ("zh", "zh-Hant"):
+        return "traditional" if v["language"] == "zh-Hant" else "simplified"
+    return "traditional" if locale.startswith(TRADITIONAL_LOCALES) else "simplified"

@@ -15,6 +15,9 @@ from app.core import voice_settings
 from app.core.settings import Settings, SettingsError
 from app.core.text_utils import human_bytes
 
+MULTILINGUAL_HINT = ("type Systran/faster-whisper-base to download it from the Hub, or run "
+                     "python -m engine models fetch-whisper-base and choose it in the model library")
+
 
 class VoiceTab(QWidget):
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
@@ -56,6 +59,7 @@ class VoiceTab(QWidget):
         self.language.setCurrentIndex(list(voice_settings.LANGUAGES).index(v["language"]))
         self.language.setToolTip("The language you dictate in; Detect works per segment on a multilingual model")
         form.addRow("Language", self.language)
+        self.language.currentIndexChanged.connect(lambda _i: self._describe())
         self.speed = QDoubleSpinBox()
         self.speed.setRange(*voice_settings.SPEEDS)
         self.speed.setSingleStep(0.1)
@@ -105,6 +109,11 @@ class VoiceTab(QWidget):
                 info.setText(f"{m.name} · {m.languages} · {human_bytes(m.size_bytes)} · {m.licence}")
             except HearthError as e:
                 info.setText(str(e))
+                continue
+            chosen = self.language.currentData() if hasattr(self, "language") else "auto"
+            if m.kind == "whisper" and m.languages == "English only" and chosen not in ("auto", "en"):
+                info.setText(f"{info.text()}\nIt hears English only: for {self.language.currentText()}, choose a "
+                             f"multilingual model ({MULTILINGUAL_HINT}).")
 
     def values(self) -> dict:
         if not self.installed:

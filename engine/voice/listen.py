@@ -10,6 +10,7 @@ comes, so memory stays small however long the microphone is open.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 
@@ -45,9 +46,11 @@ class Transcriber:
         self._lock = threading.Lock()
 
     def transcribe(self, samples: np.ndarray, *, language: str | None = None, prompt: str | None = None,
-                   vad: bool = True, temperature: float = 0.0) -> Transcript:
+                   vad: bool = True, temperature: float = 0.0, chinese: str | None = None) -> Transcript:
         """The words in ``samples`` (mono float32, 16 kHz). ``language`` None: detected (per
-        segment on a multilingual model, so mixed Chinese and English each keep their own)."""
+        segment on a multilingual model, so mixed Chinese and English each keep their own).
+        ``chinese``: "simplified" or "traditional", the script Chinese is written in (Whisper writes
+        either, from one sentence to the next); None leaves Whisper's."""
         lang = None if language in (None, "", "auto") else language
         if not self.multilingual:
             lang = "en"
@@ -57,7 +60,25 @@ class Transcriber:
                 initial_prompt=prompt or None, vad_filter=vad, condition_on_previous_text=False,
                 multilingual=self.multilingual and lang is None)
             parts = [(s.start, s.end, s.text.strip()) for s in segments]
+        if chinese and info.language == "zh":
+            parts = [(a, b, chinese_script(t, chinese)) for a, b, t in parts]
         return Transcript(_join([p[2] for p in parts]), info.language, len(samples) / SAMPLE_RATE, parts)
+
+
+CHINESE_SCRIPTS = {"simplified": "t2s", "traditional": "s2t"}  # OpenCC's conversions
+
+
+def chinese_script(text: str, script: str) -> str:
+    """``text`` written in Chinese's ``script`` ("simplified" or "traditional"), by OpenCC's tables
+    (phrases first, then characters): 會議時開會 -> 会议时开会."""
+    return _converter(CHINESE_SCRIPTS[script]).convert(text)
+
+
+@functools.lru_cache(maxsize=2)
+def _converter(conversion: str):
+    from opencc import OpenCC
+
+    return OpenCC(conversion)  # reads its tables (~30 ms): once
 
 
 def _join(texts: list[str]) -> str:
@@ -75,11 +96,14 @@ def _cjk(ch: str) -> bool:
 class Dictation:
     """Recorded audio in, as it comes; text out, a segment at a time."""
 
-    def __init__(self, transcriber: Transcriber, *, language: str | None = None, pause_s: float = PAUSE_S) -> None:
+    def __init__(self, transcriber: Transcriber, *, language: str | None = None, pause_s: float = PAUSE_S,
+                 chinese: str | None = None) -> None:
+        """``language`` None: each stretch's own is detected (mixed Chinese and English keep theirs).
+        ``chinese``: the script Chinese is written in (see :meth:`Transcriber.transcribe`)."""
         from faster_whisper.vad import VadOptions, get_speech_timestamps
 
         self.transcriber = transcriber
-        self.language = language
+        self.language, self.chinese = language, chinese
         self.pause = int(pause_s * SAMPLE_RATE)
         self._vad = get_speech_timestamps
         self._options = VadOptions(min_silence_duration_ms=int(pause_s * 500), speech_pad_ms=0)
@@ -87,6 +111,7 @@ class Dictation:
         self._unchecked = 0
         self.heard_speech = False       # any speech at all (the window says "heard nothing" otherwise)
         self.texts: list[str] = []      # every segment's text so far
+        self.languages: list[str] = []  # each one's language (detected, or the one given)
 
     def feed(self, samples: np.ndarray) -> list[str]:
         """Add recorded samples (mono float32, 16 kHz); the texts of segments they completed."""
@@ -122,7 +147,8 @@ class Dictation:
         cut = len(self._pending) if final or long else min(len(self._pending), end + pad)
         segment = self._pending[max(0, speech[0]["start"] - pad):cut]
         self._pending = self._pending[cut:]
-        text = self.transcriber.transcribe(segment, language=self.language, vad=False).text
-        if text:
-            self.texts.append(text)
-        return [text] if text else []
+        heard = self.transcriber.transcribe(segment, language=self.language, vad=False, chinese=self.chinese)
+        if heard.text:
+            self.texts.append(heard.text)
+            self.languages.append(heard.language)
+        return [heard.text] if heard.text else []

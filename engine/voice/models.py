@@ -141,8 +141,24 @@ def _bundled(package: str, what: str):
 
 
 def _whisper_languages(folder: Path) -> str:
-    try:
-        vocab = len(json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
-    except (OSError, ValueError, KeyError, TypeError):
+    """A multilingual Whisper's vocabulary has 51,865 tokens or more (large-v3: 51,866), an English-only
+    one fewer (tiny.en: 51,864): counted in its vocabulary file, the one CTranslate2 reads, else in its
+    tokenizer (which some conversions write without the timestamp tokens)."""
+    sizes = [n for n in (_vocabulary_size(folder, name) for name in ("vocabulary.txt", "vocabulary.json",
+                                                                      "tokenizer.json")) if n]
+    if not sizes:
         return "unknown"
-    return "99 languages, detected" if vocab >= _MULTILINGUAL_VOCAB else "English only"
+    return "99 languages, detected" if max(sizes) >= _MULTILINGUAL_VOCAB else "English only"
+
+
+def _vocabulary_size(folder: Path, name: str) -> int:
+    try:
+        text = (folder / name).read_text(encoding="utf-8")
+        if name.endswith(".txt"):
+            return len(text.splitlines())
+        data = json.loads(text)
+        if name == "vocabulary.json":
+            return len(data)
+        return len(data["model"]["vocab"]) + len(data.get("added_tokens") or [])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0

@@ -54,7 +54,8 @@ def speech_models_on_disk(hf_cache: Path | None = None, chosen: Iterable[str] = 
 
 
 def _in_models_folder() -> list[SpeechModel]:
-    """Speech models in Hearth's models folder: each faster-whisper folder, and each Piper voice."""
+    """Speech models in Hearth's models folder (``models fetch-whisper-base`` puts Whisper base there):
+    each faster-whisper folder, and each Piper voice."""
     from ..models.catalogue import model_dir
 
     folder = model_dir()
