@@ -231,3 +231,19 @@ def test_the_benchmarks_other_languages_dictate_each_recording_alone_and_before_
     row = report["rows"][0]
     assert row["languages"] == ["es"] and row["mixed_languages"] == ["es", "en"], row
     assert row["error_rate"] <= 0.35 and row["mixed_english_wer"] <= 0.2 and report["mixed_kept_both_languages"] == 1
+
+
+def test_the_terminal_says_and_hears_with_the_same_models(tmp_path, capsys):
+    from engine.cli import main
+
+    out = tmp_path / "said.mp3"
+    assert main(["voice", "say", SENTENCES[0], "--out", str(out), "--threads", "2"]) == 0
+    assert main(["voice", "hear", str(out), "--threads", "2"]) == 0
+    heard = capsys.readouterr().out.splitlines()[-1]
+    assert error_rate(SENTENCES[0], heard) <= 0.15, heard
+    (tmp_path / "notes.txt").write_text("not audio")
+    assert main(["voice", "hear", str(tmp_path / "notes.txt")]) == 1
+    assert main(["voice", "say", "Hi.", "--out", str(tmp_path / "said.txt")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["error: this is not an audio file that can be read (invalid data found when processing input)",
+                   "error: --out must end in one of .mp3, .opus, .aac, .flac, .wav"]

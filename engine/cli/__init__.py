@@ -12,6 +12,7 @@ from typing import Sequence
 
 from ..errors import HearthError
 from ..types import SamplingParams
+from .voice import add_voice_parser
 
 
 def _add_sampling_flags(p: argparse.ArgumentParser) -> None:
@@ -208,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _bench_parser(sub)
     _serve_parser(sub)
-
+    add_voice_parser(sub)
     _worker_parser(sub)
     p = sub.add_parser("launch", help="start a coding agent (claude, codex, opencode) pointed at Hearth's server")
     p.add_argument("agent", choices=["claude", "codex", "opencode"])
