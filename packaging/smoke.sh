@@ -3,7 +3,11 @@
 # checkout of HEAD, run its --self-test offscreen from a folder outside the repo
 # with a bare environment (no venv on PATH), and record size and start-up times.
 #
-#   packaging/smoke.sh [--tarball] [--keep]
+#   packaging/smoke.sh [--tarball] [--keep] [--voice]
+#
+# --voice builds the bundle with voice (build.py --voice; setup.py --voice first)
+# and checks it speaks and hears: the bundle's Piper says a sentence to a file,
+# its Whisper transcribes the file back, and the words must match.
 #
 # Exit 0 only if the build, the self-test and the user-data check all pass.
 # Takes about 1-2 minutes on 2 cores (most of it PyInstaller); it is not part
@@ -14,11 +18,13 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 py=${HEARTH_PYTHON:-$repo/.venv/bin/python}   # builds the bundle; never on the bundle's PATH
 build_args=()
 keep=0
+voice=0
 for a in "$@"; do
     case "$a" in
         --tarball) build_args+=(--tarball) ;;
         --keep) keep=1 ;;
-        *) echo "usage: $0 [--tarball] [--keep]" >&2; exit 2 ;;
+        --voice) build_args+=(--voice); voice=1 ;;
+        *) echo "usage: $0 [--tarball] [--keep] [--voice]" >&2; exit 2 ;;
     esac
 done
 "$py" -c "import PyInstaller" 2>/dev/null || {
@@ -34,6 +40,7 @@ t_build0=$(date +%s.%N)
 (cd "$tmp/src" && nice -n 5 "$py" packaging/build.py "${build_args[@]}")
 t_build1=$(date +%s.%N)
 bundle="$tmp/src/dist/Hearth"
+[ "$voice" = 1 ] && bundle="$tmp/src/dist/lite-voice/Hearth"
 [ -x "$bundle/Hearth" ] || { say "FAIL: no executable at $bundle/Hearth"; exit 1; }
 snapshot() { (cd "$bundle" && find . -printf '%p %s\n' | sort); }
 before=$(snapshot)
@@ -54,6 +61,22 @@ json=$(grep '^{' "$tmp/selftest.out" | tail -n 1 || true)
 echo "$json"
 if [ "$rc" != 0 ] || [ -z "$json" ]; then
     say "FAIL: the self-test exited $rc"; tail -n 30 "$tmp/selftest.err" >&2; exit 1
+fi
+
+if [ "$voice" = 1 ]; then
+    said="The weather is nice today, so we will walk to the park."
+    say "voice: the bundle says a sentence, then hears it back"
+    (cd "$tmp/run" && "${bare[@]}" timeout 300 "$bundle/Hearth" --engine voice say "$said" --out "$tmp/said.mp3" \
+        >/dev/null 2>"$tmp/voice.err") || { say "FAIL: voice say"; tail -n 20 "$tmp/voice.err" >&2; exit 1; }
+    heard=$(cd "$tmp/run" && "${bare[@]}" timeout 300 "$bundle/Hearth" --engine voice hear "$tmp/said.mp3" \
+        2>"$tmp/voice.err") || { say "FAIL: voice hear"; tail -n 20 "$tmp/voice.err" >&2; exit 1; }
+    say "voice: heard \"$heard\""
+    SAID="$said" HEARD="$heard" "$py" -c '
+import os, sys
+from engine.voice.words import error_rate
+wer = error_rate(os.environ["SAID"], os.environ["HEARD"])
+print(f"[smoke] voice round trip: {wer:.0%} of the words wrong")
+sys.exit(0 if wer <= 0.15 else 1)' || { say "FAIL: the bundle did not hear what it said"; exit 1; }
 fi
 
 # User data goes to the platform folders (here $HOME/.local/share and
