@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -195,13 +198,15 @@ def test_each_agent_request_through_the_server_gets_a_valid_call(agent, server):
     route, body, name = trimmed(agent)
     body["model"] = server.model_id
     proxy = RecordingProxy(server.url.removesuffix("/v1"))
+    t0 = time.perf_counter()
     try:
         r = httpx.post(proxy.url + route, json=body, timeout=300)
     finally:
         proxy.close()
     assert r.status_code == 200, r.text
-    seen = read_exchange(proxy.exchanges[0])
+    seen = read_exchange(proxy.exchanges[0], t0)
     assert seen["status"] == 200 and seen["calls"] and set(seen["calls"]) == {name} and seen["prompt_tokens"] > 0
+    assert 0 <= seen["started_s"] < 5  # when it began, in the agent's run (requests may overlap)
     out = r.json()
     schemas = {t.name: dict(t.parameters) for t in agent_tools()[agent]}
     if agent == "claude":
@@ -217,3 +222,20 @@ def test_each_agent_request_through_the_server_gets_a_valid_call(agent, server):
     assert calls and all(got == name for got, _ in calls)  # the forced tool (parallel calls allowed)
     for _, args in calls:
         jsonschema.validate(args, schemas[name])
+
+
+def test_the_bench_runs_each_agent_in_its_own_scratch_folder(tmp_path, monkeypatch):
+    # A stand-in for OpenCode that does the task where its PWD says, as OpenCode does: an inherited PWD
+    # (the shell's) sent the real one's file into the checkout the bench was started from.
+    from engine.bench.agents import run_agent
+
+    fake = tmp_path / "bin" / "opencode"
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nimport os\nwhere = os.path.join(os.environ['PWD'], 'hello.txt')\n"
+                    "open(where, 'w').write('hi')\nprint('wrote', where)\n")  # a shell would correct PWD itself
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PWD", str(tmp_path))
+    out = run_agent("opencode", "http://127.0.0.1:9", "key", "model", 60)
+    assert out["exit"] == 0 and out["task_done"] and out["file"] == "hi", out
+    assert not (tmp_path / "hello.txt").exists() and "hearth-opencode-" in out["agent_said"]

@@ -52,7 +52,7 @@ def _events(raw: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def read_exchange(ex: Exchange) -> dict[str, Any]:
+def read_exchange(ex: Exchange, t0: float | None = None) -> dict[str, Any]:
     """One request as the report shows it: prompt and cached tokens from the usage the reply
     carried (whichever protocol), and the tool calls it made."""
     prompt = cached = None
@@ -82,7 +82,8 @@ def read_exchange(ex: Exchange) -> dict[str, Any]:
                 name = (c.get("function") or {}).get("name")
                 if name:
                     calls.append(name)
-    return {"request": f"{ex.method} {ex.path.split('?')[0]}", "status": ex.status,
+    started = {"started_s": round(ex.started - t0, 2)} if t0 is not None else {}  # requests may overlap
+    return {"request": f"{ex.method} {ex.path.split('?')[0]}", "status": ex.status, **started,
             "first_byte_s": round(ex.first_byte_s, 2) if ex.first_byte_s is not None else None,
             "seconds": round(ex.seconds, 2), "prompt_tokens": prompt, "cached_tokens": cached, "calls": calls}
 
@@ -96,7 +97,8 @@ def run_agent(name: str, base: str, key: str, model: str, seconds: float) -> dic
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"hearth-{name}-") as work:
         cmd, env = agent_command(agent, program, proxy.url, key, model, RUN[name], folder=Path(work))
-        env = {**os.environ, **env, "HOME": work, "XDG_CONFIG_HOME": work, "XDG_DATA_HOME": work}
+        # PWD too: OpenCode takes its folder from it, so an inherited one sent its file elsewhere
+        env = {**os.environ, **env, "HOME": work, "XDG_CONFIG_HOME": work, "XDG_DATA_HOME": work, "PWD": work}
         try:
             r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=seconds)
             code, said = r.returncode, (r.stdout + r.stderr).strip()[-400:]
@@ -105,7 +107,7 @@ def run_agent(name: str, base: str, key: str, model: str, seconds: float) -> dic
         made = Path(work) / "hello.txt"
         content = made.read_text(errors="replace").strip() if made.is_file() else None
     proxy.close()
-    reqs = [read_exchange(ex) for ex in proxy.exchanges]
+    reqs = [read_exchange(ex, t0) for ex in proxy.exchanges]
     gen = [r for r in reqs if r["request"].startswith("POST")]
     return {"agent": agent.title, "exit": code, "seconds": round(time.perf_counter() - t0, 1),
             "task_done": content is not None and "hi" in content.lower(), "file": content,
