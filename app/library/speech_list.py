@@ -14,7 +14,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLab
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from engine import HearthError
-from engine.voice.models import BUNDLED, SpeechModel
+from engine.library.local import ORIGIN_HF
+from engine.voice.models import SpeechModel
 
 from app.bridge.background import Background, error_text
 from app.core.text_utils import human_bytes
@@ -25,10 +26,12 @@ USES = {"whisper": "Dictation", "piper": "Read-aloud"}
 
 
 def _listed(chosen: tuple[str, str], hardware) -> list[tuple[SpeechModel, str, str]]:
-    """On a worker: each speech model on disk with its fit badge and line."""
+    """On a worker: each speech model on disk with its fit badge and line (the machine probed once)."""
+    from engine.sizing.hardware import probe
     from engine.voice.on_disk import speech_fit, speech_models_on_disk
 
-    return [(m, *speech_fit(m, hardware)) for m in speech_models_on_disk(chosen=chosen)]
+    hw = hardware or probe()
+    return [(m, *speech_fit(m, hw)) for m in speech_models_on_disk(chosen=chosen)]
 
 
 class SpeechList(QWidget):
@@ -124,8 +127,8 @@ class SpeechList(QWidget):
     def _update_buttons(self) -> None:
         m = self.selected()
         self.use_button.setEnabled(m is not None and m not in self._in_use())
-        self.delete_button.setEnabled(m is not None and m.origin not in (BUNDLED, ""))
-        self.delete_button.setToolTip("" if m is None or m.origin not in (BUNDLED, "") else
+        self.delete_button.setEnabled(m is not None and m.deletable)
+        self.delete_button.setToolTip("" if m is None or m.deletable else
                                       "Only downloads are deleted here: the bundled models ship with Hearth, and "
                                       "a file you chose is yours")
         self.folder_button.setEnabled(m is not None)
@@ -137,9 +140,9 @@ class SpeechList(QWidget):
 
     def delete_selected(self) -> None:
         m = self.selected()
-        if m is None or m.origin in (BUNDLED, ""):
+        if m is None or not m.deletable:
             return
-        where = "the Hugging Face cache" if m.origin == "HF cache" else "Hearth's models folder"
+        where = "the Hugging Face cache" if m.origin == ORIGIN_HF else "Hearth's models folder"
         self.confirm = ask_to_delete(self, "Delete speech model", f"Delete {m.name} ({human_bytes(m.size_bytes)}) "
                                      f"from {where}?\n{m.path}", lambda yes, m=m: self._delete_answered(m, yes))
 

@@ -126,7 +126,8 @@ def _languages(spoken: Path, whisper: str | None, threads: int, folder: Path) ->
     from ..voice.models import whisper_model
     from ..voice.words import error_rate
 
-    spec = whisper or (str(whisper_base_path()) if whisper_base_path() else None)
+    base = whisper_base_path()
+    spec = whisper or (str(base) if base else None)
     if spec is None:
         raise SystemExit("--spoken needs a multilingual Whisper: --whisper SPEC, or python -m engine models "
                          "fetch-whisper-base")

@@ -174,7 +174,7 @@ class Library:
         if not m.deletable:
             raise LibraryError("the bundled model ships with Hearth and cannot be deleted")
         if m.origin == ORIGIN_HF:
-            _delete_from_hf_cache(m, self.hf_cache)
+            delete_cached(m.path, self.hf_cache, snapshot=m.kind == "hf_dir")
         else:
             m.path.unlink()
         self.state.last_used.pop(str(m.path), None)
@@ -260,10 +260,6 @@ def hf_cache_models(cache: Path) -> list[tuple[Path, str, str]]:
             if "config.json" in names and any(n.endswith(".safetensors") for n in names):
                 out.append((rev.snapshot_path, "hf_dir", repo.repo_id))
     return out
-
-
-def _delete_from_hf_cache(m: LibraryModel, cache: Path) -> None:
-    delete_cached(m.path, cache, snapshot=m.kind == "hf_dir")
 
 
 def delete_cached(path: Path, cache: Path, *, snapshot: bool) -> None:

