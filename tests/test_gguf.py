@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,32 @@ def test_cli_chat_streams_and_resets():
     assert r.stdout.strip()
     assert r.stderr.count("tok/s") == 2 and "conversation cleared" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_folder_of_models_is_searched_for_projectors_from_each_files_first_key(tmp_path, bundled_path,
+                                                                                 monkeypatch):
+    # Every load looks beside the model for a vision projector, and the draft search does so for each
+    # model in the models folder: reading each neighbour's whole header (a walk over 150k vocabulary
+    # strings under the GIL) made that O(files^2) parses and stalled the window while it loaded.
+    import engine.models.projector as projector
+    from engine.models.gguf_header import read_architecture
+
+    for i in range(3):
+        (tmp_path / f"model{i}.gguf").symlink_to(bundled_path)
+    clip = write_gguf(tmp_path / "eyes.gguf", {"general.architecture": "clip", "clip.has_vision_encoder": True,
+                                               "clip.vision.projection_dim": 576}, tensors=[("v.w", (4,), 0)])
+    late = write_gguf(tmp_path / "late.gguf", {"general.name": "x", "general.architecture": "llama"})
+    assert read_architecture(bundled_path) == "llama" and read_architecture(clip) == "clip"
+    assert read_architecture(late) == "llama"  # found after other keys too
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    (tmp_path / "text.gguf").write_text("not a model")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(bundled_path.read_bytes()[:30])
+    assert [read_architecture(tmp_path / n) for n in ("empty.gguf", "text.gguf", "cut.gguf", "gone.gguf")] == [None] * 4
+
+    parsed: list[str] = []
+    real = projector.read_gguf
+    monkeypatch.setattr(projector, "read_gguf", lambda p, **kw: parsed.append(Path(p).name) or real(p, **kw))
+    assert projector.find_projector(tmp_path / "model0.gguf", 576) == clip
+    assert parsed == ["eyes.gguf"]  # only the projector's whole header was read
+    assert not projector.is_projector(tmp_path / "model1.gguf") and projector.is_projector(clip)

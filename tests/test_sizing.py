@@ -424,3 +424,32 @@ def test_transformers_checkpoint_is_sized_from_config_and_safetensors_header(tmp
     (tmp_path / "bad.safetensors").write_bytes(b"\xff" * 8 + b"x")
     with pytest.raises(HearthError, match="not a safetensors file"):
         specs_from_hf_dir(tmp_path)
+
+
+def test_the_draft_search_rules_out_big_files_by_their_size_before_reading_them(tmp_path, monkeypatch,
+                                                                               bundled_path):
+    # Every load looks for a draft in the models folder. Reading each big neighbour's header walked its
+    # whole vocabulary under the GIL (54 ms per Qwen file here), and the window stalled while it loaded.
+    import dataclasses
+    import os
+
+    import engine.sizing.drafts as drafts
+    import engine.sizing.shape as shape
+    from engine.models.gguf import model_info
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    monkeypatch.setenv("HEARTH_MODEL_DIR", str(folder))
+    (folder / "a-draft.gguf").symlink_to(bundled_path)
+    with open(folder / "huge.gguf", "wb") as f:  # sparse: a 1 GiB file takes no disk
+        f.truncate(1 << 30)
+    (folder / "broken.gguf").write_bytes(b"GGUF" + os.urandom(64))
+    target = dataclasses.replace(model_info(bundled_path).vocab(), path=str(folder / "target.gguf"),
+                                 weight_bytes=400 << 20)
+    read: list[str] = []
+    real = shape.spec_from_gguf
+    monkeypatch.setattr(shape, "spec_from_gguf", lambda p: read.append(os.path.basename(p)) or real(p))
+    assert drafts.find_draft_for(target) == folder / "a-draft.gguf"
+    assert sorted(read) == ["a-draft.gguf", "broken.gguf"]  # huge.gguf ruled out by its size alone
+    assert drafts.draft_candidates(str(folder / "a-draft.gguf"), 400 << 20) == []  # never itself
+    assert drafts.find_draft_for(dataclasses.replace(target, weight_bytes=100 << 20)) is None  # too big to draft

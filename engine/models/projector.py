@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import HearthError
-from .gguf_header import read_gguf
+from .gguf_header import read_architecture, read_gguf
 
 
 def projector_width(path: str | os.PathLike[str]) -> int | None:
     """The projector's output width if ``path`` is a vision projector, else None (any model,
     an unreadable file, an audio-only projector)."""
+    if read_architecture(path) != "clip":  # a model: decided from its first key, not its whole header
+        return None
     try:
         m = read_gguf(path, vocab=False).metadata
     except (HearthError, OSError):
@@ -51,10 +53,7 @@ def memory_of(m: Mapping[str, Any], weights: int) -> tuple[int, int]:
 
 
 def is_projector(path: str | os.PathLike[str]) -> bool:
-    try:
-        return read_gguf(path, vocab=False).metadata.get("general.architecture") == "clip"
-    except (HearthError, OSError):
-        return False
+    return read_architecture(path) == "clip"
 
 
 def find_projector(model: str | os.PathLike[str], n_embd: int) -> Path | None:

@@ -225,10 +225,12 @@ def _pick_draft(res: Resolved, target: ModelSpec, ch: Choices) -> tuple[ModelSpe
         return (d, res.known.draft, "") if d else (None, None, "no draft variant in this format")
     if target.format == "gguf" and os.path.isfile(target.source):
         try:
-            from .drafts import find_draft_for
+            from .drafts import draft_candidates, find_draft_for
             from ..models.gguf import model_info
 
-            found = find_draft_for(model_info(target.source).vocab())
+            # The target's vocabulary (a decode of every token) only when some file could draft for it.
+            found = find_draft_for(model_info(target.source).vocab()) \
+                if draft_candidates(target.source, target.weight_bytes) else None
         except HearthError as e:
             return None, None, f"could not look for a draft ({e})"
         if found is not None:
