@@ -2,9 +2,10 @@
 
 Run it with the project's interpreter (``.venv/bin/python packaging/build.py``):
 the bundle carries that interpreter's packages. Before building it refuses a
-llama.cpp that is not the portable build from scripts/setup.py (AMX or
-LLAMAFILE compiled in), and afterwards it checks the copy inside the bundle the
-same way, and that the lite bundle holds no torch.
+llama.cpp that is not the portable build from scripts/setup.py (AMX compiled
+in, or tinyBLAS without the run-time switch the exact profile needs), and
+afterwards it checks the copy inside the bundle the same way, and that the lite
+bundle holds no torch.
 """
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "packaging" / "hearth.spec"
 VERSION = "0.1.0"
-# A build with either of these is not the portable one: the AMX kernels crash
-# on CPUs where they fail, and LLAMAFILE's batch-only kernels make logits
-# depend on batching (see scripts/setup.py).
-FORBIDDEN = re.compile(r"\b(AMX\w*|LLAMAFILE)\s*=\s*1")
+# A build with AMX is not the portable one: those kernels crash on CPUs where
+# they fail. LLAMAFILE (tinyBLAS) is compiled in, but its batch-only kernels make
+# logits depend on batching, so it must come with the switch that the exact
+# profile turns off (scripts/ggml_patch.py), which set-up's builds have.
+FORBIDDEN = re.compile(r"\b(AMX\w*)\s*=\s*1")
+TINYBLAS = re.compile(r"\bLLAMAFILE\s*=\s*1")
 # What the lite bundle must not contain (folders PyInstaller would create for them).
 HF_DIRS = ("torch", "transformers", "bitsandbytes", "accelerate")
 # Voice's packages: all of them with --voice (and these files of theirs), none without.
@@ -42,7 +45,13 @@ d = sys.argv[1]
 name = {"win32": "llama.dll", "darwin": "libllama.dylib"}.get(sys.platform, "libllama.so")
 lib = ctypes.CDLL(os.path.join(d, name), mode=getattr(ctypes, "RTLD_GLOBAL", 0))
 lib.llama_print_system_info.restype = ctypes.c_char_p
-print(lib.llama_print_system_info().decode())
+cpu = {"win32": "ggml-cpu.dll", "darwin": "libggml-cpu.dylib"}.get(sys.platform, "libggml-cpu.so")
+try:
+    ctypes.c_int.in_dll(ctypes.CDLL(os.path.join(d, cpu)), "ggml_cpu_batch_kernels")
+    switch = 1
+except (OSError, ValueError):
+    switch = 0
+print(lib.llama_print_system_info().decode().rstrip(" |") + f" | BATCH_KERNELS_SWITCH = {switch} |")
 """
 
 
@@ -51,12 +60,13 @@ def say(msg: str) -> None:
 
 
 def system_info(lib_dir: Path | None = None) -> str:
-    """llama_print_system_info() of the venv's llama_cpp, or of the libllama in ``lib_dir``."""
+    """llama_print_system_info() of the venv's llama_cpp, or of the libllama in ``lib_dir``, and
+    whether its CPU backend has the tinyBLAS switch (``BATCH_KERNELS_SWITCH = 1``)."""
     if lib_dir is None:
-        code = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"
-        args = [sys.executable, "-c", code]
-    else:
-        args = [sys.executable, "-c", _SYSINFO_FROM_LIB, str(lib_dir)]
+        code = "import llama_cpp, os; print(os.path.join(os.path.dirname(llama_cpp.__file__), 'lib'))"
+        lib_dir = Path(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                      timeout=120).stdout.strip() or ".")
+    args = [sys.executable, "-c", _SYSINFO_FROM_LIB, str(lib_dir)]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise SystemExit(f"[build] could not read llama.cpp's system info: {proc.stderr.strip()[-500:]}")
@@ -65,11 +75,13 @@ def system_info(lib_dir: Path | None = None) -> str:
 
 def check_portable(info: str, where: str) -> None:
     bad = sorted({m.group(1) for m in FORBIDDEN.finditer(info)})
+    if TINYBLAS.search(info) and "BATCH_KERNELS_SWITCH = 1" not in info:
+        bad.append("LLAMAFILE without Hearth's run-time switch")
     if bad:
         raise SystemExit(
             f"[build] refusing to bundle: the llama.cpp {where} was built with {', '.join(bad)} "
             f"({info}). Bundle only the portable build: run scripts/setup.py, which compiles "
-            "llama-cpp-python with AVX2, AMX off and LLAMAFILE off.")
+            "llama-cpp-python with AVX2, AMX off and tinyBLAS behind its switch.")
     say(f"llama.cpp {where} is portable: {info}")
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
+import ggml_patch  # noqa: E402
 import runtimes  # noqa: E402
 import toolchains  # noqa: E402
 
@@ -62,6 +63,7 @@ def prepare(kit: Path) -> None:
         for rel in SLIM_DROP:
             p = src / rel
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        ggml_patch.patch(src)  # the tinyBLAS switch, as set-up's builds have it
         with tarfile.open(kit / f"llama_cpp_python-{LLAMA_VERSION}-slim.tar.gz", "w:gz") as t:
             t.add(src, arcname=src.name)
     wheels = kit / "wheels"
@@ -122,7 +124,7 @@ def run(kit: Path) -> dict:
         return out
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]),
                LD_LIBRARY_PATH=os.pathsep.join(cuda_lib_dirs() + [os.environ.get("LD_LIBRARY_PATH", "")]),
-               HEARTH_MODEL_DIR=str(kit / "models"), GGML_CPU_TILED_MM="0")
+               HEARTH_MODEL_DIR=str(kit / "models"))  # the tiled matmul follows the profile (ExactKernels)
     proc = subprocess.run([sys.executable, __file__, "measure", str(kit)], env=env, capture_output=True, text=True)
     sys.stderr.write(proc.stderr[-4000:])
     try:

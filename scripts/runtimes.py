@@ -34,6 +34,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ggml_patch import PATCH_ID
+
 RUNTIMES = ("cuda", "vulkan", "metal", "cpu")
 CUDA_MIN_CAP = (7, 5)   # CUDA 13 dropped everything older; Vulkan serves those cards
 PCI_VENDORS = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
@@ -42,21 +44,24 @@ SOFTWARE_ICDS = ("lvp_icd",)   # Mesa's lavapipe: a Vulkan device that runs on t
 
 # Exactness on the CPU backend, kept in every build (GPU builds run the CPU
 # layers and the CPU-side ops too). AMX off: those kernels crash on some CPUs.
-# LLAMAFILE off: its tinyBLAS kernels serve only multi-token batches, so a
-# token's logits would depend on how it was batched; without them the prefix
-# cache and speculative verification give bit-identical results to plain
-# decoding (tests check this). Never -march=native: the wheel is portable.
+# LLAMAFILE on, as llama.cpp's own builds have it: its tinyBLAS kernels give
+# prompt batches of Q8_0, Q4_0 and F16 weights llama.cpp's speed. They serve
+# only multi-token batches, so a token's logits would depend on how it was
+# batched; ggml_patch.py makes them a run-time switch, which the exact profile
+# turns off (then the prefix cache and speculative verification give
+# bit-identical results to plain decoding; tests check this). Never
+# -march=native: the wheel is portable.
 # RPC on in every build (#45): another process's or machine's device is one more device here
 # (engine/backends/llama/rpc.py). RDMA off: it would link libibverbs wherever that is installed.
 _RPC = "-DGGML_RPC=ON -DGGML_RPC_RDMA=OFF"
-_AMX_OFF = f"-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_LLAMAFILE=OFF {_RPC}"
+_AMX_OFF = f"-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_LLAMAFILE=ON {_RPC}"
 CPU_LADDER = (
     ("avx2", f"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF {_AMX_OFF}"),
     ("sse42", "-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF "
               f"-DGGML_BMI2=OFF -DGGML_AVX512=OFF {_AMX_OFF}"),
 )
 # Apple silicon: no x86 flags; NATIVE off with an explicit ARM baseline every M-series chip has.
-_APPLE_CPU = f"-DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16 -DGGML_LLAMAFILE=OFF {_RPC}"
+_APPLE_CPU = f"-DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16 -DGGML_LLAMAFILE=ON {_RPC}"
 # lavapipe is a Vulkan device of type CPU: ggml uses it only when it is named.
 # (llama.cpp's llvmpipe CI also sets GGML_VK_DISABLE_F16/COOPMAT; lavapipe from
 # Mesa 22.3 passed the probe and the device tests without them, at the same speed.)
@@ -89,7 +94,8 @@ class Runtime:
         return self.name != "cpu"
 
     def key(self, version: str) -> str:
-        return hashlib.sha256(f"{version} {self.flags}".encode()).hexdigest()[:12]
+        """Names the cached wheel: the version, the flags and the source patch (ggml_patch.py)."""
+        return hashlib.sha256(f"{version} {self.flags} {PATCH_ID}".encode()).hexdigest()[:12]
 
 
 # -- detection ----------------------------------------------------------------------------

@@ -32,11 +32,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import venv
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ggml_patch  # noqa: E402
 import runtimes  # noqa: E402  (beside this script; stdlib only)
 import toolchains  # noqa: E402
 
@@ -160,11 +162,17 @@ def _build(rt: runtimes.Runtime, out: Path) -> Path:
                CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
     log = out.parent / (out.name + ".log")
     t0 = time.monotonic()
-    # --no-cache-dir + --no-binary: never take a wheel someone else built natively.
     with open(log, "w") as f:
+        try:
+            src = patched_source(tmp / "src", f)
+        except (OSError, subprocess.CalledProcessError, StopIteration, tarfile.TarError,
+                ggml_patch.PatchFailed) as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BuildFailed(f"could not prepare llama-cpp-python's source for the {rt.flavour} build: {e}") from None
+        # --no-cache-dir: never take a wheel someone else built natively.
         proc = subprocess.run([str(PY), "-m", "pip", "--disable-pip-version-check", "-q", "wheel", "--no-deps",
-                               "--no-cache-dir", "--no-binary", "llama-cpp-python", "-w", str(tmp),
-                               f"llama-cpp-python=={LLAMA_VERSION}"], env=env, stdout=f, stderr=subprocess.STDOUT)
+                               "--no-cache-dir", "-w", str(tmp), str(src)], env=env, stdout=f, stderr=subprocess.STDOUT)
+        shutil.rmtree(tmp / "src", ignore_errors=True)
     if proc.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise BuildFailed(f"the {rt.flavour} build failed to compile ({first_error(log.read_text(errors='replace'))}; "
@@ -174,6 +182,22 @@ def _build(rt: runtimes.Runtime, out: Path) -> Path:
     log.unlink(missing_ok=True)
     say(f"built {rt.flavour} in {(time.monotonic() - t0) / 60:.1f} min")
     return sorted(out.glob("llama_cpp_python-*.whl"))[-1]
+
+
+def patched_source(where: Path, log) -> Path:
+    """llama-cpp-python's sdist, downloaded by pip (from its cache when it has it), extracted under
+    ``where`` with ggml_patch's tinyBLAS switch in it: the tree the wheel is built from."""
+    where.mkdir(parents=True)
+    subprocess.run([str(PY), "-m", "pip", "--disable-pip-version-check", "-q", "download", "--no-deps",
+                    "--no-binary", ":all:", "-d", str(where),
+                    f"llama-cpp-python=={LLAMA_VERSION}"], check=True, stdout=log, stderr=subprocess.STDOUT)
+    sdist = next(where.glob("llama_cpp_python-*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        # The "data" filter (no links out, no device files) where this Python has it (3.11.4+).
+        tar.extractall(where, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    src = where / f"llama_cpp_python-{LLAMA_VERSION}"
+    ggml_patch.patch(src)
+    return src
 
 
 def first_error(log: str) -> str:

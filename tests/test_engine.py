@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import threading
 
-import os
-
 import numpy as np
 import pytest
 
@@ -196,7 +194,7 @@ def test_all_logits_rows_match_stepwise(llama_backend):
     step = np.stack([b.forward([t]).copy() for t in toks])
     # Bit-identical, not just close: the prefix cache and speculative decoding
     # promise the same tokens as plain decoding, which needs batch invariance
-    # (flash attention and tinyBLAS off on the CPU; see scripts/setup.py).
+    # (flash attention and tinyBLAS off on the CPU in the exact profile; see scripts/runtimes.py).
     assert np.array_equal(rows, step)
 
 
@@ -210,7 +208,7 @@ def test_kquant_batches_are_bit_identical_to_single_steps(kquant_path):
     b = LlamaCppBackend(kquant_path, n_ctx=256, n_threads=2)
     try:
         assert b.repack is False and b.state_identity()["repack"] == "False"
-        assert b.state_identity()["tiled_mm"] == os.environ["GGML_CPU_TILED_MM"]
+        assert b.state_identity()["tiled_mm"] == "0"  # the exact profile: the tiled matmul held off (ExactKernels)
         toks = b.tokenize("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1)"
                           " + fibonacci(n - 2)\n\nprint([fibonacci(i) for i in range(10)])", add_bos=True)
         assert len(toks) > 24
@@ -266,7 +264,8 @@ def test_installed_llama_cpp_survives_the_multi_token_probe(bundled_path):
     probe = Path(__file__).parent.parent / "scripts" / "probe_llama.py"
     r = subprocess.run([sys.executable, str(probe), str(bundled_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "AMX" not in r.stdout and "LLAMAFILE" not in r.stdout
+    assert "AMX" not in r.stdout
+    assert "LLAMAFILE = 1" in r.stdout  # tinyBLAS compiled in, behind the exact profile's switch (test_tinyblas)
 
 
 def test_missing_transformers_backend_is_a_clear_error(bundled_path):

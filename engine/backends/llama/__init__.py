@@ -28,15 +28,15 @@ def init() -> None:
             return
         # ggml's CPU backend runs K-quant matmuls of 8+ rows through a tiled kernel
         # and smaller ones through the row-by-row dot product; the two round
-        # differently, so a token's logits depended on its batch's size (0.2-0.5 logit
-        # on Q4_K_M: a 1-5 token draft verification or short new message against an
-        # 8+ token prefill). Hearth promises the prefix cache and speculative
-        # decoding never change the output, so the tiled kernel is off: decode and
-        # verification batches (< 8 rows) are unaffected, K-quant prompt prefill runs
-        # ~35% slower on this CPU (27 vs 37-49 tok/s on the 1.5B Q4_K_M). ggml reads
-        # the variable once, at the first matmul in the process; set it to 1 before
-        # starting Hearth to trade exactness for prefill speed.
-        os.environ.setdefault("GGML_CPU_TILED_MM", "0")
+        # differently, so a token's logits depend on its batch's size (0.2-0.5 logit
+        # on Q4_K_M). Hearth's build switches it, with tinyBLAS, per graph
+        # (ExactKernels: off while an exact-profile model is loaded). A build without
+        # that switch can only turn it off for the whole process, which ggml reads once,
+        # at the first matmul: off then, so the exact profile keeps its promise.
+        from .params import ExactKernels
+
+        if not ExactKernels.available():
+            os.environ.setdefault("GGML_CPU_TILED_MM", "0")
         import llama_cpp as lc
 
         from . import log

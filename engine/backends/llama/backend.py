@@ -29,7 +29,7 @@ from .batch import LlamaBatch
 from .grammar import LlamaGrammar
 from .log import _log_mark, _log_since, decode_error, load_failure, parse_buffer_sizes
 from .mtmd import Projector, decode_rows, forward_mixed
-from .params import KV_TYPES, context_params, model_params
+from .params import KV_TYPES, ExactKernels, context_params, model_params
 from .threadpool import ThreadPool, check_poll, default_threads
 
 log = logging.getLogger("hearth.llama_cpp")
@@ -62,10 +62,17 @@ class LlamaCppBackend:
         self.exactness = exactness
         self._model = self._ctx = self._batch = None
         init()  # log callback, then llama_backend_init: once per process
+        self._exact_hold = exactness == "exact"
+        if self._exact_hold:  # before any graph of this model runs; released in close()
+            ExactKernels.hold()
         mark = _log_mark()
-        self._load_weights(n_gpu_layers, repack, mark, tensor_split)
         n_threads = n_threads or default_threads()
-        self._open_context(n_ctx, n_batch, n_threads, kv_type, flash_attn, n_gpu_layers, mark)
+        try:
+            self._load_weights(n_gpu_layers, repack, mark, tensor_split)
+            self._open_context(n_ctx, n_batch, n_threads, kv_type, flash_attn, n_gpu_layers, mark)
+        except BaseException:
+            self.close()  # frees what was made, and gives the exact hold back now, not at garbage collection
+            raise
         self._load_log = _log_since(mark)
 
         self.n_ctx = lc.llama_n_ctx(self._ctx)
@@ -307,7 +314,8 @@ class LlamaCppBackend:
     def state_identity(self) -> dict[str, str]:
         return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__} {state.FORMAT}",
                 "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack),
-                "tiled_mm": os.environ.get("GGML_CPU_TILED_MM", "1")}
+                # The exact profile never runs the tiled matmul (ExactKernels, or the variable init() sets).
+                "tiled_mm": "0" if self.exactness == "exact" else os.environ.get("GGML_CPU_TILED_MM", "1")}
 
     def describe(self) -> BackendInfo:
         # Where the layers really went (llama.cpp's load log), not what was asked:
@@ -370,6 +378,9 @@ class LlamaCppBackend:
         if self._model:
             lc.llama_model_free(self._model)
             self._model = None
+        if getattr(self, "_exact_hold", False):  # after every context of this model is gone
+            self._exact_hold = False
+            ExactKernels.release()
 
     def __del__(self) -> None:
         try:

@@ -1,14 +1,15 @@
 """llama.cpp's model and context parameters for one load, and the exactness profiles' switches.
 
 The exactness profiles (engine/config.py's EXACTNESS). "exact": batch-invariant kernels, so
-cached and speculative output equal plain decoding bit for bit. "fast": the two runtime switches
-llama.cpp offers back on (repack buffers, flash attention). LLAMAFILE is a compile-time switch and
-stays off in either profile; the tiled K-quant matmul is read once per process
-(GGML_CPU_TILED_MM, set in init()), so a profile chosen after start-up cannot change it.
+cached and speculative output equal plain decoding bit for bit. "fast": what llama.cpp runs
+with (repack buffers, flash attention, and the batch kernels: tinyBLAS and the tiled K-quant
+matmul). Hearth's build puts the batch kernels behind one run-time switch (scripts/ggml_patch.py):
+off while any model in the exact profile is loaded in this process (ExactKernels).
 """
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import llama_cpp as lc
 
@@ -51,7 +52,7 @@ def context_params(*, n_ctx: int, n_batch: int, n_threads: int, kv_type: str, fl
     cparams.n_threads_batch = n_threads
     cparams.type_k = cparams.type_v = KV_TYPES[kv_type]
     # On the CPU, flash attention makes a token's logits depend on how it
-    # was batched; with it off (and tinyBLAS off in our build) a batch of k
+    # was batched; with it off (and the batch kernels off: ExactKernels) a batch of k
     # tokens gives bit-identical logits to k single steps, which keeps the
     # prefix cache and speculative decoding exact. On a GPU the default is
     # llama.cpp's auto. A quantized V cache needs flash attention.
@@ -64,3 +65,69 @@ def context_params(*, n_ctx: int, n_batch: int, n_threads: int, kv_type: str, fl
     # kernels than the decode steps. "Nothing on the GPU" means nothing there.
     cparams.op_offload = n_gpu_layers != 0
     return cparams, flash_attn
+
+
+class ExactKernels:
+    """The batch kernels (tinyBLAS, the tiled K-quant matmul) off while a model in the exact profile
+    is loaded in this process.
+
+    Both serve only batches (tinyBLAS two tokens or more, the tiled matmul 8+ rows), so with them a
+    token's logits depend on its batch: the exact profile needs them off, the fast profile gains
+    Q8_0, Q4_0 and F16 prefill from tinyBLAS and K-quant prefill from the tiled matmul. ggml reads
+    the switch once per graph, so a graph's threads agree; while an exact model is loaded, a fast
+    one beside it runs without them too (slower, never wrong). A build without the switch (an
+    older wheel) has tinyBLAS compiled out and the tiled matmul off for the process (init()),
+    which is exact already: ``available`` is then False and nothing changes."""
+
+    _lock = threading.Lock()
+    _holders = 0
+    _switch: ctypes.c_int | None = None
+    _looked = False
+
+    @classmethod
+    def switch(cls) -> ctypes.c_int | None:
+        """The build's ``ggml_cpu_batch_kernels`` (1: on), or None in a build without it."""
+        if not cls._looked:
+            cls._looked = True
+            # Through libllama's own handle: dlsym searches its dependencies, so this is the copy of
+            # libggml-cpu that llama.cpp runs. The wheel ships the library three times (.so, .so.0,
+            # .so.0.25.3: wheels have no symlinks), and opening another by path maps a second copy
+            # whose switch nothing reads.
+            from llama_cpp import llama_cpp as bindings
+
+            try:
+                cls._switch = ctypes.c_int.in_dll(getattr(bindings, "_lib"), "ggml_cpu_batch_kernels")
+            except (AttributeError, ValueError):  # a build without the switch
+                cls._switch = None
+        return cls._switch
+
+    @classmethod
+    def available(cls) -> bool:
+        return cls.switch() is not None
+
+    @classmethod
+    def batch_kernels_on(cls) -> bool:
+        """Whether the next graph may use the batch kernels."""
+        s = cls.switch()
+        return bool(s.value) if s is not None else False
+
+    @classmethod
+    def holders(cls) -> int:
+        """How many models in the exact profile hold the batch kernels off now."""
+        return cls._holders
+
+    @classmethod
+    def hold(cls) -> None:
+        with cls._lock:
+            cls._holders += 1
+            s = cls.switch()
+            if s is not None:
+                s.value = 0
+
+    @classmethod
+    def release(cls) -> None:
+        with cls._lock:
+            cls._holders = max(0, cls._holders - 1)
+            s = cls.switch()
+            if s is not None and cls._holders == 0:
+                s.value = 1
