@@ -24,7 +24,7 @@ from .kv.prefix_cache import DEFAULT_BUDGET
 from .models.catalogue import BACKENDS, ModelRef, resolve
 
 # "exact": kernels whose logits do not depend on batching (cache and speculation change nothing);
-# "fast": llama.cpp's faster CPU kernels (repack buffers, flash attention), under which cached and
+# "fast": llama.cpp's faster CPU kernels (repack buffers, flash attention, tinyBLAS), under which cached and
 # speculative output may differ slightly from plain decoding.
 EXACTNESS = ("exact", "fast")
 # The profile a load gets when it names none: "fast", llama.cpp's own defaults (what LM Studio and

@@ -10,7 +10,7 @@ def exactness_note(profile: str, llama: bool, measured: str = "") -> str:
     if not llama:
         return "A choice for GGUF files on llama.cpp."
     if profile == "fast":
-        text = ("llama.cpp's own fast kernels (repack buffers, flash attention), as llama.cpp, LM Studio and "
+        text = ("llama.cpp's own fast kernels (repack buffers, flash attention, tinyBLAS), as llama.cpp, LM Studio and "
                 "Ollama run them: replies served from the prompt cache or sped up by a draft may differ "
                 "slightly from plain decoding.")
     else:
