@@ -45,11 +45,10 @@ d = sys.argv[1]
 name = {"win32": "llama.dll", "darwin": "libllama.dylib"}.get(sys.platform, "libllama.so")
 lib = ctypes.CDLL(os.path.join(d, name), mode=getattr(ctypes, "RTLD_GLOBAL", 0))
 lib.llama_print_system_info.restype = ctypes.c_char_p
-cpu = {"win32": "ggml-cpu.dll", "darwin": "libggml-cpu.dylib"}.get(sys.platform, "libggml-cpu.so")
-try:
-    ctypes.c_int.in_dll(ctypes.CDLL(os.path.join(d, cpu)), "ggml_cpu_batch_kernels")
+try:  # through libllama's handle: the libggml-cpu it links, whatever the copies' file names
+    ctypes.c_int.in_dll(lib, "ggml_cpu_batch_kernels")
     switch = 1
-except (OSError, ValueError):
+except ValueError:
     switch = 0
 print(lib.llama_print_system_info().decode().rstrip(" |") + f" | BATCH_KERNELS_SWITCH = {switch} |")
 """
@@ -61,7 +60,7 @@ def say(msg: str) -> None:
 
 def system_info(lib_dir: Path | None = None) -> str:
     """llama_print_system_info() of the venv's llama_cpp, or of the libllama in ``lib_dir``, and
-    whether its CPU backend has the tinyBLAS switch (``BATCH_KERNELS_SWITCH = 1``)."""
+    whether its CPU backend has the batch-kernels switch (``BATCH_KERNELS_SWITCH = 1``)."""
     if lib_dir is None:
         code = "import llama_cpp, os; print(os.path.join(os.path.dirname(llama_cpp.__file__), 'lib'))"
         lib_dir = Path(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

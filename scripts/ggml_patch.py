@@ -15,10 +15,13 @@ both one switch read at run time:
   one matrix multiplication takes the same path even if the switch moves meanwhile.
 
 ``patch(src)`` edits the extracted sdist in place and fails loudly when the vendored source no
-longer has the lines it expects, instead of building a wheel without the switch.
+longer has the lines it expects, instead of building a wheel without the switch;
+``patched_source`` downloads, extracts and patches it (set-up's build, gpu_check's kit).
 """
 from __future__ import annotations
 
+import subprocess
+import tarfile
 from pathlib import Path
 
 PATCH_ID = "batch-kernels-switch-1"  # part of the cached wheel's key: bump it when the edits change
@@ -82,3 +85,20 @@ def patch(src: Path) -> None:
     if not f.is_file():
         raise PatchFailed(f"{f} is missing: not a llama-cpp-python source tree")
     f.write_text(patched(f.read_text()))
+
+
+def patched_source(python: str, version: str, where: Path, log=None) -> Path:
+    """llama-cpp-python ``version``'s sdist, downloaded by ``python``'s pip (from its cache when it has
+    it), extracted under ``where`` (created) with the switch in it: the tree a wheel is built from.
+    pip's output goes to ``log`` (a file; None: this process's)."""
+    where.mkdir(parents=True, exist_ok=True)
+    subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "-q", "download", "--no-deps",
+                    "--no-binary", ":all:", "-d", str(where), f"llama-cpp-python=={version}"], check=True,
+                   stdout=log, stderr=subprocess.STDOUT if log is not None else None)
+    sdist = next(where.glob("llama_cpp_python-*.tar.gz"))
+    with tarfile.open(sdist) as tar:
+        # The "data" filter (no links out, no device files) where this Python has it (3.11.4+).
+        tar.extractall(where, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    src = where / f"llama_cpp_python-{version}"
+    patch(src)
+    return src

@@ -54,16 +54,10 @@ def prepare(kit: Path) -> None:
     kit.mkdir(parents=True, exist_ok=True)
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([py, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", "-d", tmp,
-                        f"llama-cpp-python=={LLAMA_VERSION}"], check=True)
-        (sdist,) = Path(tmp).glob("llama_cpp_python-*.tar.gz")
-        with tarfile.open(sdist) as t:
-            t.extractall(tmp, filter="data")
-        src = Path(tmp) / f"llama_cpp_python-{LLAMA_VERSION}"
+        src = ggml_patch.patched_source(py, LLAMA_VERSION, Path(tmp))  # the batch-kernels switch, as set-up's
         for rel in SLIM_DROP:
             p = src / rel
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        ggml_patch.patch(src)  # the tinyBLAS switch, as set-up's builds have it
         with tarfile.open(kit / f"llama_cpp_python-{LLAMA_VERSION}-slim.tar.gz", "w:gz") as t:
             t.add(src, arcname=src.name)
     wheels = kit / "wheels"

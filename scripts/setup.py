@@ -164,7 +164,7 @@ def _build(rt: runtimes.Runtime, out: Path) -> Path:
     t0 = time.monotonic()
     with open(log, "w") as f:
         try:
-            src = patched_source(tmp / "src", f)
+            src = ggml_patch.patched_source(str(PY), LLAMA_VERSION, tmp / "src", f)
         except (OSError, subprocess.CalledProcessError, StopIteration, tarfile.TarError,
                 ggml_patch.PatchFailed) as e:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -182,22 +182,6 @@ def _build(rt: runtimes.Runtime, out: Path) -> Path:
     log.unlink(missing_ok=True)
     say(f"built {rt.flavour} in {(time.monotonic() - t0) / 60:.1f} min")
     return sorted(out.glob("llama_cpp_python-*.whl"))[-1]
-
-
-def patched_source(where: Path, log) -> Path:
-    """llama-cpp-python's sdist, downloaded by pip (from its cache when it has it), extracted under
-    ``where`` with ggml_patch's tinyBLAS switch in it: the tree the wheel is built from."""
-    where.mkdir(parents=True)
-    subprocess.run([str(PY), "-m", "pip", "--disable-pip-version-check", "-q", "download", "--no-deps",
-                    "--no-binary", ":all:", "-d", str(where),
-                    f"llama-cpp-python=={LLAMA_VERSION}"], check=True, stdout=log, stderr=subprocess.STDOUT)
-    sdist = next(where.glob("llama_cpp_python-*.tar.gz"))
-    with tarfile.open(sdist) as tar:
-        # The "data" filter (no links out, no device files) where this Python has it (3.11.4+).
-        tar.extractall(where, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    src = where / f"llama_cpp_python-{LLAMA_VERSION}"
-    ggml_patch.patch(src)
-    return src
 
 
 def first_error(log: str) -> str:

@@ -36,15 +36,18 @@ def draft_candidates(target_path: str, target_weight_bytes: int) -> list[Path]:
     return [p for _, p in sorted(out)]
 
 
-def find_draft_for(target: Vocab) -> Path | None:
+def find_draft_for(target: Vocab, candidates: list[Path] | None = None) -> Path | None:
     """A compatible draft among the local model files: the smallest GGUF in the
     model folder (benchmark pair included) whose vocabulary matches the
-    target's and whose weights are at most half the target's."""
+    target's and whose weights are at most half the target's. ``candidates``:
+    draft_candidates' answer when the caller has it already."""
     from ..models.gguf import model_info
 
     if not target.path:
         return None  # a transformers folder: no GGUF header to compare drafts against
-    for p in draft_candidates(target.path, target.weight_bytes):
+    if candidates is None:
+        candidates = draft_candidates(target.path, target.weight_bytes)
+    for p in candidates:
         try:
             info = model_info(p)
         except (HearthError, OSError):

@@ -229,8 +229,8 @@ def _pick_draft(res: Resolved, target: ModelSpec, ch: Choices) -> tuple[ModelSpe
             from ..models.gguf import model_info
 
             # The target's vocabulary (a decode of every token) only when some file could draft for it.
-            found = find_draft_for(model_info(target.source).vocab()) \
-                if draft_candidates(target.source, target.weight_bytes) else None
+            candidates = draft_candidates(target.source, target.weight_bytes)
+            found = find_draft_for(model_info(target.source).vocab(), candidates) if candidates else None
         except HearthError as e:
             return None, None, f"could not look for a draft ({e})"
         if found is not None:
