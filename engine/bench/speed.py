@@ -15,8 +15,12 @@ Each side runs in a worker process of its own (``worker``), so ggml's once-a-pro
 (``GGML_CPU_TILED_MM``) are what that side would have alone.
 
 Models: the bundled Q4_1, and Qwen2.5-Coder-1.5B in Q4_K_M (``models fetch-bench-pair``) and in
-Q4_0 and Q8_0, made from it with llama.cpp's own ``llama-quantize`` (cached beside it). Ratios
-are each side's median over the rounds divided by llama-bench's; ``--switches`` also runs
+Q4_0 and Q8_0, made from it with llama.cpp's own ``llama-quantize`` (cached beside it). Each
+round runs one test at a time on every side back to back (the order turned every other round), and
+a side's ratio is the median over the rounds of its figure divided by llama-bench's in the same
+round (``paired``), with the least and the greatest: on a machine whose speed drifts by 10-20%
+within a minute (a shared virtual machine), a ratio of two medians taken 20 seconds apart measures
+the drift, and a paired one cancels it; ``--switches`` also runs
 llama-bench with each switch turned off (repack, the tiled K-quant matmul, flash attention) and
 with other micro-batch sizes, to show what each buys; ``--switches tinyblas`` adds a second
 llama-bench built without tinyBLAS (a compile-time switch: one more build). ``--window`` runs, per
@@ -32,9 +36,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..config import EXACTNESS
+from ..config import DEFAULT_EXACTNESS, EXACTNESS
 from .llama_tools import ensure_tools
 
 N_GEN = 128
@@ -77,12 +81,15 @@ def prompt_ids(tokenize, n: int) -> list[int]:
 
 
 def run_llama_bench(tools: Path, path: Path, threads: int, n_prompt: int, extra: tuple[str, ...] = (),
-                    env: dict[str, str] | None = None, n_gen: int = N_GEN) -> dict:
-    """llama-bench's pp512, pp``n_prompt`` and tg``n_gen`` in tokens/s (one repetition; ``n_prompt``
-    0: decode only). ``env``: variables ggml reads (GGML_CPU_TILED_MM), on top of a clean
-    environment's."""
+                    env: dict[str, str] | None = None, n_gen: int = N_GEN,
+                    prompts: tuple[int, ...] | None = None) -> dict:
+    """llama-bench's pp512, pp``n_prompt`` and tg``n_gen`` in tokens/s (one repetition, after llama-bench's
+    own warm-up; ``n_prompt`` 0: decode only; ``prompts``: these prompt lengths instead of 512 and
+    ``n_prompt``; ``n_gen`` 0: prefill only). ``env``: variables ggml reads (GGML_CPU_TILED_MM), on top of a
+    clean environment's."""
+    pp = prompts if prompts is not None else ((PP, n_prompt) if n_prompt else ())
     cmd = [str(tools / "llama-bench"), "-m", str(path), "-t", str(threads),
-           "-p", f"{PP},{n_prompt}" if n_prompt else "0", "-n", str(n_gen), "-r", "1", "-o", "json", *extra]
+           "-p", ",".join(map(str, pp)) or "0", "-n", str(n_gen), "-r", "1", "-o", "json", *extra]
     rows = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                      env={**clean_env(), **(env or {})}).stdout)
     out = {}
@@ -200,40 +207,60 @@ def _median(xs: list[float]) -> float:
     return round(statistics.median(xs), 2) if xs else 0.0
 
 
+def paired(values: list[float], ref: list[float]) -> dict[str, float]:
+    """A side against the reference measured next to it: the median of the per-round ratios, and
+    their least and greatest. Pairing cancels what drifts between rounds (another tenant of a
+    virtual machine, the clock), which a ratio of two medians keeps."""
+    ratios = sorted(v / r for v, r in zip(values, ref) if r > 0)
+    if not ratios:
+        return {"median": 0.0, "min": 0.0, "max": 0.0}
+    return {"median": round(statistics.median(ratios), 3), "min": round(ratios[0], 3), "max": round(ratios[-1], 3)}
+
+
+def run_order(names: list[str], r: int) -> list[str]:
+    """Round ``r``'s order: ``names`` (the reference first) in even rounds, turned round in odd ones,
+    so that each side runs as often after the reference as before it."""
+    return names if r % 2 == 0 else names[::-1]
+
+
 def measure_model(tools: Path, label: str, path: Path, threads: int, n_prompt: int, rounds: int,
                   profiles: tuple[str, ...]) -> dict[str, Any]:
-    sides = {name: Side(name, path, threads) for name in ["llama-cpp-python", *(f"hearth-{p}" for p in profiles)]}
-    got: dict[str, dict[str, list[float]]] = {name: {} for name in ["llama-bench", *sides]}
+    """Every side and llama-bench, one test at a time (pp512, pp``n_prompt``, tg128): within a
+    round each test runs on every side back to back, so each side's figure has the reference's
+    from seconds before or after it, and its ratio is the median of those pairs."""
+    # The default profile runs right next to the reference; llama-cpp-python's Llama furthest from it.
+    first = sorted(profiles, key=lambda p: p != DEFAULT_EXACTNESS)
+    sides = {name: Side(name, path, threads) for name in [*(f"hearth-{p}" for p in first), "llama-cpp-python"]}
+    tests = tuple(dict.fromkeys((f"pp{PP}", f"pp{n_prompt}", f"tg{N_GEN}")))
+    got: dict[str, dict[str, list[float]]] = {name: {t: [] for t in tests} for name in ["llama-bench", *sides]}
 
-    def note(name: str, key: str, v: float) -> None:
-        got[name].setdefault(key, []).append(v)
+    def one(name: str, test: str) -> float:
+        if name == "llama-bench":
+            if test.startswith("tg"):
+                return run_llama_bench(tools, path, threads, 0)[test]
+            return run_llama_bench(tools, path, threads, 0, n_gen=0, prompts=(int(test[2:]),))[test]
+        return sides[name].ask("tg" if test.startswith("tg") else f"pp {test[2:]}")
 
-    def reference() -> None:
-        for k, v in run_llama_bench(tools, path, threads, n_prompt).items():
-            note("llama-bench", k, v)
-
-    runs: list[tuple[str, Callable[[], None]]] = [("llama-bench", reference)]
-    for name, side in sides.items():
-        def run(name=name, side=side) -> None:
-            for n in (PP, n_prompt):
-                note(name, f"pp{n}", side.ask(f"pp {n}"))
-            note(name, f"tg{N_GEN}", side.ask("tg"))
-        runs.append((name, run))
+    names = list(got)
     try:
-        for _, fn in runs:  # warm-up: weights paged in, buffers made
-            fn()
-        got = {name: {} for name in got}
+        for test in tests:  # warm-up: weights paged in, buffers made
+            for name in names:
+                one(name, test)
         for r in range(rounds):
-            for _, fn in (runs if r % 2 == 0 else runs[::-1]):
-                fn()
+            for test in tests:
+                for name in run_order(names, r):
+                    got[name][test].append(one(name, test))
     finally:
         for side in sides.values():
             side.close()
-    ref = {k: _median(v) for k, v in got["llama-bench"].items()}
-    out: dict[str, Any] = {"model": label, "file": path.name, "llama_bench_tok_s": ref, "sides": {}}
+    ref = got["llama-bench"]
+    out: dict[str, Any] = {"model": label, "file": path.name,
+                           "llama_bench_tok_s": {t: _median(v) for t, v in ref.items()}, "sides": {}}
     for name in sides:
-        med = {k: _median(v) for k, v in got[name].items()}
-        out["sides"][name] = {"tok_s": med, "vs_llama_bench": {k: round(med[k] / ref[k], 3) for k in med if ref.get(k)}}
+        pairs = {t: paired(got[name][t], ref[t]) for t in tests}
+        out["sides"][name] = {"tok_s": {t: _median(v) for t, v in got[name].items()},
+                              "vs_llama_bench": {t: p["median"] for t, p in pairs.items()},
+                              "vs_llama_bench_range": {t: [p["min"], p["max"]] for t, p in pairs.items()}}
     return out
 
 
@@ -272,12 +299,14 @@ def window_run(tools: Path, path: Path, threads: int, rounds: int, tokens: int =
     problems = [x for s in streams for x in (s.get("problems") or ([] if s.get("ok") else ["no result"]))]
     if problems:
         return {"ok": False, "problems": problems}
-    window, engine = _median([s["window_tok_s"] for s in streams]), _median([s["engine_tok_s"] for s in streams])
+    window, engine = [s["window_tok_s"] for s in streams], [s["engine_tok_s"] for s in streams]
+    by_window, by_engine = paired(window, engine), paired(engine, ref)
     return {"ok": True, "profile": streams[0].get("profile"), "threads": streams[0]["threads"], "tokens": tokens,
-            "window_tok_s": window, "engine_tok_s": engine, "llama_bench_tok_s": _median(ref),
-            "window_vs_engine": round(window / engine, 3), "engine_vs_llama_bench": round(engine / _median(ref), 3),
-            "rounds": {"window": [s["window_tok_s"] for s in streams], "engine": [s["engine_tok_s"] for s in streams],
-                       "llama_bench": [round(x, 2) for x in ref]}}
+            "window_tok_s": _median(window), "engine_tok_s": _median(engine), "llama_bench_tok_s": _median(ref),
+            "window_vs_engine": by_window["median"], "engine_vs_llama_bench": by_engine["median"],
+            "window_vs_engine_range": [by_window["min"], by_window["max"]],
+            "engine_vs_llama_bench_range": [by_engine["min"], by_engine["max"]],
+            "rounds": {"window": window, "engine": engine, "llama_bench": [round(x, 2) for x in ref]}}
 
 
 def bench_speed(a: argparse.Namespace) -> dict[str, Any]:
