@@ -8,7 +8,7 @@ import pytest
 from engine.bench import speed
 
 
-@pytest.mark.parametrize("side", ["llama-cpp-python", "hearth-exact", "hearth-fast"])
+@pytest.mark.parametrize("side", ["llama-cpp-python", "backend-loop", "hearth-exact", "hearth-fast"])
 def test_each_side_answers_prefill_and_decode_in_its_own_process(side, bundled_path):
     s = speed.Side(side, bundled_path, 2)
     try:
@@ -23,6 +23,13 @@ def test_a_side_that_cannot_start_says_so(tmp_path):
     bad.write_bytes(b"GGUF but not really")
     with pytest.raises(RuntimeError, match="ended|did not start"):
         speed.Side("hearth-fast", bad, 2)
+
+
+def test_an_unknown_side_is_named_in_the_error(bundled_path):
+    with pytest.raises(RuntimeError, match="did not start|ended"):
+        speed.Side("hearth-turbo", bundled_path, 2)
+    with pytest.raises(SystemExit, match="unknown side 'hearth-turbo'; one of llama-cpp-python, backend-loop"):
+        speed.worker("hearth-turbo", str(bundled_path), 2)
 
 
 def test_the_prompt_is_the_documentation_cut_to_the_length_asked():

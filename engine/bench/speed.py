@@ -161,12 +161,52 @@ class HearthSide:
         return self._final(SHORT, N_GEN + 1).decode_tok_s
 
 
+class BackendLoop:
+    """Hearth's llama.cpp backend in the default profile, driven by the barest loop Python can run:
+    the prompt in one ``forward``, then ``forward`` of one token and an argmax, nothing else. Between
+    llama-bench and Hearth it tells the wheel's cost (the same llama.cpp, built as a shared, Vulkan-
+    capable library) from the cost of Hearth's step (sampler, detokenizer, events, stop rules)."""
+
+    def __init__(self, path: Path, threads: int, n_ctx: int) -> None:
+        from ..backends.llama.backend import LlamaCppBackend
+
+        self.b = LlamaCppBackend(path, n_ctx=n_ctx, n_threads=threads, exactness=DEFAULT_EXACTNESS)
+        self.short = self.b.tokenize(SHORT, add_bos=self.b.add_bos)
+
+    def prefill(self, n: int) -> float:
+        b = self.b
+        ids = prompt_ids(lambda t: b.tokenize(t, add_bos=False, special=False), n - int(b.add_bos))
+        ids = [*b.tokenize("", add_bos=True), *ids] if b.add_bos else ids
+        b.truncate(0)
+        t0 = time.perf_counter()
+        b.forward(ids)
+        return len(ids) / (time.perf_counter() - t0)
+
+    def decode(self) -> float:
+        import numpy as np
+
+        b = self.b
+        b.truncate(0)
+        tok = int(np.argmax(b.forward(self.short)))
+        t0 = time.perf_counter()
+        for _ in range(N_GEN):
+            tok = int(np.argmax(b.forward((tok,))))
+        return N_GEN / (time.perf_counter() - t0)
+
+
+SIDES = ("llama-cpp-python", "backend-loop", *(f"hearth-{p}" for p in EXACTNESS))
+
+
 def worker(side: str, path: str, threads: int) -> None:
     """One side in a process of its own (``python -m engine.bench.speed SIDE PATH THREADS``), so
     that ggml's once-a-process switches are each side's own: it answers ``pp N`` and ``tg`` with
     tokens/s, a line each, until its input ends."""
-    s: LlamaCppPython | HearthSide = LlamaCppPython(Path(path), threads, 4096) if side == "llama-cpp-python" \
-        else HearthSide(Path(path), threads, 4096, side.removeprefix("hearth-"))
+    if side not in SIDES:
+        raise SystemExit(f"bench speed: unknown side {side!r}; one of {', '.join(SIDES)}")
+    s: LlamaCppPython | BackendLoop | HearthSide = \
+        LlamaCppPython(Path(path), threads, 4096) if side == "llama-cpp-python" else \
+        BackendLoop(Path(path), threads, 4096) if side == "backend-loop" else \
+        HearthSide(Path(path), threads, 4096, side.removeprefix("hearth-"))
     print("ready", flush=True)
     for line in sys.stdin:
         cmd = line.split()
@@ -224,13 +264,14 @@ def run_order(names: list[str], r: int) -> list[str]:
 
 
 def measure_model(tools: Path, label: str, path: Path, threads: int, n_prompt: int, rounds: int,
-                  profiles: tuple[str, ...]) -> dict[str, Any]:
+                  profiles: tuple[str, ...], loop: bool = False) -> dict[str, Any]:
     """Every side and llama-bench, one test at a time (pp512, pp``n_prompt``, tg128): within a
     round each test runs on every side back to back, so each side's figure has the reference's
     from seconds before or after it, and its ratio is the median of those pairs."""
     # The default profile runs right next to the reference; llama-cpp-python's Llama furthest from it.
     first = sorted(profiles, key=lambda p: p != DEFAULT_EXACTNESS)
-    sides = {name: Side(name, path, threads) for name in [*(f"hearth-{p}" for p in first), "llama-cpp-python"]}
+    names = [*(f"hearth-{p}" for p in first), *(["backend-loop"] if loop else []), "llama-cpp-python"]
+    sides = {name: Side(name, path, threads) for name in names}
     tests = tuple(dict.fromkeys((f"pp{PP}", f"pp{n_prompt}", f"tg{N_GEN}")))
     got: dict[str, dict[str, list[float]]] = {name: {t: [] for t in tests} for name in ["llama-bench", *sides]}
 
@@ -241,14 +282,14 @@ def measure_model(tools: Path, label: str, path: Path, threads: int, n_prompt: i
             return run_llama_bench(tools, path, threads, 0, n_gen=0, prompts=(int(test[2:]),))[test]
         return sides[name].ask("tg" if test.startswith("tg") else f"pp {test[2:]}")
 
-    names = list(got)
+    everyone = list(got)
     try:
         for test in tests:  # warm-up: weights paged in, buffers made
-            for name in names:
+            for name in everyone:
                 one(name, test)
         for r in range(rounds):
             for test in tests:
-                for name in run_order(names, r):
+                for name in run_order(everyone, r):
                     got[name][test].append(one(name, test))
     finally:
         for side in sides.values():
@@ -321,7 +362,8 @@ def bench_speed(a: argparse.Namespace) -> dict[str, Any]:
     if getattr(a, "window", False):  # the window's run instead of the sides'
         out["window"] = {label: window_run(tools, path, threads, rounds) for label, path in models}
         return out
-    out["models"] = [measure_model(tools, label, path, threads, n_prompt, rounds, EXACTNESS) for label, path in models]
+    out["models"] = [measure_model(tools, label, path, threads, n_prompt, rounds, EXACTNESS, getattr(a, "loop", False))
+                     for label, path in models]
     which = getattr(a, "switches", None)
     if which:
         out["switches"] = {label: switch_rows(tools, path, threads, n_prompt, which == "tinyblas")

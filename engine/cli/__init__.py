@@ -121,6 +121,9 @@ def _bench_parser(sub) -> None:
     p.add_argument("--prompt-tokens", type=int, default=957, help="speed: the long prompt's length")
     p.add_argument("--switches", nargs="?", const="runtime", choices=("runtime", "tinyblas"), default=None,
                    help="speed: also what each llama.cpp switch buys (tinyblas: and a build without it)")
+    p.add_argument("--loop", action="store_true",
+                   help="speed: also Hearth's llama.cpp backend under a bare forward-and-argmax loop (the wheel's "
+                        "own speed, without Hearth's step)")
     p.add_argument("--window", action="store_true",
                    help="speed: the window (python -m app --bench-stream) against the engine and llama-bench instead")
     p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
