@@ -80,6 +80,11 @@ def prompt_ids(tokenize, n: int) -> list[int]:
     return tokenize(manual_text())[:n]
 
 
+def backend_prompt_ids(b: Any, n: int) -> list[int]:
+    """``prompt_ids`` by a Hearth backend's tokenizer: ``n`` tokens with the BOS it adds, which is not among them."""
+    return prompt_ids(lambda t: b.tokenize(t, add_bos=False, special=False), n - int(b.add_bos))
+
+
 def run_llama_bench(tools: Path, path: Path, threads: int, n_prompt: int, extra: tuple[str, ...] = (),
                     env: dict[str, str] | None = None, n_gen: int = N_GEN,
                     prompts: tuple[int, ...] | None = None) -> dict:
@@ -153,7 +158,7 @@ class HearthSide:
 
     def prefill(self, n: int) -> float:
         b = self.engine.backend
-        ids = prompt_ids(lambda t: b.tokenize(t, add_bos=False, special=False), n - int(b.add_bos))
+        ids = backend_prompt_ids(b, n)
         s = self._final(b"".join(b.token_bytes(t) for t in ids).decode("utf-8", "ignore"), 1)
         return s.prompt_tokens / (s.prefill_ms / 1e3)
 
@@ -175,7 +180,7 @@ class BackendLoop:
 
     def prefill(self, n: int) -> float:
         b = self.b
-        ids = prompt_ids(lambda t: b.tokenize(t, add_bos=False, special=False), n - int(b.add_bos))
+        ids = backend_prompt_ids(b, n)
         ids = [*b.tokenize("", add_bos=True), *ids] if b.add_bos else ids
         b.truncate(0)
         t0 = time.perf_counter()
