@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.bench import speed
+from engine.bench import pairing, speed
 
 
 @pytest.mark.parametrize("side", ["llama-cpp-python", "backend-loop", "hearth-exact", "hearth-fast"])
@@ -42,17 +42,57 @@ def test_a_side_is_compared_with_the_reference_measured_next_to_it():
     # one, where a neighbour slowed only the side. The paired median says 0.97; the spread shows the odd round.
     ref = [200.0, 150.0, 120.0, 180.0, 210.0]
     side = [194.0, 145.5, 90.0, 174.6, 203.7]
-    got = speed.paired(side, ref)
-    assert got == {"median": 0.97, "min": 0.75, "max": 0.97}
-    assert speed.paired([], []) == {"median": 0.0, "min": 0.0, "max": 0.0}
-    assert speed.paired([5.0], [0.0])["median"] == 0.0  # a reference that measured nothing pairs with nothing
+    got = pairing.paired(side, ref)
+    assert (got["median"], got["min"], got["max"]) == (0.97, 0.75, 0.97)
+    assert got["ci"] == [0.75, 0.97] and got["coverage"] == 0.938  # five rounds: the whole range, at 94%
+    assert pairing.paired([], []) == {"median": 0.0, "min": 0.0, "max": 0.0, "ci": [0.0, 0.0], "coverage": 0.0}
+    assert pairing.paired([5.0], [0.0])["median"] == 0.0  # a reference that measured nothing pairs with nothing
+
+
+def test_the_medians_interval_narrows_with_rounds_and_ignores_a_wild_one():
+    assert pairing.median_ci([]) == (0.0, 0.0, 0.0)
+    lo, hi, cov = pairing.median_ci([1.0, 0.9, 1.1])  # too few rounds for 90%: the range, and what it covers
+    assert (lo, hi, cov) == (0.9, 1.1, 0.75)
+    xs = [0.90 + 0.01 * i for i in range(15)]  # 0.90 .. 1.04, median 0.97
+    lo, hi, cov = pairing.median_ci(xs)
+    assert (round(lo, 2), round(hi, 2)) == (0.93, 1.01)  # the 4th smallest and the 4th largest
+    assert round(cov, 3) == 0.965 and cov >= pairing.CI_LEVEL
+    assert pairing.median_ci([*xs[:-1], 40.0])[:2] == (lo, hi)  # one round 40x off moves nothing
+    assert pairing.median_ci(xs, level=0.5)[:2] == (xs[5], xs[9])  # a looser level, a narrower interval
+
+
+def test_a_bar_is_met_only_when_the_whole_interval_clears_it():
+    assert pairing.verdict(1.0, 1.08, 1.0) == "met"
+    assert pairing.verdict(0.90, 0.96, 0.97) == "not met"
+    assert pairing.verdict(0.94, 1.03, 1.0) == "within noise"
+    # three rounds cover the median 75% of the time: no verdict either way, however far off they read
+    assert pairing.verdict(0.5, 0.6, 1.0, coverage=0.75) == "too few rounds"
+    assert pairing.verdict(0.94, 1.03, 1.0, coverage=0.938) == "within noise"
+    assert speed.bar("pp512") == 1.0 and speed.bar("pp957") == 1.0 and speed.bar("tg128") == 0.97
+
+
+def test_a_run_measures_the_sides_asked_for_and_refuses_an_unknown_one():
+    assert speed.speed_sides(None) == ("hearth-exact", "hearth-fast", "llama-cpp-python")
+    assert speed.speed_sides("hearth-fast", loop=True) == ("hearth-fast", "backend-loop")
+    assert speed.speed_sides(" hearth-fast, hearth-fast ,llama-cpp-python") == ("hearth-fast", "llama-cpp-python")
+    with pytest.raises(SystemExit, match="unknown side 'hearth-turbo'; one of llama-cpp-python"):
+        speed.speed_sides("hearth-fast,hearth-turbo")
 
 
 def test_each_side_runs_as_often_before_the_reference_as_after_it():
     names = ["llama-bench", "hearth-fast", "hearth-exact", "llama-cpp-python"]
-    assert speed.run_order(names, 0) == names
-    assert speed.run_order(names, 1) == names[::-1]
+    assert pairing.run_order(names, 0) == names
+    assert pairing.run_order(names, 1) == names[::-1]
     for side in names[1:]:
-        after = [speed.run_order(names, r).index(side) > speed.run_order(names, r).index("llama-bench")
+        after = [pairing.run_order(names, r).index(side) > pairing.run_order(names, r).index("llama-bench")
                  for r in range(4)]
         assert after.count(True) == after.count(False) == 2
+
+
+def test_a_side_that_fails_to_start_closes_the_ones_started_before_it(bundled_path, tmp_path):
+    import psutil
+
+    with pytest.raises(RuntimeError, match="did not start|ended"):
+        speed.measure_model(tmp_path, "bundled", bundled_path, 2, 64, 1, ("hearth-fast", "hearth-turbo"))
+    left = [p for p in psutil.Process().children(recursive=True) if "engine.bench.speed" in " ".join(p.cmdline())]
+    assert left == []

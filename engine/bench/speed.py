@@ -16,15 +16,13 @@ Each side runs in a worker process of its own (``worker``), so ggml's once-a-pro
 
 Models: the bundled Q4_1, and Qwen2.5-Coder-1.5B in Q4_K_M (``models fetch-bench-pair``) and in
 Q4_0 and Q8_0, made from it with llama.cpp's own ``llama-quantize`` (cached beside it). Each
-round runs one test at a time on every side back to back (the order turned every other round), and
-a side's ratio is the median over the rounds of its figure divided by llama-bench's in the same
-round (``paired``), with the least and the greatest: on a machine whose speed drifts by 10-20%
-within a minute (a shared virtual machine), a ratio of two medians taken 20 seconds apart measures
-the drift, and a paired one cancels it; ``--switches`` also runs
-llama-bench with each switch turned off (repack, the tiled K-quant matmul, flash attention) and
-with other micro-batch sizes, to show what each buys; ``--switches tinyblas`` adds a second
-llama-bench built without tinyBLAS (a compile-time switch: one more build). ``--window`` runs, per
-model, the window against the engine and the engine against llama-bench instead (window_run).
+round runs one test at a time on every side back to back (the order turned every other round); a
+side's ratio is the median of its per-round ratios to llama-bench (pairing.py), with their range,
+their 90% interval and, for the default profile, #42's bars read against it ("met", "not met",
+"within noise"): a shared machine drifts by 10-20% within a minute. ``--sides`` picks the sides,
+``--control`` runs llama-bench twice a round (the noise floor), ``--switches`` runs llama-bench
+with each switch off (repack, the tiled K-quant matmul, flash attention; ``tinyblas``: a second
+build without it) and other micro-batches, and ``--window`` the window against the engine (window_run).
 """
 from __future__ import annotations
 
@@ -40,10 +38,13 @@ from typing import Any
 
 from ..config import DEFAULT_EXACTNESS, EXACTNESS
 from .llama_tools import ensure_tools
+from .pairing import paired, run_order, verdict
 
 N_GEN = 128
 PP = 512
 SHORT = "Write a long story about a lighthouse."
+PREFILL_BAR, DECODE_BAR = 1.0, 0.97
+CONTROL = "llama-bench-again"   # the reference run twice a round: the noise floor
 
 
 def quantized(tools: Path, source: Path, kind: str) -> Path:
@@ -252,43 +253,43 @@ def _median(xs: list[float]) -> float:
     return round(statistics.median(xs), 2) if xs else 0.0
 
 
-def paired(values: list[float], ref: list[float]) -> dict[str, float]:
-    """A side against the reference measured next to it: the median of the per-round ratios, and
-    their least and greatest. Pairing cancels what drifts between rounds (another tenant of a
-    virtual machine, the clock), which a ratio of two medians keeps."""
-    ratios = sorted(v / r for v, r in zip(values, ref) if r > 0)
-    if not ratios:
-        return {"median": 0.0, "min": 0.0, "max": 0.0}
-    return {"median": round(statistics.median(ratios), 3), "min": round(ratios[0], 3), "max": round(ratios[-1], 3)}
-
-
-def run_order(names: list[str], r: int) -> list[str]:
-    """Round ``r``'s order: ``names`` (the reference first) in even rounds, turned round in odd ones,
-    so that each side runs as often after the reference as before it."""
-    return names if r % 2 == 0 else names[::-1]
+def speed_sides(which: str | None, loop: bool = False) -> tuple[str, ...]:
+    """The sides a run measures: ``which`` (comma-separated, of SIDES) or Hearth in each profile and
+    llama-cpp-python's ``Llama``; ``loop`` adds the bare backend loop. An unknown name stops the run."""
+    names = [w.strip() for w in which.split(",") if w.strip()] if which else \
+        [*(f"hearth-{p}" for p in EXACTNESS), "llama-cpp-python"]
+    unknown = [n for n in names if n not in SIDES]
+    if unknown:
+        raise SystemExit(f"bench speed: unknown side {unknown[0]!r}; one of {', '.join(SIDES)}")
+    return tuple(dict.fromkeys([*names, *(["backend-loop"] if loop else [])]))
 
 
 def measure_model(tools: Path, label: str, path: Path, threads: int, n_prompt: int, rounds: int,
-                  profiles: tuple[str, ...], loop: bool = False) -> dict[str, Any]:
+                  sides: tuple[str, ...], control: bool = False) -> dict[str, Any]:
     """Every side and llama-bench, one test at a time (pp512, pp``n_prompt``, tg128): within a
     round each test runs on every side back to back, so each side's figure has the reference's
-    from seconds before or after it, and its ratio is the median of those pairs."""
+    from seconds before or after it, and its ratio is the median of those pairs. ``control``: llama-bench
+    runs twice a round, and the second against the first is the run's noise floor (a ratio of 1.0
+    by construction, measured). The default profile's ratios are read against the issue's bars."""
     # The default profile runs right next to the reference; llama-cpp-python's Llama furthest from it.
-    first = sorted(profiles, key=lambda p: p != DEFAULT_EXACTNESS)
-    names = [*(f"hearth-{p}" for p in first), *(["backend-loop"] if loop else []), "llama-cpp-python"]
-    sides = {name: Side(name, path, threads) for name in names}
-    tests = tuple(dict.fromkeys((f"pp{PP}", f"pp{n_prompt}", f"tg{N_GEN}")))
-    got: dict[str, dict[str, list[float]]] = {name: {t: [] for t in tests} for name in ["llama-bench", *sides]}
-
-    def one(name: str, test: str) -> float:
-        if name == "llama-bench":
-            if test.startswith("tg"):
-                return run_llama_bench(tools, path, threads, 0)[test]
-            return run_llama_bench(tools, path, threads, 0, n_gen=0, prompts=(int(test[2:]),))[test]
-        return sides[name].ask("tg" if test.startswith("tg") else f"pp {test[2:]}")
-
-    everyone = list(got)
+    names = sorted(sides, key=lambda s: (s != f"hearth-{DEFAULT_EXACTNESS}", s == "llama-cpp-python"))
+    workers: dict[str, Side] = {}
     try:
+        for name in names:
+            workers[name] = Side(name, path, threads)
+        tests = tuple(dict.fromkeys((f"pp{PP}", f"pp{n_prompt}", f"tg{N_GEN}")))
+        refs = ["llama-bench", *([CONTROL] if control else [])]
+        got: dict[str, dict[str, list[float]]] = {name: {t: [] for t in tests} for name in [*refs, *names]}
+
+        def one(name: str, test: str) -> float:
+            if name in refs:
+                if test.startswith("tg"):
+                    return run_llama_bench(tools, path, threads, 0)[test]
+                return run_llama_bench(tools, path, threads, 0, n_gen=0, prompts=(int(test[2:]),))[test]
+            return workers[name].ask("tg" if test.startswith("tg") else f"pp {test[2:]}")
+
+        # The control runs at the far end of the round, so it pairs with the reference as the sides do.
+        everyone = [refs[0], *names, *refs[1:]]
         for test in tests:  # warm-up: weights paged in, buffers made
             for name in everyone:
                 one(name, test)
@@ -297,17 +298,28 @@ def measure_model(tools: Path, label: str, path: Path, threads: int, n_prompt: i
                 for name in run_order(everyone, r):
                     got[name][test].append(one(name, test))
     finally:
-        for side in sides.values():
-            side.close()
+        for w in workers.values():
+            w.close()
     ref = got["llama-bench"]
     out: dict[str, Any] = {"model": label, "file": path.name,
                            "llama_bench_tok_s": {t: _median(v) for t, v in ref.items()}, "sides": {}}
-    for name in sides:
+    for name in [*names, *refs[1:]]:
         pairs = {t: paired(got[name][t], ref[t]) for t in tests}
-        out["sides"][name] = {"tok_s": {t: _median(v) for t, v in got[name].items()},
-                              "vs_llama_bench": {t: p["median"] for t, p in pairs.items()},
-                              "vs_llama_bench_range": {t: [p["min"], p["max"]] for t, p in pairs.items()}}
+        row: dict[str, Any] = {"tok_s": {t: _median(v) for t, v in got[name].items()},
+                               "vs_llama_bench": {t: p["median"] for t, p in pairs.items()},
+                               "vs_llama_bench_range": {t: [p["min"], p["max"]] for t, p in pairs.items()},
+                               "vs_llama_bench_ci": {t: p["ci"] for t, p in pairs.items()},
+                               "ci_coverage": pairs[tests[0]]["coverage"]}
+        if name == f"hearth-{DEFAULT_EXACTNESS}":
+            row["bars"] = {t: verdict(p["ci"][0], p["ci"][1], bar(t), p["coverage"]) for t, p in pairs.items()}
+        out["sides"][name] = row
     return out
+
+
+def bar(test: str) -> float:
+    """#42's bar for the default profile: at least llama-bench's prefill, 0.97 of its decode (a
+    Python step loop pays a little a token)."""
+    return DECODE_BAR if test.startswith("tg") else PREFILL_BAR
 
 
 def switch_rows(tools: Path, path: Path, threads: int, n_prompt: int, tinyblas: bool) -> dict[str, Any]:
@@ -352,6 +364,8 @@ def window_run(tools: Path, path: Path, threads: int, rounds: int, tokens: int =
             "window_vs_engine": by_window["median"], "engine_vs_llama_bench": by_engine["median"],
             "window_vs_engine_range": [by_window["min"], by_window["max"]],
             "engine_vs_llama_bench_range": [by_engine["min"], by_engine["max"]],
+            "window_vs_engine_ci": by_window["ci"], "engine_vs_llama_bench_ci": by_engine["ci"],
+            "ci_coverage": by_engine["coverage"],
             "rounds": {"window": window, "engine": engine, "llama_bench": [round(x, 2) for x in ref]}}
 
 
@@ -367,7 +381,8 @@ def bench_speed(a: argparse.Namespace) -> dict[str, Any]:
     if getattr(a, "window", False):  # the window's run instead of the sides'
         out["window"] = {label: window_run(tools, path, threads, rounds) for label, path in models}
         return out
-    out["models"] = [measure_model(tools, label, path, threads, n_prompt, rounds, EXACTNESS, getattr(a, "loop", False))
+    sides = speed_sides(getattr(a, "sides", None), getattr(a, "loop", False))
+    out["models"] = [measure_model(tools, label, path, threads, n_prompt, rounds, sides, getattr(a, "control", False))
                      for label, path in models]
     which = getattr(a, "switches", None)
     if which:

@@ -124,6 +124,11 @@ def _bench_parser(sub) -> None:
     p.add_argument("--loop", action="store_true",
                    help="speed: also Hearth's llama.cpp backend under a bare forward-and-argmax loop (the wheel's "
                         "own speed, without Hearth's step)")
+    p.add_argument("--sides", default=None,
+                   help="speed: the sides to run against llama-bench (comma-separated: hearth-fast, hearth-exact, "
+                        "backend-loop, llama-cpp-python; default: both profiles and llama-cpp-python)")
+    p.add_argument("--control", action="store_true",
+                   help="speed: also llama-bench against itself each round, the run's noise floor")
     p.add_argument("--window", action="store_true",
                    help="speed: the window (python -m app --bench-stream) against the engine and llama-bench instead")
     p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
