@@ -62,6 +62,21 @@ def paired(values: list[float], ref: list[float], level: float = CI_LEVEL) -> di
             "ci": [round(lo, 3), round(hi, 3)], "coverage": round(cov, 3)}
 
 
+def versus(got: dict[str, dict[str, list[float]]], ref: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every side in ``got`` (side -> test -> its figures, round by round) but ``ref``, each test
+    ``paired`` with ``ref``'s figures of the same rounds."""
+    return {name: {t: paired(v, got[ref][t]) for t, v in tests.items()} for name, tests in got.items() if name != ref}
+
+
+def columns(pairs: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:
+    """One side's ``paired`` ratios, test by test, as a report's columns: ``key`` (the medians),
+    ``key``_range (least, greatest), ``key``_ci (the 90% interval) and ``ci_coverage``."""
+    return {key: {t: p["median"] for t, p in pairs.items()},
+            f"{key}_range": {t: [p["min"], p["max"]] for t, p in pairs.items()},
+            f"{key}_ci": {t: p["ci"] for t, p in pairs.items()},
+            "ci_coverage": min((p["coverage"] for p in pairs.values()), default=0.0)}
+
+
 def run_order(names: list[str], r: int) -> list[str]:
     """Round ``r``'s order: ``names`` (the reference first) in even rounds, turned round in odd ones,
     so that each side runs as often after the reference as before it."""
