@@ -96,3 +96,23 @@ def test_a_side_that_fails_to_start_closes_the_ones_started_before_it(bundled_pa
         speed.measure_model(tmp_path, "bundled", bundled_path, 2, 64, 1, ("hearth-fast", "hearth-turbo"))
     left = [p for p in psutil.Process().children(recursive=True) if "engine.bench.speed" in " ".join(p.cmdline())]
     assert left == []
+
+
+def test_a_run_reports_each_side_and_the_control_against_llama_bench(bundled_path, tmp_path):
+    # llama-bench itself is built by the benchmark (minutes); here a stand-in answers its JSON with
+    # fixed figures, so what is checked is the report: the sides, the control, the intervals, the bars.
+    fake = tmp_path / "llama-bench"
+    fake.write_text("#!/usr/bin/env python3\nimport json, sys\na = sys.argv\n"
+                    "p, n = int(a[a.index('-p') + 1]), int(a[a.index('-n') + 1])\n"
+                    "print(json.dumps([{'n_prompt': p, 'n_gen': n, 'avg_ts': 1000.0 if p else 50.0}]))\n")
+    fake.chmod(0o755)
+    out = speed.measure_model(tmp_path, "bundled", bundled_path, 2, 64, 1, ("hearth-fast",), control=True)
+    assert out["llama_bench_tok_s"] == {"pp512": 1000.0, "pp64": 1000.0, "tg128": 50.0}
+    assert set(out["sides"]) == {"hearth-fast", "llama-bench-again"}
+    again = out["sides"]["llama-bench-again"]
+    assert again["vs_llama_bench"] == {"pp512": 1.0, "pp64": 1.0, "tg128": 1.0} and "bars" not in again
+    fast = out["sides"]["hearth-fast"]
+    for t, tok_s in fast["tok_s"].items():  # one round: the ratio is that round's figure over llama-bench's
+        assert fast["vs_llama_bench"][t] == pytest.approx(tok_s / out["llama_bench_tok_s"][t], abs=1e-3)
+    assert fast["vs_llama_bench_ci"]["tg128"] == fast["vs_llama_bench_range"]["tg128"]
+    assert fast["bars"] == {"pp512": "too few rounds", "pp64": "too few rounds", "tg128": "too few rounds"}

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..config import DEFAULT_EXACTNESS, EXACTNESS
 from .llama_tools import ensure_tools
-from .pairing import paired, run_order, verdict
+from .pairing import columns, paired, run_order, verdict
 
 N_GEN = 128
 PP = 512
@@ -306,10 +306,7 @@ def measure_model(tools: Path, label: str, path: Path, threads: int, n_prompt: i
     for name in [*names, *refs[1:]]:
         pairs = {t: paired(got[name][t], ref[t]) for t in tests}
         row: dict[str, Any] = {"tok_s": {t: _median(v) for t, v in got[name].items()},
-                               "vs_llama_bench": {t: p["median"] for t, p in pairs.items()},
-                               "vs_llama_bench_range": {t: [p["min"], p["max"]] for t, p in pairs.items()},
-                               "vs_llama_bench_ci": {t: p["ci"] for t, p in pairs.items()},
-                               "ci_coverage": pairs[tests[0]]["coverage"]}
+                               **columns(pairs, "vs_llama_bench")}
         if name == f"hearth-{DEFAULT_EXACTNESS}":
             row["bars"] = {t: verdict(p["ci"][0], p["ci"][1], bar(t), p["coverage"]) for t, p in pairs.items()}
         out["sides"][name] = row
