@@ -99,20 +99,32 @@ def test_a_side_that_fails_to_start_closes_the_ones_started_before_it(bundled_pa
 
 
 def test_a_run_reports_each_side_and_the_control_against_llama_bench(bundled_path, tmp_path):
-    # llama-bench itself is built by the benchmark (minutes); here a stand-in answers its JSON with
-    # fixed figures, so what is checked is the report: the sides, the control, the intervals, the bars.
+    # llama-bench itself is built by the benchmark (minutes); here a stand-in answers its JSON, each call
+    # 10% faster than the one before (a machine speeding up), so what is checked is the report: the
+    # sides, the control, the reference that brackets each side, the intervals and the bars.
     fake = tmp_path / "llama-bench"
-    fake.write_text("#!/usr/bin/env python3\nimport json, sys\na = sys.argv\n"
+    fake.write_text("#!/usr/bin/env python3\nimport json, pathlib, sys\na = sys.argv\n"
+                    f"c = pathlib.Path({str(tmp_path / 'calls')!r})\n"
+                    "k = int(c.read_text()) if c.exists() else 0\nc.write_text(str(k + 1))\n"
                     "p, n = int(a[a.index('-p') + 1]), int(a[a.index('-n') + 1])\n"
-                    "print(json.dumps([{'n_prompt': p, 'n_gen': n, 'avg_ts': 1000.0 if p else 50.0}]))\n")
+                    "print(json.dumps([{'n_prompt': p, 'n_gen': n, 'avg_ts': (1000.0 if p else 50.0) * 1.1 ** k}]))\n")
     fake.chmod(0o755)
     out = speed.measure_model(tmp_path, "bundled", bundled_path, 2, 64, 1, ("hearth-fast",), control=True)
-    assert out["llama_bench_tok_s"] == {"pp512": 1000.0, "pp64": 1000.0, "tg128": 50.0}
-    assert set(out["sides"]) == {"hearth-fast", "llama-bench-again"}
-    again = out["sides"]["llama-bench-again"]
-    assert again["vs_llama_bench"] == {"pp512": 1.0, "pp64": 1.0, "tg128": 1.0} and "bars" not in again
-    fast = out["sides"]["hearth-fast"]
-    for t, tok_s in fast["tok_s"].items():  # one round: the ratio is that round's figure over llama-bench's
-        assert fast["vs_llama_bench"][t] == pytest.approx(tok_s / out["llama_bench_tok_s"][t], abs=1e-3)
+    assert set(out["sides"]) == {"hearth-fast", "llama-bench-again"} and "mean of its two runs" in out["reference"]
+    lb, again, fast = out["llama_bench_rounds"], out["sides"]["llama-bench-again"], out["sides"]["hearth-fast"]
+    # warm-up: 6 calls; then pp512 runs llama-bench (call 6), the side, the control (call 7): 1.1x apart
+    assert lb["pp512"] == [round(1000 * 1.1 ** 6, 2)] and again["rounds"]["pp512"] == [round(1000 * 1.1 ** 7, 2)]
+    assert again["vs_llama_bench"] == {"pp512": 1.1, "pp64": 1.1, "tg128": 1.1} and "bars" not in again
+    for t, (side,) in fast["rounds"].items():  # the side against the mean of the two runs around it
+        assert fast["vs_llama_bench"][t] == pytest.approx(side / ((lb[t][0] + again["rounds"][t][0]) / 2), abs=1e-3)
     assert fast["vs_llama_bench_ci"]["tg128"] == fast["vs_llama_bench_range"]["tg128"]
     assert fast["bars"] == {"pp512": "too few rounds", "pp64": "too few rounds", "tg128": "too few rounds"}
+
+
+def test_a_side_between_two_runs_of_the_reference_is_read_against_both():
+    # The machine slows steadily; the side runs at 0.95x of the moment's speed, between two reference runs.
+    before, after = [100.0, 90.0, 80.0], [90.0, 80.0, 70.0]
+    side = [0.95 * 95.0, 0.95 * 85.0, 0.95 * 75.0]
+    assert pairing.bracket(before, after) == [95.0, 85.0, 75.0]
+    assert pairing.paired(side, pairing.bracket(before, after))["median"] == 0.95
+    assert pairing.paired(side, before)["median"] < 0.91  # one run of the reference reads the slowing as the side's

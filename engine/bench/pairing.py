@@ -62,6 +62,13 @@ def paired(values: list[float], ref: list[float], level: float = CI_LEVEL) -> di
             "ci": [round(lo, 3), round(hi, 3)], "coverage": round(cov, 3)}
 
 
+def bracket(before: list[float], after: list[float]) -> list[float]:
+    """The reference at the moment of a measurement taken between two of its runs, round by round:
+    their mean. Against one run of the reference a drift through the round reads as the side's;
+    against the two that bracket it, a steady drift cancels and the reference's own jitter halves."""
+    return [(a + b) / 2 for a, b in zip(before, after)]
+
+
 def versus(got: dict[str, dict[str, list[float]]], ref: str) -> dict[str, dict[str, dict[str, Any]]]:
     """Every side in ``got`` (side -> test -> its figures, round by round) but ``ref``, each test
     ``paired`` with ``ref``'s figures of the same rounds."""

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..config import DEFAULT_EXACTNESS, EXACTNESS
 from .llama_tools import ensure_tools
-from .pairing import columns, paired, run_order, verdict
+from .pairing import bracket, columns, paired, run_order, verdict
 
 N_GEN = 128
 PP = 512
@@ -269,8 +269,9 @@ def measure_model(tools: Path, label: str, path: Path, threads: int, n_prompt: i
     """Every side and llama-bench, one test at a time (pp512, pp``n_prompt``, tg128): within a
     round each test runs on every side back to back, so each side's figure has the reference's
     from seconds before or after it, and its ratio is the median of those pairs. ``control``: llama-bench
-    runs twice a round, and the second against the first is the run's noise floor (a ratio of 1.0
-    by construction, measured). The default profile's ratios are read against the issue's bars."""
+    runs twice a round, at both ends of it: the second against the first is the run's noise floor (a
+    ratio of 1.0 by construction, measured), and each side's reference is the mean of the two
+    (``bracket``). The default profile's ratios are read against the issue's bars."""
     # The default profile runs right next to the reference; llama-cpp-python's Llama furthest from it.
     names = sorted(sides, key=lambda s: (s != f"hearth-{DEFAULT_EXACTNESS}", s == "llama-cpp-python"))
     workers: dict[str, Side] = {}
@@ -301,12 +302,17 @@ def measure_model(tools: Path, label: str, path: Path, threads: int, n_prompt: i
         for w in workers.values():
             w.close()
     ref = got["llama-bench"]
-    out: dict[str, Any] = {"model": label, "file": path.name,
-                           "llama_bench_tok_s": {t: _median(v) for t, v in ref.items()}, "sides": {}}
+    # With the control every side ran between llama-bench's two runs of its round: its reference is both.
+    sides_ref = {t: bracket(ref[t], got[CONTROL][t]) for t in tests} if control else ref
+    out: dict[str, Any] = {"model": label, "file": path.name, "reference": "llama-bench, " + (
+                               "the mean of its two runs around each side's" if control else "its run in each round"),
+                           "llama_bench_tok_s": {t: _median(v) for t, v in ref.items()}, "sides": {},
+                           "llama_bench_rounds": {t: [round(x, 2) for x in v] for t, v in ref.items()}}
     for name in [*names, *refs[1:]]:
-        pairs = {t: paired(got[name][t], ref[t]) for t in tests}
+        pairs = {t: paired(got[name][t], (ref if name == CONTROL else sides_ref)[t]) for t in tests}
         row: dict[str, Any] = {"tok_s": {t: _median(v) for t, v in got[name].items()},
-                               **columns(pairs, "vs_llama_bench")}
+                               **columns(pairs, "vs_llama_bench"),
+                               "rounds": {t: [round(x, 2) for x in v] for t, v in got[name].items()}}
         if name == f"hearth-{DEFAULT_EXACTNESS}":
             row["bars"] = {t: verdict(p["ci"][0], p["ci"][1], bar(t), p["coverage"]) for t, p in pairs.items()}
         out["sides"][name] = row
