@@ -77,6 +77,8 @@ def test_a_run_measures_the_sides_asked_for_and_refuses_an_unknown_one():
     assert speed.speed_sides(" hearth-fast, hearth-fast ,llama-cpp-python") == ("hearth-fast", "llama-cpp-python")
     with pytest.raises(SystemExit, match="unknown side 'hearth-turbo'; one of llama-cpp-python"):
         speed.speed_sides("hearth-fast,hearth-turbo")
+    with pytest.raises(SystemExit, match="no side named; one or more of llama-cpp-python"):
+        speed.speed_sides(" , ")
 
 
 def test_each_side_runs_as_often_before_the_reference_as_after_it():

@@ -259,8 +259,9 @@ def speed_sides(which: str | None, loop: bool = False) -> tuple[str, ...]:
     names = [w.strip() for w in which.split(",") if w.strip()] if which else \
         [*(f"hearth-{p}" for p in EXACTNESS), "llama-cpp-python"]
     unknown = [n for n in names if n not in SIDES]
-    if unknown:
-        raise SystemExit(f"bench speed: unknown side {unknown[0]!r}; one of {', '.join(SIDES)}")
+    if unknown or not names:
+        raise SystemExit(f"bench speed: unknown side {unknown[0]!r}; one of {', '.join(SIDES)}" if unknown else
+                         f"bench speed: no side named; one or more of {', '.join(SIDES)}")
     return tuple(dict.fromkeys([*names, *(["backend-loop"] if loop else [])]))
 
 
@@ -289,7 +290,7 @@ def measure_model(tools: Path, label: str, path: Path, threads: int, n_prompt: i
                 return run_llama_bench(tools, path, threads, 0, n_gen=0, prompts=(int(test[2:]),))[test]
             return workers[name].ask("tg" if test.startswith("tg") else f"pp {test[2:]}")
 
-        # The control runs at the far end of the round, so it pairs with the reference as the sides do.
+        # The control runs at the other end of the round: the sides run between the two references.
         everyone = [refs[0], *names, *refs[1:]]
         for test in tests:  # warm-up: weights paged in, buffers made
             for name in everyone:

@@ -128,7 +128,8 @@ def _bench_parser(sub) -> None:
                    help="speed: the sides to run against llama-bench (comma-separated: hearth-fast, hearth-exact, "
                         "backend-loop, llama-cpp-python; default: both profiles and llama-cpp-python)")
     p.add_argument("--control", action="store_true",
-                   help="speed: also llama-bench against itself each round, the run's noise floor")
+                   help="speed: llama-bench at both ends of each round: itself against itself (the run's noise "
+                        "floor), and each side against the mean of the two")
     p.add_argument("--window", action="store_true",
                    help="speed: the window (python -m app --bench-stream) against the engine and llama-bench instead")
     p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
