@@ -299,7 +299,7 @@ def test_headless_serve_answers_then_stops_on_ctrl_c(bundled_path):
                                          temperature=0).choices[0].message.content
         assert_other_protocols(url.removesuffix("/v1"), "k1", "SmolLM2-135M-Instruct.Q4_1")
         p.send_signal(signal.SIGINT)
-        assert p.wait(60) == 0
+        assert p.wait(60) == 0, p.stderr.read()[-8000:]  # a stuck shutdown exits 1 with every thread's stack
     finally:
         if p.poll() is None:
             p.kill()
@@ -339,3 +339,16 @@ def test_a_repeated_prompt_is_read_from_the_batch_slots_it_left(engine, stream):
             seen.append((u.prompt_tokens, u.prompt_tokens_details.cached_tokens))
         n = seen[0][0]
         assert seen[1:] == [(n, n - 1), (n, n - 1)], seen  # all of the prompt but the token that gives logits
+
+
+def test_a_stuck_shutdown_shows_where_and_ends_the_process():
+    # engine serve's Ctrl-C path runs its shutdown inside bounded_shutdown; here the work never ends.
+    code = ("import time; from engine.cli.serve import bounded_shutdown\n"
+            "with bounded_shutdown(0.5):\n    time.sleep(60)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "time.sleep(60)" not in p.stdout
+    assert "Timeout" in p.stderr and "<module>" in p.stderr  # faulthandler's dump: where the main thread was
+    done = subprocess.run([sys.executable, "-c", "import time; from engine.cli.serve import bounded_shutdown\n"
+                           "with bounded_shutdown(0.5):\n    pass\ntime.sleep(1); print('ok')"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout == "ok\n"  # a shutdown that ends in time disarms it

@@ -5,6 +5,8 @@ runs until Ctrl-C (or SIGTERM), then cancels what is in flight and exits 0.
 """
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import json
 import signal
 import sys
@@ -16,6 +18,20 @@ from ..loading.request import LoadRequest
 from ..remote.errors import fingerprint_text
 from ..serve.http.listen import exposure
 from ..serve.http.server import DEFAULT_PORT, LocalServer
+
+
+SHUTDOWN_GRACE_S = 30  # Ctrl-C stops: a shutdown stuck this long is a bug, shown and cut short
+
+
+@contextlib.contextmanager
+def bounded_shutdown(seconds: float = SHUTDOWN_GRACE_S):
+    """Shutdown work that must end: past ``seconds`` every thread's stack goes to stderr (where it
+    is stuck, to report) and the process exits with status 1, so Ctrl-C never leaves a server running."""
+    faulthandler.dump_traceback_later(seconds, exit=True, file=sys.stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
@@ -89,8 +105,9 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
         print("stopping...", file=sys.stderr, flush=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        server.detach("the server is stopping")
-        server.stop()
-        scheduler.close()
-        engine.close()
+        with bounded_shutdown():
+            server.detach("the server is stopping")
+            server.stop()
+            scheduler.close()
+            engine.close()
     return 0
