@@ -88,6 +88,8 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     scheduler = Scheduler(engine, parallel=parallel, queue_limit=queue_limit)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C stops even where the parent ignored SIGINT (a background job of a script): Python then leaves it ignored.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         server.attach(scheduler)
         server.start()
@@ -105,6 +107,7 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
         print("stopping...", file=sys.stderr, flush=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         with bounded_shutdown():
             server.detach("the server is stopping")
             server.stop()
