@@ -1,10 +1,14 @@
 """Engine: messages in, streamed text out, one backend underneath.
 
 The engine owns the conversation-independent state: the loaded backend, the
-prompt builder (template, context fitting), the KV reuse policy (kv.reuse) and
-speculative decoding's draft and controller. One request: messages -> prompt
-tokens -> reuse the longest cached prefix -> prefill the rest in chunks -> one
-step generator (plain or speculative, chosen once) -> text events.
+prompt builder (template, context fitting), the KV reuse policy (kv.reuse),
+speculative decoding's draft and controller, and the engine core (engine/core)
+that runs every request. One request: messages -> prompt tokens (on the caller's
+thread) -> the core: a sequence of the pool holding the longest cached prefix ->
+its pipeline (the prompt's rest in chunks, one step generator, plain or
+speculative, chosen once) stepped in one batch with every other request -> text
+events back to the caller. The window, the local server, agents and other devices
+all call ``stream``; a priority says who goes first.
 """
 from __future__ import annotations
 
@@ -12,28 +16,23 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Generator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-import numpy as np
 
+from .backends import openmp
 from .backends.base import Backend
 from .backends.open import DEFAULT_CTX, open_backend
 from .config import EngineConfig
-from .decode.batch import BatchSession
-from .decode.constraint import ConstrainedSampler
-from .decode.generate import Steering, generate_step, no_steps
-from .decode.metrics import GenerationStats
-from .decode.prepare import Prepared, prepare_request
-from .decode.resample import SequenceRewind
-from .decode.sampling import Sampler
-from .decode.stream import Steps, stream_tokens
+from .core.job import Handle, Job, Priority
+from .core.loop import EngineCore
+from .core.reply import ReplyRequest, reply_pipeline
+from .decode.prepare import prepare_request
 from .decode.timeline import NO_TIMELINE, Recorder
-from .errors import Cancelled, HearthError, PromptTooLongError, ToolsUnsupported
-from .inputs.media import has_media, whole as whole_images
+from .errors import HearthError, PromptTooLongError, ToolsUnsupported
 from .interface import LoadedModel
 from .kv.disk_store import PrefixStore
 from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache
-from .kv.reuse import FINAL_PIECE, KVReuse, ProgressFn, prefill
+from .kv.reuse import KVReuse, ProgressFn
 from .models.catalogue import ModelRef
 from .prompt.builder import PromptBuilder
 from .prompt.chat_template import CHATML_FALLBACK, ChatTemplate
@@ -44,7 +43,6 @@ from .sizing.reality import buffers_total
 from .speculative.controller import SpecController
 from .speculative.drafts import ModelDraft
 from .speculative.setup import Speculation
-from .speculative.stats import SpecStats
 from .types import SamplingParams, StreamEvent
 
 __all__ = ["DEFAULT_CTX", "Engine"]
@@ -58,7 +56,7 @@ class Engine:
         self.model = model
         self.config = config  # what it was opened with (None: an engine around a backend opened by hand)
         # budget 0 disables the snapshot cache; the live-KV prefix is always reused.
-        self.kv = KVReuse(backend, PrefixCache(cache_budget), store)
+        self.kv = KVReuse(backend, backend.pool(), PrefixCache(cache_budget), store)
         self.template = ChatTemplate(backend.chat_template or CHATML_FALLBACK,
                                      bos_token=backend.bos_token, eos_token=backend.eos_token)
         self.prompts = PromptBuilder(backend, self.template)
@@ -68,11 +66,15 @@ class Engine:
         self.think: ThinkControl | None = self.layout.think if self.layout is not None else None
         # How the model writes tool calls, from its template (None: it takes none Hearth can parse).
         self.tool_syntax: ToolSyntax | None = detect_tools(backend.chat_template)
-        self._busy = threading.Lock()
+        self._prepare = threading.Lock()  # the prompt builder's sticky cut: one request prepared at a time
         self.speculation = Speculation(backend)
         # Each reply's final stats carry its timeline (engine/decode/timeline.py); off only
         # to measure what recording costs.
         self.record_timeline = True
+        # Whatever computed while the backend was opened (a warm-up) did so on this thread: give its
+        # OpenMP team back, since from now on the core's thread computes (engine/backends/openmp.py).
+        openmp.release()
+        self.core = EngineCore(backend, self.kv)
 
     @classmethod
     def open(cls, config: EngineConfig | None = None, *,
@@ -108,8 +110,12 @@ class Engine:
     def set_speculation(self, kind: str | os.PathLike[str] | None, *, k: int | None = None,
                         n_threads: int | None = None, force: bool = False) -> None:
         """Choose the draft: "none", "ngram", "model" (the loaded draft), "auto" (every draft
-        on offer) or a GGUF path to load as the draft model (``Speculation.configure``)."""
-        self.speculation.configure(kind, k=k, n_threads=n_threads, force=force)
+        on offer) or a GGUF path to load as the draft model (``Speculation.configure``). It measures
+        what drafting costs here with the model: on the core's thread, between steps."""
+        def configure() -> None:
+            self.speculation.configure(kind, k=k, n_threads=n_threads, force=force)
+            self.speculation.set_n_seq(self.kv.pool.n_seq)
+        self.core.call(configure)
 
     @property
     def draft(self) -> ModelDraft | None:
@@ -196,131 +202,103 @@ class Engine:
                cancel: threading.Event | None = None, progress: ProgressFn | None = None,
                context_policy: str = "drop_oldest",
                template_kwargs: Mapping[str, object] | None = None,
-               tools: ToolPlan | None = None) -> Generator[StreamEvent, None, None]:
-        """Yield text deltas, then one final event with the finish reason and metrics.
+               tools: ToolPlan | None = None, priority: int = Priority.WINDOW,
+               max_wait_s: float | None = None, label: str = "") -> Iterator[StreamEvent]:
+        """Text deltas, then one final event with the finish reason and metrics.
 
         A thinking model's reply (``self.layout``) streams its reasoning as "reasoning"
         events and its answer as "delta" events; the final event's ``text`` is the
         answer and ``reasoning`` the reasoning. ``template_kwargs`` reach the chat
         template (``self.think.kwargs(value)``: ``{"enable_thinking": False}``...).
 
-        ``progress(done, total)`` reports prompt tokens read during a long prefill;
-        Stop (``cancel``) takes effect during it too. A conversation too long for
-        the context loses its oldest turns (``context_policy="drop_oldest"``, the
-        final stats say how many) or raises PromptTooLongError (``"stop"``), in
+        ``progress(done, total)`` reports prompt tokens read during a long prefill (on
+        this thread); Stop (``cancel``) takes effect during it too. A conversation too
+        long for the context loses its oldest turns (``context_policy="drop_oldest"``,
+        the final stats say how many) or raises PromptTooLongError (``"stop"``), in
         both cases before any work if even the newest message cannot fit.
 
         ``tools`` (``plan_tools``): the template is given them, a grammar built from their
         schemas shapes every call (lazily, behind the call opener, for ``auto``), and
         complete calls come out as "tool_call" events and in the final event.
+
+        Any number of callers may stream at once, from any threads: every request runs in the
+        engine core (engine/core), by ``priority`` (core.job.Priority: the window's first); one
+        that waits past ``max_wait_s`` for a sequence raises core.job.QueueTimeout. The request
+        is prepared and queued by this call (a prompt that cannot fit raises here); the events
+        come as they are read. Leaving them early stops the request.
         """
         params = params or SamplingParams()
-        if not self._busy.acquire(blocking=False):
-            raise HearthError("the engine is already generating a reply")
-        try:
-            t_start = time.perf_counter()
-            rec = self._recorder(t_start)
+        t_start = time.perf_counter()
+        rec = self._recorder(t_start)
+        with self._prepare:
             spent = self.prompts.template_s, self.prompts.tokenize_s
             req = prepare_request(self.prompts, self.layout, params, messages=messages,
                                   context_policy=context_policy, template_kwargs=template_kwargs, tools=tools)
+            rec.prompt_built(self.prompts.template_s - spent[0], self.prompts.tokenize_s - spent[1])
             checkpoints = self.kv.checkpoint(
                 req.tokens, self.prompts.shared_system_tokens(req.messages, req.template_kwargs),
                 self.prompts.shared_image_tokens(req.messages, req.template_kwargs))
-            rec.prompt_built(self.prompts.template_s - spent[0], self.prompts.tokenize_s - spent[1])
-            yield from self._run(req, cancel, t_start, checkpoints, progress, rec, t_prefill=time.perf_counter())
-        finally:
-            self._busy.release()
+        handle = self.submit(ReplyRequest(req, checkpoints, rec, t_start), priority=priority, cancel=cancel,
+                             max_wait_s=max_wait_s, label=label)
+        return handle.events(progress)
 
     def complete(self, text: str, params: SamplingParams | None = None, *,
-                 cancel: threading.Event | None = None) -> Generator[StreamEvent, None, None]:
+                 cancel: threading.Event | None = None, priority: int = Priority.WINDOW,
+                 max_wait_s: float | None = None, label: str = "") -> Iterator[StreamEvent]:
         """Continue raw ``text`` (no chat template), with the same events as ``stream``;
         a text longer than the context raises PromptTooLongError."""
         params = params or SamplingParams()
-        if not self._busy.acquire(blocking=False):
-            raise HearthError("the engine is already generating a reply")
-        try:
-            t_start = time.perf_counter()
-            rec = self._recorder(t_start)
-            req = prepare_request(self.prompts, None, params, text=text)
-            t_prefill = time.perf_counter()
-            rec.prompt_built(0.0, t_prefill - t_start)
-            yield from self._run(req, cancel, t_start, rec=rec, t_prefill=t_prefill)
-        finally:
-            self._busy.release()
+        t_start = time.perf_counter()
+        rec = self._recorder(t_start)
+        req = prepare_request(self.prompts, None, params, text=text)
+        rec.prompt_built(0.0, time.perf_counter() - t_start)
+        handle = self.submit(ReplyRequest(req, (), rec, t_start), priority=priority, cancel=cancel,
+                             max_wait_s=max_wait_s, label=label)
+        return handle.events()
 
-    def open_batch(self, parallel: int, slot_ctx: int, prefill_chunk: int) -> BatchSession | None:
-        """A second context on the same weights where ``parallel`` requests of up to ``slot_ctx``
-        tokens each decode together (``decode.batch``); None on a backend without one."""
-        be = self.backend
-        batch = be.open_batch(parallel, parallel * slot_ctx)
-        if batch is None:
-            return None
-        for i in range(be.n_vocab):  # readers detokenize in their own threads: fill the piece cache now
-            be.token_bytes(i)
-        return BatchSession(be, batch, self.template, self.layout, slot_ctx=slot_ctx, prefill_chunk=prefill_chunk)
-
-    def _run(self, req: Prepared, cancel: threading.Event | None, t_start: float, checkpoints: Sequence[int] = (),
-             progress: ProgressFn | None = None, rec: Recorder = NO_TIMELINE,
-             t_prefill: float | None = None) -> Generator[StreamEvent, None, None]:
-        b = self.backend
-        prompt, params = req.tokens, req.params
-        if len(prompt) >= b.n_ctx:
+    def submit(self, reply: ReplyRequest, *, priority: int = Priority.WINDOW, cancel: threading.Event | None = None,
+               max_wait_s: float | None = None, label: str = "") -> Handle:
+        """Hand a prepared request to the engine core; read its reply from the handle."""
+        prompt = reply.req.tokens
+        if len(prompt) >= self.n_ctx:
             raise PromptTooLongError(
-                f"the conversation is {len(prompt)} tokens but the context holds {b.n_ctx}; "
+                f"the conversation is {len(prompt)} tokens but the context holds {self.n_ctx}; "
                 "start a new conversation, shorten the message, or raise the context length")
-        history = list(prompt)
-        stats = GenerationStats(backend=b.name, profile=getattr(b, "exactness", ""), n_ctx=b.n_ctx,
-                                dropped_messages=req.dropped)
-        # A grammar is checked before any KV work; it runs on plain steps only
-        # (rejected drafts would have to rewind its parse state), and so does a
-        # thinking budget (its closing tokens are fed between two plain steps).
-        constraint = req.constraint(b)
-        # A grammar over the whole reply ("reply" scope) must see every token, so no closing text is
-        # forced past it; an answer-scoped one pauses while the reply is inside its reasoning (steer.free).
-        whole = constraint is not None and params.grammar_scope == "reply"
-        steer = Steering() if req.layout is not None and not whole else None
-        base = rec.make_sampler(params)
-        # The grammar shapes the answer only: steer.free pauses it inside the reasoning.
-        sampler = base if constraint is None else ConstrainedSampler(base, constraint, steer)
-        # A tool call that fails its schema is drawn again from its section's start (decode/resample.py).
-        rewind = SequenceRewind(b, len(prompt), history, sampler, params, steer) if req.tools is not None else None
-        keep = 0
-        try:
-            try:
-                keep = self.kv.prepare(prompt, checkpoints, cancel=cancel, progress=progress)
-                # All but the last few prompt tokens, in chunks: Stop works during a
-                # long prompt. The step loop feeds the rest; its logits start decoding.
-                tail = len(prompt) - whole_images(prompt, len(prompt) - min(FINAL_PIECE, len(prompt) - b.kv_len))
-                prefill(b, prompt[b.kv_len:len(prompt) - tail], cancel=cancel, progress=progress,
-                        done=b.kv_len, total=len(prompt))
-            except Cancelled:
-                steps, spec = no_steps(), None
-            else:
-                steps, spec = self._steps(prompt, base, sampler, history, steer,
-                                          budgeted=steer is not None and params.reasoning_budget is not None)
-            yield from stream_tokens(b, steps, prompt_len=len(prompt), cached=keep, params=params,
-                                     stats=stats, t_start=t_start, cancel=cancel, spec_stats=spec, timeline=rec,
-                                     t_prefill=t_prefill, layout=req.layout, opened=req.opened,
-                                     steer=steer if spec is None else None, tools=req.tools, rewind=rewind)
-        finally:
-            # Whatever happened (stop, cancel, error, abandoned generator), record
-            # what the KV really holds so the next request can reuse it safely.
-            self.kv.commit(history)
-            if constraint is not None:
-                constraint.close()
+        job = Job(prompt, lambda lease: reply_pipeline(self.backend, self.speculation, reply, lease),
+                  priority=priority, cancel=cancel if cancel is not None else threading.Event(),
+                  max_wait_s=max_wait_s, label=label)
+        return self.core.submit(job)
 
-    def _steps(self, prompt: list[int], base: Sampler, sampler: Callable[[Sequence[int], np.ndarray], int],
-               history: list[int], steer: Steering | None, *, budgeted: bool) -> tuple[Steps, SpecStats | None]:
-        """The reply's one step generator, chosen once: plain under a grammar (``sampler`` then
-        carries it over ``base``) or a thinking budget, else speculative where the engine speculates."""
-        pending = prompt[self.backend.kv_len:]
-        if sampler is not base:
-            return generate_step(self.backend, pending, sampler, history, steer), None
-        chosen = None if budgeted else self.speculation.steps(pending, base, history,
-                                                              sees_images=has_media(prompt))
-        if chosen is None:
-            return generate_step(self.backend, pending, sampler, history, steer), None
-        return chosen
+    # -- sequences ------------------------------------------------------------
+
+    @property
+    def n_seq(self) -> int:
+        """How many requests the engine runs at once (the sequences of its KV pool)."""
+        return self.kv.pool.n_seq
+
+    def capacity(self) -> int:
+        return self.core.capacity()
+
+    def load(self) -> dict[str, Any]:
+        """The engine core's figures now (requests running and waiting, KV in use)."""
+        return self.core.load()
+
+    def set_parallel(self, parallel: int, *, window: bool = True) -> None:
+        """Run ``parallel`` requests at once besides the window's own (``window``: the window uses this
+        engine too, and keeps a sequence for itself): llama.cpp holds ``parallel + 1`` sequences in the
+        one context; a backend with one sequence serves every request in turn. A change waits for the
+        requests in flight to end and empties the KV (the prefix cache in memory too: its snapshots
+        belong to a context with another number of sequences)."""
+        want = min(max(1, parallel) + (1 if window else 0), self.kv.pool.max_seq)
+        self.core.reserve = 1 if window and want > 1 else 0
+        if want == self.n_seq:
+            return
+
+        def resize() -> None:
+            self.kv.pool.set_n_seq(want)
+            self.kv.resized()
+            self.speculation.set_n_seq(want)
+        self.core.when_idle(resize)
 
     def _recorder(self, t_start: float) -> Recorder:
         """This request's timeline recorder, chosen once: the decode loop never asks."""
@@ -342,9 +320,10 @@ class Engine:
 
     def reset(self) -> None:
         """Forget the KV cache (e.g. ``/reset`` in the CLI)."""
-        self.kv.reset()
+        self.core.when_idle(self.kv.reset)
 
     def close(self) -> None:
+        self.core.close()
         self.speculation.close()
         self.backend.close()
 

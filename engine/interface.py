@@ -8,26 +8,23 @@ prompt or an image takes, and it closes. The window's engine thread and the
 local server's scheduler reach an engine only through this interface.
 
 The local engine (engine/engine.py, opened from an EngineConfig) is one
-implementation. ``open_batch`` is the one optional capability: an engine that
-can decode several requests together in one context (llama.cpp) returns a batch
-session; one that cannot returns None and serves one request at a time.
+implementation. Every engine takes any number of concurrent ``stream`` calls,
+from any threads: the local one runs them in its engine core by ``priority``
+(engine/core), several at once where its backend holds several sequences
+(``capacity``, grown by ``set_parallel``); a remote one sends each to its server,
+which schedules its own.
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from .kv.reuse import ProgressFn
 from .prompt.messages import Message
 from .reply_formats import ThinkControl
 from .reply_formats.tools import Tool, ToolPlan
 from .types import SamplingParams, StreamEvent
-
-if TYPE_CHECKING:
-    from .decode.batch import BatchSession
-
-
 
 
 @dataclass(slots=True, frozen=True)
@@ -96,15 +93,24 @@ class ChatEngine(Protocol):
     def stream(self, messages: Sequence[Message | Mapping[str, Any]], params: SamplingParams | None = None, *,
                cancel: threading.Event | None = None, progress: ProgressFn | None = None,
                context_policy: str = "drop_oldest", template_kwargs: Mapping[str, object] | None = None,
-               tools: ToolPlan | None = None) -> Iterator[StreamEvent]:
-        """A chat reply: text, reasoning and tool-call events, then one final event."""
+               tools: ToolPlan | None = None, priority: int = 0, max_wait_s: float | None = None,
+               label: str = "") -> Iterator[StreamEvent]:
+        """A chat reply: text, reasoning and tool-call events, then one final event. ``priority``: the
+        engine core's class (core.job.Priority; 0 is the window's)."""
 
     def complete(self, text: str, params: SamplingParams | None = None, *,
-                 cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+                 cancel: threading.Event | None = None, priority: int = 0, max_wait_s: float | None = None,
+                 label: str = "") -> Iterator[StreamEvent]:
         """A continuation of raw ``text`` (no chat template), with the same events."""
 
-    def open_batch(self, parallel: int, slot_ctx: int, prefill_chunk: int) -> "BatchSession | None":
-        """A context that decodes ``parallel`` requests together, or None where the engine cannot."""
+    def capacity(self) -> int:
+        """How many requests other than the window's it runs at once (more wait their turn)."""
+
+    def load(self) -> dict[str, Any]:
+        """Its figures now, where it keeps them (``running``, ``waiting``...); empty where its server does."""
+
+    def set_parallel(self, parallel: int, *, window: bool = True) -> None:
+        """Make room to run ``parallel`` requests at once, besides the window's own where ``window``."""
 
     def close(self) -> None:
         """Unload: free the model and everything it holds."""

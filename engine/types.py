@@ -20,6 +20,25 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 GRAMMAR_SCOPES = ("answer", "reply")
 
+# What a step's row of tokens wants back: no logits (a prompt chunk), its last token's, or every
+# token's (a speculative round's verification).
+WANT_NONE, WANT_LAST, WANT_ALL = 0, 1, 2
+
+
+@dataclass(slots=True, eq=False)
+class Compute:
+    """What a request's pipeline asks of the engine core: append ``tokens`` to its sequence and send
+    back the logits ``want`` names (WANT_*). A pipeline is a generator on the core's thread that yields
+    StreamEvents for its reader and Computes for the core, which runs each inside a step's one batch
+    beside every other sequence's rows. ``prompt``: prompt tokens, read in chunks under each step's
+    token budget by priority, with progress; a decode step's tokens (a sampled token, drafts to
+    verify, a thinking budget's closing text) run whole in the next step. ``done``: how many of the
+    tokens the core has computed so far."""
+    tokens: list[int]
+    want: int = WANT_LAST
+    prompt: bool = False
+    done: int = 0
+
 
 @dataclass(slots=True, frozen=True)
 class SamplingParams:

@@ -28,6 +28,20 @@ def local_server(engine, *, pool=None, **scheduler_kw) -> Iterator[LocalServer]:
         sched.close()
 
 
+def hold_one(sched: Scheduler):
+    """A request through ``sched`` that runs until cancelled, started for sure (its first token is out):
+    with ``parallel=1`` it holds the one sequence API requests may use. Returns the ticket and its events."""
+    from engine.prompt.messages import Message
+    from engine.serve import ServeRequest
+    from engine.types import SamplingParams
+
+    t = sched.submit(ServeRequest(messages=[Message("user", "Count to a million.")],
+                                  params=SamplingParams(temperature=0, max_tokens=100_000, ignore_eos=True)))
+    it = t.events()
+    assert next(it).kind == "delta"
+    return t, it
+
+
 QWEN = (Path(__file__).parent / "fixtures" / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
 
 

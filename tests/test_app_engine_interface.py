@@ -40,7 +40,8 @@ class FakeEngine:
         raise NoVisionError("the fake sees no images")
 
     def stream(self, messages, params: SamplingParams | None = None, *, cancel: threading.Event | None = None,
-               progress=None, context_policy: str = "drop_oldest", template_kwargs=None, tools=None):
+               progress=None, context_policy: str = "drop_oldest", template_kwargs=None, tools=None,
+               priority: int = 0, max_wait_s=None, label: str = ""):
         self.asked.append(list(messages))
         stats = GenerationStats(backend="fake", n_ctx=self.n_ctx)
         for w in WORDS:
@@ -49,11 +50,18 @@ class FakeEngine:
         stats.finish_reason = "eos"
         yield StreamEvent("final", "".join(WORDS), finish_reason="eos", stats=stats)
 
-    def complete(self, text: str, params: SamplingParams | None = None, *, cancel=None):
+    def complete(self, text: str, params: SamplingParams | None = None, *, cancel=None, priority: int = 0,
+                 max_wait_s=None, label: str = ""):
         return self.stream([text], params, cancel=cancel)
 
-    def open_batch(self, parallel: int, slot_ctx: int, prefill_chunk: int):
-        return None
+    def capacity(self) -> int:
+        return 1
+
+    def load(self) -> dict:
+        return {}
+
+    def set_parallel(self, parallel: int, *, window: bool = True) -> None:
+        pass
 
     def close(self) -> None:
         self.closed = True

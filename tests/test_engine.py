@@ -73,18 +73,23 @@ def test_cancel_stops_within_one_step_and_engine_is_reusable(engine):
     _, ref = collect(engine.stream(Q, GREEDY))
     cancel = threading.Event()
     seen = 0
+    texts = []
     events = engine.stream(Q, SamplingParams(temperature=0, max_tokens=200, ignore_eos=True), cancel=cancel)
     final = None
     for ev in events:
         if ev.kind == "delta":
             seen += 1
+            texts.append(ev.text)
             if seen == 3:
                 cancel.set()
                 at_cancel = seen
         else:
             final = ev
     assert final.finish_reason == "cancelled"
-    assert seen == at_cancel  # no text after the step that saw the flag
+    # The engine core steps on its own thread, one step ahead of the reader: the step in flight when
+    # Stop came may still deliver its token, and nothing after it.
+    assert seen - at_cancel <= 1
+    assert final.text == "".join(texts)
     # Used again at once, and the partial reply left no stale state behind.
     _, again = collect(engine.stream(Q, GREEDY))
     assert again.text == ref.text

@@ -12,7 +12,6 @@ from engine.prompt.chat_template import ChatTemplate
 from engine.engine import Engine
 from engine.config import EngineConfig
 from engine.errors import Cancelled, PromptTooLongError
-from engine.kv.reuse import FINAL_PIECE
 from engine.prompt.builder import as_messages
 from engine.prompt.messages import Message
 from engine.types import SamplingParams
@@ -38,15 +37,14 @@ def test_progress_then_stop_during_prefill_and_the_next_reply_equals_fresh(big):
     msgs = conv("What is rule 3?")
     total = len(big.prompt_tokens(msgs))
     assert total > 2 * 512  # three chunks of prefill at least
-    # A cold prompt reports its progress in order, every prompt token but the last
-    # few (which the decode loop feeds in its first forward) counted once.
+    # A cold prompt reports its progress in order, chunk by chunk, to its last token.
     big.reset()
     big.cache.clear()
     seen: list[tuple[int, int]] = []
     _, fresh = collect(big.stream(msgs, GREEDY, progress=lambda d, t: seen.append((d, t))))
     assert [t for _, t in seen] == [total] * len(seen)
     done = [d for d, _ in seen]
-    assert done == sorted(done) and total - FINAL_PIECE <= done[-1] < total and len(done) >= 3
+    assert done == sorted(done) and done[-1] == total and len(done) >= 3
     # Stop pressed after the first chunk: no text, finish "cancelled", the chunks
     # read so far stay in the KV, and the next reply equals the fresh one.
     big.reset()
@@ -61,7 +59,8 @@ def test_progress_then_stop_during_prefill_and_the_next_reply_equals_fresh(big):
     deltas, final = collect(big.stream(msgs, GREEDY, cancel=cancel, progress=progress))
     assert deltas == [] and final.finish_reason == "cancelled"
     assert final.stats.generated_tokens == 0 and final.text == ""
-    assert len(stops) == 1 and 0 < big.backend.kv_len < total - FINAL_PIECE
+    # The chunk in flight when Stop came is aborted inside its forward, or read whole.
+    assert 1 <= len(stops) <= 2 and 0 < big.backend.kv_len < total
     _, again = collect(big.stream(msgs, GREEDY))
     assert again.token_ids == fresh.token_ids and again.text == fresh.text
     assert again.stats.cached_tokens >= stops[0]  # what was read before Stop is not read again

@@ -69,7 +69,7 @@ def test_hf_prefix_cache_equals_uncached(hf_pair):
     conv = b + [Message("assistant", rb.text), Message("user", "Shorter.")]
     r2 = run(warm, conv)
     conv += [Message("assistant", r2.text), Message("user", "Thanks!")]
-    before = len(warm.kv.kv_tokens)
+    before = len(warm.kv.kv_tokens())
     r3 = run(warm, conv)
     assert r3.stats.cached_tokens == before
     assert r3.token_ids == fresh(cold, conv).token_ids

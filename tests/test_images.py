@@ -157,7 +157,7 @@ def test_stop_during_an_image_encode_stops_it_and_keeps_the_kv_whole(vengine):
     finally:
         del proj.embeddings
     assert calls and events[-1].stats.finish_reason in ("cancelled", "stop")
-    assert vengine.backend.kv_len <= len(vengine.kv.kv_tokens) + 1
+    assert vengine.backend.kv_len <= len(vengine.kv.kv_tokens()) + 1
     text, _ = reply(vengine, ask(big, TextPart("What is it?")))  # the next try works from a whole KV
     assert text
 

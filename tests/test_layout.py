@@ -318,3 +318,37 @@ def public_names() -> dict[str, list[str]]:
 def test_no_two_engine_modules_define_the_same_public_name():
     twice = {k: v for k, v in public_names().items() if len(v) > 1}
     assert twice == {}
+
+
+def _calls(name: str, attr: str) -> list[int]:
+    """Lines of module ``name`` that call some object's ``attr(...)``."""
+    tree = ast.parse(MODULES[name].read_text(), str(MODULES[name]))
+    return [n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr]
+
+
+def _shipped_engine() -> list[str]:
+    return [m for m in MODULES if m.startswith("engine.") and not m.startswith(("engine.bench", "engine.tuning"))]
+
+
+def test_generation_has_one_call_site_the_engine_cores_step():
+    # Every request's tokens are computed in the engine core's one batch per step. Besides the step, a
+    # pool's batch is run only by a sequence seen as a backend (SeqView: a draft model's own sequence,
+    # a measurement between steps) and by the pool of a one-sequence backend.
+    batch = {m: _calls(m, "batch") for m in _shipped_engine()}
+    assert {m for m, lines in batch.items() if lines} == {"engine.core.step", "engine.backends.base",
+                                                          "engine.backends.llama.backend"}
+    assert len(batch["engine.core.step"]) == 1
+    # A backend's single-sequence forward: the draft model drafting, one-off measurements, the one-sequence
+    # pool, a vision projector's image rows, and drive() (a step generator on a backend of its own:
+    # benchmarks and tests).
+    forward = {m for m in _shipped_engine() if _calls(m, "forward")}
+    assert forward <= {"engine.backends.base", "engine.speculative.drafts", "engine.speculative.costs",
+                       "engine.decode.generate", "engine.backends.hf.backend"}, forward
+
+
+def test_one_llama_context_per_model():
+    # No second context beside the model's own (the pool holds every request's sequence).
+    made = {m for m in _shipped_engine() if "llama_init_from_model" in MODULES[m].read_text()}
+    assert made == {"engine.backends.llama.backend"}
+    assert not any("open_batch" in MODULES[m].read_text() for m in MODULES if m.startswith(("engine", "app")))

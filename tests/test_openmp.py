@@ -1,5 +1,6 @@
-"""A thread that computed gives back its OpenMP team when another thread takes over the
-model (engine/openmp.py): the local server's scheduler, a benchmark on a worker thread.
+"""One thread computes: the engine core's, whoever asks for a reply (the window's engine thread, the
+local server's readers). A thread that computed anyway (a benchmark's bare loop) gives back its OpenMP
+team when another takes over the model (engine/openmp.py).
 
 Without it libgomp keeps the first thread's idle team and, with more threads than cores,
 throttles every team (the server switched on after a reply decoded at 28 instead of ~88
@@ -91,30 +92,31 @@ def test_the_wheel_runs_openmp_and_pause_is_there():
 def test_release_ends_the_calling_threads_idle_team(owned):
     owner, engine = owned
     before = _threads()
-    first = owner.run(lambda: _reply(engine))
+    tok = engine.backend.tokenize("Hello")
+
+    def compute() -> None:  # a bare forward on the owner's thread (a benchmark's, a measurement's)
+        engine.backend.forward(tok)
+        engine.backend.truncate(0)
+    owner.run(compute)
     with_team = _threads()
-    assert with_team == before + 1  # 2 threads: the owner plus one libgomp worker, kept idle
+    assert with_team == before + 1  # the owner plus one libgomp worker, kept idle
     assert owner.run(openmp.release) >= 1
     assert _settles_at(before) == before
-    # the next reply builds a new team and says the same
-    assert owner.run(lambda: _reply(engine)) == first
-    assert _threads() == with_team
 
 
-def test_a_scheduler_takes_the_model_without_a_second_team(owned):
+def test_every_reply_computes_on_the_cores_one_thread_whoever_asks(owned):
     owner, engine = owned
     before = _threads()
-    first = owner.run(lambda: _reply(engine))  # the window replied before the server went on
-    # The window's Serving makes the scheduler on the engine thread; so does this owner.
-    sched = owner.run(lambda: Scheduler(engine, parallel=1))
+    first = owner.run(lambda: _reply(engine))  # the window's engine thread asks
+    # one team in the process: the engine core's (its thread was there before; one worker now)
+    assert _threads() == before + 1
+    sched = owner.run(lambda: Scheduler(engine, parallel=1))  # the local server goes on
     try:
-        scheduler_thread = 1
-        assert _settles_at(before + scheduler_thread) == before + scheduler_thread  # the owner's team is gone
-        ticket = sched.submit(ServeRequest(messages=HELLO, params=GREEDY, priority=Priority.WINDOW))
-        final = [ev for ev in ticket.events() if ev.kind == "final"][0]
+        ticket = sched.submit(ServeRequest(messages=HELLO, params=GREEDY, priority=Priority.INTERACTIVE))
+        final = [ev for ev in ticket.events() if ev.kind == "final"][0]  # read on this thread
         assert final.text == first
-        # one team in the process: the scheduler's (its thread + one worker)
-        assert _threads() == before + scheduler_thread + 1
+        assert _reply(engine) == first
+        assert _threads() == before + 1  # still the one team: no second one for another caller's thread
     finally:
         sched.close()
 

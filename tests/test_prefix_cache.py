@@ -142,7 +142,7 @@ def test_third_turn_prefills_only_the_new_message(warm, cold):
     conv += [Message("assistant", r1.text), Message("user", "Name a vegetable.")]
     r2 = run(warm, conv)
     conv += [Message("assistant", r2.text), Message("user", "Name a colour.")]
-    before = len(warm.kv.kv_tokens)
+    before = len(warm.kv.kv_tokens())
     r3 = run(warm, conv)
     assert r3.stats.cached_tokens == before
     assert r3.stats.prefill_tokens == r3.stats.prompt_tokens - before
@@ -195,7 +195,7 @@ def test_stop_mid_reply_then_continue(warm, cold):
         else:
             assert ev.finish_reason == "cancelled"
     conv += [Message("assistant", "".join(text)), Message("user", "Shorter please.")]
-    kv_before = len(warm.kv.kv_tokens)
+    kv_before = len(warm.kv.kv_tokens())
     r = run(warm, conv)
     assert r.stats.cached_tokens >= kv_before - 1  # at most a re-tokenised boundary token
     assert r.token_ids == fresh(cold, conv).token_ids

@@ -15,7 +15,7 @@ from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
 from engine.errors import HearthError
 from engine.reply_formats import force_close
-from engine.decode.generate import generate_step
+from engine.decode.generate import drive, generate_step
 from engine.decode.constraint import ConstrainedSampler
 from engine.kv.prefix_cache import common_prefix_len
 from engine.decode.sampling import make_sampler
@@ -126,7 +126,7 @@ def _raw_greedy(engine: Engine, prefix: list[int], grammar: str | None, n: int) 
     pick = ConstrainedSampler(sampler, constraint) if constraint is not None else sampler
     out: list[int] = []
     try:
-        for tok, _ in generate_step(b, prefix, pick, list(prefix)):
+        for tok, _ in drive(b, generate_step(prefix, pick, list(prefix))):
             out.append(tok)
             if tok in b.eos_ids or len(out) >= n:
                 break

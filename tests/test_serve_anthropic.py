@@ -12,7 +12,9 @@ import httpx
 import openai
 import pytest
 
-from serving import local_server
+from engine.serve.http.server import LocalServer
+from engine.serve.runtime.scheduler import Scheduler
+from serving import hold_one, local_server
 
 Q = [{"role": "user", "content": "What is the capital of France?"}]
 GREEDY = {"temperature": 0}
@@ -205,14 +207,24 @@ def test_the_api_key_as_x_api_key_or_bearer(server):
 
 
 def test_a_full_queue_is_a_rate_limit_and_no_model_is_overloaded(engine):
-    with local_server(engine, parallel=1, queue_limit=0) as srv:  # no room to wait: every request is refused
+    sched = Scheduler(engine, parallel=1, queue_limit=0)  # one request runs, none may wait
+    srv = LocalServer(port=0)
+    srv.attach(sched)
+    srv.start()
+    try:
         c = anthropic.Anthropic(base_url=base_url(srv), api_key="x", max_retries=0)
+        blocker, rest = hold_one(sched)
         with pytest.raises(anthropic.RateLimitError) as e:
             c.messages.create(model=srv.model_id, max_tokens=2, messages=Q)
         assert int(e.value.response.headers["retry-after"]) >= 1
         assert e.value.body["error"]["type"] == "rate_limit_error"
+        blocker.cancel()
+        list(rest)
         srv.detach("a new model is loading")
         with pytest.raises(anthropic.OverloadedError, match="a new model is loading") as e2:
             c.messages.create(model="m", max_tokens=2, messages=Q)
         assert e2.value.status_code == 529 and e2.value.body["error"]["type"] == "overloaded_error"
         assert "POST /v1/messages" in httpx.get(f"{base_url(srv)}/v1/nothing").json()["error"]["message"]
+    finally:
+        srv.stop()
+        sched.close()

@@ -17,6 +17,7 @@ from engine.serve.runtime.scheduler import Scheduler
 from engine.serve.http.server import LocalServer
 from engine.prompt.messages import Message
 from engine.types import SamplingParams
+from serving import hold_one
 
 Q = [{"role": "user", "content": "What is the capital of France?"}]
 LONG = [{"role": "user", "content": "Write a very long story about a dragon who learns to bake bread."}]
@@ -244,15 +245,18 @@ def test_bad_requests_get_clear_4xx_and_the_server_keeps_working(server):
 
 
 def test_queue_full_is_429_with_retry_after(engine):
-    s = Scheduler(engine, parallel=1, queue_limit=0)  # no room to wait: every API request is refused
+    s = Scheduler(engine, parallel=1, queue_limit=0)  # one API request runs, none may wait
     srv = LocalServer(port=0)
     srv.attach(s)
     srv.start()
     try:
+        blocker, rest = hold_one(s)
         with pytest.raises(openai.RateLimitError) as e:
             openai.OpenAI(base_url=srv.url, api_key="x", max_retries=0).chat.completions.create(
                 model=model(srv), messages=Q, max_tokens=2)
         assert int(e.value.response.headers["retry-after"]) >= 1
+        blocker.cancel()
+        list(rest)
         srv.detach("a new model is loading")
         r = httpx.post(f"{srv.url}/chat/completions", json={"model": "m", "messages": Q})
         assert r.status_code == 503 and "a new model is loading" in r.json()["error"]["message"]

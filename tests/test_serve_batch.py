@@ -38,7 +38,7 @@ def finals(ticket):
 
 @pytest.fixture
 def sched(engine):
-    s = Scheduler(engine, parallel=4, queue_limit=8, slot_ctx=512)
+    s = Scheduler(engine, parallel=4, queue_limit=8)
     assert s.batching
     yield s
     s.close()
@@ -75,7 +75,8 @@ def test_a_shared_system_prompt_is_computed_once(engine, sched):
     assert shared > 100
     first = sched.submit(chat("Where are the hammers?", greedy(8), SYSTEM))
     f1 = finals(first)
-    assert first.times.cached_tokens == 0 and f1.stats.prefill_tokens == f1.stats.prompt_tokens
+    # Not cached before (what another sequence holds of the template's own opening may be shared).
+    assert first.times.cached_tokens < 16 and f1.stats.prefill_tokens == f1.stats.prompt_tokens - f1.stats.cached_tokens
     # Two more arrive together: each reads only its own question.
     reqs = [chat("Do you sell paint?", greedy(8), SYSTEM), chat("Are you open on Sunday?", greedy(8), SYSTEM)]
     tickets = [sched.submit(r) for r in reqs]
@@ -94,12 +95,12 @@ def test_requests_arriving_together_compute_a_new_system_prompt_once(engine, sch
     tickets = [sched.submit(r) for r in reqs]
     got = [finals(t) for t in tickets]
     cached = sorted(t.times.cached_tokens for t in tickets)
-    assert cached[0] == 0 and cached[1] >= shared and cached[2] >= shared
+    assert cached[0] < 16 and cached[1] >= shared and cached[2] >= shared
     for r, final in zip(reqs, got):
         assert final.token_ids == solo(engine, r)[0]
 
 
-def test_cancel_a_running_request_frees_its_slot_and_cells(sched):
+def test_cancel_a_running_request_frees_its_sequence(engine, sched):
     t = sched.submit(chat("Count to a thousand.", ENDLESS))
     it = t.events()
     assert next(it).kind == "delta"
@@ -107,31 +108,31 @@ def test_cancel_a_running_request_frees_its_slot_and_cells(sched):
     assert list(it)[-1].finish_reason == "cancelled"
     after = sched.submit(chat("Hello?", greedy(4)))
     finals(after)
-    assert sched.wait_idle(60)
-    runner = sched._batch.runner if sched._batch is not None else None
-    assert runner is not None and not runner.active()
-    held = {s.seq: runner.batch.seq_len(s.seq) for s in runner.slots}
-    assert sorted(held.values())[:-1] == [0] * 3  # only the finished request's cells remain
+    assert sched.wait_idle(60) and engine.core.wait_idle(60)
+    assert engine.core.requests() == []  # both sequences are free again
+    # Each sequence keeps its own KV stream for the next prompt to share (the cancelled one's
+    # too, up to what it computed), and the record of what each holds is the truth.
+    pool = engine.kv.pool
+    assert [pool.seq_len(s) for s in range(pool.n_seq)] == [engine.kv.table.held(s) for s in range(pool.n_seq)]
 
 
-def test_a_reader_that_leaves_frees_the_slot(sched):
+def test_a_reader_that_leaves_frees_the_slot(engine, sched):
     t = sched.submit(chat("Count to a thousand.", ENDLESS))
     it = t.events()
     next(it)
     it.close()  # a client disconnect: the stream is abandoned without cancel()
     assert t.cancel_flag.is_set()
     finals(sched.submit(chat("Still serving?", greedy(4))))
-    assert sched.wait_idle(60)
-    runner = sched._batch.runner if sched._batch is not None else None
-    assert runner is not None and not runner.active()
+    assert sched.wait_idle(60) and engine.core.wait_idle(60)
+    assert engine.core.load()["running"] == 0
 
 
 def test_a_prompt_too_long_for_a_slot_fails_alone(engine, sched):
     long = sched.submit(chat("Count to a thousand.", ENDLESS))
     it = long.events()
     next(it)
-    bad = sched.submit(chat("word " * 600, greedy(4)))
-    with pytest.raises(PromptTooLongError, match="512"):
+    bad = sched.submit(chat("word " * (engine.n_ctx + 10), greedy(4)))
+    with pytest.raises(PromptTooLongError, match=str(engine.n_ctx)):
         list(bad.events())
     assert bad.times.finish_reason == "error"
     assert all(next(it).kind == "delta" for _ in range(5))  # the other request goes on
@@ -147,9 +148,10 @@ def test_the_window_goes_first_and_api_prompts_wait_while_it_streams(engine, sch
     api = sched.submit(req)
     for _ in range(12):
         assert next(wit).kind == "delta"
-    runner = sched._batch.runner if sched._batch is not None else None
-    assert runner is not None and len(runner.active()) == 1
-    assert api.times.prefill_s == 0.0 and runner.active()[0].kv == []  # its prompt is not read yet
+    # The API request holds a sequence, but its prompt is not read while the window streams.
+    (mine,) = [r for r in engine.core.requests() if r["priority"] != Priority.WINDOW]
+    assert mine["state"] == "prompt" and mine["held"] == mine["cached"] < mine["prompt_tokens"]
+    assert api.times.prefill_s == 0.0
     window.cancel()
     assert list(wit)[-1].finish_reason == "cancelled"
     assert finals(api).token_ids == solo(engine, req)[0]

@@ -60,17 +60,22 @@ def test_times_are_recorded(sched):
 
 
 def test_queue_limit_raises_queue_full_with_retry_after(sched):
-    blocker, _ = start_blocker(sched)
+    blocker, rest = start_blocker(sched)
     waiting = [sched.submit(chat(f"Question {i}")) for i in range(2)]
     with pytest.raises(QueueFull) as err:
         sched.submit(chat("One too many"))
     assert err.value.retry_after_s >= 1.0
-    # The window is never refused: its reply is not an API request.
-    window = sched.submit(chat("Window", priority=Priority.WINDOW))
-    assert sched.stats()["queued"] == 3 and sched.stats()["running"] == 1
+    # The window is never refused: its reply is not an API request, and it has a sequence of its own.
+    window = sched.submit(chat("Window", priority=Priority.WINDOW, params=ENDLESS))
+    wit = window.events()
+    assert next(wit).kind == "delta"  # it started at once
+    assert sched.stats()["queued"] == 2 and sched.stats()["running"] == 2
+    window.cancel()
     blocker.cancel()
-    for t in [*waiting, window]:
+    for t in waiting:
         drain(t)
+    assert list(wit)[-1].finish_reason == "cancelled"
+    assert list(rest)[-1].finish_reason == "cancelled"
     assert blocker.times.finish_reason == "cancelled"
 
 

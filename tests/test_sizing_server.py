@@ -80,24 +80,6 @@ def test_server_parallel_is_checked_and_not_a_saved_setting():
     assert planning.choices_for(req, "gguf").server_parallel == 2
 
 
-def test_the_plan_matches_what_llamacpp_allocates_for_the_batch(bundled_path, spec):
-    from engine.backends.llama.backend import LlamaCppBackend, parse_buffer_sizes
-    from engine.backends.llama.log import _log_mark, _log_since
-
-    b = LlamaCppBackend(bundled_path, n_ctx=1024, n_threads=1)
-    try:
-        for n_seq in (1, 3):
-            mark = _log_mark()
-            batch = b.open_batch(n_seq, n_seq * b.n_ctx)  # as Scheduler opens it
-            got = parse_buffer_sizes(_log_since(mark))
-            batch.close()
-            ram = estimate(Config(spec, b.n_ctx, 0, "f16", server_parallel=n_seq), simulated("none", "16GiB")).ram
-            assert got["kv"] == n_seq * ram.kv  # to the byte
-            assert abs(got["kv"] + got["compute"] - ram.batch) <= 0.01 * ram.batch
-    finally:
-        b.close()
-
-
 def test_engine_serve_plans_with_its_parallel(monkeypatch):
     from engine.cli import main
     from engine.loading import load

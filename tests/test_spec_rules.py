@@ -9,6 +9,7 @@ import pytest
 from engine.engine import Engine
 from engine.config import EngineConfig
 from engine.models.gguf import model_info
+from engine.decode.generate import drive
 from engine.decode.sampling import make_sampler
 from engine.speculative.accept import accept_greedy, accept_sampled
 from engine.speculative.controller import SpecController, SpecStats
@@ -55,7 +56,7 @@ def _run_first_tokens(target, draft, sampler, prompt, k, n_out):
         drafts = {"ngram": draft}
         ctl = SpecController(["ngram"], k_fixed=k)
     history = list(prompt)
-    gen = speculative_step(target, drafts, ctl, list(prompt), sampler, history, SpecStats())
+    gen = drive(target, speculative_step(target, drafts, ctl, list(prompt), sampler, history, SpecStats()))
     out = [next(gen)[0] for _ in range(n_out)]
     gen.close()
     return out

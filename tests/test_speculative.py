@@ -135,7 +135,10 @@ def test_cancel_in_the_middle_of_a_run(pair):
     cancel = threading.Event()
     d, ev = collect(spec, SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True), cancel=cancel,
                     on_delta=lambda n: cancel.set() if n == 3 else None)
-    assert ev.finish_reason == "cancelled" and len(d) == 3
+    # The engine core runs a step ahead of the reader: the round in flight when Stop came (at most its
+    # k=8 drafts and one token more) still arrives, whole, and nothing after it.
+    assert ev.finish_reason == "cancelled" and 3 <= len(d) <= 3 + 9
+    assert ev.text == "".join(d)
     assert spec.backend.kv_len <= ev.stats.prompt_tokens + ev.stats.generated_tokens
 
 

@@ -75,8 +75,8 @@ def test_a_call_that_never_passes_is_given_back_as_text_with_the_reason(tooled, 
     assert after[-1].token_ids == again[-1].token_ids
 
 
-def test_the_batch_path_draws_again_too_and_frees_its_slot(tooled, greedy_value):
-    sched = Scheduler(tooled, parallel=2, queue_limit=4, slot_ctx=1024)
+def test_an_api_request_draws_again_too_and_frees_its_sequence(tooled, greedy_value):
+    sched = Scheduler(tooled, parallel=2, queue_limit=4)
     try:
         assert sched.batching
         final, calls = scheduled(sched, tooled, counter({"not": {"const": greedy_value}}))
@@ -84,8 +84,8 @@ def test_the_batch_path_draws_again_too_and_frees_its_slot(tooled, greedy_value)
         assert json.loads(calls[0].arguments)["n"] != greedy_value
         final, calls = scheduled(sched, tooled, counter({"not": {}}))
         assert calls == [] and final.stats.tool_resamples == 2
-        assert sched.wait_idle(60)
-        assert not sched._batch.active()  # the slots held for their readers are free again
+        assert sched.wait_idle(60) and tooled.core.wait_idle(60)
+        assert tooled.core.requests() == []  # every sequence is free again
     finally:
         sched.close()
 

@@ -73,6 +73,14 @@ class TinyBackend:
     def nbytes(self, state) -> int:
         return 8 * len(state)
 
+    def pool(self):
+        from engine.backends.base import SingleSequencePool
+
+        return SingleSequencePool(self)
+
+    def set_abort(self, flag) -> None:
+        pass
+
     def memory_report(self) -> dict[str, int]:
         return {"weights": self.table.nbytes}
 

@@ -108,11 +108,9 @@ class GenerationWorker(QObject):
 
             notes = list(job.notes)
             plan = tool_plan(engine, job, notes)
-            serving = self._shared.serving
-            # With the local server on, the reply goes through its scheduler, ahead of API requests.
-            events = serving.window_reply(job, plan) if serving is not None and serving.active else engine.stream(
-                job.messages, job.params, cancel=job.cancel, progress=reading, context_policy=job.context_policy,
-                template_kwargs=job.template_kwargs, tools=plan)
+            # The engine runs every request, the local server's too, by priority: the window's first.
+            events = engine.stream(job.messages, job.params, cancel=job.cancel, progress=reading,
+                                   context_policy=job.context_policy, template_kwargs=job.template_kwargs, tools=plan)
             for ev in events:
                 if ev.kind in ("delta", "reasoning"):
                     now = time.perf_counter()

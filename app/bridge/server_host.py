@@ -1,29 +1,26 @@
 """The local server inside the app: started and stopped from Settings → Local server,
-shown in the status bar, serving the window's loaded model through the scheduler.
+shown in the status bar, serving the window's loaded model.
 
 Two halves, one per thread:
 - :class:`ServerHost` lives on the GUI thread. It owns the LocalServer (its
   HTTP thread), follows the settings, and draws the status-bar indicator.
 - :class:`Serving` is touched only on the engine thread (as the loaded engine
-  is). While the server is on it holds a Scheduler over the loaded engine; the
-  window's own replies then go through that scheduler too, at
-  ``Priority.WINDOW``, so they go first and never meet "the engine is already
-  generating a reply". A model switch closes the scheduler first (the server
+  is). While the server is on it holds a Scheduler over the loaded engine (its
+  queue limit; the engine's KV pool grown to hold ``parallel`` API requests beside
+  the window's). The window's replies and the API's run in the same engine core,
+  the window's first. A model switch closes the scheduler first (the server
   answers 503 "a model is loading") and opens a new one over the new engine.
-With the server off nothing here runs and the window streams from the engine
-as it always did. API requests never reach the store: they are not chats.
+API requests never reach the store: they are not chats.
 """
 from __future__ import annotations
 
-import threading
-from typing import Callable, Iterator
+from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QLabel
 
-from engine import HearthError, StreamEvent
-from engine.serve import Priority, Scheduler, ServeRequest, Ticket
-from engine.reply_formats.tools import ToolPlan
+from engine import HearthError
+from engine.serve import Scheduler
 from engine.serve.runtime.library_pool import library_pool
 from engine.serve.http.audio import AudioRoutes
 from engine.serve.http.listen import exposure
@@ -33,18 +30,10 @@ from engine.voice.kit import VoiceKit
 from app.bridge.engine_host import EngineHost
 from app.core.paths import data_dir
 from app.core.settings import Settings
-from app.bridge.generation_worker import GenerationJob, SharedEngine
+from app.bridge.generation_worker import SharedEngine
 
 REFRESH_MS = 1000
 LOADING = "a model is loading in Hearth; try again when it is ready"
-
-
-def _cancel_when(cancel: threading.Event, ticket: Ticket) -> None:
-    """Pass the window's Stop to the ticket: Stop may come while the reply waits or reads its prompt."""
-    while not ticket.done:
-        if cancel.wait(0.05):
-            ticket.cancel()
-            return
 
 
 class Serving:
@@ -57,7 +46,6 @@ class Serving:
         if parallel is not None:
             self.parallel = parallel
         self.scheduler: Scheduler | None = None
-        self.window_replies = 0  # the window's replies that went through the scheduler
 
     @property
     def active(self) -> bool:
@@ -75,20 +63,6 @@ class Serving:
         if self.scheduler is not None:
             self.scheduler.close()
             self.scheduler = None
-
-    def window_reply(self, job: GenerationJob, tools: ToolPlan | None = None) -> Iterator[StreamEvent]:
-        """The window's reply through the scheduler, ahead of every API request (``tools``: the
-        step's MCP tools in the model's call syntax)."""
-        assert self.scheduler is not None  # the worker asks only while active
-        ticket = self.scheduler.submit(ServeRequest(messages=job.messages, params=job.params,
-                                                    priority=Priority.WINDOW, context_policy=job.context_policy,
-                                                    template_kwargs=job.template_kwargs, tools=tools))
-        self.window_replies += 1
-        threading.Thread(target=_cancel_when, args=(job.cancel, ticket), name="hearth-stop", daemon=True).start()
-        try:
-            yield from ticket.events()
-        finally:
-            ticket.cancel()  # an abandoned reply stops; a finished one ignores it
 
 
 class ServingWorker(QObject):

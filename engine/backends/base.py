@@ -1,19 +1,24 @@
 """The Backend protocol: the small surface the shared decode loop drives.
 
 Speculative decoding, the prefix cache, sampling and metrics are written once
-on top of this. A backend owns exactly one KV sequence; ``kv_len`` tokens of
-it are valid and ``truncate`` rolls it back.
+on top of this. A backend's single-sequence methods (``forward``, ``kv_len``,
+``truncate``, ``snapshot``) act on its first KV sequence; ``kv_len`` tokens of it
+are valid and ``truncate`` rolls it back. The engine core steps every request
+through the backend's :class:`SeqPool` (``pool()``): one batch per step over
+several sequences where the backend has them (llama.cpp), the one sequence
+otherwise (``SingleSequencePool``).
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-import threading
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ..errors import HearthError
 from ..models.vocab import Vocab
+from ..types import WANT_ALL, WANT_LAST, WANT_NONE
 
 
 class TokenConstraint(Protocol):
@@ -56,28 +61,94 @@ class BackendInfo:
     threads_poll: int | None = None  # llama.cpp: the poll level of Hearth's own thread pool; None: none
 
 
-class BatchBackend(Protocol):
-    """Several sequences in one context, stepped together: what continuous
-    batching needs. Sequences are numbered 0..n_seq-1; positions are per sequence."""
+Row = tuple[int, Sequence[int], int]  # (sequence, tokens to append to its KV, types.WANT_*)
+
+
+class Flag(Protocol):
+    """What an abort flag must answer (a threading.Event does)."""
+
+    def is_set(self) -> bool: ...
+
+
+class SeqPool(Protocol):
+    """A backend's KV sequences, stepped together: what the engine core drives.
+
+    Sequences are numbered 0..n_seq-1; each holds up to ``n_ctx`` tokens, at its own positions
+    (a sequence's logits do not depend on what the others hold). ``batch`` appends every row's
+    tokens to its sequence in one batch; on failure nothing of the batch stays in the KV."""
     n_seq: int
-    n_ctx: int     # KV entries in all sequences together
-    n_batch: int   # most tokens one decode() takes
+    max_seq: int   # the most sequences it can hold (1: requests are served one at a time)
+    n_ctx: int     # tokens one sequence holds
+    n_batch: int   # most tokens one batch() takes in one pass
 
-    def decode(self, rows: Sequence[tuple[int, Sequence[int], int, bool]]) -> list[np.ndarray | None]:
-        """One batch of rows (seq id, tokens, first position, want logits of the
-        last token); per row its logits (a view the next call overwrites) or None."""
-
-    def seq_rm(self, seq: int, p0: int, p1: int = -1) -> None:
-        """Drop a sequence's entries at positions [p0, p1) (p1 < 0: to the end)."""
-
-    def copy_prefix(self, src: int, dst: int, n: int) -> None:
-        """Make ``dst`` hold the entries of ``src`` at positions [0, n), and nothing else."""
+    def batch(self, rows: Sequence[Row]) -> list[np.ndarray | None]:
+        """Per row: None (WANT_NONE), the last token's logits (WANT_LAST: a view the next call
+        may overwrite) or one row of logits per token (WANT_ALL)."""
 
     def seq_len(self, seq: int) -> int:
-        """How many positions a sequence holds in the KV (0 when empty)."""
+        """How many tokens sequence ``seq`` holds."""
 
-    def close(self) -> None:
-        """Free the context."""
+    def seq_truncate(self, seq: int, n: int) -> None:
+        """Drop sequence ``seq``'s tokens from the ``n``-th on."""
+
+    def seq_copy(self, src: int, dst: int, n: int) -> None:
+        """Make ``dst`` hold ``src``'s first ``n`` tokens, and nothing else."""
+
+    def seq_snapshot(self, seq: int) -> Any:
+        """A copy of sequence ``seq``'s KV (the prefix cache's kind of snapshot)."""
+
+    def seq_restore(self, seq: int, state: Any) -> None:
+        """Make sequence ``seq`` hold a snapshot."""
+
+    def set_n_seq(self, n_seq: int) -> None:
+        """Hold ``n_seq`` sequences from now on; every sequence is emptied."""
+
+    def set_abort(self, flag: Flag | None) -> None:
+        """As ``Backend.set_abort``: a decode may stop early once ``flag`` is set."""
+
+
+class SingleSequencePool:
+    """The SeqPool of a backend with one KV sequence (transformers, a test's backend): a row at a
+    time, through its single-sequence methods."""
+
+    n_seq = max_seq = 1
+
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
+        self.n_ctx = backend.n_ctx
+        self.n_batch = 1 << 30  # forward() takes any length
+
+    def batch(self, rows: Sequence[Row]) -> list[np.ndarray | None]:
+        out: list[np.ndarray | None] = []
+        for seq, tokens, want in rows:
+            if seq != 0:
+                raise HearthError(f"this backend holds one sequence, not sequence {seq}")
+            logits = self.backend.forward(tokens, all_logits=want == WANT_ALL)
+            out.append(None if want == WANT_NONE else logits)
+        return out
+
+    def seq_len(self, seq: int) -> int:
+        return self.backend.kv_len
+
+    def seq_truncate(self, seq: int, n: int) -> None:
+        self.backend.truncate(n)
+
+    def seq_copy(self, src: int, dst: int, n: int) -> None:
+        self.backend.truncate(n)
+
+    def seq_snapshot(self, seq: int) -> Any:
+        return self.backend.snapshot()
+
+    def seq_restore(self, seq: int, state: Any) -> None:
+        self.backend.restore(state)
+
+    def set_n_seq(self, n_seq: int) -> None:
+        if n_seq != 1:
+            raise HearthError("this backend holds one sequence: requests are served one at a time")
+        self.backend.truncate(0)
+
+    def set_abort(self, flag: Flag | None) -> None:
+        self.backend.set_abort(flag)
 
 
 @runtime_checkable
@@ -131,7 +202,7 @@ class Backend(Protocol):
         The returned array may be a view that the next call overwrites; copy to keep it.
         """
 
-    def set_abort(self, flag: threading.Event | None) -> None:
+    def set_abort(self, flag: Flag | None) -> None:
         """While ``flag`` is given, a long ``forward`` may stop early once it is
         set, raising errors.Cancelled with the KV as it was before the call."""
 
@@ -157,10 +228,9 @@ class Backend(Protocol):
         """Everything besides the model file that changes snapshot bytes
         (backend, its state format version, KV dtype...): the disk-cache key."""
 
-    def open_batch(self, n_seq: int, n_ctx: int) -> BatchBackend | None:
-        """A context for ``n_seq`` sequences on this model's weights (``n_ctx``
-        KV entries in all), or None where this backend serves one sequence at a
-        time. ``generate_step`` on the backend itself stays the single-sequence path."""
+    def pool(self) -> SeqPool:
+        """The KV sequences the engine core steps together (``SingleSequencePool(self)`` for a
+        backend with one)."""
 
     def grammar(self, gbnf: str, triggers: tuple[str, ...] = ()) -> TokenConstraint:
         """Compile GBNF grammar text into a constraint for one request
@@ -172,3 +242,57 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Free native memory. The object is unusable afterwards."""
+
+
+class SeqView:
+    """One sequence of a backend's pool seen as a single-sequence backend: the KV operations a
+    request's pipeline runs itself (how many tokens it holds, cutting it back after rejected drafts,
+    a snapshot for the prefix cache), and ``forward`` for what runs outside a step (a draft model's
+    own sequence; a one-off measurement between steps, on the core's thread)."""
+
+    __slots__ = ("backend", "pool", "seq")
+
+    def __init__(self, backend: "Backend", pool: SeqPool, seq: int) -> None:
+        self.backend, self.pool, self.seq = backend, pool, seq
+
+    @property
+    def n_ctx(self) -> int:
+        return self.pool.n_ctx
+
+    @property
+    def n_vocab(self) -> int:
+        return self.backend.n_vocab
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self.backend.eos_ids
+
+    @property
+    def kv_len(self) -> int:
+        return self.pool.seq_len(self.seq)
+
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
+        return self.backend.tokenize(text, add_bos=add_bos, special=special)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.backend.token_bytes(token_id)
+
+    def forward(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        got = self.pool.batch([(self.seq, tokens, WANT_ALL if all_logits else WANT_LAST)])[0]
+        assert got is not None
+        return got
+
+    def truncate(self, n: int) -> None:
+        self.pool.seq_truncate(self.seq, n)
+
+    def snapshot(self) -> Any:
+        return self.pool.seq_snapshot(self.seq)
+
+    def restore(self, state: Any) -> None:
+        self.pool.seq_restore(self.seq, state)
+
+    def nbytes(self, state: Any) -> int:
+        return self.backend.nbytes(state)
+
+    def vocab(self) -> Vocab:
+        return self.backend.vocab()

@@ -109,7 +109,7 @@ def throughput_rows(path: str, tokens: int, rounds: int, n_threads: int | None) 
     engine = Engine.open(EngineConfig(path, n_ctx=512, n_threads=n_threads))
     info = engine.backend.describe()
     prompt = engine.prompt_tokens(_req(0, tokens).messages or [])
-    sched = Scheduler(engine, parallel=max(STREAMS), queue_limit=16, slot_ctx=len(prompt) + tokens + 64)
+    sched = Scheduler(engine, parallel=max(STREAMS), queue_limit=16)
     rows = []
     try:
         hearth_decode(sched, 2, 8)  # warm-up: first-use costs (buffers, page faults) stay out of the rows
@@ -131,7 +131,7 @@ def throughput_rows(path: str, tokens: int, rounds: int, n_threads: int | None) 
 def window_rows(path: str, tokens: int, n_threads: int | None) -> dict:
     """The window's TTFT and tok/s while 4 API streams decode, against idle."""
     engine = Engine.open(EngineConfig(path, n_ctx=1024, n_threads=n_threads))
-    sched = Scheduler(engine, parallel=4, queue_limit=16, slot_ctx=512)
+    sched = Scheduler(engine, parallel=4, queue_limit=16)
     try:
         def window() -> dict:
             t = sched.submit(_req(99, tokens, Priority.WINDOW))
@@ -163,7 +163,7 @@ def window_rows(path: str, tokens: int, n_threads: int | None) -> dict:
 def burst_rows(path: str, tokens: int, n_threads: int | None, n: int = 16) -> dict:
     """P50/P99 TTFT and queue wait of ``n`` requests submitted at once."""
     engine = Engine.open(EngineConfig(path, n_ctx=512, n_threads=n_threads))
-    sched = Scheduler(engine, parallel=4, queue_limit=n, slot_ctx=512)
+    sched = Scheduler(engine, parallel=4, queue_limit=n)
     try:
         tickets = [sched.submit(_req(i, tokens)) for i in range(n)]
         ttft, wait = [], []

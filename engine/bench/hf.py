@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable
 
 from .overhead import BENCH_PROMPT
-from ..types import SamplingParams
+from ..types import Compute, SamplingParams
 
 
 class _TimingStreamer:
@@ -81,7 +81,7 @@ def _hearth(engine, prompt: list[int], params: SamplingParams, n_tok: int,
             last: dict[str, list[int]]) -> Callable[[], tuple[float, float]]:
     """Engine._run without the prefix cache: the shared loop, detokenizer and stop rules
     exactly as a chat reply runs them; only a timestamp is added."""
-    from ..decode.generate import generate_step
+    from ..decode.generate import drive, generate_step
     from ..decode.metrics import GenerationStats
     from ..decode.sampling import make_sampler
     from ..decode.stream import stream_tokens
@@ -92,16 +92,21 @@ def _hearth(engine, prompt: list[int], params: SamplingParams, n_tok: int,
         engine.reset()
         times: list[float] = []
 
-        def timed(steps):
-            for tok in steps:
+        def timed(steps):  # each token's arrival; the step generator's Computes pass through
+            item = next(steps)
+            while True:
+                if isinstance(item, Compute):
+                    item = steps.send((yield item))
+                    continue
                 times.append(time.perf_counter())
-                yield tok
+                yield item
+                item = next(steps)
 
         history = list(prompt)
-        steps = timed(generate_step(b, prompt, make_sampler(params), history))
+        steps = timed(generate_step(prompt, make_sampler(params), history))
         stats = GenerationStats(backend=b.name)
-        for ev in stream_tokens(b, steps, prompt_len=len(prompt), cached=0, params=params,
-                                stats=stats, t_start=time.perf_counter()):
+        for ev in drive(b, stream_tokens(b, steps, prompt_len=len(prompt), cached=0, params=params,
+                                         stats=stats, t_start=time.perf_counter())):
             if ev.kind == "final":
                 assert ev.stats is not None and ev.stats.generated_tokens == n_tok, ev.stats
                 last["hearth"] = list(ev.token_ids)

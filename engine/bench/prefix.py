@@ -55,7 +55,7 @@ def bench_prefix(a: argparse.Namespace) -> dict:
     for follow in ("Name another.", "And a third?"):
         ev = _ttft(on, msgs, max_tokens=48)[1]
         msgs = msgs + [Message("assistant", ev.text), Message("user", follow)]
-        kv_after_reply = len(on.kv.kv_tokens)
+        kv_after_reply = len(on.kv.kv_tokens(0))
     ev3 = _ttft(on, msgs)[1]
     assert ev3.stats is not None
     new_tokens = len(on.prompt_tokens(msgs)) - kv_after_reply

@@ -12,12 +12,10 @@ from ..types import SamplingParams
 def _prefill_progress(min_tokens: int = 1024):
     """A progress callback that shows "reading the prompt... 40%" on stderr
     for prompts long enough to make the user wait, and clears it at the end."""
-    from ..kv.reuse import FINAL_PIECE
-
     def show(done: int, total: int) -> None:
         if total < min_tokens:
             return
-        end = "\n" if done >= total - FINAL_PIECE else ""
+        end = "\n" if done >= total else ""
         print(f"\r\x1b[2mreading the prompt... {done * 100 // total}%\x1b[0m", end=end, file=sys.stderr,
               flush=True)
     return show

@@ -85,7 +85,7 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     for note in m.notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
     engine = loaded.engine
-    scheduler = Scheduler(engine, parallel=parallel, queue_limit=queue_limit)
+    scheduler = Scheduler(engine, parallel=parallel, queue_limit=queue_limit, window=False)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     # Ctrl-C stops even where the parent ignored SIGINT (a background job of a script): Python then leaves it ignored.

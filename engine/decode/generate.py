@@ -1,19 +1,26 @@
 """The decode loop: ``generate_step``, forward, sample, yield.
 
-It is the whole hot loop. Everything else (detokenizing, stop strings, reasoning,
-cancel, timing) wraps it from outside (stream.py), so the loop itself never
-branches on mode or backend.
+It is the whole hot loop of one sequence. Its forward is a :class:`~engine.types.Compute`
+it yields to the engine core, which runs it in the step's one batch beside every
+other sequence's rows and sends the logits back; ``drive`` runs a step generator on
+a backend of its own instead (a test, a benchmark's bare loop). Everything else
+(detokenizing, stop strings, reasoning, cancel, timing) wraps it from outside
+(stream.py), so the loop itself never branches on mode or backend.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence
 
 import numpy as np
+
+from ..types import WANT_ALL, WANT_LAST, Compute
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
 Sampler = Callable[[Sequence[int], np.ndarray], int]
+# A step generator: yields Compute (sent its logits back) and (token, from_draft) pairs.
+Steps = Generator[Any, Any, None]
 
 
 class Steering:
@@ -48,22 +55,24 @@ class Steering:
         return bool(rest) and (self._open.startswith(rest) or rest.startswith(self._open))
 
 
-def generate_step(backend: "Backend", pending: Sequence[int], sampler: Sampler,
-                  history: list[int], steer: Steering | None = None) -> Generator[tuple[int, bool], None, None]:
-    """Prefill ``pending`` then yield ``(token, from_draft=False)`` forever.
+def generate_step(pending: Sequence[int], sampler: Sampler, history: list[int],
+                  steer: Steering | None = None, *, prompt: bool = True) -> Steps:
+    """Feed ``pending`` then yield ``(token, from_draft=False)`` forever.
 
     ``history`` holds every token so far (the prompt, then each yielded token
     is appended); penalties read it. The caller stops by not asking for more:
     the token just yielded is forwarded only when the next one is requested,
     so stopping never wastes a forward pass. Tokens the caller put in
     ``steer.forced`` are forwarded with it (and join ``history``), not yielded.
+    ``prompt``: ``pending`` is the prompt's rest (read in chunks by priority),
+    not a token to feed again.
     """
     forced = steer.forced if steer is not None else None
     if forced:
         pending = [*pending, *forced]
         history.extend(forced)
         forced.clear()
-    logits = backend.forward(pending)
+    logits = yield Compute(list(pending), WANT_LAST, prompt=prompt and len(pending) > 1)
     while True:
         tok = sampler(history, logits)
         history.append(tok)
@@ -72,12 +81,29 @@ def generate_step(backend: "Backend", pending: Sequence[int], sampler: Sampler,
             feed = [tok, *forced]
             history.extend(forced)
             forced.clear()
-            logits = backend.forward(feed)
+            logits = yield Compute(feed)
         else:
-            logits = backend.forward((tok,))
+            logits = yield Compute([tok])
 
 
-def no_steps() -> Generator[tuple[int, bool], None, None]:
+def no_steps() -> Steps:
     """The step generator of a request stopped before its first token."""
     return
     yield  # the bare yield makes this a generator
+
+
+def drive(backend: "Backend", gen: Generator[Any, Any, Any]) -> Iterator[Any]:
+    """Run a pipeline or step generator on ``backend``'s own (first) sequence, outside the engine
+    core: each Compute is a forward there; everything else it yields is yielded on. Its return
+    value, if any, is lost (``yield from drive(...)`` is for generators that return nothing)."""
+    try:
+        item = next(gen)
+        while True:
+            if isinstance(item, Compute):
+                logits = backend.forward(item.tokens, all_logits=item.want == WANT_ALL)
+                item = gen.send(logits)
+            else:
+                yield item
+                item = next(gen)
+    except StopIteration:
+        return

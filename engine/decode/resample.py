@@ -9,26 +9,24 @@ only write the same call again). Nothing of the section was shown yet (calls are
 their section is whole), so a caller never sees a call that failed. After RESAMPLES draws the
 section is given back as text, and the reply's notes say why.
 
-A ``Rewind`` gives the step generator from a point of the reply: ``SequenceRewind`` for the
-engine's own loop, and the batch runner's feed for a batched sequence (decode/batch.py).
+A ``Rewind`` gives the step generator from a point of the reply (``SequenceRewind``).
 """
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Generator, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 import numpy as np
 
 from ..types import SamplingParams
 from .constraint import ConstrainedSampler
-from .generate import Steering, generate_step
+from .generate import Steering, Steps, generate_step
 from .sampling import make_sampler
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..backends.base import SeqView
     from .metrics import GenerationStats
 
-Steps = Generator[tuple[int, bool], None, None]
 RESAMPLES = 2                 # draws after the first
 RESAMPLE_TEMPERATURE = 0.7    # for a greedy request, whose next draw would be the same
 
@@ -69,9 +67,9 @@ class Redraws:
 
 
 class SequenceRewind:
-    """Rewinds for one sequence on a backend: the history and KV cut back, the grammar set back."""
+    """Rewinds for one sequence: the history and its KV cut back, the grammar set back."""
 
-    def __init__(self, backend: "Backend", prompt_len: int, history: list[int],
+    def __init__(self, backend: "SeqView", prompt_len: int, history: list[int],
                  sampler: Callable[[Sequence[int], np.ndarray], int], params: SamplingParams,
                  steer: Steering | None = None) -> None:
         self.backend, self.prompt_len, self.history = backend, prompt_len, history
@@ -86,4 +84,4 @@ class SequenceRewind:
         if isinstance(self.sampler, ConstrainedSampler):
             self.sampler.rewind(keep, inner)
             sampler = self.sampler
-        return generate_step(self.backend, [self.history[-1]], sampler, self.history, self.steer)
+        return generate_step([self.history[-1]], sampler, self.history, self.steer, prompt=False)

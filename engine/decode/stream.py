@@ -1,8 +1,9 @@
 """The streaming wrapper around a step generator: tokens in, typed events out.
 
 ``stream_tokens`` drives any step generator with ``generate_step``'s yield shape
-(plain, speculative, or a batched sequence's feed) through four stages, each a
-small object that a test can drive alone:
+(plain or speculative) through four stages, each a small object that a test can
+drive alone; it is itself a pipeline stage: the step generator's Computes pass
+through it to the engine core, and its events go to the reader:
 
 - :class:`ReplyEvents` (reply_events.py): each token's text becomes reasoning, answer and tool-call
   events (the family's layout parsed once, calls split from the answer and given out
@@ -15,8 +16,8 @@ small object that a test can drive alone:
   Stop, and a context with no room for the next token;
 - :class:`StatsClock`: when the first and the last token came, and the final figures.
 
-A thinking model's reply is split here, once, for every caller (the window's
-Engine.stream and the API's batch path): each token's text goes through the
+A thinking model's reply is split here, once, for every caller (the window, the
+API, agents, other devices: every request runs through the engine core): each token's text goes through the
 layout's ``ReasoningParser`` (engine/reply_formats), special tokens spelled out, and
 comes out as "reasoning" and "delta" (answer) events; tags and the family's
 separators are markup that nobody sees. Stop strings apply to the reply's raw
@@ -29,24 +30,24 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable, Iterator, Sequence
 
+from ..errors import Cancelled
 from ..reply_formats import Layout, force_close
 from ..reply_formats.parser import ReplySummary
 from ..reply_formats.tools import ToolPlan
-from ..types import SamplingParams, StreamEvent
+from ..types import Compute, SamplingParams, StreamEvent
 from .detokenize import IncrementalDetokenizer
-from .generate import Steering
+from .generate import Steering, Steps
 from .metrics import GenerationStats
 from .reply_events import ReplyEvents
 from .resample import Redraws, Rewind
 from .timeline import NO_TIMELINE, Recorder
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..backends.base import Backend, SeqView
     from ..speculative.stats import SpecStats
 
-Steps = Generator[tuple[int, bool], None, None]
 FINISH_CHAR_TOKENS = 3  # byte tokens a reply may run past max_tokens to complete its last character
 
 
@@ -213,19 +214,38 @@ def markup_bytes(backend: "Backend", layout: Layout | None) -> Callable[[int], b
     return piece
 
 
+def pull(steps: Steps) -> Generator[Compute, Any, tuple[int, bool] | str | None]:
+    """The step generator's next ``(token, from_draft)``, its Computes relayed to the engine core on
+    the way; what the core throws in reaches the step generator there. None once it ends, "cancelled"
+    when Stop was thrown in while it waited."""
+    try:
+        item = next(steps)
+        while isinstance(item, Compute):
+            try:
+                logits = yield item
+            except BaseException as e:  # noqa: BLE001 - handed to the step generator, which re-raises it
+                item = steps.throw(e)
+                continue
+            item = steps.send(logits)
+    except StopIteration:
+        return None
+    except Cancelled:
+        return "cancelled"
+    return item
+
+
 def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: int,
                   params: SamplingParams, stats: GenerationStats, t_start: float,
                   cancel: threading.Event | None = None, spec_stats: "SpecStats | None" = None,
                   timeline: Recorder = NO_TIMELINE, t_prefill: float | None = None,
                   layout: Layout | None = None, opened: bool = False,
                   steer: Steering | None = None, tools: ToolPlan | None = None,
-                  rewind: Rewind | None = None) -> Iterator[StreamEvent]:
+                  rewind: Rewind | None = None, kv: "SeqView | None" = None) -> Generator[Any, Any, None]:
     """Turn a token generator into text events, applying every stop rule.
 
-    Works for any step generator with the ``generate_step`` yield shape, so
-    speculative decoding can plug in unchanged. ``timeline``'s hooks are the
-    plain ones when it records nothing: the loop is the same either way. Every
-    event carries ``stats``: on a delta it is the record so far, its live figures
+    Works for any step generator with the ``generate_step`` yield shape (speculative decoding plugs in
+    unchanged). ``timeline``'s hooks are the plain ones when it records nothing: the loop is the same
+    either way. Every event carries ``stats``: on a delta it is the record so far, its live figures
     kept current (``stats.live()``), so no caller counts tokens or times the stream.
     ``layout``/``opened``/``tools``: as :class:`ReplyEvents`. ``steer``: the reply's link to its step
     generator and sampler; without it a ``params.reasoning_budget`` cannot close the block (the
@@ -252,10 +272,11 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
             if not channels:
                 steer.free = events.in_reasoning  # type: ignore[union-attr]  # a budget is applied with a steer
         while True:
-            try:
-                tok, _from_draft = next(steps)
-            except StopIteration:
+            got = yield from pull(steps)
+            if not isinstance(got, tuple):  # the steps ended, or Stop came while the reply waited
+                reason = got or reason
                 break
+            tok, _from_draft = got
             generated.append(tok)
             clock.tick(len(generated))
             if tok in rules.eos:
@@ -292,7 +313,7 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
     if not generated and cancel is not None and cancel.is_set():
         reason = "cancelled"  # stopped before the first token (during the prompt's prefill)
     yield from _closing(events, detok, timeline, reason)
-    yield from _final(events, detok, clock, reason, generated, spec_stats, backend.kv_len)
+    yield from _final(events, detok, clock, reason, generated, spec_stats, (kv or backend).kv_len)
 
 
 def _closing(events: ReplyEvents, detok: IncrementalDetokenizer, timeline: Recorder,

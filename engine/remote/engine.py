@@ -166,8 +166,14 @@ class RemoteEngine:
     def count_image_tokens(self, data: bytes) -> int:
         return 0  # the server counts an image's tokens; nothing of this side's context is spent on it
 
-    def open_batch(self, parallel: int, slot_ctx: int, prefill_chunk: int) -> None:
-        return None  # the server batches its own requests
+    def capacity(self) -> int:
+        return 1  # counted as one: the server schedules and batches its own requests
+
+    def load(self) -> dict[str, Any]:
+        return {}  # the server keeps its own queue
+
+    def set_parallel(self, parallel: int, *, window: bool = True) -> None:
+        pass  # the server decides how many requests it runs at once
 
     def close(self) -> None:
         self._closed = True  # nothing is held between requests: each reply is one connection
@@ -194,7 +200,8 @@ class RemoteEngine:
     def stream(self, messages: Sequence[Message | Mapping[str, Any]], params: SamplingParams | None = None, *,
                cancel: threading.Event | None = None, progress: ProgressFn | None = None,
                context_policy: str = "drop_oldest", template_kwargs: Mapping[str, object] | None = None,
-               tools: ToolPlan | None = None) -> Iterator[StreamEvent]:
+               tools: ToolPlan | None = None, priority: int = 0, max_wait_s: float | None = None,
+               label: str = "") -> Iterator[StreamEvent]:
         if self._closed:
             raise HearthError("the remote model was closed")
         params = params or SamplingParams()
@@ -202,7 +209,8 @@ class RemoteEngine:
         yield from RemoteReply(self, body, notes, cancel).events()
 
     def complete(self, text: str, params: SamplingParams | None = None, *,
-                 cancel: threading.Event | None = None) -> Iterator[StreamEvent]:
+                 cancel: threading.Event | None = None, priority: int = 0, max_wait_s: float | None = None,
+                 label: str = "") -> Iterator[StreamEvent]:
         """A continuation through the chat API (most servers' /completions differ): ``text`` as a user turn."""
         return self.stream([Message("user", text)], params, cancel=cancel)
 

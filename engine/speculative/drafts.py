@@ -7,7 +7,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..backends.base import Backend
+from ..backends.base import Backend, SeqView
 from ..kv.prefix_cache import common_prefix_len
 
 
@@ -36,15 +36,22 @@ class ModelDraft:
 
     kind = "model"
 
-    def __init__(self, backend: Backend, *, n_vocab_target: int) -> None:
+    def __init__(self, backend: Backend, *, n_vocab_target: int, seq: int = 0) -> None:
         self.backend = backend
         self.n_vocab_target = n_vocab_target
+        # The draft keeps one sequence per sequence of the target: the target's sequence ``seq``
+        # drafts on the draft's, whose KV follows that conversation from round to round.
+        self.seq = SeqView(backend, backend.pool(), seq)
         self._kv: list[int] = []
         self.catchup_s = 0.0
 
+    def for_seq(self, seq: int) -> "ModelDraft":
+        """The same draft model on another of its sequences."""
+        return ModelDraft(self.backend, n_vocab_target=self.n_vocab_target, seq=seq)
+
     def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
         """Up to ``k`` tokens from the draft model, each picked by ``pick(context, logits)``."""
-        b = self.backend
+        b = self.seq
         self.catchup_s = 0.0
         k = min(k, b.n_ctx - len(history))
         if k <= 0:
@@ -52,7 +59,7 @@ class ModelDraft:
         # Reuse the draft's KV up to where it and the history diverge; the
         # newest token is always fed again, its logits start the proposal.
         common = min(common_prefix_len(self._kv, history), len(history) - 1)
-        if max(history[common:]) >= b.n_vocab:
+        if max(history[common:]) >= self.backend.n_vocab:
             # The target produced an id past the draft's vocabulary (one of its
             # padding rows): the draft cannot read it, so this round goes plain.
             return [], []

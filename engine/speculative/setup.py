@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Generator, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..errors import HearthError
 from ..models.vocab import Vocab, check_draft_compatible
@@ -21,7 +21,8 @@ from .drafts import DraftSource, ModelDraft, NgramDraft
 from .step import speculative_step
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..backends.base import Backend, SeqView
+    from ..decode.generate import Steps
     from ..decode.sampling import Sampler
 
 
@@ -30,7 +31,8 @@ class Speculation:
 
     def __init__(self, target: "Backend") -> None:
         self.target = target
-        self.draft: ModelDraft | None = None
+        self.draft: ModelDraft | None = None  # the draft model on its first sequence
+        self._seq_drafts: dict[int, ModelDraft] = {}  # on the others, one per sequence of the target
         self.kind = "none"
         self.ctl: SpecController | None = None
         self.draft_costs: tuple[float, float, float] | None = None  # measure_round_costs()
@@ -73,10 +75,10 @@ class Speculation:
         if note and self.ctl is not None:
             self.ctl.pending_notes.append(note)
 
-    def steps(self, pending: Sequence[int], sampler: "Sampler", history: list[int], *,
-              sees_images: bool) -> tuple[Generator[tuple[int, bool], None, None], SpecStats] | None:
-        """A reply's speculative step generator and its stats, or None to decode plainly.
-        ``sees_images``: the prompt holds images, which a draft model cannot see."""
+    def steps(self, target: "SeqView", pending: Sequence[int], sampler: "Sampler", history: list[int], *,
+              sees_images: bool) -> tuple[Steps, SpecStats] | None:
+        """A reply's speculative step generator on the target's sequence ``target``, and its stats, or
+        None to decode plainly. ``sees_images``: the prompt holds images, which a draft model cannot see."""
         if self.ctl is None:
             return None
         spec = SpecStats()
@@ -87,8 +89,24 @@ class Speculation:
             ctl = SpecController(["plain"], k_fixed=ctl.k_fixed, free="ngram")
             ctl.pending_notes.append("the draft model cannot see images: n-gram drafts only")
         elif self.draft is not None:
-            drafts["model"] = self.draft
-        return speculative_step(self.target, drafts, ctl, pending, sampler, history, spec), spec
+            drafts["model"] = self._draft_on(target.seq)
+        return speculative_step(target, drafts, ctl, pending, sampler, history, spec), spec
+
+    def _draft_on(self, seq: int) -> ModelDraft:
+        """The draft model on the sequence that drafts for the target's sequence ``seq``."""
+        assert self.draft is not None
+        if seq == 0:
+            return self.draft
+        if seq not in self._seq_drafts:
+            self._seq_drafts[seq] = self.draft.for_seq(seq)
+        return self._seq_drafts[seq]
+
+    def set_n_seq(self, n_seq: int) -> None:
+        """The target now holds ``n_seq`` sequences: the draft model holds as many (each emptied)."""
+        self._seq_drafts.clear()
+        if self.draft is not None:
+            self.draft.backend.pool().set_n_seq(n_seq)
+            self.draft.reset()
 
     def close(self) -> None:
         if self.draft is not None:
@@ -135,6 +153,7 @@ class Speculation:
         if self.draft is not None:
             self.draft.backend.close()
         self.draft = ModelDraft(backend, n_vocab_target=self.target.n_vocab)
+        self._seq_drafts.clear()
         self.draft_costs = None
 
     def _check_draft(self, path: Path, draft_vocab: Vocab) -> None:

@@ -7,16 +7,22 @@ step) or a draft round (propose, verify in one pass, roll back the rejected
 tail). A controller with a free draft (``auto``'s n-gram lookup) asks it
 first every round and verifies as much of its proposal as ``free_len`` says
 pays; when that is nothing, the round is the controller's current mode.
+
+Like ``generate_step``, it yields its target forwards as Computes to the engine
+core, so a sequence's drafts are verified in the same batch as every other
+sequence's rows; a draft model drafts on its own sequence, between steps.
 """
 from __future__ import annotations
 
 import time
-from typing import Callable, Generator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 import numpy as np
 
-from ..backends.base import Backend
+from ..backends.base import SeqView
+from ..decode.generate import Steps
 from ..decode.sampling import Sampler
+from ..types import WANT_ALL, WANT_NONE, Compute
 from .accept import accept_greedy, accept_sampled
 from .controller import SpecController, SpecStats
 from .drafts import DraftSource
@@ -24,6 +30,7 @@ from .drafts import DraftSource
 Pick = Callable[[Sequence[int], np.ndarray], tuple[int, np.ndarray | None]]
 Verify = Callable[[list[int], list[int], list, np.ndarray], tuple[int, int]]
 Produced = list[tuple[int, bool]]
+Round = Generator[Compute, Any, tuple[Produced, int, int, float]]
 
 
 def pick_and_verify(sampler: Sampler) -> tuple[Pick, Verify]:
@@ -52,7 +59,7 @@ class _Rounds:
     """One reply's speculative rounds. Each returns (tokens to yield, drafted, accepted, and the
     seconds a draft spent catching up, or the free draft's match length)."""
 
-    def __init__(self, target: Backend, drafts: dict[str, DraftSource], ctl: SpecController, sampler: Sampler,
+    def __init__(self, target: SeqView, drafts: dict[str, DraftSource], ctl: SpecController, sampler: Sampler,
                  history: list[int], stats: SpecStats) -> None:
         self.target, self.drafts, self.ctl, self.sampler = target, drafts, ctl, sampler
         self.history, self.stats = history, stats
@@ -65,33 +72,33 @@ class _Rounds:
         slots, and past ``max_tokens`` nothing is read."""
         return min(cap, self.target.n_ctx - len(self.history), self.end - len(self.history) - 1)
 
-    def plain(self, tok: int, mode: str) -> tuple[Produced, int, int, float]:
-        logits = self.target.forward((tok,))
+    def plain(self, tok: int, mode: str) -> Round:
+        logits = yield Compute([tok])
         self.stats.target_passes += 1
         return [(self.sampler(self.history, logits), False)], 0, 0, 0.0
 
-    def _verify(self, tok: int, proposal: list[int], q: list) -> tuple[Produced, int]:
+    def _verify(self, tok: int, proposal: list[int], q: list) -> Generator[Compute, Any, tuple[Produced, int]]:
         """Feed ``tok`` and the proposal in one pass; keep the accepted drafts and the target's next token."""
         base = len(self.history)
-        rows = self.target.forward([tok] + proposal, all_logits=True)
+        rows = yield Compute([tok] + proposal, WANT_ALL)
         self.stats.target_passes += 1
         n, nxt = self.verify(self.history, proposal, q, rows)
         self.target.truncate(base + n)  # rejected drafts leave the KV here
         self.stats.count_round(len(proposal), n)
         return [(d, True) for d in proposal[:n]] + [(nxt, False)], n
 
-    def drafted(self, tok: int, mode: str) -> tuple[Produced, int, int, float]:
+    def drafted(self, tok: int, mode: str) -> Round:
         draft = self.drafts[mode]
         k = self.room(self.ctl.k[mode])
         if k <= 0:
-            return self.plain(tok, mode)
+            return (yield from self.plain(tok, mode))
         proposal, q = draft.propose(self.history, k, self.pick)
         if not proposal:  # an n-gram miss: the round still counts against its mode
-            return self.plain(tok, mode)[0], 0, 0, draft.catchup_s
-        produced, n = self._verify(tok, proposal, q)
+            return (yield from self.plain(tok, mode))[0], 0, 0, draft.catchup_s
+        produced, n = yield from self._verify(tok, proposal, q)
         return produced, len(proposal), n, draft.catchup_s
 
-    def free_round(self, tok: int) -> tuple[Produced, int, int, int | None] | None:
+    def free_round(self, tok: int) -> Generator[Compute, Any, tuple[Produced, int, int, int | None] | None]:
         """The free draft's round (with the match length it verified), or None when
         it has nothing worth verifying."""
         assert self.free is not None
@@ -103,15 +110,15 @@ class _Rounds:
         k = self.ctl.free_len(len(proposal), bucket) if proposal else 0
         if not k:
             return None
-        produced, n = self._verify(tok, proposal[:k], q[:k])
+        produced, n = yield from self._verify(tok, proposal[:k], q[:k])
         return produced, k, n, bucket
 
-    def one(self, tok: int) -> tuple[str, Produced, int]:
+    def one(self, tok: int) -> Generator[Compute, Any, tuple[str, Produced, int]]:
         """One round after ``tok``, recorded with the controller: (its mode, the tokens, drafts made)."""
         ctl, stats, free = self.ctl, self.stats, self.free
         mode = ctl.current
         t0 = time.perf_counter()
-        got = self.free_round(tok) if free is not None else None
+        got = (yield from self.free_round(tok)) if free is not None else None
         # The lookup indexing a new reply's history is a one-off too (see below).
         lookup = free.catchup_s if free is not None else 0.0
         if got is not None:
@@ -122,7 +129,8 @@ class _Rounds:
             ctl.record(mode, drafted, accepted, len(produced), spent, stats, bucket=bucket,
                        fit_seconds=spent - lookup)
         else:
-            produced, drafted, accepted, catchup = (self.plain if mode == "plain" else self.drafted)(tok, mode)
+            round_ = self.plain if mode == "plain" else self.drafted
+            produced, drafted, accepted, catchup = yield from round_(tok, mode)
             spent = time.perf_counter() - t0
             # The mode's rate pays for a draft's catch-up prefill (the user waits
             # for it too); the per-k cost fit does not, it is a one-off.
@@ -130,9 +138,9 @@ class _Rounds:
         return mode, produced, drafted
 
 
-def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecController,
+def speculative_step(target: SeqView, drafts: dict[str, DraftSource], ctl: SpecController,
                      pending: Sequence[int], sampler: Sampler, history: list[int],
-                     stats: SpecStats) -> Generator[tuple[int, bool], None, None]:
+                     stats: SpecStats) -> Steps:
     """Same contract as ``generate_step``: prefill ``pending``, then yield
     ``(token, from_draft)`` forever; ``history`` grows with every yield.
 
@@ -149,10 +157,10 @@ def speculative_step(target: Backend, drafts: dict[str, DraftSource], ctl: SpecC
         # Prefill all but the last prompt token: the first round then verifies
         # drafts proposed right after the prompt, exactly like every later one.
         if len(pending) > 1:
-            target.forward(pending[:-1])
+            yield Compute(list(pending[:-1]), WANT_NONE, prompt=True)
         tok = pending[-1]
         while True:
-            mode, produced, drafted = rounds.one(tok)
+            mode, produced, drafted = yield from rounds.one(tok)
             stats.mode_rounds[mode] = stats.mode_rounds.get(mode, 0) + 1
             stats.mode_drafted[mode] = stats.mode_drafted.get(mode, 0) + drafted
             tok = produced[-1][0]

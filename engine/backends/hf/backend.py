@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import os
-import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,7 +20,7 @@ from transformers import DynamicCache
 from ...errors import ContextFullError, NoVisionError, UnsupportedModelError
 from ...errors import NoGrammar
 from ..base import TokenConstraint
-from ..base import BackendInfo
+from ..base import BackendInfo, Flag, SingleSequencePool
 from ...models.vocab import Vocab
 from . import kv
 from .kv import HearthCache, HFState
@@ -54,6 +53,7 @@ class HFBackend:
                 "rolled back; Hearth's transformers backend needs an attention-only model")
         self.input_device = model.get_input_embeddings().weight.device
         self._cache = HearthCache()
+        self._pool: SingleSequencePool | None = None
         self._n = 0
         self._kv_devices: list[torch.device] | None = None
         self._bytes = TokenBytes(tokenizer, max(self.n_vocab, len(tokenizer)))
@@ -168,9 +168,9 @@ class HFBackend:
             self._cut(start_len)
             raise
 
-    def set_abort(self, flag: threading.Event | None) -> None:
+    def set_abort(self, flag: Flag | None) -> None:
         """A torch forward cannot be interrupted from outside; Stop takes effect
-        between the prefill's chunks (engine.kv.reuse.prefill checks the flag)."""
+        between the prompt's chunks (the engine core's steps)."""
 
     def truncate(self, n: int) -> None:
         n = max(0, n)
@@ -206,8 +206,11 @@ class HFBackend:
                 "quant": self.quant, "kv_dtype": str(self.kv_dtype),
                 "devices": ",".join(sorted({str(d) for d in self._kv_devices or []}))}
 
-    def open_batch(self, n_seq: int, n_ctx: int) -> None:
-        return None  # one sequence at a time: the scheduler queues requests instead
+    def pool(self) -> SingleSequencePool:
+        # One sequence: the engine core serves requests one at a time, by priority.
+        if self._pool is None:
+            self._pool = SingleSequencePool(self)
+        return self._pool
 
     def grammar(self, gbnf: str, triggers: tuple[str, ...] = ()) -> TokenConstraint:
         raise NoGrammar("grammars (response_format) need a GGUF model on the llama.cpp backend")

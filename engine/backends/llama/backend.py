@@ -9,7 +9,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -18,30 +17,33 @@ import numpy as np
 import llama_cpp as lc
 
 from ...config import EXACTNESS, default_exactness
-from ...errors import Cancelled, ContextFullError, HearthError, NoVisionError
+from ...errors import HearthError, NoVisionError
 from ...inputs.images import DecodedImage
 from ...inputs.media import has_media
 from ...models.gguf import ModelInfo, model_info
-from ..base import BackendInfo
+from ...types import WANT_ALL, WANT_LAST, WANT_NONE
+from ..base import BackendInfo, Flag, Row
 from ...models.vocab import Vocab
 from . import devices, init, state
-from .batch import LlamaBatch
 from .grammar import LlamaGrammar
-from .log import _log_mark, _log_since, decode_error, load_failure, parse_buffer_sizes
-from .mtmd import Projector, decode_rows, forward_mixed
+from .log import _log_mark, _log_since, load_failure, parse_buffer_sizes
+from .mtmd import Projector, forward_mixed
 from .params import KV_TYPES, ExactKernels, context_params, model_params
+from .sequences import SeqPositions, Streams, check_room
 from .threadpool import ThreadPool, check_poll, default_threads
 
 log = logging.getLogger("hearth.llama_cpp")
 
 class LlamaCppBackend:
     name = "llama_cpp"
+    max_seq = 64  # sequences one context may hold (llama.cpp's own limit is 256)
 
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
                  flash_attn: bool | None = None, repack: bool = False,
                  info: ModelInfo | None = None, exactness: str | None = None, threads_poll: int | None = None,
-                 mmproj: str | os.PathLike[str] | None = None, tensor_split: tuple[float, ...] | None = None) -> None:
+                 mmproj: str | os.PathLike[str] | None = None, tensor_split: tuple[float, ...] | None = None,
+                 n_seq: int = 1) -> None:
         self._pool: ThreadPool | None = None
         self._projector: Projector | None = None
         # Parse the header ourselves first: a missing/truncated/corrupt file gets
@@ -61,36 +63,29 @@ class LlamaCppBackend:
             flash_attn = True if flash_attn is None else flash_attn
         self.exactness = exactness
         self._model = self._ctx = self._batch = None
+        self.n_seq = 0
         init()  # log callback, then llama_backend_init: once per process
         self._exact_hold = exactness == "exact"
         if self._exact_hold:  # before any graph of this model runs; released in close()
             ExactKernels.hold()
         mark = _log_mark()
         n_threads = n_threads or default_threads()
+        self.n_batch, self.n_threads, self.kv_type, self.n_gpu_layers = n_batch, n_threads, kv_type, n_gpu_layers
+        # The callback closes over a one-slot list, not self: no reference cycle
+        # keeps a closed backend alive. Kept as an attribute: C holds the pointer.
+        abort: list[Flag | None] = [None]
+        self._abort = abort
+        self._abort_cb = lc.ggml_abort_callback(lambda _data: abort[0] is not None and abort[0].is_set())
         try:
             self._load_weights(n_gpu_layers, repack, mark, tensor_split)
-            self._open_context(n_ctx, n_batch, n_threads, kv_type, flash_attn, n_gpu_layers, mark)
+            self._read_vocabulary()
+            self._weights_log = _log_since(mark)
+            mark = _log_mark()
+            self._open_context(n_ctx, n_batch, n_threads, kv_type, flash_attn, n_gpu_layers, mark, n_seq)
         except BaseException:
             self.close()  # frees what was made, and gives the exact hold back now, not at garbage collection
             raise
-        self._load_log = _log_since(mark)
-
-        self.n_ctx = lc.llama_n_ctx(self._ctx)
-        self.n_batch = n_batch
-        self.n_threads = n_threads
-        self.kv_type = kv_type
-        self.n_gpu_layers = n_gpu_layers
-        self._mem = lc.llama_get_memory(self._ctx)
-        self._batch = lc.llama_batch_init(n_batch, 0, 1)
-        # The callback closes over a one-slot list, not self: no reference cycle
-        # keeps a closed backend alive. Kept as an attribute: C holds the pointer.
-        abort: list[threading.Event | None] = [None]
-        self._abort = abort
-        self._abort_cb = lc.ggml_abort_callback(lambda _data: abort[0] is not None and abort[0].is_set())
-        self._n_past = 0
-        # M-RoPE images take fewer positions than tokens: (index after one, positions' lag from there).
-        self._shifts: list[tuple[int, int]] = []
-        self._read_vocabulary()
+        self._context_log = _log_since(mark)
         if mmproj is not None:
             try:
                 self._projector = Projector(mmproj, self._model, n_embd=self.n_embd_inp, n_threads=n_threads,
@@ -107,20 +102,39 @@ class LlamaCppBackend:
             self._raise_load_failure(_log_since(mark), what="load the model")
 
     def _open_context(self, n_ctx: int, n_batch: int, n_threads: int, kv_type: str, flash_attn: bool | None,
-                      n_gpu_layers: int, mark: int) -> None:
+                      n_gpu_layers: int, mark: int, n_seq: int) -> None:
+        """The context: ``n_seq`` sequences of ``n_ctx`` tokens each, and what steps them."""
         cparams, self.flash_attn = context_params(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, kv_type=kv_type,
-                                                  flash_attn=flash_attn, n_gpu_layers=n_gpu_layers)
+                                                  flash_attn=flash_attn, n_gpu_layers=n_gpu_layers, n_seq=n_seq)
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
+            what = f"create a {n_ctx}-token context" + (f" for {n_seq} sequences" if n_seq > 1 else "")
             self.close()
-            self._raise_load_failure(_log_since(mark), what=f"create a {n_ctx}-token context")
+            self._raise_load_failure(_log_since(mark), what=what)
         if self.threads_poll is not None:
             try:
-                self._pool = ThreadPool(n_threads, self.threads_poll)
+                if self._pool is None:
+                    self._pool = ThreadPool(n_threads, self.threads_poll)
                 self._pool.attach(self._ctx)
             except BaseException:
                 self.close()
                 raise
+        self.n_seq = n_seq
+        self.n_ctx = lc.llama_n_ctx_seq(self._ctx)  # what one sequence holds
+        self._mem = lc.llama_get_memory(self._ctx)
+        self._batch = lc.llama_batch_init(n_batch, 0, 1)
+        self._at = SeqPositions(n_seq)
+        self._streams = Streams(self._ctx, self._mem, self._batch, n_batch, self.n_vocab, self.n_ctx, self._at)
+
+    def _free_context(self) -> None:
+        if self._batch is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            if self._pool is not None:
+                self._pool.detach(self._ctx)
+            lc.llama_free(self._ctx)
+            self._ctx = None
 
     def _read_vocabulary(self) -> None:
         self._vocab = lc.llama_model_get_vocab(self._model)
@@ -177,94 +191,59 @@ class LlamaCppBackend:
             n = lc.llama_token_to_piece(self._vocab, token_id, buf, len(buf), 0, True)
         return buf.raw[:n]
 
-    # -- KV cache -----------------------------------------------------------
+    # -- KV sequences (the engine core's SeqPool) ----------------------------
+
+    def pool(self) -> "LlamaCppBackend":
+        return self
 
     @property
     def kv_len(self) -> int:
-        return self._n_past
+        return self._at.past[0]
 
-    def forward(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
-        if self._projector is not None and has_media(tokens):
-            return forward_mixed(self, self._projector, tokens, all_logits)
-        return self.forward_text(tokens, all_logits=all_logits)
+    def seq_len(self, seq: int) -> int:
+        return self._at.past[seq]
 
-    def forward_text(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
-        n = len(tokens)
-        if n == 0:
-            raise ValueError("forward() needs at least one token")
-        if self._n_past + n > self.n_ctx:
-            raise ContextFullError(f"context is full ({self._n_past} + {n} > {self.n_ctx} tokens)")
-        rows: list[np.ndarray] = []
-        batch = self._batch
-        assert batch is not None, "forward() after close()"
-        for start in range(0, n, self.n_batch):
-            chunk = tokens[start:start + self.n_batch]
-            m = len(chunk)
-            last_chunk = start + m == n
-            pos0 = self._pos(self._n_past)
-            for i, t in enumerate(chunk):
-                batch.token[i] = t
-                batch.pos[i] = pos0 + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = all_logits or (last_chunk and i == m - 1)
-            batch.n_tokens = m
-            mark = _log_mark()
-            rc = lc.llama_decode(self._ctx, batch)
-            if rc != 0:
-                # Roll back whatever part of this chunk may have landed.
-                lc.llama_memory_seq_rm(self._mem, 0, pos0, -1)
-                if rc == 1:
-                    raise ContextFullError("no room left in the KV cache for this batch")
-                if rc == 2:
-                    raise Cancelled("stopped while reading the prompt")
-                raise decode_error(rc, m, mark)
-            self._n_past += m
-            if all_logits:
-                ptr = lc.llama_get_logits(self._ctx)
-                rows.append(np.ctypeslib.as_array(ptr, shape=(m, self.n_vocab)).copy())
-        if all_logits:
-            return rows[0] if len(rows) == 1 else np.concatenate(rows)
-        return np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, -1), shape=(self.n_vocab,))
-
-    def _pos(self, n: int) -> int:
-        """The position of the token at index ``n`` (its index, less what images before it saved)."""
-        lag = 0
-        for i, d in self._shifts:
-            if i <= n:
-                lag = d
-        return n - lag
-
-    def forward_embd(self, rows: np.ndarray, *, all_logits: bool, non_causal: bool,
-                     mrope: tuple[np.ndarray, np.ndarray, int] | None = None) -> np.ndarray:
-        """Append an image's encoded rows to the KV in one batch; logits of every row or the last.
-        ``mrope`` (a model that places images in 2-D): the rows' positions for a first position of 0
-        and how each moves with it (section-major, 4 x n), and the positions the image takes."""
-        if self._n_past + len(rows) > self.n_ctx:
-            raise ContextFullError(f"context is full ({self._n_past} + {len(rows)} > {self.n_ctx} tokens)")
-        pos0 = self._pos(self._n_past)
-        try:
-            out = decode_rows(self._ctx, rows, pos0, self.n_vocab, all_logits, non_causal,
-                              None if mrope is None else mrope[0] + pos0 * mrope[1])
-        except BaseException:
-            lc.llama_memory_seq_rm(self._mem, 0, pos0, -1)  # whatever part of the batch landed
-            raise
-        self._n_past += len(rows)
-        if mrope is not None and mrope[2] != len(rows):
-            self._shifts.append((self._n_past, self._n_past - (pos0 + mrope[2])))
+    def batch(self, rows: Sequence[Row]) -> list[np.ndarray | None]:
+        """One step of several sequences (engine/backends/llama/sequences.py): text rows in one
+        batch, a row holding an image's positions read first, on its own."""
+        if self._ctx is None:
+            raise HearthError("the model is closed")
+        check_room(self._at, self.n_ctx, rows)
+        out: list[np.ndarray | None] = [None] * len(rows)
+        text: list[int] = []
+        for r, (seq, tokens, want) in enumerate(rows):
+            if self._projector is not None and has_media(tokens):
+                got = forward_mixed(self, self._projector, tokens, want == WANT_ALL, seq)
+                out[r] = None if want == WANT_NONE else got
+            else:
+                text.append(r)
+        if text:
+            got_text = self._streams.run([rows[r] for r in text])
+            for r, logits in zip(text, got_text):
+                out[r] = logits
         return out
 
-    @property
-    def sees_images(self) -> bool:
-        return self._projector is not None
+    def forward(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray:
+        """Sequence 0's forward (the single-sequence Backend): logits of the last or every token."""
+        if len(tokens) == 0:
+            raise ValueError("forward() needs at least one token")
+        got = self.batch([(0, tokens, WANT_ALL if all_logits else WANT_LAST)])[0]
+        assert got is not None
+        return got
 
-    def tokenize_images(self, pieces: Sequence[str | DecodedImage], *, add_bos: bool) -> list[int]:
-        if self._projector is None:
-            raise NoVisionError(f"{self.info.name} cannot see images: load a vision model with its projector "
-                                "(mmproj), or send the message without the image")
-        return self._projector.tokenize(pieces, add_bos=add_bos)
+    def forward_text(self, tokens: Sequence[int], *, all_logits: bool = False, seq: int = 0) -> np.ndarray:
+        got = self._streams.run([(seq, tokens, WANT_ALL if all_logits else WANT_LAST)])[0]
+        assert got is not None
+        return got
 
-    def set_abort(self, flag: threading.Event | None) -> None:
+    def forward_embd(self, rows: np.ndarray, *, all_logits: bool, non_causal: bool,
+                     mrope: tuple[np.ndarray, np.ndarray, int] | None = None, seq: int = 0) -> np.ndarray:
+        """Append an image's encoded rows to sequence ``seq`` in one batch; logits of every row or the last.
+        ``mrope`` (a model that places images in 2-D): the rows' positions for a first position of 0
+        and how each moves with it (section-major, 4 x n), and the positions the image takes."""
+        return self._streams.embd(rows, all_logits, non_causal, mrope, seq)
+
+    def set_abort(self, flag: Flag | None) -> None:
         """While ``flag`` is given, llama.cpp checks it between graph nodes, so a
         long prefill stops within milliseconds (forward raises Cancelled and the
         KV keeps what it held before the call). Off during decoding: the check
@@ -276,29 +255,58 @@ class LlamaCppBackend:
             lc.llama_set_abort_callback(self._ctx, self._abort_cb, None)
 
     def truncate(self, n: int) -> None:
-        if n >= self._n_past:
-            return
-        n = max(0, n)
-        if not lc.llama_memory_seq_rm(self._mem, 0, self._pos(n), -1):
-            raise HearthError("this model's memory cannot be partially rolled back")
-        self._n_past = n
-        self._shifts = [(i, d) for i, d in self._shifts if i <= n]
+        self.seq_truncate(0, n)
+
+    def seq_truncate(self, seq: int, n: int) -> None:
+        self._streams.truncate(seq, n)
+
+    def seq_copy(self, src: int, dst: int, n: int) -> None:
+        self._streams.copy(src, dst, n)
 
     def snapshot(self) -> tuple:
-        return state.take(self._ctx, self._n_past, tuple(self._shifts))
+        return self._streams.snapshot(0)
+
+    def seq_snapshot(self, seq: int) -> tuple:
+        return self._streams.snapshot(seq)
 
     def restore(self, snap: tuple) -> None:
-        lc.llama_memory_seq_rm(self._mem, 0, -1, -1)
-        self._n_past = 0
-        self._shifts = []
-        if snap[0] == 0:
+        self._streams.restore(0, snap)
+
+    def seq_restore(self, seq: int, snap: tuple) -> None:
+        self._streams.restore(seq, snap)
+
+    def set_n_seq(self, n_seq: int) -> None:
+        """Hold ``n_seq`` sequences from now on: the context is made again on the loaded weights
+        (its KV is emptied; snapshots of the old one no longer restore into it)."""
+        if n_seq < 1:
+            raise HearthError(f"a context holds at least one sequence, not {n_seq}")
+        if n_seq == self.n_seq:
+            for s in range(n_seq):
+                self.seq_truncate(s, 0)
             return
-        state.put(self._ctx, snap[1])
-        self._n_past = snap[0]
-        self._shifts = list(snap[2]) if len(snap) > 2 else []
+        self._free_context()
+        mark = _log_mark()
+        self._open_context(self.n_ctx, self.n_batch, self.n_threads, self.kv_type, self.flash_attn,
+                           self.n_gpu_layers, mark, n_seq)
+        self._context_log = _log_since(mark)
+
+    @property
+    def _load_log(self) -> list[str]:
+        """llama.cpp's log of the weights' load and of the context now open (its buffers' sizes)."""
+        return self._weights_log + self._context_log
 
     def nbytes(self, snap: tuple) -> int:
         return len(snap[1])
+
+    @property
+    def sees_images(self) -> bool:
+        return self._projector is not None
+
+    def tokenize_images(self, pieces: Sequence[str | DecodedImage], *, add_bos: bool) -> list[int]:
+        if self._projector is None:
+            raise NoVisionError(f"{self.info.name} cannot see images: load a vision model with its projector "
+                                "(mmproj), or send the message without the image")
+        return self._projector.tokenize(pieces, add_bos=add_bos)
 
     def state_bytes(self, snap: tuple) -> bytes:
         return state.to_bytes(snap)
@@ -312,7 +320,9 @@ class LlamaCppBackend:
         return self._projector.name(slot)
 
     def state_identity(self) -> dict[str, str]:
+        # A sequence's state records how many streams its context had: it restores only into one alike.
         return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__} {state.FORMAT}",
+                "n_seq": str(self.n_seq),
                 "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack),
                 # The exact profile never runs the tiled matmul (ExactKernels, or the variable init() sets).
                 "tiled_mm": "0" if self.exactness == "exact" else os.environ.get("GGML_CPU_TILED_MM", "1")}
@@ -343,12 +353,8 @@ class LlamaCppBackend:
             shares = [0.0 if d.runtime == "rpc" else 1.0 for d in gpu_devices()]
             on_gpu, split = any(shares), (tuple(shares) if 0.0 in shares and any(shares) else None)
         return LlamaCppBackend(path, n_ctx=self.n_ctx, n_threads=n_threads, n_gpu_layers=-1 if on_gpu else 0,
-                               exactness=self.exactness, threads_poll=self.threads_poll, tensor_split=split)
-
-    def open_batch(self, n_seq: int, n_ctx: int) -> LlamaBatch:
-        # The model must outlive the batch context: close the batch first.
-        return LlamaBatch(self._model, n_seq=n_seq, n_ctx=n_ctx, n_batch=self.n_batch, n_vocab=self.n_vocab,
-                          n_threads=self.n_threads, type_kv=KV_TYPES[self.kv_type], flash_attn=self.flash_attn)
+                               exactness=self.exactness, threads_poll=self.threads_poll, tensor_split=split,
+                               n_seq=self.n_seq)
 
     def grammar(self, gbnf: str, triggers: tuple[str, ...] = ()) -> LlamaGrammar:
         return LlamaGrammar(self._vocab, self.n_vocab, gbnf, triggers=triggers)
@@ -364,14 +370,7 @@ class LlamaCppBackend:
         if self._projector is not None:  # before the model it reads
             self._projector.close()
             self._projector = None
-        if self._batch is not None:
-            lc.llama_batch_free(self._batch)
-            self._batch = None
-        if self._ctx:
-            if self._pool is not None:
-                self._pool.detach(self._ctx)
-            lc.llama_free(self._ctx)
-            self._ctx = None
+        self._free_context()
         if self._pool is not None:  # after the context: ggml's CPU backend held the pool until llama_free
             self._pool.free()
             self._pool = None

@@ -31,6 +31,7 @@ from ...errors import Cancelled, ContextFullError, HearthError, ModelFileError, 
 from ...inputs.images import DecodedImage
 from ...inputs.media import MAX_SLOTS, SPAN, media_token
 from ...models.gguf_header import read_gguf
+from ..base import Flag
 from .log import _log_mark, _log_since, decode_error, parse_buffer_sizes
 
 EMBD_BUDGET = 256 * 2**20  # encoded image rows kept, by bytes
@@ -74,7 +75,7 @@ class Projector:
     """The mtmd context for one loaded model; freed before the model."""
 
     def __init__(self, path: str | os.PathLike[str], model: object, *, n_embd: int, n_threads: int, use_gpu: bool,
-                 abort: list[threading.Event | None]) -> None:
+                 abort: list[Flag | None]) -> None:
         self.path = Path(path)
         self.header = projector_header(self.path, n_embd)
         self.n_embd = n_embd
@@ -287,7 +288,8 @@ def _grid_positions(chunk: object, n: int) -> tuple[np.ndarray, np.ndarray, int]
     return at[0], at[1] - at[0], int(mt.mtmd_input_chunk_get_n_pos(chunk))
 
 
-def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
+def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int], all_logits: bool,
+                  seq: int = 0) -> np.ndarray:
     """``backend.forward`` for a token list holding images: text runs as text, each image chunk's
     rows as embeddings in one batch of their own (where the model attends across an image at once,
     its rows must not be split; ``engine.media.whole`` keeps callers from splitting one)."""
@@ -300,7 +302,7 @@ def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int
         if tokens[i] >= 0:
             while j < n and tokens[j] >= 0:
                 j += 1
-            out = backend.forward_text(tokens[i:j], all_logits=all_logits)
+            out = backend.forward_text(tokens[i:j], all_logits=all_logits, seq=seq)
         else:
             slot, row = slot_row(tokens[i])
             while j < n and tokens[j] < 0 and slot_row(tokens[j]) == (slot, row + j - i):
@@ -310,7 +312,7 @@ def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int
             if (proj.non_causal(slot) or grid is not None) and (row or row + j - i < len(proj.embeddings(slot))):
                 raise HearthError("an image was split across two batches; this model reads each image whole")
             out = backend.forward_embd(rows, all_logits=all_logits or j == n, non_causal=proj.non_causal(slot),
-                                       mrope=grid)
+                                       mrope=grid, seq=seq)
         outs.append(out if all_logits else out.copy())
         i = j
     if all_logits:
@@ -319,9 +321,9 @@ def forward_mixed(backend: "MixedForward", proj: Projector, tokens: Sequence[int
 
 
 def decode_rows(ctx: object, rows: np.ndarray, n_past: int, n_vocab: int, all_logits: bool,
-                non_causal: bool, grid: np.ndarray | None = None) -> np.ndarray:
-    """One llama_decode of embedding rows at positions n_past.. (``grid``: M-RoPE positions, 4 x n,
-    section-major); logits of every row or the last."""
+                non_causal: bool, grid: np.ndarray | None = None, seq: int = 0) -> np.ndarray:
+    """One llama_decode of embedding rows at positions n_past.. of sequence ``seq`` (``grid``: M-RoPE
+    positions, 4 x n, section-major); logits of every row or the last."""
     m, width = rows.shape
     batch = lc.llama_batch_init(m, width, 1)
     # llama_batch_free frees the batch's own pos array: keep its address (a ctypes pointer field
@@ -336,7 +338,7 @@ def decode_rows(ctx: object, rows: np.ndarray, n_past: int, n_vocab: int, all_lo
             if grid is None:
                 batch.pos[i] = n_past + i
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
+            batch.seq_id[i][0] = seq
             batch.logits[i] = all_logits or i == m - 1
         batch.n_tokens = m
         if non_causal:
@@ -364,7 +366,7 @@ def decode_rows(ctx: object, rows: np.ndarray, n_past: int, n_vocab: int, all_lo
 class MixedForward(Protocol):
     """What ``forward_mixed`` needs of the backend (LlamaCppBackend has both)."""
 
-    def forward_text(self, tokens: Sequence[int], *, all_logits: bool = False) -> np.ndarray: ...
+    def forward_text(self, tokens: Sequence[int], *, all_logits: bool = False, seq: int = 0) -> np.ndarray: ...
 
     def forward_embd(self, rows: np.ndarray, *, all_logits: bool, non_causal: bool,
-                     mrope: tuple[np.ndarray, np.ndarray, int] | None = None) -> np.ndarray: ...
+                     mrope: tuple[np.ndarray, np.ndarray, int] | None = None, seq: int = 0) -> np.ndarray: ...

@@ -42,10 +42,15 @@ def model_params(n_gpu_layers: int, repack: bool, tensor_split: tuple[float, ...
 
 
 def context_params(*, n_ctx: int, n_batch: int, n_threads: int, kv_type: str, flash_attn: bool | None,
-                   n_gpu_layers: int):
-    """The context's parameters, and whether flash attention is on (None: chosen here)."""
+                   n_gpu_layers: int, n_seq: int = 1):
+    """The context's parameters, and whether flash attention is on (None: chosen here).
+
+    ``n_seq`` sequences of ``n_ctx`` tokens each: with more than one, each gets a KV stream of its
+    own (kv_unified off), so a sequence's logits never depend on what the others hold."""
     cparams = lc.llama_context_default_params()
-    cparams.n_ctx = n_ctx
+    cparams.n_ctx = n_ctx * n_seq
+    cparams.n_seq_max = n_seq
+    cparams.kv_unified = n_seq == 1
     cparams.n_batch = n_batch
     cparams.n_ubatch = min(n_batch, 512)
     cparams.n_threads = n_threads

@@ -26,19 +26,19 @@ Shifts = tuple[tuple[int, int], ...]
 State = tuple[int, bytearray, Shifts]
 
 
-def take(ctx: object, n_past: int, shifts: Shifts) -> State:
-    """Sequence 0's state as it is now."""
-    size = lc.llama_state_seq_get_size(ctx, 0)
+def take(ctx: object, n_past: int, shifts: Shifts, seq: int = 0) -> State:
+    """Sequence ``seq``'s state as it is now."""
+    size = lc.llama_state_seq_get_size(ctx, seq)
     data = bytearray(size)
-    written = lc.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(data), size, 0)
+    written = lc.llama_state_seq_get_data(ctx, (ctypes.c_uint8 * size).from_buffer(data), size, seq)
     if written != size:
         del data[written:]
     return (n_past, data, shifts)
 
 
-def put(ctx: object, data: bytearray) -> None:
-    """Write a state back into sequence 0 (which the caller emptied)."""
-    ok = lc.llama_state_seq_set_data(ctx, (ctypes.c_uint8 * len(data)).from_buffer(data), len(data), 0)
+def put(ctx: object, data: bytearray, seq: int = 0) -> None:
+    """Write a state back into sequence ``seq`` (which the caller emptied)."""
+    ok = lc.llama_state_seq_set_data(ctx, (ctypes.c_uint8 * len(data)).from_buffer(data), len(data), seq)
     if not ok:
         raise HearthError("could not restore a KV snapshot (it was taken from another model or context)")
 

@@ -180,7 +180,7 @@ class LocalServer:
         try:
             params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens or t.n_ctx})
             return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar,
-                                template_kwargs=kwargs, tools=plan)
+                                grammar_scope=req.grammar_scope, template_kwargs=kwargs, tools=plan)
         except HearthError as e:
             raise ApiError(400, str(e)) from None
 

@@ -33,7 +33,7 @@ from typing import Any
 from ...prompt.messages import Message, TextPart, ToolCall
 from ...types import StreamEvent
 from .anthropic_blocks import parse_anthropic_tools, tool_use, turn
-from .openai import ApiError, ApiRequest, bad, grammar_of, head, number
+from .openai import ApiError, ApiRequest, bad, grammar_of, head, number, raw_grammar_scope
 from .template_vars import short
 
 MAX_STOP_SEQUENCES = 16
@@ -180,7 +180,8 @@ def parse_anthropic(body: Any) -> ApiRequest:
         raise bad("tools", "give tools or output_config.format (or grammar), not both: the tools' own grammar "
                            "shapes every call")
     return ApiRequest(kind="chat", model=model, messages=messages, sampling=s, max_tokens=mt, stream=stream,
-                      grammar=gbnf, template_kwargs=template_kwargs, thinking=_thinking(body.get("thinking")),
+                      grammar=gbnf, grammar_scope=raw_grammar_scope(body), template_kwargs=template_kwargs,
+                      thinking=_thinking(body.get("thinking")),
                       tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
 
 

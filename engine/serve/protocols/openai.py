@@ -55,6 +55,9 @@ class ApiRequest:
     sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams fields the client set
     max_tokens: int | None = None          # None: until the context is full
     grammar: str | None = None             # GBNF text from response_format or grammar
+    # what the grammar shapes: "reply" for llama-server's raw ``grammar`` (every token, a thinking model's
+    # block included, as llama-server applies it); "answer" for a response format (after the reasoning)
+    grammar_scope: str = "answer"
     stream: bool = False
     include_usage: bool = False
     # chat: variables for the chat template (chat_template_kwargs, reasoning_effort); None: none given
@@ -156,6 +159,12 @@ def _reasoning(m: dict, i: int, role: str) -> str | None:
                                               f"reasoning, not a {m.get('role')} message")
         return v
     return None
+
+
+def raw_grammar_scope(body: dict) -> str:
+    """What a request's grammar shapes: the whole reply for llama-server's own ``grammar`` field, the
+    answer after any reasoning for a response format (engine.types.GRAMMAR_SCOPES)."""
+    return "reply" if body.get("grammar") is not None else "answer"
 
 
 def grammar_of(body: dict) -> str | None:
@@ -277,6 +286,7 @@ def parse_openai(body: Any, kind: str) -> ApiRequest:
     s["stop"] = _stop(body)
     req.sampling = s
     req.grammar = grammar_of(body)
+    req.grammar_scope = raw_grammar_scope(body)
     req.template_kwargs = _template_kwargs(body, kind)
     if kind == "chat":
         req.tools, req.tool_choice, req.parallel_tool_calls = parse_openai_tools(body)

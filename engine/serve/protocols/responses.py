@@ -33,7 +33,7 @@ from typing import Any
 from ...prompt.messages import Message, ToolCall
 from ...types import StreamEvent
 from ...reply_formats.tools import Tool
-from .openai import ApiError, ApiRequest, bad, grammar_of, head, number
+from .openai import ApiError, ApiRequest, bad, grammar_of, head, number, raw_grammar_scope
 from .openai_tools import parse_openai_tools
 from .responses_input import call_item, new_item_id, read_input
 from .responses_tools import ResponsesTools, read_responses_tools
@@ -135,7 +135,8 @@ def parse_responses(body: Any, store: ResponseStore) -> ApiRequest:
              "parallel_tool_calls": parallel, "wire_tools": wire_tools}
     note = wire_tools.note()
     return ApiRequest(kind="chat", model=model, messages=[*messages, *conversation], sampling=sampling,
-                      max_tokens=mt, stream=stream, grammar=gbnf, template_kwargs=kw, extra=extra,
+                      max_tokens=mt, stream=stream, grammar=gbnf, grammar_scope=raw_grammar_scope(body),
+                      template_kwargs=kw, extra=extra,
                       tools=tools, tool_choice=choice, parallel_tool_calls=parallel, notes=[note] if note else [])
 
 

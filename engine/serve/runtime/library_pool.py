@@ -66,7 +66,7 @@ def library_pool(data_dir: Path, *, parallel: int, queue_limit: int, n_ctx: int 
         req = request(model)
         loaded = load_model(req, data_dir=data_dir, hardware=reduced(planning.machine(req.plan_format), held))
         assert loaded.model is not None  # load_model describes what it loaded
-        return Opened(Scheduler(loaded.engine, parallel=parallel, queue_limit=queue_limit),
+        return Opened(Scheduler(loaded.engine, parallel=parallel, queue_limit=queue_limit, window=False),
                       loaded.model.memory_total, loaded.model.n_ctx)
 
     return ModelPool(catalog, fits=fits, open_model=open_model, default_ttl=default_ttl)

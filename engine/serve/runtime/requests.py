@@ -7,28 +7,22 @@ returns a :class:`Ticket`, whose ``events()`` yields the same
 """
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from enum import IntEnum
 from collections.abc import Generator
 from typing import Any, Callable, Iterator
 
+from ...core.job import Priority, QueueTimeout
 from ...errors import HearthError
 from ...reply_formats.tools import ToolPlan
-from ...prompt.messages import ImagePart
 from ...decode.metrics import openai_finish_reason
 from ...prompt.messages import Message
 from ...types import SamplingParams, StreamEvent
 
+__all__ = ["CONTEXT_POLICIES", "Priority", "QueueFull", "QueueTimeout", "RequestTimes", "ServeRequest", "Ticket"]
+
 CONTEXT_POLICIES = {"error": "stop", "stop": "stop", "drop_oldest": "drop_oldest"}
-
-
-class Priority(IntEnum):
-    """Lower runs first: the window's own reply before any API request."""
-    WINDOW = 0
-    API = 1
 
 
 @dataclass
@@ -38,15 +32,21 @@ class ServeRequest:
     generated token must follow. ``context_policy``: "error" (a prompt longer
     than the context is refused; the API's choice) or "drop_oldest" (the
     window's: the oldest turns are left out). ``template_kwargs``: variables for
-    the chat template (``chat_template_kwargs``, ``reasoning_effort``)."""
+    the chat template (``chat_template_kwargs``, ``reasoning_effort``). ``priority``: the
+    engine core's class (interactive by default; background for work nobody waits on);
+    ``max_wait_s``: the longest it may wait for the model before QueueTimeout (HTTP 503);
+    ``label``: who asked (a device key's name), for the figures."""
     messages: list[Message] | None = None
     prompt: str | None = None
     params: SamplingParams = field(default_factory=SamplingParams)
     grammar: str | None = None
+    grammar_scope: str = "answer"  # what ``grammar`` shapes: "answer" (after a reasoning block) or the whole "reply"
     priority: Priority = Priority.API
     context_policy: str = "error"
     template_kwargs: dict[str, Any] | None = None
     tools: ToolPlan | None = None  # chat: the tools offered and how they must be called
+    max_wait_s: float | None = None
+    label: str = ""
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
@@ -58,12 +58,6 @@ class ServeRequest:
                               f"choose one of {', '.join(CONTEXT_POLICIES)}")
         if not isinstance(self.priority, Priority):
             self.priority = Priority(self.priority)
-
-    @property
-    def has_images(self) -> bool:
-        """Whether a message holds an image: such a request runs through the engine, one at a time
-        (the batch context has no projector)."""
-        return any(isinstance(p, ImagePart) for m in self.messages or () for p in m.parts)
 
     @property
     def prompt_kwargs(self) -> dict[str, Any] | None:
@@ -91,81 +85,49 @@ class QueueFull(HearthError):
         self.retry_after_s = retry_after_s
 
 
-_END = object()
-
-
-class _Stream:
-    """Events to relay from the reader's thread (a batched sequence's stream_tokens)."""
-
-    def __init__(self, events: Iterator[StreamEvent], end_reason: Callable[[], str | None]) -> None:
-        self.events = events
-        self.end_reason = end_reason
-
-
 class Ticket:
-    """A submitted request: read its events, or cancel it, from any thread."""
+    """A submitted request: read its events, or cancel it, from any thread.
 
-    def __init__(self, req: ServeRequest, seq: int) -> None:
+    Its events come from the engine's ``stream`` (or ``complete``), run by whoever reads them:
+    for the local engine that is a place in the engine core's queue and its reply; for a remote
+    one, a request to its server. ``times`` say where the request's time went."""
+
+    def __init__(self, req: ServeRequest, seq: int, events: Callable[["Ticket"], Iterator[StreamEvent]]) -> None:
         self.request = req
         self.seq = seq
         self.times = RequestTimes()
         self.submitted = time.perf_counter()
-        self.started: float | None = None  # when the scheduler began serving it
-        self.on_cancel: Callable[[], None] | None = None  # wakes the scheduler
+        self.started: float | None = None  # when the engine began serving it (left the queue)
         self.on_done: Callable[[Ticket], None] | None = None  # counts it as served
         self.cancel_flag = threading.Event()
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Event()
         self._replied = False  # the final event is out: nothing is left to cancel
+        # The engine queues the request now (a local engine prepares it here too); what goes wrong
+        # (a prompt too long, a bad grammar) is raised to the reader, from events().
+        self._error: HearthError | None = None
+        self._events: Iterator[StreamEvent] = iter(())
+        try:
+            self._events = events(self)
+        except HearthError as e:
+            self._error = e
 
     # -- the consumer's side ----------------------------------------------------
 
     def events(self) -> Iterator[StreamEvent]:
         """Text deltas, then one final event (blocks while waiting). A request
         that fails (e.g. a prompt too long for the context) raises its
-        HearthError here instead of the final event."""
-        while True:
-            item = self._q.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            if isinstance(item, _Stream):
-                yield from self._relay(item)
-                continue
-            yield item
-
-    def cancel(self) -> None:
-        """Stop this request: a queued one never starts, a running one stops within one step. A
-        request whose final event is out is left alone, so the KV its reply left in a batch slot
-        stays for the next prompt to share (the server closes every request once it is answered)."""
-        if self._replied:
-            return
-        self.cancel_flag.set()
-        if self.on_cancel is not None:
-            self.on_cancel()
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the request has finished (its final event or error was posted)."""
-        return self._done.wait(timeout)
-
-    def _relay(self, stream: _Stream) -> Iterator[StreamEvent]:
+        HearthError here instead of the final event. Read once."""
         finished = False
+        events = self._events
         try:
-            for ev in stream.events:
+            if self._error is not None:
+                raise self._error
+            for ev in events:
+                if self.started is None and ev.stats is not None:
+                    self.started = self.submitted + ev.stats.queue_wait_ms / 1e3
                 if ev.kind == "final":
-                    why = stream.end_reason()  # the decode thread ended it (cancel, slot full)
-                    if why is not None:
-                        ev.finish_reason = why
-                        if ev.stats is not None:
-                            ev.stats.finish_reason = why
-                    self.times.completion_tokens = len(ev.token_ids)
-                    finished = True
-                    self._replied = True
+                    self._record(ev)
+                    finished = self._replied = True
                     yield ev
                     self.finish(openai_finish_reason(ev.finish_reason))
                     return
@@ -174,30 +136,51 @@ class Ticket:
             finished = True
             self.finish(None, error=e)
             raise
+        except Exception as e:  # a bug must end the request, not the server
+            finished = True
+            err = HearthError(f"the request failed: {type(e).__name__}: {e}")
+            self.finish(None, error=err)
+            raise err from e
         finally:
-            if isinstance(stream.events, Generator):
-                stream.events.close()  # the reader left early (a disconnect): the decode thread frees the slot
+            if isinstance(events, Generator):
+                events.close()  # the reader left early (a disconnect): the engine stops the request
             if not finished:
                 self.cancel()
                 self.finish("cancelled")
 
-    # -- the scheduler's side ---------------------------------------------------
+    def _record(self, ev: StreamEvent) -> None:
+        st, t = ev.stats, self.times
+        if st is None:
+            return
+        t.queue_wait_s = st.queue_wait_ms / 1e3
+        # Started -> first token: the prompt's preparation, then reading it.
+        t.prefill_s = (st.template_ms + st.tokenize_ms + st.prefill_ms) / 1e3
+        t.decode_s = st.decode_ms / 1e3
+        t.prompt_tokens, t.cached_tokens = st.prompt_tokens, st.cached_tokens
+        t.completion_tokens = st.generated_tokens
+        if self.started is None:
+            self.started = self.submitted + t.queue_wait_s
 
-    def post_stream(self, events: Iterator[StreamEvent], end_reason: Callable[[], str | None]) -> None:
-        """Relay ``events`` (run by the reader); ``end_reason()`` may override the final reason."""
-        self._q.put(_Stream(events, end_reason))
+    def cancel(self) -> None:
+        """Stop this request: a queued one never starts, a running one stops within one step. A
+        request whose final event is out is left alone."""
+        if self._replied:
+            return
+        self.cancel_flag.set()
 
-    def post(self, event: StreamEvent) -> None:
-        self._q.put(event)
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the request has finished (its final event or error was read)."""
+        return self._done.wait(timeout)
 
     def finish(self, reason: str | None, error: BaseException | None = None) -> None:
-        """The last thing posted: ``reason`` in the OpenAI vocabulary, or an error."""
+        """The request is over: ``reason`` in the OpenAI vocabulary, or an error."""
         if self._done.is_set():
             return
         self.times.finish_reason = "error" if error is not None else reason
-        if error is not None:
-            self._q.put(error)
-        self._q.put(_END)
         self._done.set()
         if self.on_done is not None:
             self.on_done(self)
