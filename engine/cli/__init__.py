@@ -240,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx", type=int, default=None, help="context length (default: auto)")
     p.add_argument("--quant", default=None, help="quantization (default: auto)")
     p.add_argument("--draft", default=None, help="draft model path, or 'none'")
+    p.add_argument("--exactness", choices=["fast", "exact"], default=None,
+                   help="the profile to plan for (default: HEARTH_EXACTNESS, else fast)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 

@@ -19,9 +19,13 @@ llama.cpp (fitted to, and tested against, the buffers it reports on the CPU):
     - attention without flash attention: the KQ scores ``cells x n_heads``,
       the f32 mask ``cells``, plus ~5 hidden and 2 KV-width vectors.
       With flash attention there is no score matrix and the mask is f16.
-  Fitted on SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B at n_ctx 512-32k,
-  n_batch 32-2048, KV f16/q8_0/q4_0, flash attention on and off (see
-  engine/bench/sizing.py): within 1% on the CPU.
+  Flash attention is the profile's: the fast profile turns it on everywhere
+  (the exact profile only with a GPU or a quantized V cache); the CPU repack
+  buffers change no compute buffer.
+  Fitted on SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B at n_ctx 256-32k,
+  n_batch 32-2048, KV f16/q8_0/q4_0, flash attention on and off, both
+  profiles (see engine/bench/sizing.py): within 1% on the CPU, 3% with flash
+  attention at 2k on SmolLM2 (the allocator's layout).
 * the server's batch context (``server_parallel`` sequences, engine/serve/batch.py):
   a second context on the same weights, one KV stream of the engine's context per
   sequence (``kv_unified=False``: parallel x the padded context's cells), and a
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..config import default_exactness
 from .hardware import GPU, Hardware, MiB
 from .shape import ModelSpec
 
@@ -116,6 +121,7 @@ class Config:
     draft: ModelSpec | None = None
     prefix_cache: int = 0
     server_parallel: int = 0  # sequences the local server decodes at once (0: no server)
+    exactness: str = field(default_factory=default_exactness)  # engine.config.EXACTNESS
 
     @property
     def backend(self) -> str:
@@ -123,9 +129,10 @@ class Config:
 
     @property
     def flash_attn(self) -> bool:
-        # Mirrors LlamaCppBackend: off on the CPU (bit-exact batching), on with
-        # a GPU, and required by a quantized V cache.
-        return self.n_gpu_layers > 0 or self.kv_type not in ("f16", "f32", "bf16")
+        # Mirrors LlamaCppBackend: the fast profile turns it on; the exact profile keeps it off on the
+        # CPU (bit-exact batching) and on with a GPU, and a quantized V cache needs it.
+        return (self.exactness == "fast" or self.n_gpu_layers > 0
+                or self.kv_type not in ("f16", "f32", "bf16"))
 
     @property
     def all_on_gpu(self) -> bool:

@@ -225,7 +225,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "config": {"backend": plan.config.backend, "n_ctx": plan.n_ctx, "n_gpu_layers": plan.n_gpu_layers,
                    "kv_type": plan.kv_type, "flash_attn": plan.config.flash_attn, "n_batch": plan.config.n_batch,
                    "prefix_cache": plan.prefix_cache, "draft": plan.draft_source,
-                   "server_parallel": plan.config.server_parallel},
+                   "server_parallel": plan.config.server_parallel, "exactness": plan.config.exactness},
         "pools": pools, "margin_fraction": MARGIN,
         "alternatives": plan.alternatives, "notes": plan.notes,
     }
