@@ -43,18 +43,21 @@ def test_cli_plan_json_and_exit_codes(capsys):
     assert "memory size" in capsys.readouterr().err
 
 
-def test_cli_plan_plans_the_profile(capsys):
+def test_cli_plan_counts_the_api_streams_and_the_profile(capsys):
     from engine.cli import main
 
     runs = {}
-    for profile in ("exact", "fast"):
+    for args in (["--exactness", "exact"], ["--exactness", "fast"], ["--exactness", "fast", "--parallel", "4"]):
         assert main(["plan", "--ctx", "8192", "--gpu", "none", "--ram", "16GiB", "--draft", "none", "--json",
-                     "--exactness", profile]) == 0
-        runs[profile] = json.loads(capsys.readouterr().out)
-    exact, fast = runs.values()
+                     *args]) == 0
+        runs[" ".join(args)] = json.loads(capsys.readouterr().out)
+    exact, fast, pooled = runs.values()
     assert (exact["config"]["flash_attn"], fast["config"]["flash_attn"]) == (False, True)
-    assert fast["config"]["exactness"] == "fast"
     assert fast["pools"][0]["compute"] < exact["pools"][0]["compute"]  # no score matrix at 8k
+    assert (pooled["config"]["parallel"], pooled["config"]["n_seq"]) == (4, 5)
+    assert pooled["pools"][0]["kv"] == 5 * fast["pools"][0]["kv"]
+    assert main(["plan", "--parallel", "-1"]) == 2
+    assert "--parallel" in capsys.readouterr().err
 
 
 def test_plan_for_the_bundled_model_on_this_machine(bundled_path):
@@ -211,20 +214,23 @@ def test_load_ref_names_the_planned_file():
     assert plan_for("qwen2.5-7b-instruct", hw, Choices(quant="int4")).load_ref() == "Qwen/Qwen2.5-7B-Instruct"
 
 
-@pytest.mark.parametrize("exactness", ["exact", "fast"])
-def test_the_planned_load_plans_loads_and_checks(bundled_path, caplog, exactness):
+@pytest.mark.parametrize("exactness, parallel", [("exact", 0), ("fast", 0), ("fast", 4)])
+def test_the_planned_load_plans_loads_and_checks(bundled_path, caplog, exactness, parallel):
     """The window's load: no "memory plan ... was off" warning for a right plan, in either profile
-    (the fast profile's read +69% on compute at 8k at every start)."""
+    (the fast profile's read +69% on compute at 8k at every start), with or without the server's
+    sequences (today opened in a context of their own after the load: the check compares the
+    context that was opened)."""
     from engine.loading.load import load_model
     from engine.loading.request import LoadRequest
 
-    req = LoadRequest(model=str(bundled_path), context=8192, draft="none", exactness=exactness)
+    req = LoadRequest(model=str(bundled_path), context=8192, draft="none", exactness=exactness,
+                      server_parallel=parallel)
     with caplog.at_level(logging.WARNING, logger="hearth.sizing"):
         result = load_model(req, data_dir=None, n_threads=2, hardware=simulated("none", "16GiB", cores=2))
     engine, plan = result.engine, result.plan
     try:
         assert engine.backend.n_ctx == 8192 and plan.fits and result.messages == []
-        assert plan.config.exactness == exactness
+        assert plan.config.exactness == exactness and plan.config.parallel == parallel
         assert result.check["within_margin"] and result.check["max_rel_error"] <= 0.02, result.check
         assert "memory plan" not in caplog.text
         assert engine.cache.budget_bytes == plan.prefix_cache

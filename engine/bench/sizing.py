@@ -9,6 +9,11 @@ figures with what llama.cpp reports it allocated. ``max_rel_error`` is the
 worst relative error over every part of every case; the target is 0.10.
 ``--gpu-check`` repeats the cases fully offloaded when ggml reports a GPU
 device (the window's view of the machine, Vulkan-only GPUs included).
+
+``pool`` (sizing_pool.py): the window plus ``--parallel`` API sequences (default 4; 0 skips it) at
+8k (or ``--ctx``), in one context of a stream per sequence as the engine core opens it, against
+today's two contexts (the window's and the server's batch context), measured and planned; the
+pool's plan against its allocation has a target of 0.05.
 """
 from __future__ import annotations
 
@@ -18,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ..config import EXACTNESS, default_exactness
-from ..sizing.hardware import Hardware
+from ..sizing.hardware import Hardware, format_size
 from ..sizing.memory import Config, estimate
 from ..sizing.reality import compare_to_report
 from ..sizing.shape import spec_from_gguf
+from .sizing_pool import POOL_TARGET, measure_pool
 
 CONTEXTS = (2048, 8192, 32768)
+POOL_CONTEXT = 8192
 TARGET = 0.10
 
 
@@ -84,6 +91,8 @@ def bench_sizing(a: argparse.Namespace) -> dict[str, Any]:
         else:
             gpu_note = "no GPU found; --gpu-check compared nothing"
     cases: list[dict[str, Any]] = []
+    pools: list[dict[str, Any]] = []
+    parallel = getattr(a, "parallel", 4) or 0
     for label, path in models:
         spec = spec_from_gguf(path)
         for mode, ngl, machine in modes:
@@ -95,7 +104,13 @@ def bench_sizing(a: argparse.Namespace) -> dict[str, Any]:
                         continue
                     done.add(n_ctx)
                     cases.append(_case(label, path, n_ctx, want, mode, ngl, machine, profile, a.threads))
+                if parallel:
+                    n_ctx = min(a.ctx or POOL_CONTEXT, spec.n_ctx_train or POOL_CONTEXT)
+                    row = measure_pool(path, n_ctx, parallel, exactness=profile, n_gpu_layers=ngl,
+                                       n_threads=a.threads, hardware=machine)
+                    pools.append({**row, "model": label, "mode": mode})
     worst = max((c["max_rel_error"] for c in cases), default=0.0)
+    pool_worst = max((p["max_rel_error"] for p in pools), default=0.0)
     out: dict[str, Any] = {"max_rel_error": worst, "target": TARGET, "ok": worst <= TARGET,
                            "table": [_line(c) for c in cases],
                            "cases": [{k: c[k] for k in ("model", "mode", "profile", "n_ctx", "n_batch", "kv_type",
@@ -104,6 +119,9 @@ def bench_sizing(a: argparse.Namespace) -> dict[str, Any]:
                                      | ({"clamped_from": c["clamped_from"], "clamp_reason": c["clamp_reason"]}
                                         if "clamped_from" in c else {}) for c in cases],
                            "skipped": skipped}
+    if pools:
+        out["pool"] = {"parallel": parallel, "max_rel_error": pool_worst, "target": POOL_TARGET,
+                       "ok": pool_worst <= POOL_TARGET, "table": [_pool_line(p) for p in pools], "cases": pools}
     if gpu_note:
         out["gpu_check"] = gpu_note
     return out
@@ -129,3 +147,11 @@ def _line(c: dict[str, Any]) -> str:
                      if k in c["rel_error"])
     return f"{c['model'][:32]:32} {c['mode']} {c['profile']:5} {c['n_ctx']:>6}  {errs}"
 
+
+def _pool_line(p: dict[str, Any]) -> str:
+    """A pool case as a table row: today's two contexts against the pool, and the pool's plan."""
+    return (f"{p['model'][:32]:32} {p['mode']} {p['profile']:5} {p['n_ctx']:>6} window + {p['parallel']}: "
+            f"today's two contexts {format_size(p['today_allocated'])} (planned {format_size(p['today_planned'])}), "
+            f"one pool {format_size(p['pool_allocated'])} ({p['pool_vs_today']:.2f}x), "
+            f"planned {format_size(p['pool_planned'])} "
+            f"({_pct(p['plan_rel_error'].get('total', 0.0))}, worst part {p['max_rel_error'] * 100:.1f}%)")

@@ -42,10 +42,19 @@ def model_params(n_gpu_layers: int, repack: bool, tensor_split: tuple[float, ...
 
 
 def context_params(*, n_ctx: int, n_batch: int, n_threads: int, kv_type: str, flash_attn: bool | None,
-                   n_gpu_layers: int):
-    """The context's parameters, and whether flash attention is on (None: chosen here)."""
+                   n_gpu_layers: int, n_seq: int = 1):
+    """The context's parameters, and whether flash attention is on (None: chosen here).
+
+    ``n_seq`` sequences share the context (``n_ctx`` is all of theirs together), each in a KV
+    stream of its own (``kv_unified`` off): in a unified cache a sequence's cells interleave with
+    the others' and its attention sums in another order, so its logits would depend on what else
+    runs; with a stream each they are the solo run's, bit for bit."""
+    if n_seq < 1:
+        raise HearthError(f"a context holds at least one sequence, not {n_seq}")
     cparams = lc.llama_context_default_params()
     cparams.n_ctx = n_ctx
+    cparams.n_seq_max = n_seq
+    cparams.kv_unified = False
     cparams.n_batch = n_batch
     cparams.n_ubatch = min(n_batch, 512)
     cparams.n_threads = n_threads
