@@ -91,6 +91,8 @@ def _bench_parser(sub) -> None:
     p.add_argument("which", choices=bench_names())
     p.add_argument("--backend", choices=["llama_cpp", "hf"], default="llama_cpp")
     p.add_argument("--gpu-check", action="store_true", help="sizing: compare on the GPU too")
+    p.add_argument("--parallel", type=int, default=4,
+                   help="sizing: API sequences beside the window in the one-context pool case (0 skips it)")
     p.add_argument("--system-file", default=None, help="prefix: the system prompt to measure (any language)")
     p.add_argument("--quant", action="append", default=[], help="quality/hf: quantization(s) to compare")
     _model_flags(p)
@@ -240,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx", type=int, default=None, help="context length (default: auto)")
     p.add_argument("--quant", default=None, help="quantization (default: auto)")
     p.add_argument("--draft", default=None, help="draft model path, or 'none'")
+    p.add_argument("--parallel", type=int, default=0,
+                   help="API sequences beside the window's, each a KV stream of the whole context (default 0)")
+    p.add_argument("--exactness", choices=["fast", "exact"], default=None,
+                   help="the profile to plan for (default: HEARTH_EXACTNESS, else fast)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from ..config import default_exactness
 from ..errors import HearthError
 from ..sizing.hardware import simulated
 from ..sizing.report import plan_dict, render_table
@@ -25,7 +26,10 @@ def cli_plan(args) -> int:
         hw = simulated(args.gpu, args.ram) if (args.gpu or args.ram) else None
     except ValueError as e:
         raise HearthError(str(e)) from None
-    req = LoadRequest(model=args.model or "bundled", context=args.ctx, draft=args.draft or "auto")
+    if args.parallel < 0:
+        raise HearthError(f"--parallel must be 0 or more, not {args.parallel}")
+    req = LoadRequest(model=args.model or "bundled", context=args.ctx, draft=args.draft or "auto",
+                      server_parallel=args.parallel, exactness=args.exactness or default_exactness())
     fmt = req.plan_format or "gguf"
     # --quant picks a catalogue model's GGUF quantization too, which a window request never does.
     choices = replace(choices_for(req, fmt), quant=args.quant)

@@ -97,7 +97,7 @@ def choices_for(req: LoadRequest, fmt: str) -> Choices:
                    # transformers drafts come from the catalogue only; Hearth drafts with n-gram there
                    draft="none" if fmt == "hf" or req.draft == "none" else
                    None if req.draft in (None, "auto") else req.draft,
-                   server_parallel=req.server_parallel)
+                   parallel=req.server_parallel, exactness=req.exactness or default_exactness())
 
 
 def plan_request(req: LoadRequest, target: str | None = None, hardware: Hardware | None = None) -> Plan | None:

@@ -114,8 +114,8 @@ class LoadRequest:
     gpu_layers: int | str | None = None  # None: Auto; "all"; or a number
     kv_type: str = "auto"           # one of KV_TYPES
     exactness: str = field(default_factory=default_exactness)  # one of engine.config.EXACTNESS
-    # The local server's batched sequences: their batch context's memory is planned too (0: no
-    # server). The server's setting, not the model's: settings files do not keep it.
+    # The local server's API sequences: the plan counts their KV streams beside the window's in the
+    # model's one context (0: no server). The server's setting, not the model's: settings files do not keep it.
     server_parallel: int = 0
     # Other machines whose devices take layers (engine/workers/machines.py: host:port, user@host). A load
     # with any runs in a child process: a worker lost mid-reply aborts the process llama.cpp's RPC client is in.

@@ -8,27 +8,28 @@ llama.cpp (fitted to, and tested against, the buffers it reports on the CPU):
   on lavapipe: 15 -> the head + 14 blocks). The token embedding always stays in
   RAM (llama.cpp looks rows up on the CPU). A tied head is copied to the GPU
   when offloaded.
-* KV: ``cells x layers x kv_heads x (head_dim_k + head_dim_v) x bytes(type)``,
+* KV: ``streams x cells x layers x kv_heads x (head_dim_k + head_dim_v) x bytes(type)``,
   with cells = n_ctx rounded up to 256 (llama.cpp pads the cache), on the
-  device of each layer.
+  device of each layer. One context holds the window's sequence and ``parallel``
+  API sequences (``n_seq_max = 1 + parallel``, ``kv_unified = false``: a KV stream
+  per sequence, each of the full context; llama.cpp's ``n_ctx = cells x n_seq``).
 * compute: the graph allocator's peak, which is the larger of two moments
-  (per token of the micro-batch ``ub = min(n_batch, cells, 512)``, in float32;
+  (per token of the micro-batch ``ub = min(n_batch, n_seq x cells, 512)``, in float32;
   llama.cpp clamps the batch to the context, so a 256-token context computes
   at most 256 tokens at once):
     - output: the logits ``n_vocab`` plus ~2 hidden vectors;
     - attention without flash attention: the KQ scores ``cells x n_heads``,
       the f32 mask ``cells``, plus ~5 hidden and 2 KV-width vectors.
       With flash attention there is no score matrix and the mask is f16.
-  Fitted on SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B at n_ctx 512-32k,
-  n_batch 32-2048, KV f16/q8_0/q4_0, flash attention on and off (see
-  engine/bench/sizing.py): within 1% on the CPU.
-* the server's batch context (``server_parallel`` sequences, engine/serve/batch.py):
-  a second context on the same weights, one KV stream of the engine's context per
-  sequence (``kv_unified=False``: parallel x the padded context's cells), and a
-  compute buffer of its own, as large as the engine's (attention runs per stream,
-  over one context's cells). Measured on SmolLM2-135M, 1-4 sequences of 1k-2k
-  tokens: the KV to the byte, the compute within 1%. It is opened after the
-  load, so the reality check (``parts``) leaves it out.
+  Flash attention is the profile's: the fast profile turns it on everywhere
+  (the exact profile only with a GPU or a quantized V cache); the CPU repack
+  buffers change no compute buffer. Several streams share one compute buffer:
+  attention runs per stream over one stream's cells, the micro-batch's tokens
+  split evenly over the streams (llama.cpp rounds it up to a multiple of n_seq).
+  Fitted on SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B at n_ctx 256-32k,
+  n_batch 32-2048, KV f16/q8_0/q4_0, flash attention on and off, 1-5 streams
+  (see engine/bench/sizing.py): within 1% on the CPU, 3% with flash attention
+  at 2k on SmolLM2 (the allocator's layout).
 * GPU runtime overhead (CUDA context, cuBLAS workspace, llama.cpp's pool)
   and a fixed RAM overhead for the process's own buffers.
 
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..config import default_exactness
 from .hardware import GPU, Hardware, MiB
 from .shape import ModelSpec
 
@@ -80,7 +82,6 @@ class Usage:
     overhead: int = 0
     draft: int = 0
     prefix_cache: int = 0
-    batch: int = 0           # the server's batch context: its KV streams and compute buffer
     vision: int = 0          # the vision projector: its weights and compute buffer
     shared: int = 0          # RAM only: what a unified-memory GPU holds in the same memory
     layers: int = 0          # blocks placed here
@@ -88,7 +89,7 @@ class Usage:
 
     @property
     def subtotal(self) -> int:
-        return (self.weights + self.kv + self.compute + self.overhead + self.draft + self.prefix_cache + self.batch
+        return (self.weights + self.kv + self.compute + self.overhead + self.draft + self.prefix_cache
                 + self.vision)
 
     @property
@@ -115,17 +116,24 @@ class Config:
     n_batch: int = 512
     draft: ModelSpec | None = None
     prefix_cache: int = 0
-    server_parallel: int = 0  # sequences the local server decodes at once (0: no server)
+    parallel: int = 0         # API sequences beside the window's in the one context (0: the window alone)
+    exactness: str = field(default_factory=default_exactness)  # engine.config.EXACTNESS
 
     @property
     def backend(self) -> str:
         return "hf" if self.spec.format == "hf" else "llama_cpp"
 
     @property
+    def n_seq(self) -> int:
+        """Sequences in the context, each with a KV stream of the whole context: the window's and the API's."""
+        return 1 + self.parallel
+
+    @property
     def flash_attn(self) -> bool:
-        # Mirrors LlamaCppBackend: off on the CPU (bit-exact batching), on with
-        # a GPU, and required by a quantized V cache.
-        return self.n_gpu_layers > 0 or self.kv_type not in ("f16", "f32", "bf16")
+        # Mirrors LlamaCppBackend: the fast profile turns it on; the exact profile keeps it off on the
+        # CPU (bit-exact batching) and on with a GPU, and a quantized V cache needs it.
+        return (self.exactness == "fast" or self.n_gpu_layers > 0
+                or self.kv_type not in ("f16", "f32", "bf16"))
 
     @property
     def all_on_gpu(self) -> bool:
@@ -176,12 +184,15 @@ def output_peak(spec: ModelSpec, n_batch: int, hidden: int = 3) -> int:
     return _ub(n_batch) * 4 * (spec.n_vocab + hidden * spec.n_embd)
 
 
-def attention_peak(spec: ModelSpec, n_batch: int, cells: int, flash_attn: bool) -> int:
-    """Compute buffer at the attention softmax (or flash-attention) step."""
+def attention_peak(spec: ModelSpec, n_batch: int, cells: int, flash_attn: bool, n_seq: int = 1) -> int:
+    """Compute buffer at the attention softmax (or flash-attention) step. With ``n_seq`` streams
+    llama.cpp reserves the micro-batch rounded up to a multiple of n_seq (each stream attends over
+    its own ``cells`` with an equal share of the tokens), so the scores grow by that rounding only."""
     rest = 5 * spec.n_embd + 2 * spec.n_kv_heads * spec.head_dim
+    ub = -(-_ub(n_batch) // n_seq) * n_seq
     if flash_attn:
-        return _ub(n_batch) * (4 * rest + 2 * cells)
-    return _ub(n_batch) * 4 * (cells * (spec.n_heads + 1) + rest)
+        return ub * (4 * rest + 2 * cells)
+    return ub * 4 * (cells * (spec.n_heads + 1) + rest)
 
 
 def split_peak(spec: ModelSpec, n_batch: int, cells: int, head: bool) -> int:
@@ -249,9 +260,10 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
     k = max(0, ngl - 1)        # blocks on GPUs: the head takes the first offloaded position
     out_gpu = ngl > 0
     cells = kv_cells(cfg.n_ctx)
-    kv_l = kv_layer_bytes(s, cells, cfg.kv_type)
+    n_seq = cfg.n_seq
+    kv_l = n_seq * kv_layer_bytes(s, cells, cfg.kv_type)  # one stream per sequence
     fa = cfg.flash_attn
-    ub = min(cfg.n_batch, cells)
+    ub = min(cfg.n_batch, n_seq * cells)  # llama.cpp clamps the batch to the whole context
     a_gpu = output_peak(s, ub, hidden=2)
     a = output_peak(s, ub)
     # Offloaded positions: the last k blocks, then the head as one more "layer".
@@ -268,7 +280,7 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
         pool.weights = sum(s.layer_bytes[j] for j in idx) + (s.output_bytes if has_out else 0)
         pool.kv = kv_l * len(idx)
         if idx or has_out:
-            att = attention_peak(s, ub, cells, fa) if idx else 0
+            att = attention_peak(s, ub, cells, fa, n_seq) if idx else 0
             # In a split each device's graph has its own peak; without flash attention a long context's
             # scores can still be larger.
             pool.compute = max(att, split_peak(s, ub, cells, has_out) if split else a_gpu if has_out else 0)
@@ -278,7 +290,7 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
     ram.weights = s.input_bytes + sum(s.layer_bytes[:cpu_layers]) + (
         0 if out_gpu or s.tied_output else s.output_bytes)
     ram.kv = kv_l * cpu_layers
-    att_cpu = attention_peak(s, ub, cells, fa) if cpu_layers else 0
+    att_cpu = attention_peak(s, ub, cells, fa, n_seq) if cpu_layers else 0
     ram.compute = max(att_cpu, 0 if out_gpu else a)
     if split:
         ram.compute += _ub(ub) * (8 * cells + 20 * s.n_embd)
@@ -287,9 +299,6 @@ def _estimate_llama(cfg: Config, hw: Hardware) -> Breakdown:
     ram.overhead = CPU_OVERHEAD + OUTPUT_ROWS * 4 * s.n_vocab
     parts = {"weights": sum(p.weights for p in pools), "kv": sum(p.kv for p in pools),
              "compute": sum(p.compute for p in pools)}
-    if cfg.server_parallel:  # each pool holds its layers' KV once per sequence, and a compute buffer
-        for pool in pools:
-            pool.batch = cfg.server_parallel * pool.kv + pool.compute
     return Breakdown(pools, cfg, parts)
 
 
@@ -345,13 +354,15 @@ def _estimate_hf(cfg: Config, hw: Hardware) -> Breakdown:
 def _add_draft(b: Breakdown, cfg: Config, d: ModelSpec, hw: Hardware) -> None:
     """The draft model (``d``, which is ``cfg.draft``) runs on the GPU when the target is
     fully offloaded (a CPU draft would slow a GPU target down), otherwise in RAM; never on another
-    machine's worker (it runs every step: each would cross the link)."""
+    machine's worker (it runs every step: each would cross the link). It holds a sequence for each of
+    the target's (every request may speculate), a KV stream of the whole context each."""
     cells = kv_cells(cfg.n_ctx)
     local = [p for p, g in zip(b.gpus, hw.gpus) if g.vendor != "rpc"]
     on_gpu = bool(local) and cfg.all_on_gpu
     fa = on_gpu or cfg.kv_type not in ("f16", "f32", "bf16")
     need = (d.weight_bytes + (d.output_bytes if on_gpu and d.tied_output else 0)
-            + kv_layer_bytes(d, cells, cfg.kv_type) * d.n_layers
-            + max(output_peak(d, cfg.n_batch, 2 if on_gpu else 3), attention_peak(d, cfg.n_batch, cells, fa)))
+            + cfg.n_seq * kv_layer_bytes(d, cells, cfg.kv_type) * d.n_layers
+            + max(output_peak(d, cfg.n_batch, 2 if on_gpu else 3),
+                  attention_peak(d, cfg.n_batch, cells, fa, cfg.n_seq)))
     target = max(local, key=lambda p: p.available - p.total) if on_gpu else b.ram
     target.draft += need

@@ -268,7 +268,7 @@ def _alternatives(res: Resolved, hw: Hardware, ch: Choices) -> list[str]:
             out.append(f"with {label} on Auto: {p.summary()}")
     if ch.explicit() and not out:
         try:
-            auto_all = Choices(n_batch=ch.n_batch, server_parallel=ch.server_parallel)
+            auto_all = Choices(n_batch=ch.n_batch, parallel=ch.parallel, exactness=ch.exactness)
             p = plan_for(res, hw, auto_all, _alternatives_too=False)
             if p.fits:
                 out.append(f"with every choice on Auto: {p.summary()}")
@@ -279,17 +279,17 @@ def _alternatives(res: Resolved, hw: Hardware, ch: Choices) -> list[str]:
         out.append(f"even {smallest.quant} with a {CTX_FLOOR}-token context needs more memory than this "
                    "machine has free; close other programs or choose a smaller model")
         if res.known is not None:
-            out.extend(_smaller_known(res.known, hw, ch.server_parallel))
+            out.extend(_smaller_known(res.known, hw, ch))
     return out
 
 
-def _smaller_known(current: KnownModel, hw: Hardware, current_parallel: int = 0) -> list[str]:
+def _smaller_known(current: KnownModel, hw: Hardware, asked: Choices) -> list[str]:
     best: tuple[int, str] | None = None
     for m in known_models():
         size = min(v.weight_bytes for v in m.variants)
         if m.id == current.id or size >= min(v.weight_bytes for v in current.variants):
             continue
-        ch = Choices(draft="none", server_parallel=current_parallel)
+        ch = Choices(draft="none", parallel=asked.parallel, exactness=asked.exactness)
         p = plan_for(Resolved(m.variants, "catalogue", known=m), hw, ch, _alternatives_too=False)
         if p.fits and (best is None or size > best[0]):
             best = (size, f"the largest known model that fits: {m.id} ({p.summary()})")

@@ -14,7 +14,7 @@ from typing import Any, Callable, TypeVar
 
 from ..errors import HearthError, ModelLoadError
 from .hardware import format_size
-from .memory import MARGIN, Breakdown
+from .memory import MARGIN, Breakdown, estimate
 from .plan import Plan, plan_for
 from .report import knob_values
 from .resolve import Resolved
@@ -78,9 +78,20 @@ def device_errors(plan: Plan, report: dict[str, int]) -> dict[str, dict[str, flo
     return out
 
 
+def opened_breakdown(plan: Plan, report: dict[str, int]) -> Breakdown:
+    """The plan's breakdown for the context that was opened: the planned one, or, where the load
+    opened another number of sequences than the plan counts (``n_seq`` in the report: today's engine
+    opens the window's context alone and the server's sequences in a context of their own, after the
+    load), the same plan re-estimated for that many, so the check compares like with like."""
+    opened = report.get("n_seq")
+    if not opened or opened == plan.config.n_seq or plan.config.backend != "llama_cpp":
+        return plan.breakdown
+    return estimate(replace(plan.config, parallel=opened - 1), plan.hardware)
+
+
 def check_against_report(plan: Plan, report: dict[str, int], *, threshold: float = MARGIN) -> dict[str, Any]:
     """Compare a plan with what was really allocated; warn when off by more than the margin."""
-    result = compare_to_report(plan.breakdown, report)
+    result = compare_to_report(opened_breakdown(plan, report), report)
     result["within_margin"] = result["max_rel_error"] <= threshold
     if not result["within_margin"]:
         part, err = max(result["rel_error"].items(), key=lambda kv: abs(kv[1]))

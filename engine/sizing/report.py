@@ -144,6 +144,12 @@ def _cell(n: int) -> str:
     return format_size(n) if n else "-"
 
 
+def _streams(plan: Plan) -> str:
+    """", window + 4 API streams" where the context holds API sequences beside the window's."""
+    n = plan.config.parallel
+    return f", window + {n} API stream{'s' if n > 1 else ''}" if n else ""
+
+
 def render_table(plan: Plan) -> str:
     """The breakdown table, the status, the reasons, notes and alternatives, as plain text."""
     s, hw, bd = plan.spec, plan.hardware, plan.breakdown
@@ -157,14 +163,12 @@ def render_table(plan: Plan) -> str:
         rows.append(("weights on the GPU", [_cell(p.weights) if p.is_gpu else "-" for p in pools]))
     rows += [
         ("weights on the CPU", ["-" if p.is_gpu else _cell(p.weights) for p in pools]),
-        (f"KV cache ({plan.kv_type})", [_cell(p.kv) for p in pools]),
+        (f"KV cache ({plan.kv_type}{_streams(plan)})", [_cell(p.kv) for p in pools]),
         ("compute buffers", [_cell(p.compute) for p in pools]),
         ("runtime overhead", [_cell(p.overhead) for p in pools]),
         ("draft model", [_cell(p.draft) for p in pools]),
         ("prefix cache", [_cell(p.prefix_cache) for p in pools]),
     ]
-    if plan.config.server_parallel:
-        rows.append((f"server batch ({plan.config.server_parallel} x context)", [_cell(p.batch) for p in pools]))
     if hw.unified:
         rows.append(("GPU share (same memory)", [_cell(p.shared) for p in pools]))
     rows += [
@@ -211,7 +215,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     s, bd = plan.spec, plan.breakdown
     pools = [{"name": p.name, "is_gpu": p.is_gpu, "layers": p.layers, "weights": p.weights, "kv": p.kv,
               "compute": p.compute, "overhead": p.overhead, "draft": p.draft, "prefix_cache": p.prefix_cache,
-              "batch": p.batch, "shared": p.shared, "margin": p.margin, "total": p.total, "available": p.available,
+              "shared": p.shared, "margin": p.margin, "total": p.total, "available": p.available,
               "fits": p.fits} for p in bd.pools]
     out: dict[str, Any] = {
         "model": {"name": s.name, "quant": s.quant, "format": s.format, "source": s.source,
@@ -225,7 +229,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "config": {"backend": plan.config.backend, "n_ctx": plan.n_ctx, "n_gpu_layers": plan.n_gpu_layers,
                    "kv_type": plan.kv_type, "flash_attn": plan.config.flash_attn, "n_batch": plan.config.n_batch,
                    "prefix_cache": plan.prefix_cache, "draft": plan.draft_source,
-                   "server_parallel": plan.config.server_parallel},
+                   "parallel": plan.config.parallel, "n_seq": plan.config.n_seq,
+                   "exactness": plan.config.exactness},
         "pools": pools, "margin_fraction": MARGIN,
         "alternatives": plan.alternatives, "notes": plan.notes,
     }

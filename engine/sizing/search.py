@@ -29,9 +29,10 @@ run the search again.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import default_exactness
 from ..errors import HearthError
 from .hardware import MiB, Hardware
 from .memory import Breakdown, Config, estimate
@@ -55,7 +56,8 @@ class Choices:
     draft: str | None = None           # None: Auto; "none"; or a path / catalogue id
     prefix_cache: int | None = None    # bytes
     n_batch: int = 512
-    server_parallel: int = 0           # the local server's batched sequences (not a knob: planned for)
+    parallel: int = 0                  # API sequences beside the window's (not a knob: planned for)
+    exactness: str = field(default_factory=default_exactness)  # the profile decides flash attention
 
     def explicit(self) -> frozenset[str]:
         """The knobs the user fixed, by the names the plan's reasons use."""
@@ -146,7 +148,8 @@ class Search:
         if spec.format == "hf":  # 16-bit with a block on the GPU, float32 on the CPU
             kv = "f16" if st["gpu_layers"] else "f32"
         return Config(spec, ctx, st["gpu_layers"], kv, self.ch.n_batch, st["draft"], st["prefix_cache"],
-                      self.ch.server_parallel if spec.format == "gguf" else 0)  # transformers has no batch context
+                      self.ch.parallel if spec.format == "gguf" else 0,  # transformers serves one sequence
+                      self.ch.exactness)
 
     def estimate(self, st: dict[str, Any]) -> Breakdown:
         """The memory model's breakdown for a search state."""

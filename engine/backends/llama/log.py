@@ -96,17 +96,22 @@ def decode_error(rc: int, n_tokens: int, log_mark: int | None = None) -> HearthE
 
 
 _BUF_RE = re.compile(r"(\S+)\s+(model|KV|compute|output|RS)\s+buffer size\s*=\s*([\d.]+)\s*MiB")
+_N_SEQ_RE = re.compile(r"llama_context:\s+n_seq_max\s*=\s*(\d+)")
 
 
 def parse_buffer_sizes(lines: Sequence[str]) -> dict[str, int]:
     """Sum the 'X buffer size = N MiB' lines llama.cpp prints, by kind, in bytes.
 
     Keys: weights, kv, compute, output, recurrent; plus ``<kind>@<device>``
-    entries so a GPU/CPU split can be checked part by part.
+    entries so a GPU/CPU split can be checked part by part; and ``n_seq``, the
+    sequences the context was opened for (its KV streams), where the lines say.
     """
     names = {"model": "weights", "KV": "kv", "compute": "compute", "output": "output", "RS": "recurrent"}
     out: dict[str, int] = {}
     for line in lines:
+        m = _N_SEQ_RE.search(line)
+        if m:
+            out["n_seq"] = out.get("n_seq", 0) + int(m.group(1))
         for dev, kind, mib in _BUF_RE.findall(line):
             key = names[kind]
             b = int(float(mib) * 1024 * 1024)

@@ -46,7 +46,11 @@ def context_params(*, n_ctx: int, n_batch: int, n_threads: int, kv_type: str, fl
     """The context's parameters, and whether flash attention is on (None: chosen here).
 
     ``n_seq`` sequences of ``n_ctx`` tokens each: with more than one, each gets a KV stream of its
-    own (kv_unified off), so a sequence's logits never depend on what the others hold."""
+    own (kv_unified off): in a unified cache a sequence's cells interleave with the others' and its
+    attention sums in another order, so its logits would depend on what else runs; with a stream each
+    they are the solo run's, bit for bit."""
+    if n_seq < 1:
+        raise HearthError(f"a context holds at least one sequence, not {n_seq}")
     cparams = lc.llama_context_default_params()
     cparams.n_ctx = n_ctx * n_seq
     cparams.n_seq_max = n_seq
