@@ -107,11 +107,14 @@ class Scheduler:
         return ticket
 
     def stats(self) -> dict:
-        """Counts for a status indicator: running, queued and served requests."""
+        """Counts for a status indicator: running, queued and served requests; and the tokens the batch
+        context's sequences hold in its KV, of what it can hold (0 of 0 without one)."""
         with self._cv:
             batched = len(self._batch.active()) if self._batch else 0
+            kv = self._batch.runner.table.kv if self._batch else []
             return {"running": len(self._running) + batched, "queued": len(self._window_q) + len(self._api_q),
-                    "served": self._served, "parallel": self.parallel, "batching": self.batching}
+                    "served": self._served, "parallel": self.parallel, "batching": self.batching,
+                    "kv_used_tokens": sum(len(k) for k in kv), "kv_capacity_tokens": len(kv) * self.slot_ctx}
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until nothing is queued or running (every slot released); False on timeout."""
