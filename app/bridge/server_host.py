@@ -27,6 +27,8 @@ from engine.reply_formats.tools import ToolPlan
 from engine.serve.runtime.library_pool import library_pool
 from engine.serve.http.audio import AudioRoutes
 from engine.serve.http.listen import exposure
+from engine.serve.http.observe import finished_request
+from engine.serve.metrics import ServerMetrics
 from engine.serve.http.server import LocalServer
 from engine.voice.kit import VoiceKit
 
@@ -85,10 +87,14 @@ class Serving:
                                                     template_kwargs=job.template_kwargs, tools=tools))
         self.window_replies += 1
         threading.Thread(target=_cancel_when, args=(job.cancel, ticket), name="hearth-stop", daemon=True).start()
+        final = None
         try:
-            yield from ticket.events()
+            for ev in ticket.events():
+                final = ev if ev.kind == "final" else final
+                yield ev
         finally:
             ticket.cancel()  # an abandoned reply stops; a finished one ignores it
+            self.server.metrics.record(finished_request(ticket, final, None))  # the Server panel counts it too
 
 
 class ServingWorker(QObject):
@@ -118,6 +124,7 @@ class ServerHost(QObject):
         self.server: LocalServer | None = None
         self._config: tuple | None = None
         self.voice_kit: Callable[[], VoiceKit] | None = None  # the window's speech models, which the API shares
+        self.metrics = ServerMetrics()  # every server this window runs counts here: the Server panel's history
         self._worker = ServingWorker(host.shared)
         host.run_on_engine_thread(self._worker)
         self._request_serving.connect(self._worker.set_serving)
@@ -148,6 +155,7 @@ class ServerHost(QObject):
             # Off loopback (Settings: "Let other devices…"): TLS and a key on every request, or no start at all.
             server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors,
                                  pool=pool, audio=AudioRoutes(self.voice_kit) if self.voice_kit else None,
+                                 metrics=self.metrics,
                                  **exposure(data_dir(), s.server_listen or None))
             server.start()
         except HearthError as e:
@@ -176,6 +184,7 @@ class ServerHost(QObject):
         if srv is None:
             self.label.hide()
             return
+        self.metrics.sample()  # the queue and the KV, once a second, for the Server panel's charts
         state = f"{srv.served} served" if srv.model_id else "waiting for the model"
         busy = f" · {srv.in_flight} now" if srv.in_flight else ""
         others = [h for h in (srv.pool.describe() if srv.pool is not None else []) if not h["pinned"]]
@@ -189,7 +198,8 @@ class ServerHost(QObject):
                               f"{' (API key required)' if srv.api_key or srv.exposed else ''}. Settings → Local server "
                               "turns it off."
                               + (f"\nIt serves {srv.model_id} (this window's model)" if srv.model_id else "")
-                              + (f" and also holds:{held}" if held else ""))
+                              + (f" and also holds:{held}" if held else "")
+                              + "\nPerformance → Local server… shows its last minutes.")
         self.label.show()
 
     def shutdown(self) -> None:
