@@ -134,6 +134,9 @@ class GenerationWorker(QObject):
                     reasoning = ev.reasoning if ev.reasoning is not None else (
                         "".join(thought) if thought else None)
                     tokens = (metrics or {}).get("reasoning_tokens") if reasoning is not None else None
+                    serving = self._shared.serving
+                    if serving is not None and serving.active:
+                        serving.count_window_reply(ev)
                     store.finish_reply(mid, ev.text, complete=complete, finish_reason=ev.finish_reason,
                                        metrics=metrics, reasoning=reasoning, reasoning_open=ev.reasoning_open,
                                        reasoning_tokens=tokens, tool_calls=ev.tool_calls)

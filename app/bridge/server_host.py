@@ -14,16 +14,19 @@ API requests never reach the store: they are not chats.
 """
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QLabel
 
-from engine import HearthError
+from engine import HearthError, StreamEvent
+from engine.decode.metrics import openai_finish_reason
 from engine.serve import Scheduler
 from engine.serve.runtime.library_pool import library_pool
 from engine.serve.http.audio import AudioRoutes
 from engine.serve.http.listen import exposure
+from engine.serve.metrics import FinishedRequest, ServerMetrics
 from engine.serve.http.server import LocalServer
 from engine.voice.kit import VoiceKit
 
@@ -56,6 +59,13 @@ class Serving:
         self.close(LOADING)
         self.scheduler = Scheduler(engine, parallel=self.parallel)
         self.server.attach(self.scheduler)
+
+    def count_window_reply(self, final: StreamEvent) -> None:
+        """The window's reply ran in the same engine core as the API's: the Server panel counts it too."""
+        if final.stats is not None:
+            began = time.time() - final.stats.e2e_ms / 1e3
+            self.server.metrics.record(FinishedRequest.from_stats(
+                final.stats, openai_finish_reason(final.finish_reason), submitted=began, priority="window"))
 
     def close(self, reason: str) -> None:
         """Stop serving (before the engine closes): API requests in flight are cancelled."""
@@ -92,6 +102,7 @@ class ServerHost(QObject):
         self.server: LocalServer | None = None
         self._config: tuple | None = None
         self.voice_kit: Callable[[], VoiceKit] | None = None  # the window's speech models, which the API shares
+        self.metrics = ServerMetrics()  # every server this window runs counts here: the Server panel's history
         self._worker = ServingWorker(host.shared)
         host.run_on_engine_thread(self._worker)
         self._request_serving.connect(self._worker.set_serving)
@@ -122,6 +133,7 @@ class ServerHost(QObject):
             # Off loopback (Settings: "Let other devices…"): TLS and a key on every request, or no start at all.
             server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors,
                                  pool=pool, audio=AudioRoutes(self.voice_kit) if self.voice_kit else None,
+                                 metrics=self.metrics,
                                  **exposure(data_dir(), s.server_listen or None))
             server.start()
         except HearthError as e:
@@ -150,6 +162,7 @@ class ServerHost(QObject):
         if srv is None:
             self.label.hide()
             return
+        self.metrics.sample()  # the queue and the KV, once a second, for the Server panel's charts
         state = f"{srv.served} served" if srv.model_id else "waiting for the model"
         busy = f" · {srv.in_flight} now" if srv.in_flight else ""
         others = [h for h in (srv.pool.describe() if srv.pool is not None else []) if not h["pinned"]]
@@ -163,7 +176,8 @@ class ServerHost(QObject):
                               f"{' (API key required)' if srv.api_key or srv.exposed else ''}. Settings → Local server "
                               "turns it off."
                               + (f"\nIt serves {srv.model_id} (this window's model)" if srv.model_id else "")
-                              + (f" and also holds:{held}" if held else ""))
+                              + (f" and also holds:{held}" if held else "")
+                              + "\nPerformance → Local server… shows its last minutes.")
         self.label.show()
 
     def shutdown(self) -> None:

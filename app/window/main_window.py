@@ -114,7 +114,7 @@ class MainWindow(QMainWindow):
             settings=lambda: self.settings, adopt_settings=self._adopt_settings, apply_theme=self.apply_theme)
         self.performance = PerformanceMenu(
             window=self, store=self.store, host=self.host, info=self.info, current=lambda: self.current,
-            settings=lambda: self.settings, apply_settings=self.apply_settings)
+            settings=lambda: self.settings, apply_settings=self.apply_settings, server=self.server_host)
         self.agents = AgentsMenu(self)  # Claude Code, Codex CLI, OpenCode in a terminal, on this model
         self.voice = None  # dictation and read-aloud (app/voice), where the optional install put them
         if voice_installed():

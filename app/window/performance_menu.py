@@ -1,9 +1,9 @@
-"""The window's Performance menu: a reply's Performance panel and "Benchmark this model".
+"""The window's Performance menu: a reply's Performance panel, the local server's panel and "Benchmark this model".
 
-``PerformanceMenu`` is one of MainWindow's controllers; the panel and the benchmark
+``PerformanceMenu`` is one of MainWindow's controllers; the panels and the benchmark
 dialog themselves are app/performance/'s widgets. A reply's own "Performance" button
 opens the panel for that reply; the menu opens it for the newest reply of the
-conversation on screen.
+conversation on screen, and the Server panel for the local server (Settings → Local server).
 """
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMainWindow
 
 from app.bridge.engine_host import EngineHost
+from app.bridge.server_host import ServerHost
 from app.core.settings import Settings
 from app.core.store import Store
 from app.ui.info_bar import InfoArea
 
 if TYPE_CHECKING:  # both import QtCharts: only loaded when asked for
     from app.performance.performance_panel import PerformancePanel
+    from app.performance.server_panel import ServerPanel
     from app.performance.tune_dialog import TuneDialog
 
 from engine.decode.metrics import has_timeline
@@ -33,22 +35,27 @@ class PerformanceMenu:
 
     def __init__(self, *, window: QMainWindow, store: Store, host: EngineHost, info: InfoArea,
                  current: Callable[[], int | None], settings: Callable[[], Settings],
-                 apply_settings: Callable[[Settings], None]) -> None:
-        self.window, self.store, self.host, self.info = window, store, host, info
+                 apply_settings: Callable[[Settings], None], server: ServerHost) -> None:
+        self.window, self.store, self.host, self.info, self.server = window, store, host, info, server
         self._current, self._settings, self._apply_settings = current, settings, apply_settings
         self.performance_panel: PerformancePanel | None = None
+        self.server_panel: ServerPanel | None = None
         self.tune_dialog: TuneDialog | None = None
         menu = window.menuBar().addMenu("&Performance")
         self.act_performance = QAction("Performance of the last reply…", window)
         self.act_performance.triggered.connect(self.show_last_performance)
+        self.act_server = QAction("Local &server…", window)
+        self.act_server.setToolTip("The local server over its last minutes: requests, latency, queue, KV, keys")
+        self.act_server.triggered.connect(self.show_server)
         self.act_benchmark = QAction("&Benchmark this model…", window)
         self.act_benchmark.triggered.connect(self.open_benchmark)
         menu.addAction(self.act_performance)
+        menu.addAction(self.act_server)
         menu.addAction(self.act_benchmark)
 
     def close(self) -> None:
         """Close the panel and the benchmark dialog (a run in progress stops and its thread ends)."""
-        for w in (self.performance_panel, self.tune_dialog):
+        for w in (self.performance_panel, self.server_panel, self.tune_dialog):
             if w is not None:
                 w.close()
         if self.tune_dialog is not None and self.tune_dialog.running:
@@ -83,6 +90,24 @@ class PerformanceMenu:
             self.performance_panel.close()
         self.performance_panel = panel
         panel.show()
+
+    def show_server(self) -> None:
+        """The Server panel: the local server's requests, latency, queue, KV and keys over the last minutes."""
+        from app.performance.server_panel import ServerPanel  # QtCharts: only loaded when asked for
+
+        if self.server_panel is None:
+            self.server_panel = ServerPanel(self.server.metrics, self._server_status, parent=self.window)
+        self.server_panel.show()
+        self.server_panel.raise_()
+
+    def _server_status(self) -> str:
+        srv = self.server.server
+        if srv is None or not srv.running:
+            return ("The local server is off: Settings → Local server turns it on (the figures below are its "
+                    "last run's).")
+        return (f"The local server is on at {srv.url}" + (f", serving {srv.model_id}" if srv.model_id else "")
+                + f" · {srv.served} replies served since it started · GET {srv.url.removesuffix('/v1')}/metrics "
+                "has the same figures for Prometheus")
 
     def open_benchmark(self) -> None:
         """The "Benchmark this model" dialog for the loaded model."""

@@ -28,6 +28,7 @@ class Pump:
         self._loop = asyncio.get_running_loop()
         self._q: asyncio.Queue[object] = asyncio.Queue()
         self._stop = threading.Event()
+        self.final: StreamEvent | None = None  # the request's final event, once read (its figures)
         threading.Thread(target=self._read, name="hearth-api-reply", daemon=True).start()
 
     def _put(self, item: object) -> None:
@@ -60,6 +61,8 @@ class Pump:
         if isinstance(item, BaseException):
             raise item
         assert isinstance(item, StreamEvent)  # the reader puts only events, errors and _END
+        if item.kind == "final":
+            self.final = item
         return item
 
     def close(self) -> None:

@@ -30,6 +30,8 @@ from ..protocols.openai import ApiError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 BIND_HOST = "127.0.0.1"
+KEY_STATE = "hearth_key"  # request.state's (name, id) of the key that let a request in (its use is counted)
+SETTINGS_KEY = ("settings key", "settings")
 
 
 def is_loopback_bind(host: str) -> bool:
@@ -112,8 +114,10 @@ class KeyCheck:
             who: str | None = None
             if key and hmac.compare_digest(given.encode(), key.encode()):
                 who = "settings key"
+                scope.setdefault("state", {})[KEY_STATE] = SETTINGS_KEY
             elif given and self.keys is not None and (entry := self.keys.match(given)) is not None:
                 who = entry.id
+                scope.setdefault("state", {})[KEY_STATE] = (entry.name, entry.id)
             if who is None:
                 await send_error(send, scope, 401, "invalid or missing API key: send it as 'Authorization: "
                                                    "Bearer <key>' or 'x-api-key: <key>' (Hearth shows it in "

@@ -30,22 +30,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...errors import HearthError, ToolsUnsupported
-from ...reply_formats.tools import ToolError
-from ...types import SamplingParams, StreamEvent
+from ...errors import HearthError
+from ...types import StreamEvent
 from .body import api_error, error_response, guarded, internal_error, log, read_json
-from ..protocols.openai import ApiError, ApiRequest
+from ..protocols.openai import ApiError
 from .pump import Pump
-from ..runtime.requests import QueueFull, ServeRequest, Ticket
+from ..runtime.requests import QueueFull, Ticket
 from ..runtime.scheduler import Scheduler
 from .keys import KeyRing, RateLimit
 from .security import Guard, check_bind_host, check_exposure
 from .tls import TlsFiles
 from .audio import AudioRoutes
-from ..protocols.template_vars import TemplateVarsError, check_think
 from ..runtime.pool import ModelPool, keep_alive
 from ..protocols.responses import ResponseStore
-from ..runtime.targets import Lease, Target, Targets
+from ..runtime.targets import Lease, Targets
+from .admit import lease_headers, serve_request
+from ..metrics import ServerMetrics
+from .observe import finished_request, metrics_route, request_key, scheduler_gauges
 from ..protocols.wire import Reply, Wire, anthropic_wire, openai_wire, responses_wire
 
 DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
@@ -54,24 +55,19 @@ STARTUP_TIMEOUT_S = 10.0
 REAP_EVERY_S = 5.0     # how often models the API loaded are checked for their idle time
 
 
-def lease_headers(lease: Lease | None) -> dict[str, str]:
-    """``X-Hearth-Load-Ms`` on a reply that waited for its model to load."""
-    if lease is None or lease.load_ms is None:
-        return {}
-    return {"X-Hearth-Load-Ms": f"{lease.load_ms:.0f}"}
-
-
 class LocalServer:
     """The OpenAI-compatible API on 127.0.0.1, over whatever scheduler is attached."""
 
     def __init__(self, *, port: int = DEFAULT_PORT, api_key: str | None = None,
                  cors_origins: Iterable[str] = (), max_body: int = MAX_BODY, host: str = "127.0.0.1",
                  pool: ModelPool | None = None, listen: bool = False, tls: TlsFiles | None = None,
-                 keys: KeyRing | None = None, rate_limit: int = 0, audio: AudioRoutes | None = None) -> None:
+                 keys: KeyRing | None = None, rate_limit: int = 0, audio: AudioRoutes | None = None,
+                 metrics: ServerMetrics | None = None) -> None:
         """``pool``: the library's models, loaded when a request names one (None: only the
         attached model is served). ``listen``: ``host`` may be an address other devices reach;
         the server then refuses to start without TLS (``tls``) and a key (``api_key`` or one in
-        ``keys``). ``rate_limit``: requests a minute per key (0: none). ``audio``: the speech routes."""
+        ``keys``). ``rate_limit``: requests a minute per key (0: none). ``audio``: the speech routes.
+        ``metrics``: where finished requests are counted (the app keeps one across restarts)."""
         self.host = check_bind_host(host, listen=listen)
         self.exposed = check_exposure(self.host, tls is not None, bool(api_key) or bool(keys and keys.entries()))
         self.tls, self.keys = tls, keys
@@ -89,6 +85,9 @@ class LocalServer:
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._leases: dict[Ticket, Lease] = {}
+        self._keys: dict[Ticket, tuple[str, str] | None] = {}  # the key each request came with
+        self.metrics = metrics or ServerMetrics()
+        self.metrics.set_gauges(lambda: scheduler_gauges(self.targets))
         self._reaper: threading.Thread | None = None
         self._stopping = threading.Event()
         self.audio = audio or AudioRoutes()
@@ -99,6 +98,7 @@ class LocalServer:
             ("/v1/messages", self._route(anthropic_wire()), "POST"),
             ("/v1/messages/count_tokens", self._count_tokens, "POST"),
             ("/v1/responses", self._route(responses_wire(self.responses)), "POST"),
+            ("/metrics", metrics_route(self.metrics), "GET"),
             *self.audio.routes())]
         app = Starlette(routes=routes, exception_handlers={HTTPException: self._http_error})
         self.app = Guard(app, port=lambda: self._port, get_key=lambda: self.api_key, cors_origins=cors_origins,
@@ -139,7 +139,7 @@ class LocalServer:
         assert isinstance(exc, HTTPException)  # registered for HTTPException only
         msg = (f"no route {request.method} {request.url.path}; this server offers GET /v1/models, "
                "POST /v1/chat/completions, POST /v1/completions, POST /v1/responses, POST /v1/messages, "
-               "POST /v1/messages/count_tokens, POST /v1/audio/transcriptions and POST /v1/audio/speech")
+               "POST /v1/messages/count_tokens, POST /v1/audio/transcriptions, POST /v1/audio/speech and GET /metrics")
         if exc.status_code != 404:
             msg = f"{exc.detail}: {request.method} {request.url.path}"
         return error_response(ApiError(exc.status_code, msg, code="not_found" if exc.status_code == 404 else None),
@@ -156,34 +156,6 @@ class LocalServer:
             return error_response(e, request.url.path)
         return JSONResponse(card)
 
-    def _serve_request(self, req: ApiRequest, t: Target) -> ServeRequest:
-        think = t.scheduler.engine.think
-        kwargs = req.template_kwargs
-        if req.thinking is not None and think is not None and think.kind == "switch":
-            kwargs = {**(kwargs or {}), think.variable: req.thinking}  # a protocol's own thinking switch
-        try:
-            check_think(think, kwargs)
-        except TemplateVarsError as e:
-            raise ApiError(400, str(e), param=e.param) from None
-        plan = None
-        if req.tools:
-            try:
-                plan = t.scheduler.engine.plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
-                if plan.calling() is not None:
-                    plan.grammar()  # a schema the grammar cannot express is refused here, before any work
-            except ToolError as e:
-                raise ApiError(400, str(e), param=e.param) from None
-            except ToolsUnsupported as e:
-                if req.tool_choice != "none":
-                    raise ApiError(400, str(e), param="tools", code="tools_not_supported") from None
-                # a model whose template takes no tools answers in text, which is all "none" asks
-        try:
-            params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens or t.n_ctx})
-            return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar,
-                                grammar_scope=req.grammar_scope, template_kwargs=kwargs, tools=plan)
-        except HearthError as e:
-            raise ApiError(400, str(e)) from None
-
     async def _count_tokens(self, request: Request) -> Response:
         """Anthropic's ``/v1/messages/count_tokens`` (Claude Code asks it before long requests): the
         tokens the prompt of a Messages body takes, its system, tools and thinking switch included.
@@ -196,7 +168,7 @@ class LocalServer:
             lease = await self.targets.lease(req.model, keep_alive(body))
             try:
                 t = lease.target
-                sreq = self._serve_request(req, t)
+                sreq = serve_request(req, t)
                 engine = t.scheduler.engine
                 n = await anyio.to_thread.run_sync(lambda: engine.count_tokens(sreq.messages or [],
                                                                                 sreq.prompt_kwargs))
@@ -224,7 +196,7 @@ class LocalServer:
             lease = await self.targets.lease(req.model, keep_alive(body))
             t = lease.target
             try:
-                ticket = t.scheduler.submit(self._serve_request(req, t))
+                ticket = t.scheduler.submit(serve_request(req, t))
             except QueueFull as e:
                 raise api_error(e) from None
             except HearthError as e:  # the scheduler closed under us: a model switch
@@ -233,6 +205,7 @@ class LocalServer:
             with self._lock:
                 self._active.add(ticket)
                 self._leases[ticket] = lease  # given back when the request ends
+                self._keys[ticket] = request_key(request)
             pump = Pump(ticket)
             try:
                 first = await pump.next()
@@ -264,10 +237,14 @@ class LocalServer:
         pump.close()  # a finished request ignores it; an abandoned one stops within a step
         ticket = pump.ticket
         with self._lock:
-            if ticket in self._active:
+            first = ticket in self._active  # the stream's end and its background task both come here
+            if first:
                 self._active.discard(ticket)
                 self.finished.append(ticket)
             lease = self._leases.pop(ticket, None)
+            key = self._keys.pop(ticket, None)
+        if first:
+            self.metrics.record(finished_request(ticket, pump.final, key))
         self.targets.release(lease)
         if served:
             self.served += 1

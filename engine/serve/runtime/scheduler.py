@@ -77,7 +77,8 @@ class Scheduler:
         return ticket
 
     def stats(self) -> dict:
-        """Counts for a status indicator: running, queued and served requests."""
+        """Counts for a status indicator: running, queued and served requests; and the tokens the
+        engine's KV sequences hold, of what they can hold (0 of 0 where its server keeps them)."""
         load = self._engine.load()  # the engine's own counts, where it keeps a queue
         with self._lock:
             active = len(self._active)
@@ -85,7 +86,8 @@ class Scheduler:
             running = load.get("running", min(active, capacity))
             queued = load.get("waiting", max(0, active - capacity))
             return {"running": running, "queued": queued, "served": self._served, "parallel": self.parallel,
-                    "batching": capacity > 1}
+                    "batching": capacity > 1, "kv_used_tokens": load.get("kv_used_tokens", 0),
+                    "kv_capacity_tokens": load.get("kv_capacity_tokens", 0)}
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until no request is in flight; False on timeout."""
