@@ -91,13 +91,14 @@ def test_metrics_count_the_requests_made(server, scheduler):
         bounds = sorted((float(dict(lab)["le"]), v) for (nm, lab), v in m.items() if nm == f"hearth:{name}_bucket")
         assert [v for _b, v in bounds] == sorted(v for _b, v in bounds)  # cumulative
         assert total(m, f"hearth:{name}_sum") >= 0
-    # Idle now; the batch context's slots keep their last prompts' KV for the next to share.
+    # Idle now; the pool's sequences keep their last prompts' KV for the next to share.
     assert total(m, "hearth:num_requests_running") == 0 and total(m, "hearth:num_requests_waiting") == 0
     cap = total(m, "hearth:kv_cache_capacity_tokens")
-    assert cap == 2 * scheduler.slot_ctx
+    engine = scheduler.engine
+    assert cap == engine.n_seq * engine.n_ctx
     assert 0 < total(m, "hearth:kv_cache_tokens") <= cap
     assert total(m, "hearth:kv_cache_usage_perc") == total(m, "hearth:kv_cache_tokens") / cap
-    # The settings key is counted as one key; no speculation ran on the batch.
+    # The settings key is counted as one key; no speculation ran (the engine has none set).
     assert total(m, "hearth:key_requests_total", key="settings key") == 3
     assert total(m, "hearth:spec_decode_num_draft_tokens_total") == 0
     assert server.served == 2
