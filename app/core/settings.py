@@ -32,10 +32,11 @@ from engine.workers.machines import is_address
 from app.core import mcp_servers as mcp, server_settings, voice_settings
 from app.core.paths import config_dir, move_aside
 from app.core.presets import DEFAULT_PRESETS, valid_presets
+from app.core.settings_upgrade import SAMPLING_KEYS, budget_problem, default_sampling as _default_sampling, \
+    upgraded, valid_sampling
 
 FILE_NAME = "settings.json"
-# 2: the exactness profile's default became "fast" (engine/config.py DEFAULT_EXACTNESS).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # what each version changed: app/core/settings_upgrade.py
 THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
@@ -45,9 +46,6 @@ LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threa
 # The load settings a "Benchmark this model" row can set as a model's default.
 TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
 
-# The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
-                 "frequency_penalty", "penalty_last_n", "seed", "max_tokens", "reasoning_budget")
 
 
 def is_draft_file(v: Any) -> bool:
@@ -57,18 +55,6 @@ def is_draft_file(v: Any) -> bool:
 
 class SettingsError(ValueError):
     """A settings value is invalid; the message names the field and the rule."""
-
-
-def _default_sampling() -> dict[str, Any]:
-    d = SamplingParams()
-    return {k: getattr(d, k, None) for k in SAMPLING_KEYS}
-
-
-def budget_problem(v: Any) -> str | None:
-    """Why ``v`` is not a thinking budget (None: unlimited, or a whole number of tokens >= 0)."""
-    if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-        return None
-    return f"reasoning_budget must be a whole number >= 0 or empty (no limit), got {v!r}"
 
 
 @dataclass(slots=True)
@@ -278,7 +264,7 @@ class Settings:
         kwargs = {k: v for k, v in d.items() if k in known}
         problems: list[str] = []
         if "sampling" in kwargs:
-            kwargs["sampling"] = _valid_sampling(kwargs["sampling"], problems)
+            kwargs["sampling"] = valid_sampling(kwargs["sampling"], problems)
         if "presets" in kwargs:
             kwargs["presets"] = valid_presets(kwargs["presets"], problems)
         if "mcp_servers" in kwargs:  # a bad server is left out on its own, the others kept
@@ -296,39 +282,6 @@ class Settings:
                 else:
                     break
         return cls(), problems
-
-
-def _valid_sampling(raw: Any, problems: list[str]) -> dict[str, Any]:
-    """The default sampling knobs with each valid one from ``raw`` applied."""
-    out = _default_sampling()
-    if not isinstance(raw, dict):
-        problems.append("sampling: must be an object")
-        return out
-    for k, v in raw.items():
-        if k not in SAMPLING_KEYS:
-            problems.append(f"sampling: unknown setting {k!r}")
-            continue
-        why = budget_problem(v) if k == "reasoning_budget" else None
-        try:
-            if why is None and not (k == "reasoning_budget" and v is None):
-                SamplingParams(**{k: v})
-        except (HearthError, TypeError) as e:
-            why = str(e)
-        if why:
-            problems.append(f"sampling: {why}")
-            continue
-        out[k] = v
-    return out
-
-
-def upgraded(raw: dict[str, Any]) -> dict[str, Any]:
-    """A settings file's dict as this version reads it. Version 1 saved every field, so its "exact"
-    profile was the old default (unless "Apply best" chose it): it becomes the new default."""
-    tuning = raw.get("tuning") if isinstance(raw.get("tuning"), dict) else {}
-    applied = any(isinstance(t, dict) and "exactness" in (t.get("applied") or {}) for t in tuning.values())
-    old = isinstance(raw.get("version", 1), int) and raw.get("version", 1) < 2
-    return {k: v for k, v in raw.items() if k != "exactness"} if old and raw.get("exactness") == "exact" \
-        and not applied else raw
 
 
 class SettingsFile:

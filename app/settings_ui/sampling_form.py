@@ -12,7 +12,7 @@ from app.core.settings import DEFAULT_CONTEXT_POLICY, _default_sampling
 TIPS = {"temperature": "0 = always the most likely token (greedy)", "top_k": "0 disables",
         "top_p": "1.0 disables", "min_p": "0 disables", "repeat_penalty": "1.0 disables",
         "penalty_last_n": "how many recent tokens the penalties look at; -1 = all",
-        "max_tokens": "the longest reply, in tokens"}
+        "max_tokens": "the longest reply, in tokens (a reply that reaches it is marked incomplete)"}
 LABELS = {"top_p": "Top-p", "top_k": "Top-k", "min_p": "Min-p", "max_tokens": "Max tokens"}
 CONTEXT_POLICY_LABELS = {"drop_oldest": "Drop the oldest messages (keep the system prompt)",
                          "stop": "Stop and say so"}
@@ -52,11 +52,22 @@ class SamplingForm(QWidget):
             "presence_penalty": _dspin(-2.0, 2.0, 0.1, v["presence_penalty"]),
             "frequency_penalty": _dspin(-2.0, 2.0, 0.1, v["frequency_penalty"]),
             "penalty_last_n": _ispin(-1, 1 << 20, v["penalty_last_n"]),
-            "max_tokens": _ispin(1, 1 << 20, v["max_tokens"]),
         }
         for k, widget in self.sp.items():
             widget.setToolTip(TIPS.get(k, ""))
             form.addRow(LABELS.get(k, k.replace("_", " ").capitalize()), widget)
+        # A reply runs until the model stops or the context is full, unless it is given a cap.
+        length_row = QHBoxLayout()
+        self.length_none = QCheckBox("Until the model stops")
+        self.length_none.setChecked(v["max_tokens"] is None)
+        self.max_tokens = _ispin(1, 1 << 20, v["max_tokens"] or 4096)
+        self.max_tokens.setEnabled(v["max_tokens"] is not None)
+        self.max_tokens.setToolTip(TIPS["max_tokens"])
+        self.length_none.setToolTip("No cap: the reply ends when the model ends it or the context is full")
+        self.length_none.toggled.connect(lambda on: self.max_tokens.setEnabled(not on))
+        length_row.addWidget(self.length_none)
+        length_row.addWidget(self.max_tokens, 1)
+        form.addRow("Max tokens", length_row)
         seed_row = QHBoxLayout()
         self.seed_random = QCheckBox("Random")
         self.seed_random.setChecked(v["seed"] is None)
@@ -94,6 +105,7 @@ class SamplingForm(QWidget):
         """The sampling dict as edited (floats rounded to what the spin boxes show)."""
         sampling = {k: (w.value() if isinstance(w, QSpinBox) else round(w.value(), 4))
                     for k, w in self.sp.items()}
+        sampling["max_tokens"] = None if self.length_none.isChecked() else self.max_tokens.value()
         sampling["seed"] = None if self.seed_random.isChecked() else self.seed.value()
         sampling["reasoning_budget"] = None if self.budget_none.isChecked() else self.budget.value()
         return sampling
@@ -108,5 +120,6 @@ class SamplingForm(QWidget):
         for k, widget in self.sp.items():
             widget.setValue(d[k])
         self.seed_random.setChecked(d["seed"] is None)
+        self.length_none.setChecked(d["max_tokens"] is None)
         self.budget_none.setChecked(True)
         self.policy.setCurrentIndex(self.policy.findData(DEFAULT_CONTEXT_POLICY))

@@ -26,7 +26,8 @@ def _add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--presence-penalty", type=float, default=d.presence_penalty)
     g.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty)
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--max-tokens", type=int, default=d.max_tokens)
+    g.add_argument("--max-tokens", type=int, default=d.max_tokens,
+                   help="the longest reply (default: until the model stops or the context is full)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 

@@ -145,7 +145,7 @@ class BatchRunner:
         dst.wait_for = (self.slots[found[0]], found[1]) if found is not None else None
         dst.client, dst.prompt, dst.history = client, prompt, list(prompt)
         dst.next_tok, dst.generated = None, 0
-        dst.limit = params.max_tokens + FINISH_CHAR_TOKENS
+        dst.limit = params.limit + FINISH_CHAR_TOKENS
         dst.eos = frozenset() if params.ignore_eos else self.backend.eos_ids
         sampler = make_sampler(params)
         dst.constraint = constraint

@@ -178,7 +178,7 @@ class LocalServer:
                     raise ApiError(400, str(e), param="tools", code="tools_not_supported") from None
                 # a model whose template takes no tools answers in text, which is all "none" asks
         try:
-            params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens or t.n_ctx})
+            params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens})  # None: until the context is full
             return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar,
                                 template_kwargs=kwargs, tools=plan)
         except HearthError as e:
