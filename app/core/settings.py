@@ -24,6 +24,7 @@ from engine import HearthError, SamplingParams
 from engine.atomic import atomic_write
 from engine.backends.llama.threadpool import check_poll
 from engine.config import EXACTNESS, default_exactness
+from engine.library.model_settings import SAMPLING_KEYS, budget_problem, default_sampling as _default_sampling
 from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, \
     effective_backend, infer_source, runs_gguf
 from engine.prompt.builder import CONTEXT_POLICIES
@@ -32,8 +33,7 @@ from engine.workers.machines import is_address
 from app.core import mcp_servers as mcp, server_settings, voice_settings
 from app.core.paths import config_dir, move_aside
 from app.core.presets import DEFAULT_PRESETS, valid_presets
-from app.core.settings_upgrade import SAMPLING_KEYS, budget_problem, default_sampling as _default_sampling, \
-    upgraded, valid_sampling
+from app.core.settings_upgrade import upgraded, valid_sampling
 
 FILE_NAME = "settings.json"
 FORMAT_VERSION = 3  # what each version changed: app/core/settings_upgrade.py

@@ -11,24 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from engine import HearthError, SamplingParams
+from engine.library.model_settings import SAMPLING_KEYS, budget_problem, default_sampling
 
 OLD_MAX_TOKENS = 512  # the reply length cap before version 3, written into every file
-# The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
-                 "frequency_penalty", "penalty_last_n", "seed", "max_tokens", "reasoning_budget")
-
-
-def default_sampling() -> dict[str, Any]:
-    """The engine's own value of every sampling knob (None: no seed, no reply length cap, no budget)."""
-    d = SamplingParams()
-    return {k: getattr(d, k) for k in SAMPLING_KEYS}
-
-
-def budget_problem(v: Any) -> str | None:
-    """Why ``v`` is not a thinking budget (None: unlimited, or a whole number of tokens >= 0)."""
-    if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-        return None
-    return f"reasoning_budget must be a whole number >= 0 or empty (no limit), got {v!r}"
 
 
 def upgraded(raw: dict[str, Any]) -> dict[str, Any]:
