@@ -59,7 +59,12 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     pool = None if idle_unload is None else library_pool(
         data_dir(), parallel=parallel, queue_limit=queue_limit, n_ctx=n_ctx, n_threads=n_threads,
         default_ttl=idle_unload, exactness=exactness)
+    from ..library.model_defaults import ServedDefaults
+    from ..library.model_store import memo_dir
+
+    # What a request leaves out: each model's recommendations and your settings for it (`models defaults`).
     server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool,
+                         defaults=ServedDefaults(memo=memo_dir(data_dir())),
                          **exposure(data_dir(), listen, tls_cert, tls_key, rate_limit))
     gpu_layers = None
     if rpc:

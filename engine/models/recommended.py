@@ -62,7 +62,8 @@ def _checked(name: str, raw: Any, kind: type, where: str, notes: list[str]) -> A
     if not ok:
         notes.append(f"{where} is {raw!r}, not a {'whole ' if kind is int else ''}number: left out")
         return None
-    value = int(raw) if kind is int else float(raw)
+    # A GGUF keeps floats in 32 bits: 0.6 reads back as 0.6000000238418579, which is 0.6 to its precision.
+    value = int(raw) if kind is int else float(f"{float(raw):.7g}")
     try:
         SamplingParams(**{name: value})  # type: ignore[arg-type]  # one field, by name
     except HearthError as e:
