@@ -61,7 +61,8 @@ def test_a_bad_change_from_a_terminal_is_one_line_and_changes_nothing(thinking_g
 
 def test_engine_chat_replies_with_the_model_s_settings_under_its_flags(thinking_gguf, data_dir, capsys,
                                                                      monkeypatch):
-    assert defaults(capsys, str(thinking_gguf), "--set", "max_tokens=6", "--set", "system_prompt=Answer in French.")[0] == 0
+    mine = ("--set", "max_tokens=6", "--set", "system_prompt=Answer in French.")
+    assert defaults(capsys, str(thinking_gguf), *mine)[0] == 0
     seen = []
     real = Engine.stream
 
