@@ -14,6 +14,7 @@ files hold only "bundled" or a GGUF path), a missing field means its default (Au
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -24,6 +25,9 @@ from engine import HearthError, SamplingParams
 from engine.atomic import atomic_write
 from engine.backends.llama.threadpool import check_poll
 from engine.config import EXACTNESS, default_exactness
+from engine.library import model_store
+from engine.library.model_settings import values_problem
+from engine.library.model_store import ModelEntry, ModelStore
 from engine.library.model_settings import SAMPLING_KEYS, budget_problem, default_sampling as _default_sampling
 from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, \
     effective_backend, infer_source, runs_gguf
@@ -93,11 +97,17 @@ class Settings:
     tool_timeout_s: float = mcp.TOOL_TIMEOUT_S        # per call
     tool_choice: str = "auto"  # a reply's first step: "auto" (the model decides) or "required" (it must call)
     voice: dict[str, Any] = field(default_factory=voice_settings.default)  # Settings → Voice (voice_settings.py)
+    # Each model's own settings by its key (engine/library/model_store.py), kept in model-settings.json beside
+    # settings.json, where `engine models defaults` reads and writes them too (app/core/model_defaults.py).
+    models: dict[str, ModelEntry] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.source is None and isinstance(self.model, str):
             self.source = infer_source(self.model)
         self.workers = tuple(self.workers) if isinstance(self.workers, (list, tuple)) else self.workers
+        if isinstance(self.models, dict):  # to_dict's copy of them: entries again (validate checks the rest)
+            self.models = {k: ModelEntry(**e) if isinstance(e, dict) and set(e) == {"name", "values"} else e
+                           for k, e in self.models.items()}
 
     # -- validation ---------------------------------------------------------
 
@@ -172,6 +182,10 @@ class Settings:
             or voice_settings.problem(self.voice)
         if why:
             raise SettingsError(why)
+        for key, entry in self.models.items():
+            why = values_problem(entry.values) if isinstance(entry, ModelEntry) else "not a model's settings"
+            if why:
+                raise SettingsError(f"models: {getattr(entry, 'name', key)}: {why}")
         unknown = set(self.sampling) - set(SAMPLING_KEYS)
         if unknown:
             raise SettingsError(f"sampling: unknown setting {sorted(unknown)[0]!r}")
@@ -250,7 +264,7 @@ class Settings:
     def from_dict(cls, d: Any) -> "Settings":
         if not isinstance(d, dict):
             raise SettingsError("the file does not hold a settings object")
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"models"}  # kept in their own file
         kwargs = {k: v for k, v in d.items() if k in known}
         if "sampling" in kwargs and not isinstance(kwargs["sampling"], dict):
             raise SettingsError("sampling: must be an object")
@@ -260,7 +274,7 @@ class Settings:
     def salvage(cls, d: dict[str, Any]) -> tuple["Settings", list[str]]:
         """The settings in ``d`` with every invalid field at its default (a bad sampling
         knob or preset is dropped on its own), and one message per thing dropped."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"models"}  # kept in their own file
         kwargs = {k: v for k, v in d.items() if k in known}
         problems: list[str] = []
         if "sampling" in kwargs:
@@ -290,9 +304,19 @@ class SettingsFile:
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else config_dir() / FILE_NAME
         self.last_working: LoadRequest | None = None
+        self.models = ModelStore(self.path.with_name(model_store.FILE_NAME))  # each model's own settings
+        self._models_on_disk: dict[str, ModelEntry] = {}  # what the last load or save left in it
 
     def load(self) -> tuple[Settings, str | None]:
-        """Return the settings and a message for the user (or None).
+        """Return the settings (each model's own included) and a message for the user (or None): see
+        :meth:`_load_settings` and ModelStore.load for what a damaged file gives."""
+        settings, notice = self._load_settings()
+        settings.models, models_notice = self.models.load()
+        self._models_on_disk = copy.deepcopy(settings.models)
+        return settings, " ".join(n for n in (notice, models_notice) if n) or None
+
+    def _load_settings(self) -> tuple[Settings, str | None]:
+        """settings.json's settings and a message for the user (or None).
 
         A missing file gives the defaults. One that cannot be read as a settings
         object is moved aside and the defaults are used, with a message saying
@@ -336,12 +360,18 @@ class SettingsFile:
                           f"file was kept as {moved}.")
 
     def save(self, settings: Settings) -> None:
+        """Write settings.json, and model-settings.json when a model's own settings changed (so a change
+        `engine models defaults` made meanwhile is not written over by one the window never made)."""
         settings.validate()
         data = settings.to_dict()
+        del data["models"]
         data["version"] = FORMAT_VERSION
         if self.last_working is not None:
             data["last_working"] = self.last_working.as_dict()
         atomic_write(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        if settings.models != self._models_on_disk:
+            self.models.save(settings.models)
+            self._models_on_disk = copy.deepcopy(settings.models)
 
     def mark_working(self, settings: Settings) -> None:
         """Record that ``settings``' model set-up loaded successfully."""

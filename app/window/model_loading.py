@@ -114,7 +114,7 @@ class LoadingController:
         gc.freeze()
         self.monitor.begin("loading")
         self.on_load_started(req.title)  # say so now, not when the thread gets to it
-        self.host.load(req)
+        self.host.load(req, self._settings().models)  # the model's own context applies over req's
 
     def cancel_load(self) -> None:
         """Stop the load (or the download) in flight."""

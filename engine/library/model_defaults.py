@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..errors import HearthError
 from ..models.recommended import NONE, Recommended, recommended
 from .model_settings import Layered, layered
 from .model_store import ModelEntry, ModelStore, model_key, model_path
@@ -37,7 +38,10 @@ def model_settings(source: str, model: str, entries: Mapping[str, ModelEntry], m
     """``model``'s settings: its key (hashing the file when it was not hashed before, unless ``memo_only``),
     its recommendations (a GGUF header or a folder's generation_config.json) and the user's entry."""
     key = model_key(source, model, memo, memo_only=memo_only)
-    path = model_path(source, model) if source != "remote" else None
+    try:
+        path = model_path(source, model)
+    except (OSError, HearthError):  # a missing bundled model: its load says so
+        path = None
     rec = recommended(path) if path is not None else NONE
     entry = entries.get(key) if key is not None else None
     name = path.name if path is not None and source != "hub" else model

@@ -1,0 +1,93 @@
+"""Each model's own settings in the real window: the loaded model's recommendations and the user's settings for
+it reach the sampler (checked on the SamplingParams each reply's job carries), switch when the model does, a
+chat's own settings stay with the chat, and they survive a restart."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.bridge.engine_host import EngineHost
+from app.core.model_defaults import with_yours
+from app.core.settings import SettingsFile
+from app.window.main_window import MainWindow
+from gguf_copy import QWEN3_SAMPLING, with_metadata
+from test_app_window import type_and_enter, wait_reply
+
+
+@pytest.fixture(scope="module")
+def thinking_gguf(bundled_path, tmp_path_factory):
+    return with_metadata(Path(bundled_path), tmp_path_factory.mktemp("win") / "qwen3-like.gguf", QWEN3_SAMPLING)
+
+
+@pytest.fixture
+def jobs(monkeypatch):
+    """Every reply job the window hands the engine thread (the real host runs each)."""
+    seen = []
+    real = EngineHost.generate
+    monkeypatch.setattr(EngineHost, "generate", lambda self, job: seen.append(job) or real(self, job))
+    return seen
+
+
+def switch(qtbot, w: MainWindow, model: str, source: str) -> None:
+    w.apply_settings(replace(w.settings, model=model, source=source))
+    qtbot.waitUntil(lambda: w.host.ready and w.host.identity.key is not None, timeout=60_000)
+
+
+def ask(qtbot, w: MainWindow, text: str = "Hi"):
+    type_and_enter(w, text)
+    wait_reply(qtbot, w)
+
+
+def test_switching_models_switches_their_settings(qtbot, make_window, jobs, thinking_gguf):
+    w = make_window(max_tokens=24)  # Hearth's defaults as the user set them: greedy, 24 tokens
+    ask(qtbot, w)
+    assert (jobs[-1].params.temperature, jobs[-1].params.top_k, jobs[-1].params.max_tokens) == (0.0, 40, 24)
+    switch(qtbot, w, str(thinking_gguf), "gguf")
+    assert w.host.identity.recommended.values["temperature"] == 0.6
+    ask(qtbot, w)
+    p = jobs[-1].params
+    assert (p.temperature, p.top_k, p.top_p, p.repeat_penalty, p.max_tokens) == (0.6, 20, 0.95, 1.05, 24)
+    w._adopt_settings(with_yours(w.settings, w.host.identity, {"max_tokens": 5, "temperature": 0.2}))
+    ask(qtbot, w)
+    assert (jobs[-1].params.temperature, jobs[-1].params.max_tokens, jobs[-1].params.top_k) == (0.2, 5, 20)
+    switch(qtbot, w, "bundled", "bundled")
+    ask(qtbot, w)
+    assert (jobs[-1].params.temperature, jobs[-1].params.top_k, jobs[-1].params.max_tokens) == (0.0, 40, 24)
+    saved, notice = SettingsFile().load()  # kept by the model file's content, and on disk
+    assert notice is None and [e.values for e in saved.models.values()] == [{"max_tokens": 5, "temperature": 0.2}]
+
+
+def test_a_chat_s_own_settings_stay_with_the_chat(qtbot, make_window, jobs, thinking_gguf):
+    w = make_window(max_tokens=24)
+    first = w.current
+    w.store.set_settings(first, {"max_tokens": 3, "temperature": 0.9})
+    ask(qtbot, w)
+    assert (jobs[-1].params.max_tokens, jobs[-1].params.temperature) == (3, 0.9)
+    w.new_conversation()
+    ask(qtbot, w)
+    assert (jobs[-1].params.max_tokens, jobs[-1].params.temperature) == (24, 0.0)
+    switch(qtbot, w, str(thinking_gguf), "gguf")
+    w.select_conversation(first)
+    ask(qtbot, w)
+    assert (jobs[-1].params.max_tokens, jobs[-1].params.temperature, jobs[-1].params.top_k) == (3, 0.9, 20)
+
+
+def test_the_model_s_system_prompt_turns_and_context(qtbot, make_window, jobs, thinking_gguf):
+    w = make_window(max_tokens=4)
+    switch(qtbot, w, str(thinking_gguf), "gguf")
+    turns = [{"role": "user", "content": "Is Toronto in Canada?"}, {"role": "assistant", "content": "yes"}]
+    w._adopt_settings(with_yours(w.settings, w.host.identity, {"system_prompt": "Answer in French.",
+                                                                 "messages": turns, "context": 1024}))
+    ask(qtbot, w, "Is Ontario in Canada?")
+    assert [(m.role, m.content) for m in jobs[-1].messages] == [
+        ("system", "Answer in French."), ("user", "Is Toronto in Canada?"), ("assistant", "yes"),
+        ("user", "Is Ontario in Canada?")]
+    w.store.set_system_prompt(w.current, "Be brief.")  # a chat's own system prompt wins
+    ask(qtbot, w, "And Quebec?")
+    assert jobs[-1].messages[0].content == "Be brief."
+    switch(qtbot, w, "bundled", "bundled")
+    assert w.host.model.n_ctx != 1024
+    switch(qtbot, w, str(thinking_gguf), "gguf")  # its own context applies when it loads
+    assert w.host.model.n_ctx == 1024
