@@ -91,3 +91,41 @@ def test_the_model_s_system_prompt_turns_and_context(qtbot, make_window, jobs, t
     assert w.host.model.n_ctx != 1024
     switch(qtbot, w, str(thinking_gguf), "gguf")  # its own context applies when it loads
     assert w.host.model.n_ctx == 1024
+
+
+def test_the_window_s_api_uses_the_model_s_settings(qtbot, data_dir, monkeypatch, thinking_gguf):
+    import socket
+
+    import httpx
+    import openai
+
+    from app.core.settings import Settings
+    from engine.serve.runtime.scheduler import Scheduler
+
+    given = []
+    real = Scheduler.submit
+    monkeypatch.setattr(Scheduler, "submit", lambda self, req: given.append(req.params) or real(self, req))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    s = Settings(model=str(thinking_gguf), source="gguf", server_enabled=True, server_port=port)
+    s.sampling.update(presence_penalty=0.5)
+    SettingsFile().save(s)
+    w = MainWindow()
+    try:
+        w.show()
+        w.start()
+        qtbot.waitUntil(lambda: w.host.ready and w.server_host.running and w.server_host.server.model_id
+                        is not None, timeout=60_000)
+        w._adopt_settings(with_yours(w.settings, w.host.identity, {"max_tokens": 4}))
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=120)
+        mid = w.server_host.server.model_id
+        client.chat.completions.create(model=mid, messages=[{"role": "user", "content": "Hi"}])
+        p = given[-1]
+        assert (p.temperature, p.top_k, p.max_tokens, p.presence_penalty) == (0.6, 20, 4, 0.5)
+        card = httpx.get(f"http://127.0.0.1:{port}/v1/models/{mid}").json()["hearth_settings"]["settings"]
+        assert card["max_tokens"] == {"value": 4, "layer": "yours"}
+        assert card["presence_penalty"] == {"value": 0.5, "layer": "hearth"}
+        assert card["temperature"] == {"value": 0.6, "layer": "model"}
+    finally:
+        w.close()

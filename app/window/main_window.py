@@ -273,6 +273,8 @@ class MainWindow(QMainWindow):
     def _adopt_settings(self, new: Settings) -> None:
         self.settings = new
         self.save_settings()
+        if self.server_host.running:
+            self.server_host.apply(new)  # the API's requests follow a model's own settings too
 
     def _apply_server(self) -> None:
         """Start, stop or re-key the local server as the settings say; a failure is shown, never silent."""
