@@ -377,8 +377,9 @@ class RepliesController:
             if here:
                 self.chat.remove_from(s.user_mid)
                 self.chat.set_input_text(text)
-            self.info.show_message(f"The message was not sent: {msg}. Your text is back in the input box.",
-                                   "error")
+            if not self.info.shown(f"reply:{mid}"):  # the model's loader said it already, and what to do
+                self.info.show_message(f"The message was not sent: {msg}. Your text is back in the input box.",
+                                       "error", tags=(f"reply:{mid}",))
         else:
             if s.conv == self._current():
                 w = self.chat.widget(mid)
@@ -386,6 +387,7 @@ class RepliesController:
                     thought = "".join(s.thought) or None
                     w.set_result(partial, complete=False, finish_reason="error", error=msg, reasoning=thought,
                                  reasoning_open=thought is not None and not partial)
-            self.info.show_message(f"The reply stopped with an error: {msg}. What was written is kept.",
-                                   "error")
+            if not self.info.shown(f"reply:{mid}"):  # the model's loader said it already, and what to do
+                self.info.show_message(f"The reply stopped with an error: {msg}. What was written is kept.",
+                                       "error", tags=(f"reply:{mid}",))
         self.chat.refresh_actions()
