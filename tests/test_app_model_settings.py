@@ -62,7 +62,14 @@ def test_switching_models_switches_their_settings(qtbot, make_window, jobs, thin
 def test_a_chat_s_own_settings_stay_with_the_chat(qtbot, make_window, jobs, thinking_gguf):
     w = make_window(max_tokens=24)
     first = w.current
-    w.store.set_settings(first, {"max_tokens": 3, "temperature": 0.9})
+    chat_menu = next(a.menu() for a in w.menuBar().actions() if a.text() == "&Chat")
+    assert "This chat's &settings…" in [a.text() for a in chat_menu.actions()]
+    with pytest.raises(ValueError, match="top_p must be in"):
+        w.replies.reply_settings.save_chat_settings(first, {"top_p": 0})
+    with pytest.raises(ValueError, match="'system_prompt' is not a setting here"):
+        w.replies.reply_settings.save_chat_settings(first, {"system_prompt": "the chat has its own field"})
+    assert w.store.conversation(first).settings == {}  # refused: nothing kept
+    w.replies.reply_settings.save_chat_settings(first, {"max_tokens": 3, "temperature": 0.9})
     ask(qtbot, w)
     assert (jobs[-1].params.max_tokens, jobs[-1].params.temperature) == (3, 0.9)
     w.new_conversation()

@@ -242,8 +242,9 @@ def test_the_budget_in_the_settings_dialog(qtbot):
 
     f = SamplingForm({**Settings().sampling, "reasoning_budget": 300})
     qtbot.addWidget(f)
-    assert not f.budget_none.isChecked() and f.values()["reasoning_budget"] == 300
-    f.budget_none.setChecked(True)
+    budget = f.rows["reasoning_budget"].edit
+    assert not budget.none.isChecked() and f.values()["reasoning_budget"] == 300
+    budget.none.setChecked(True)
     assert f.values()["reasoning_budget"] is None
 
 

@@ -246,7 +246,7 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         from app.settings_ui.settings_dialog import SettingsDialog  # only built when asked for
 
-        dlg = SettingsDialog(self.settings, self)
+        dlg = SettingsDialog(self.settings, self, identity=self.host.identity, think=self.host.think)
         if dlg.exec() and dlg.result_settings is not None:
             self.apply_settings(dlg.result_settings)
 

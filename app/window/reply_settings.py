@@ -54,6 +54,26 @@ class ReplySettings:
         """The loaded model's example turns (an Ollama Modelfile's MESSAGE lines), before every chat's own."""
         return [Message(m["role"], m["content"]) for m in md.example_turns(self._settings(), self.host.identity)]
 
+    def edit_chat_settings(self, parent) -> None:
+        """Chat → This chat's settings: edit the chat on screen's own settings over its model's."""
+        from app.settings_ui.chat_settings_dialog import ChatSettingsDialog  # built when asked for
+
+        cid = self._current()
+        if cid is None:
+            return
+        conv = self.store.conversation(cid)
+        dlg = ChatSettingsDialog(conv.title, conv.settings, lambda chat: md.reply_layers(
+            self._settings(), self.host.identity, chat), parent)
+        if dlg.exec():
+            self.save_chat_settings(cid, dlg.chat)
+
+    def save_chat_settings(self, cid: int, values: dict) -> None:
+        """Keep ``values`` as the chat's own settings (checked first: a bad one is refused, nothing kept)."""
+        why = md.chat_problem(values)
+        if why:
+            raise ValueError(why)
+        self.store.set_settings(cid, values)
+
     # -- the Think control ----------------------------------------------------------
 
     def choice(self, cid: int | None) -> object:

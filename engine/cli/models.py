@@ -52,7 +52,7 @@ def defaults(a: argparse.Namespace) -> int:
     from ..library.model_defaults import model_settings, source_of
     from ..library.model_settings import LAYER_LABELS, parse_value
     from ..library.model_store import ModelEntry, ModelStore, memo_dir
-    from ..library.preset_files import read_preset
+    from ..library.preset_files import read_preset_file
     from ..paths import data_dir
 
     model = a.model or "bundled"
@@ -68,11 +68,7 @@ def defaults(a: argparse.Namespace) -> int:
     if a.import_file:
         path = Path(a.import_file).expanduser()
         try:
-            data = path.read_bytes()
-        except OSError as e:
-            raise HearthError(f"cannot read {path}: {e.strerror or e}") from None
-        try:
-            preset = read_preset(data)
+            preset = read_preset_file(path)
         except HearthError as e:
             raise HearthError(f"{path.name}: {e}") from None
         for note in preset.notes:

@@ -19,8 +19,10 @@ line, and nothing is imported.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import HearthError
@@ -141,6 +143,19 @@ def read_preset(data: bytes) -> ImportedPreset:
             return _hearth(obj, text)
         return lmstudio_preset(obj, text)
     return modelfile(text)
+
+
+def read_preset_file(path: str | os.PathLike[str]) -> ImportedPreset:
+    """A preset file's settings (:func:`read_preset`); a file over MAX_PRESET_BYTES is refused before it is
+    read, so a hostile one of any size costs nothing."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_PRESET_BYTES:
+            raise PresetError(f"the file is {size:,} bytes; a preset is at most {MAX_PRESET_BYTES:,} bytes")
+        return read_preset(p.read_bytes())
+    except OSError as e:
+        raise PresetError(f"cannot read it: {e.strerror or e}") from None
 
 
 def export_preset(name: str, values: dict[str, Any]) -> str:
