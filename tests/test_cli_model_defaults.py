@@ -83,3 +83,27 @@ def test_engine_chat_replies_with_the_model_s_settings_under_its_flags(thinking_
 def test_engine_chat_refuses_a_bad_flag_before_loading(data_dir, capsys):
     assert main(["chat", "--temp", "-1"]) == 2
     assert capsys.readouterr().err.startswith("hearth: error: --temperature: temperature must be >= 0")
+
+
+def test_engine_chat_on_a_folder_uses_its_generation_config(tmp_path, data_dir, capsys, monkeypatch):
+    """A transformers folder carrying Qwen2.5's published generation_config.json (a tiny random Llama wearing
+    it): its recommendations reach the sampler of the transformers backend."""
+    import shutil
+
+    from tiny_hf import make_tiny_model
+
+    folder = make_tiny_model(tmp_path / "tiny-qwen-config")
+    shutil.copyfile(Path(__file__).parent / "fixtures" / "generation_configs" / "Qwen2.5-3B-Instruct" /
+                    "generation_config.json", folder / "generation_config.json")
+    seen = []
+    real = Engine.stream
+
+    def stream(self, messages, params=None, **kw):
+        seen.append(params)
+        return real(self, messages, params, **kw)
+    monkeypatch.setattr(Engine, "stream", stream)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hello\n"))
+    assert main(["chat", "--model", str(folder), "--max-tokens", "3", "--threads", "1"]) == 0
+    (params,) = seen
+    assert (params.temperature, params.top_p, params.top_k, params.repeat_penalty) == (0.7, 0.8, 20, 1.05)
+    assert "settings from the model's recommendation: temperature 0.7, top_k 20, top_p 0.8" in capsys.readouterr().err
