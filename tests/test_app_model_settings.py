@@ -136,3 +136,31 @@ def test_the_window_s_api_uses_the_model_s_settings(qtbot, data_dir, monkeypatch
         assert card["temperature"] == {"value": 0.6, "layer": "model"}
     finally:
         w.close()
+
+
+def test_the_model_s_think_default_and_its_tools(qtbot, make_window, jobs, bundled_path, tmp_path):
+    """A thinking model (the bundled weights wearing Qwen3's template) thinks or not by its own default until a
+    chat chooses; a model offered no MCP server's tools is given none (the tests' MCP server)."""
+    import sys
+
+    from app.core.settings import Settings
+    from test_app_think import TEMPLATES, with_template
+
+    template = (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text()
+    qwen3 = with_template(Path(bundled_path), tmp_path / "qwen3.gguf", template)
+    calc = {"name": "calc", "kind": "stdio", "command": sys.executable,
+            "args": [str(Path(__file__).parent / "mcp_server.py"), "stdio", str(tmp_path), "--only", "add"]}
+    s = Settings(model=str(qwen3), mcp_servers=[calc])
+    s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": 4})
+    SettingsFile().save(s)
+    w = make_window(write=False)
+    qtbot.waitUntil(lambda: "calc" in w.replies.tools.states and w.replies.tools.states["calc"].ready,
+                    timeout=60_000)
+    assert [o.name for o in w.replies.tools.offer(0)[0].tools] == ["add"]
+    w._adopt_settings(with_yours(w.settings, w.host.identity, {"think": False, "tools": []}))
+    assert w.replies.tools.offer(0)[0].tools == ()
+    ask(qtbot, w)
+    assert jobs[-1].template_kwargs == {"enable_thinking": False} and jobs[-1].tools == ()
+    w.replies.reply_settings.think_chosen(True)  # the chat's own choice wins over the model's default
+    ask(qtbot, w)
+    assert jobs[-1].template_kwargs == {"enable_thinking": True}
