@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -32,3 +33,18 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def move_aside(path: str | os.PathLike[str], reason: str = "corrupt") -> Path:
+    """Rename a damaged file to ``<name>.<reason>-<timestamp>`` and return the new path.
+
+    Damaged files are kept, never deleted: the user may want to recover them."""
+    path = Path(path)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.{reason}-{stamp}")
+    n = 1
+    while target.exists():
+        target = path.with_name(f"{path.name}.{reason}-{stamp}-{n}")
+        n += 1
+    os.replace(path, target)
+    return target

@@ -1,7 +1,7 @@
 """Hearth's data folder, shared by the window and the command line.
 
 ``HEARTH_DATA_DIR`` when set (tests, portable installs), else the platform's
-user data folder for "Hearth". The disk prefix store, the memory-plan log, the
+user data folder for "Hearth" (and its config folder for settings). The disk prefix store, the memory-plan log, the
 GPU-crash marker and saved benchmark runs live there, so ``engine serve`` and
 the window reuse each other's cached prompts.
 """
@@ -27,3 +27,11 @@ def data_dir() -> Path:
     from platformdirs import user_data_dir
 
     return app_dir(user_data_dir)
+
+
+def config_dir() -> Path:
+    """The settings folder (created if missing): the window's settings.json and each model's own settings,
+    which ``engine models defaults`` edits too."""
+    from platformdirs import user_config_dir
+
+    return app_dir(user_config_dir)

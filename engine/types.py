@@ -19,6 +19,9 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 
 GRAMMAR_SCOPES = ("answer", "reply")
+# What ``SamplingParams.limit`` says when a reply has no cap: more than any context holds (MAX_CONTEXT
+# is 2**20), small enough to stay a plain int wherever a count of tokens goes.
+NO_TOKEN_LIMIT = 1 << 30
 
 # What a step's row of tokens wants back: no logits (a prompt chunk), its last token's, or every
 # token's (a speculative round's verification).
@@ -59,7 +62,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     penalty_last_n: int = 64  # how many recent tokens the penalties look at; -1 = all
     seed: int | None = None
-    max_tokens: int = 512
+    max_tokens: int | None = None  # the longest reply; None: until the model stops or the context is full
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks only: keep decoding past end-of-turn
     grammar: str | None = None  # GBNF text the reply must follow (the backend compiles it); see grammar_scope
@@ -84,8 +87,9 @@ class SamplingParams:
             raise HearthError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
         if self.penalty_last_n < -1:
             raise HearthError(f"penalty_last_n must be >= -1, got {self.penalty_last_n}")
-        if self.max_tokens < 1:
-            raise HearthError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
+                                            or self.max_tokens < 1):
+            raise HearthError(f"max_tokens must be a whole number >= 1 or None (no limit), got {self.max_tokens!r}")
         if self.grammar_scope not in GRAMMAR_SCOPES:
             raise HearthError(f"grammar_scope must be one of {', '.join(GRAMMAR_SCOPES)}, got {self.grammar_scope!r}")
         if self.reasoning_budget is not None and (
@@ -99,6 +103,12 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def limit(self) -> int:
+        """The most tokens the reply may have: ``max_tokens``, or NO_TOKEN_LIMIT when it has none (the
+        reply then ends when the model stops or the context is full)."""
+        return NO_TOKEN_LIMIT if self.max_tokens is None else self.max_tokens
 
 
 FinishReason = Literal["eos", "stop_string", "max_tokens", "cancelled", "context_full", "tool_calls"]

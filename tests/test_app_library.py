@@ -367,3 +367,22 @@ def test_a_library_that_cannot_be_read_says_why(qtbot, window):
     view.refresh()
     settle(qtbot, view)
     assert view.status.text() == "Could not read the models on disk: ZeroDivisionError: division by zero"
+
+
+def test_the_library_shows_a_model_s_own_settings(qtbot, window, dirs, bundled_path):
+    from app.core.model_defaults import with_yours
+    from gguf_copy import QWEN3_SAMPLING, with_metadata
+
+    path = with_metadata(bundled_path, dirs / "models" / "qwen3-like.gguf", QWEN3_SAMPLING)
+    window.show_library()
+    view = window.models_dock.library_view
+    settle(qtbot, view)
+    tip = view.table.item(rows(view)["qwen3-like.gguf"], 0).toolTip()
+    assert "its own settings: temperature 0.6 (the model's recommendation), top_k 20" in tip
+    view.table.selectRow(rows(view)["qwen3-like.gguf"])
+    view.load_button.click()
+    qtbot.waitUntil(lambda: window.host.ready and window.host.identity.key is not None, timeout=60_000)
+    window._adopt_settings(with_yours(window.settings, window.host.identity, {"max_tokens": 2048}))
+    view.refresh()
+    settle(qtbot, view)
+    assert "max_tokens 2048 (yours for this model)" in view.table.item(rows(view)[path.name], 0).toolTip()

@@ -156,3 +156,41 @@ def test_segment_bounds_cut_only_between_top_level_blocks():
     assert segment_bounds("no blank lines at all", 0, 1) == []
     later = segment_bounds(md, cuts[0], 1)
     assert later and later[0] > cuts[0]
+
+
+TODAYS_FILE = "tests/fixtures/settings/settings-v2.json"  # written by the release before version 3, every field
+
+
+def test_todays_settings_file_migrates_without_losing_a_value(tmp_path):
+    path = tmp_path / "settings.json"
+    path.write_bytes(open(TODAYS_FILE, "rb").read())
+    before = json.loads(path.read_text())
+    f = SettingsFile(path)
+    s, notice = f.load()
+    assert notice is None and not list(tmp_path.glob("settings.json.invalid-*"))
+    # The reply length cap was the old default, written out because every field is: it becomes "no cap".
+    assert s.sampling.get("max_tokens") is None and s.sampling_params().max_tokens is None
+    f.save(s)
+    after = json.loads(path.read_text())
+    assert after["version"] == 3
+    for key, value in before.items():
+        if key == "version":
+            continue
+        if key == "sampling":
+            assert {k: v for k, v in after[key].items() if k != "max_tokens"} == \
+                {k: v for k, v in value.items() if k != "max_tokens"}
+        else:
+            assert after[key] == value, key
+    assert SettingsFile(path).load() == (s, None)
+
+
+def test_a_reply_length_chosen_before_version_3_is_kept(tmp_path):
+    raw = json.loads(open(TODAYS_FILE).read())
+    raw["sampling"]["max_tokens"] = 2048
+    (tmp_path / "settings.json").write_text(json.dumps(raw))
+    s, notice = SettingsFile(tmp_path / "settings.json").load()
+    assert notice is None and s.sampling["max_tokens"] == 2048 and s.sampling_params().max_tokens == 2048
+    raw["version"] = 3  # a file of this version that says 512 means 512
+    raw["sampling"]["max_tokens"] = 512
+    (tmp_path / "settings.json").write_text(json.dumps(raw))
+    assert SettingsFile(tmp_path / "settings.json").load()[0].sampling["max_tokens"] == 512

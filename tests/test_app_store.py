@@ -170,3 +170,16 @@ def test_pinned_conversations_come_first_and_stay_pinned(tmp_path):
     s.set_pinned(old.id, False)
     assert [c.title for c in s.list_conversations()] == ["new", "old"]
     s.close()
+
+
+def test_a_chat_s_own_settings_are_kept_with_it(tmp_path):
+    store = Store(tmp_path / "h.sqlite3")
+    a, b = store.create_conversation(), store.create_conversation()
+    assert store.conversation(a.id).settings == {}
+    store.set_settings(a.id, {"max_tokens": 200, "temperature": 0.1})
+    store.close()
+    again = Store(tmp_path / "h.sqlite3")
+    assert again.conversation(a.id).settings == {"max_tokens": 200, "temperature": 0.1}
+    assert again.conversation(b.id).settings == {}
+    again.set_settings(a.id, {})
+    assert again.conversation(a.id).settings == {}

@@ -59,11 +59,16 @@ def test_a_worker_killed_mid_reply_leaves_the_window_the_message_and_an_offer_to
         offers = [b for b in w.info.bars() if getattr(b, "action_button", None) is not None
                   and b.action_button.text() == f"Reload without {endpoint}"]
         assert len(offers) == 1 and endpoint in offers[0].text(), w.info.messages()
+        # One event, one bar: the offer says what happened to the reply, so no second bar says it again.
+        assert [m for m in w.info.messages() if "stopped answering" in m or "stopped with an error" in m] == \
+            [offers[0].text()]
         offer = offers[0]
         offer.action_button.click()
         qtbot.waitUntil(lambda: w.host.ready and w.host.model is not None and w.host.model.runtime != "rpc",
                         timeout=60_000)
         assert w.settings.workers == () and SettingsFile().load()[0].workers == ()
+        # The model runs here now: nothing still says it has layers elsewhere or that a machine is lost.
+        assert not [m for m in w.info.messages() if endpoint in m or "other machines" in m], w.info.messages()
     finally:
         proc.kill()
         proc.wait(10)

@@ -56,6 +56,21 @@ def test_max_tokens(engine):
     assert f.finish_reason == "max_tokens" and f.stats.generated_tokens == 5
 
 
+def test_a_reply_has_no_length_cap_by_default(bundled_path):
+    # The peers' default (Ollama's num_predict -1, llama-server's n_predict -1): a reply ends when the model
+    # ends it or the context is full, never at 512 tokens as Hearth's did.
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=640, n_threads=2))
+    try:
+        params = SamplingParams(temperature=0, ignore_eos=True)
+        assert params.max_tokens is None
+        n_prompt = len(e.prompt_tokens(Q))
+        _, f = collect(e.stream(Q, params))
+        assert f.finish_reason == "context_full"
+        assert f.stats.generated_tokens > 512 and n_prompt + f.stats.generated_tokens - 1 == e.backend.n_ctx
+    finally:
+        e.close()
+
+
 def test_stop_string_truncates_before_it(engine):
     engine.reset()
     _, full = collect(engine.stream(Q, GREEDY))

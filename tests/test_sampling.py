@@ -446,3 +446,21 @@ def test_rejects_non_vector_logits():
     for kw in (dict(), dict(temperature=0.0)):
         with pytest.raises(ValueError):
             make_sampler(params(**kw))([], np.zeros((2, 3)))
+
+
+# ----------------------------------------------------------------------------- reply length
+
+
+def test_a_reply_length_is_none_by_default_and_its_limit_is_past_any_context():
+    from engine.types import NO_TOKEN_LIMIT
+
+    assert SamplingParams().max_tokens is None and SamplingParams().limit == NO_TOKEN_LIMIT > 1 << 20
+    assert SamplingParams(max_tokens=7).limit == 7
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "512"])
+def test_a_reply_length_is_a_whole_number_of_at_least_one_or_none(bad):
+    from engine.errors import HearthError
+
+    with pytest.raises(HearthError, match="max_tokens must be a whole number >= 1 or None"):
+        SamplingParams(max_tokens=bad)

@@ -125,3 +125,48 @@ def test_without_voice_installed_the_routes_say_how_to_install_it(server, monkey
 def test_speech_read_back_by_the_server_decoder_is_its_length(client):
     wav = client.audio.speech.create(model="tts-1", voice="alloy", input="Hello.", response_format="wav").read()
     assert 0.3 < read_audio(wav, max_seconds=10).seconds < 3
+
+
+# -- speech models by name ----------------------------------------------------------------------------------------
+
+CHINESE = "今天天气很好，我想去公园散步。"
+
+
+@pytest.fixture(scope="module")
+def chinese(tmp_path_factory):
+    samples = np.concatenate([silence(0.3), espeak(CHINESE, tmp_path_factory.mktemp("zh"), voice="cmn"), silence(0.3)])
+    return encode_audio(samples, 16000, "wav")
+
+
+def test_a_model_not_installed_is_a_404_that_names_the_installed_ones(client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.audio.transcriptions.create(model="whisper-large-v9", file=("x.wav", encode_audio(silence(1), 16000,
+                                                                                                 "wav")))
+    msg = str(e.value)
+    assert "no Whisper called 'whisper-large-v9' is installed here" in msg and "bundled (English only)" in msg
+    assert "whisper-1 means the one chosen in Settings → Voice" in msg
+    with pytest.raises(openai.NotFoundError, match="no Piper voice called 'nobody' is installed here"):
+        client.audio.speech.create(model="nobody", voice="alloy", input="Hello.").read()
+
+
+def test_a_language_the_chosen_model_cannot_hear_is_a_400_naming_one_that_can(client, chinese):
+    from engine.voice.fetch import whisper_base_path
+
+    assert whisper_base_path() is not None, "Whisper base is not fetched: python -m engine models fetch-whisper-base"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.audio.transcriptions.create(model="whisper-1", file=("zh.wav", chinese), language="zh")
+    msg = str(e.value)
+    assert "the speech model Whisper tiny.en (bundled) hears English only, so it cannot transcribe language 'zh'" in msg
+    assert "faster-whisper-base is installed and can: send model=faster-whisper-base" in msg
+
+
+def test_model_names_an_installed_multilingual_whisper(client, chinese):
+    got = client.audio.transcriptions.create(model="faster-whisper-base", file=("zh.wav", chinese), language="zh",
+                                             response_format="verbose_json")
+    # espeak-ng's Mandarin is robotic and Whisper base small: what it hears is Chinese, not what was said word for word
+    assert got.language == "zh" and sum("\u4e00" <= c <= "\u9fff" for c in got.text) >= 3, got.text
+
+
+def test_model_names_a_piper_voice_by_its_file(client):
+    mp3 = client.audio.speech.create(model="en_US-joe-medium", voice="alloy", input="Bread rises.").read()
+    assert len(mp3) > 1000

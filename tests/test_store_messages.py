@@ -78,11 +78,12 @@ def test_migrating_a_real_v2_database_keeps_every_row_and_splits_known_reasoning
     before = table(path, f"SELECT {cols} FROM messages ORDER BY id")
     convs_before = table(path, "SELECT * FROM conversations ORDER BY id")
     s = Store(path)
-    assert s.schema_version() == SCHEMA_VERSION == 3
+    assert s.schema_version() == SCHEMA_VERSION == 4
     after = table(path, f"SELECT {cols}, reasoning, reasoning_open, reasoning_tokens, tool_calls, tool_call_id "
                         "FROM messages ORDER BY id")
-    # every conversation kept as it was; the Think choice (new in v3) is the model's default
-    assert table(path, "SELECT * FROM conversations ORDER BY id") == [(*c, None) for c in convs_before]
+    # every conversation kept as it was; the Think choice (new in v3) is the model's default, and a chat's
+    # own settings (new in v4) are none
+    assert table(path, "SELECT * FROM conversations ORDER BY id") == [(*c, None, None) for c in convs_before]
     split = {11: ("The user wants bread. Kneten!", "Kneten und backen."), 15: ("パン", "パンを焼く。"),
              16: ("old hidden", "hidden")}
     assert len(after) == len(before)
@@ -120,7 +121,7 @@ def test_migrating_a_real_v2_database_keeps_every_row_and_splits_known_reasoning
     assert table(path, "SELECT count(*) FROM messages WHERE conversation_id = 8") == [(0,)]
     s.close()
     again = Store(path)  # reopening migrates nothing twice
-    assert again.message(11).reasoning == "The user wants bread. Kneten!" and again.schema_version() == 3
+    assert again.message(11).reasoning == "The user wants bread. Kneten!" and again.schema_version() == SCHEMA_VERSION
     assert table(path, "PRAGMA integrity_check") == [("ok",)]
     assert table(path, "PRAGMA foreign_key_check") == []
     again.close()

@@ -11,10 +11,12 @@ from PySide6.QtCore import QObject, QThread, Signal
 from engine import HearthError
 from engine.reply_formats import ThinkControl
 from engine.interface import LoadedModel
+from engine.library.model_store import ModelEntry
 from engine.loading.request import LoadRequest
 
 from app.bridge.generation_worker import GenerationJob, GenerationWorker, SharedEngine
 from app.bridge.load_worker import LoadJob, LoadWorker, Opener, open_model
+from app.core.model_defaults import NO_MODEL, ModelIdentity
 
 
 class EngineHost(QObject):
@@ -66,6 +68,7 @@ class EngineHost(QObject):
         self._thread.start()
         self.model: LoadedModel | None = None   # what is loaded, and where it runs
         self.think: ThinkControl | None = None  # the loaded engine's Think control (None: its template has none)
+        self.identity: ModelIdentity = NO_MODEL  # the loaded model as its own settings know it
         self._load: LoadJob | None = None
         self._job: GenerationJob | None = None
 
@@ -114,12 +117,14 @@ class EngineHost(QObject):
 
     # -- loading ------------------------------------------------------------
 
-    def load(self, req: LoadRequest) -> None:
+    def load(self, req: LoadRequest, models: dict[str, ModelEntry] | None = None) -> None:
+        """Load ``req`` on the engine thread (``models``: each model's own settings, Settings.models)."""
         if self._load is not None:
             self._load.cancel.set()
         self.model = None
         self.think = None
-        self._load = LoadJob(req)
+        self.identity = NO_MODEL
+        self._load = LoadJob(req, models=dict(models or {}))
         self._request_load.emit(self._load)
 
     def cancel_load(self) -> None:
@@ -140,12 +145,13 @@ class EngineHost(QObject):
         if self._current(rid) and not self._load.cancel.is_set():
             self.download_progress.emit(done, total, name)
 
-    def _on_loaded(self, rid: int, model: LoadedModel, think: ThinkControl | None) -> None:
+    def _on_loaded(self, rid: int, model: LoadedModel, think: ThinkControl | None, ident: ModelIdentity) -> None:
         if not self._current(rid):
             return
         self._load = None
         self.model = model
         self.think = think
+        self.identity = ident
         self.loaded.emit(model)
 
     def _on_load_failed(self, rid: int, msg: str) -> None:

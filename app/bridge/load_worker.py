@@ -25,9 +25,11 @@ from engine.backends.llama.threadpool import ThreadChoice, thread_option
 from engine.interface import ChatEngine, LoadedModel
 from engine.loading.gpu_guard import GpuGuard
 from engine.loading.load import load_model
+from engine.library.model_store import ModelEntry
 from engine.loading.request import LoadRequest
 
 from app.bridge.generation_worker import SharedEngine
+from app.core.model_defaults import ModelIdentity, identify, with_model_load
 from app.core.paths import data_dir
 
 _JOB_IDS = itertools.count(1)
@@ -36,10 +38,12 @@ _JOB_IDS = itertools.count(1)
 @dataclass(slots=True)
 class LoadJob:
     """One model load. Every signal of its load carries ``id``, so the host can tell a
-    superseded load's late answers from the newest one's."""
+    superseded load's late answers from the newest one's. ``models``: each model's own settings
+    (Settings.models, a copy): the loaded model's own context applies over the request's."""
     request: LoadRequest
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=lambda: next(_JOB_IDS))
+    models: dict[str, ModelEntry] = field(default_factory=dict)
 
 
 # The window's thread rule when the settings say Auto: one of engine.backends.llama.threadpool's
@@ -125,9 +129,9 @@ class LoadWorker(QObject):
     # Each signal starts with the LoadJob's id.
     started = Signal(int, str)          # what is being loaded
     download_progress = Signal(int, object, object, str)  # bytes done, bytes total (can pass 2 GiB), file
-    # engine.loading.load.LoadedModel, and the engine's Think control (engine.formats.ThinkControl or None:
-    # plain frozen data, so the window may read it)
-    loaded = Signal(int, object, object)
+    # engine.loading.load.LoadedModel, the engine's Think control (engine.formats.ThinkControl or None) and
+    # the model's identity (app/core/model_defaults.py ModelIdentity): plain frozen data, so the window may read it
+    loaded = Signal(int, object, object, object)
     failed = Signal(int, str)           # one-line message
     cancelled = Signal(int)
 
@@ -135,7 +139,8 @@ class LoadWorker(QObject):
         super().__init__()
         self._shared = shared
         self._open = opener
-        self._current: tuple[LoadRequest, LoadedModel] | None = None  # what the engine loaded, and its request
+        # what the engine loaded: its request, what it is, and its identity
+        self._current: tuple[LoadRequest, LoadedModel, ModelIdentity] | None = None
         self._kept = False  # a server model failed to open and the model before it is still loaded
 
     @Slot(object)
@@ -145,13 +150,17 @@ class LoadWorker(QObject):
         kept, self._kept = self._kept, False
         if kept and self._current is not None and self._shared.engine is not None and req == self._current[0]:
             # Going back to the model that worked, which a failed connection never closed: it is still here.
-            self.loaded.emit(rid, self._current[1], self._shared.engine.think)
+            self.loaded.emit(rid, self._current[1], self._shared.engine.think, self._current[2])
             return
         remote = req.model_source == "remote"
         if not remote:
             # Free the old model first: two models side by side may not fit. A server's model takes no memory
             # here, so the old one stays until the server answers (and stays if it does not).
             self._close_engine()
+        asked = req
+        # The model's own settings are found by its content (hashed once): its context applies to the load.
+        ident = identify(req, data_dir())
+        req = with_model_load(req, job.models, ident)
         if self._shared.serving is not None:
             # The local server is on: its batch context (parallel x slot context) goes in the plan too.
             req = replace(req, server_parallel=self._shared.serving.parallel)
@@ -181,11 +190,13 @@ class LoadWorker(QObject):
             return
         if remote:
             self._close_engine()  # the server answered: now the old model goes
-        self._current = (req, model)
+        if ident.key is None:
+            ident = identify(asked, data_dir())  # a Hub model: downloaded now, so it has a file to know it by
+        self._current = (asked, model, ident)
         self._shared.engine = engine
         if self._shared.serving is not None:
             self._shared.serving.engine_loaded(engine)
-        self.loaded.emit(rid, model, engine.think)
+        self.loaded.emit(rid, model, engine.think, ident)
 
     @Slot()
     def close_engine(self) -> None:

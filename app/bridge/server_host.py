@@ -23,6 +23,8 @@ from PySide6.QtWidgets import QLabel
 from engine import HearthError, StreamEvent
 from engine.decode.metrics import openai_finish_reason
 from engine.serve import Scheduler
+from engine.library.model_defaults import ServedDefaults
+from engine.library.model_store import memo_dir
 from engine.serve.runtime.library_pool import library_pool
 from engine.serve.http.audio import AudioRoutes
 from engine.serve.http.listen import exposure
@@ -101,6 +103,7 @@ class ServerHost(QObject):
         super().__init__(parent)
         self.server: LocalServer | None = None
         self._config: tuple | None = None
+        self._settings = Settings()  # the window's, as apply() last saw them: each model's own settings too
         self.voice_kit: Callable[[], VoiceKit] | None = None  # the window's speech models, which the API shares
         self.metrics = ServerMetrics()  # every server this window runs counts here: the Server panel's history
         self._worker = ServingWorker(host.shared)
@@ -118,11 +121,13 @@ class ServerHost(QObject):
 
     def apply(self, s: Settings) -> str | None:
         """Start, stop, restart or re-key the server to match ``s``; a message if it cannot start."""
+        self._settings = s
         config = (s.server_port, tuple(s.server_cors), s.server_listen)
         if self.server is not None and (not s.server_enabled or config != self._config):
             self.stop()
         if self.server is not None:
             self.server.api_key = s.server_api_key or None  # a new key applies to the next request
+            self.server.defaults.changed()  # and the models' own settings as they are now
             return None
         if not s.server_enabled:
             return None
@@ -131,9 +136,13 @@ class ServerHost(QObject):
         pool = library_pool(data_dir(), parallel=Serving.parallel, queue_limit=16)
         try:
             # Off loopback (Settings: "Let other devices…"): TLS and a key on every request, or no start at all.
+            # What a request leaves out: the window's defaults (Settings → Sampling), the model's own
+            # recommendations and the user's settings for it, as the window's replies get them.
+            defaults = ServedDefaults(hearth=lambda: self._settings.sampling, entries=lambda: self._settings.models,
+                                      memo=memo_dir(data_dir()))
             server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors,
                                  pool=pool, audio=AudioRoutes(self.voice_kit) if self.voice_kit else None,
-                                 metrics=self.metrics,
+                                 metrics=self.metrics, defaults=defaults,
                                  **exposure(data_dir(), s.server_listen or None))
             server.start()
         except HearthError as e:

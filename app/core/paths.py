@@ -5,10 +5,9 @@ tests and ``--self-test`` use it so they never touch the user's real history.
 """
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
+from engine.atomic import move_aside  # noqa: F401  (damaged files are kept: the app's callers import it here)
 from engine.library.local import LIBRARY_FILE  # noqa: F401  (the model library's index, in the data folder)
 
 ENV_DATA_DIR = "HEARTH_DATA_DIR"  # read by engine.paths
@@ -22,27 +21,10 @@ def data_dir() -> Path:
 
 
 def config_dir() -> Path:
-    """The folder for settings.json (created if missing)."""
-    from platformdirs import user_config_dir
+    """The folder for settings.json (created if missing): the engine's config folder."""
+    from engine.paths import config_dir as engine_config_dir
 
-    from engine.paths import app_dir
-
-    return app_dir(user_config_dir)
-
-
-def move_aside(path: Path, reason: str = "corrupt") -> Path:
-    """Rename a damaged file to ``<name>.<reason>-<timestamp>`` and return the new path.
-
-    Damaged files are kept, never deleted: the user may want to recover them.
-    """
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.{reason}-{stamp}")
-    n = 1
-    while target.exists():
-        target = path.with_name(f"{path.name}.{reason}-{stamp}-{n}")
-        n += 1
-    os.replace(path, target)
-    return target
+    return engine_config_dir()
 
 
 def prefix_store_dir() -> Path:

@@ -14,6 +14,7 @@ files hold only "bundled" or a GGUF path), a missing field means its default (Au
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -24,6 +25,10 @@ from engine import HearthError, SamplingParams
 from engine.atomic import atomic_write
 from engine.backends.llama.threadpool import check_poll
 from engine.config import EXACTNESS, default_exactness
+from engine.library import model_store
+from engine.library.model_settings import values_problem
+from engine.library.model_store import ModelEntry, ModelStore
+from engine.library.model_settings import SAMPLING_KEYS, budget_problem, default_sampling as _default_sampling
 from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, \
     effective_backend, infer_source, runs_gguf
 from engine.prompt.builder import CONTEXT_POLICIES
@@ -32,10 +37,10 @@ from engine.workers.machines import is_address
 from app.core import mcp_servers as mcp, server_settings, voice_settings
 from app.core.paths import config_dir, move_aside
 from app.core.presets import DEFAULT_PRESETS, valid_presets
+from app.core.settings_upgrade import upgraded, valid_sampling
 
 FILE_NAME = "settings.json"
-# 2: the exactness profile's default became "fast" (engine/config.py DEFAULT_EXACTNESS).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # what each version changed: app/core/settings_upgrade.py
 THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
@@ -45,9 +50,6 @@ LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threa
 # The load settings a "Benchmark this model" row can set as a model's default.
 TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
 
-# The sampling knobs the window exposes (stop strings and ignore_eos are for the CLI/benchmarks).
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
-                 "frequency_penalty", "penalty_last_n", "seed", "max_tokens", "reasoning_budget")
 
 
 def is_draft_file(v: Any) -> bool:
@@ -57,18 +59,6 @@ def is_draft_file(v: Any) -> bool:
 
 class SettingsError(ValueError):
     """A settings value is invalid; the message names the field and the rule."""
-
-
-def _default_sampling() -> dict[str, Any]:
-    d = SamplingParams()
-    return {k: getattr(d, k, None) for k in SAMPLING_KEYS}
-
-
-def budget_problem(v: Any) -> str | None:
-    """Why ``v`` is not a thinking budget (None: unlimited, or a whole number of tokens >= 0)."""
-    if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-        return None
-    return f"reasoning_budget must be a whole number >= 0 or empty (no limit), got {v!r}"
 
 
 @dataclass(slots=True)
@@ -107,11 +97,17 @@ class Settings:
     tool_timeout_s: float = mcp.TOOL_TIMEOUT_S        # per call
     tool_choice: str = "auto"  # a reply's first step: "auto" (the model decides) or "required" (it must call)
     voice: dict[str, Any] = field(default_factory=voice_settings.default)  # Settings → Voice (voice_settings.py)
+    # Each model's own settings by its key (engine/library/model_store.py), kept in model-settings.json beside
+    # settings.json, where `engine models defaults` reads and writes them too (app/core/model_defaults.py).
+    models: dict[str, ModelEntry] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.source is None and isinstance(self.model, str):
             self.source = infer_source(self.model)
         self.workers = tuple(self.workers) if isinstance(self.workers, (list, tuple)) else self.workers
+        if isinstance(self.models, dict):  # to_dict's copy of them: entries again (validate checks the rest)
+            self.models = {k: ModelEntry(**e) if isinstance(e, dict) and set(e) == {"name", "values"} else e
+                           for k, e in self.models.items()}
 
     # -- validation ---------------------------------------------------------
 
@@ -186,6 +182,10 @@ class Settings:
             or voice_settings.problem(self.voice)
         if why:
             raise SettingsError(why)
+        for key, entry in self.models.items():
+            why = values_problem(entry.values) if isinstance(entry, ModelEntry) else "not a model's settings"
+            if why:
+                raise SettingsError(f"models: {getattr(entry, 'name', key)}: {why}")
         unknown = set(self.sampling) - set(SAMPLING_KEYS)
         if unknown:
             raise SettingsError(f"sampling: unknown setting {sorted(unknown)[0]!r}")
@@ -264,7 +264,7 @@ class Settings:
     def from_dict(cls, d: Any) -> "Settings":
         if not isinstance(d, dict):
             raise SettingsError("the file does not hold a settings object")
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"models"}  # kept in their own file
         kwargs = {k: v for k, v in d.items() if k in known}
         if "sampling" in kwargs and not isinstance(kwargs["sampling"], dict):
             raise SettingsError("sampling: must be an object")
@@ -274,11 +274,11 @@ class Settings:
     def salvage(cls, d: dict[str, Any]) -> tuple["Settings", list[str]]:
         """The settings in ``d`` with every invalid field at its default (a bad sampling
         knob or preset is dropped on its own), and one message per thing dropped."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"models"}  # kept in their own file
         kwargs = {k: v for k, v in d.items() if k in known}
         problems: list[str] = []
         if "sampling" in kwargs:
-            kwargs["sampling"] = _valid_sampling(kwargs["sampling"], problems)
+            kwargs["sampling"] = valid_sampling(kwargs["sampling"], problems)
         if "presets" in kwargs:
             kwargs["presets"] = valid_presets(kwargs["presets"], problems)
         if "mcp_servers" in kwargs:  # a bad server is left out on its own, the others kept
@@ -298,48 +298,25 @@ class Settings:
         return cls(), problems
 
 
-def _valid_sampling(raw: Any, problems: list[str]) -> dict[str, Any]:
-    """The default sampling knobs with each valid one from ``raw`` applied."""
-    out = _default_sampling()
-    if not isinstance(raw, dict):
-        problems.append("sampling: must be an object")
-        return out
-    for k, v in raw.items():
-        if k not in SAMPLING_KEYS:
-            problems.append(f"sampling: unknown setting {k!r}")
-            continue
-        why = budget_problem(v) if k == "reasoning_budget" else None
-        try:
-            if why is None and not (k == "reasoning_budget" and v is None):
-                SamplingParams(**{k: v})
-        except (HearthError, TypeError) as e:
-            why = str(e)
-        if why:
-            problems.append(f"sampling: {why}")
-            continue
-        out[k] = v
-    return out
-
-
-def upgraded(raw: dict[str, Any]) -> dict[str, Any]:
-    """A settings file's dict as this version reads it. Version 1 saved every field, so its "exact"
-    profile was the old default (unless "Apply best" chose it): it becomes the new default."""
-    tuning = raw.get("tuning") if isinstance(raw.get("tuning"), dict) else {}
-    applied = any(isinstance(t, dict) and "exactness" in (t.get("applied") or {}) for t in tuning.values())
-    old = isinstance(raw.get("version", 1), int) and raw.get("version", 1) < 2
-    return {k: v for k, v in raw.items() if k != "exactness"} if old and raw.get("exactness") == "exact" \
-        and not applied else raw
-
-
 class SettingsFile:
     """Reads and writes ``settings.json``; remembers the last model set-up that loaded."""
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else config_dir() / FILE_NAME
         self.last_working: LoadRequest | None = None
+        self.models = ModelStore(self.path.with_name(model_store.FILE_NAME))  # each model's own settings
+        self._models_on_disk: dict[str, ModelEntry] = {}  # what the last load or save left in it
 
     def load(self) -> tuple[Settings, str | None]:
-        """Return the settings and a message for the user (or None).
+        """Return the settings (each model's own included) and a message for the user (or None): see
+        :meth:`_load_settings` and ModelStore.load for what a damaged file gives."""
+        settings, notice = self._load_settings()
+        settings.models, models_notice = self.models.load()
+        self._models_on_disk = copy.deepcopy(settings.models)
+        return settings, " ".join(n for n in (notice, models_notice) if n) or None
+
+    def _load_settings(self) -> tuple[Settings, str | None]:
+        """settings.json's settings and a message for the user (or None).
 
         A missing file gives the defaults. One that cannot be read as a settings
         object is moved aside and the defaults are used, with a message saying
@@ -383,12 +360,18 @@ class SettingsFile:
                           f"file was kept as {moved}.")
 
     def save(self, settings: Settings) -> None:
+        """Write settings.json, and model-settings.json when a model's own settings changed (so a change
+        `engine models defaults` made meanwhile is not written over by one the window never made)."""
         settings.validate()
         data = settings.to_dict()
+        del data["models"]
         data["version"] = FORMAT_VERSION
         if self.last_working is not None:
             data["last_working"] = self.last_working.as_dict()
         atomic_write(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        if settings.models != self._models_on_disk:
+            self.models.save(settings.models)
+            self._models_on_disk = copy.deepcopy(settings.models)
 
     def mark_working(self, settings: Settings) -> None:
         """Record that ``settings``' model set-up loaded successfully."""

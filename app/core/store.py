@@ -20,23 +20,21 @@ import json
 import sqlite3
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from app.core import branches
-from app.core import chat_search
+from app.core import branches, chat_search
 from app.core.attachments import FOLDER as ATTACHMENTS_FOLDER, Attachments
 from app.core.paths import data_dir, move_aside
-from app.core.store_rows import StoredMessage, messages_from, text_of, tool_calls_json, write_parts
+from app.core.store_rows import DEFAULT_TITLE, StoredMessage, messages_from, text_of, title_from, tool_calls_json, \
+    write_parts
 from app.core.store_schema import SCHEMA_VERSION, run_step
 from engine.prompt.messages import ImagePart, Part, TextPart, ToolCall
 
 __all__ = ["SCHEMA_VERSION", "Conversation", "Store", "StoreError", "StoredMessage", "title_from"]
 
 DB_NAME = "hearth.sqlite3"
-DEFAULT_TITLE = "New chat"
-TITLE_MAX = 60
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -54,18 +52,11 @@ class Conversation:
     updated: float
     pinned: bool = False
     think: object = None  # the Think control's choice here (True/False, "high", ...); None: the model's default
+    settings: dict = field(default_factory=dict)  # this chat's own settings (model_settings.CHAT_KEYS)
 
 
 def default_path() -> Path:
     return data_dir() / DB_NAME
-
-
-def title_from(text: str) -> str:
-    """A conversation title from the first line of the first user message."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    if not line:
-        return DEFAULT_TITLE
-    return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1].rstrip() + "…"
 
 
 class Store:
@@ -177,7 +168,8 @@ class Store:
     def _conv(row: sqlite3.Row) -> Conversation:
         return Conversation(row["id"], row["title"], row["system_prompt"], row["draft"], row["created"],
                             row["updated"], bool(row["pinned"]),
-                            json.loads(row["think"]) if row["think"] is not None else None)
+                            json.loads(row["think"]) if row["think"] is not None else None,
+                            json.loads(row["settings"]) if row["settings"] else {})
 
     def create_conversation(self, title: str = DEFAULT_TITLE, system_prompt: str = "") -> Conversation:
         now = time.time()
@@ -211,28 +203,30 @@ class Store:
         with self._tx() as c:
             c.execute("UPDATE conversations SET title = ?, auto_title = 0 WHERE id = ?", (title, cid))
 
-    def set_system_prompt(self, cid: int, text: str) -> None:
+    def _set(self, cid: int, column: str, value: object) -> None:
         with self._tx() as c:
-            c.execute("UPDATE conversations SET system_prompt = ? WHERE id = ?", (text, cid))
+            c.execute(f"UPDATE conversations SET {column} = ? WHERE id = ?", (value, cid))
+
+    def set_system_prompt(self, cid: int, text: str) -> None:
+        self._set(cid, "system_prompt", text)
 
     def set_draft(self, cid: int, text: str) -> None:
-        with self._tx() as c:
-            c.execute("UPDATE conversations SET draft = ? WHERE id = ?", (text, cid))
+        self._set(cid, "draft", text)
 
     def set_think(self, cid: int, choice: object) -> None:
         """Remember the Think control's choice for ``cid`` (None: back to the model's default)."""
-        with self._tx() as c:
-            c.execute("UPDATE conversations SET think = ? WHERE id = ?",
-                      (json.dumps(choice) if choice is not None else None, cid))
+        self._set(cid, "think", json.dumps(choice) if choice is not None else None)
+
+    def set_settings(self, cid: int, values: dict) -> None:
+        """This chat's own settings, over its model's ({}: none; the caller checks them)."""
+        self._set(cid, "settings", json.dumps(values) if values else None)
 
     def delete_conversation(self, cid: int) -> None:
         """Hide a conversation; ``restore_conversation`` undoes it."""
-        with self._tx() as c:
-            c.execute("UPDATE conversations SET deleted = 1 WHERE id = ?", (cid,))
+        self._set(cid, "deleted", 1)
 
     def restore_conversation(self, cid: int) -> None:
-        with self._tx() as c:
-            c.execute("UPDATE conversations SET deleted = 0 WHERE id = ?", (cid,))
+        self._set(cid, "deleted", 0)
 
     def purge_deleted(self) -> int:
         """Really remove conversations deleted in an earlier session, then the attachments
@@ -355,8 +349,7 @@ class Store:
             branches.show_branch_of(c, cid, mid)
 
     def set_pinned(self, cid: int, pinned: bool) -> None:
-        with self._tx() as c:
-            c.execute("UPDATE conversations SET pinned = ? WHERE id = ?", (int(pinned), cid))
+        self._set(cid, "pinned", int(pinned))
 
     def search_messages(self, text: str, *, reasoning: bool = False) -> list[chat_search.SearchHit]:
         """Messages in live conversations whose text matches every word of ``text``;

@@ -111,3 +111,15 @@ def _msg(row: sqlite3.Row, parts: tuple[Part, ...]) -> StoredMessage:
                          row["created"], row["reasoning"], bool(row["reasoning_open"]),
                          row["reasoning_tokens"], tool_calls_from(row["tool_calls"]), row["tool_call_id"],
                          parts)
+
+
+DEFAULT_TITLE = "New chat"
+TITLE_MAX = 60
+
+
+def title_from(text: str) -> str:
+    """A conversation title from the first line of the first user message."""
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if not line:
+        return DEFAULT_TITLE
+    return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1].rstrip() + "…"

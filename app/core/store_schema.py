@@ -70,6 +70,8 @@ MIGRATIONS: list[Migration] = [
     # Messages as the engine's message model (engine/messages.py): reasoning, tool calls and
     # non-text parts. See _v3 below; a Python step, because old replies are split.
     lambda conn: _v3(conn),
+    # A chat's own settings over its model's (engine/library/model_settings.py CHAT_KEYS), as JSON; NULL: none.
+    "ALTER TABLE conversations ADD COLUMN settings TEXT;",
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

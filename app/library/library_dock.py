@@ -72,6 +72,7 @@ class ModelsDock(QDockWidget):
         self.window_ = window
         self.queue = DownloadQueue(self)
         self.library_view = LibraryView(library, hardware=hardware)
+        self.library_view.model_entries = lambda: window.settings.models  # each model's own settings
         self.hub = HubBrowser(self.queue, hardware=hardware)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.library_view, "Library")

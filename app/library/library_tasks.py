@@ -13,6 +13,26 @@ def scan(library: Library, loaded: str | None) -> tuple[list[LibraryModel], list
     return models, compatible_drafts(loaded, models) if loaded and loaded.endswith(".gguf") else []
 
 
+def own_settings(models: list[LibraryModel], entries: dict, memo: Path) -> dict[str, str]:
+    """{model's key: one line on its own settings}: what it recommends and yours for it (a model never
+    hashed is not hashed here: its own settings are found once it has been loaded)."""
+    from engine.library.model_defaults import model_settings
+    from engine.library.model_settings import LAYER_LABELS
+
+    out: dict[str, str] = {}
+    for m in models:
+        if m.error:
+            continue
+        got = model_settings(m.kind, str(m.path), entries, memo, memo_only=True).layered()
+        parts = [f"{k} {v} ({LAYER_LABELS[got.layers[k]]})" for k, v in got.values.items()
+                 if got.layers[k] in ("model", "yours") and k not in ("system_prompt", "messages")]
+        if "system_prompt" in got.values:
+            parts.append("a system prompt of its own")
+        if parts:
+            out[m.key] = "its own settings: " + ", ".join(parts)
+    return out
+
+
 def plan_all(models: list[LibraryModel], hardware, report) -> None:
     """The planner's verdict for each model, reported one by one as (key, badge, summary)."""
     from engine.sizing.plan import plan_for

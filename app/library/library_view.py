@@ -19,11 +19,13 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
 
 from engine import HearthError
 from engine.library.local import Library, LibraryModel, compatible_drafts
+from engine.library.model_store import memo_dir
 from engine.loading.request import remote_model
 
 from app.bridge.background import Background, error_text
-from app.library.library_tasks import import_files, plan_all, scan
+from app.library.library_tasks import import_files, own_settings, plan_all, scan
 from app.library.servers import AddServerDialog, ServerList
+from app.core.paths import data_dir
 from app.core.text_utils import human_bytes
 from app.ui.confirm import ask_to_delete
 
@@ -75,6 +77,8 @@ class LibraryView(QWidget):
         self.hardware = hardware          # None: this machine, as the load's planner sees it
         self.models: list[LibraryModel] = []
         self.badges: dict[str, tuple[str, str]] = {}
+        self.own: dict[str, str] = {}  # model key -> a line on its own settings (shown in its name's tooltip)
+        self.model_entries = dict  # each model's own settings: the dock gives the window's (Settings.models)
         self.loaded_path: str | None = None
         self.confirm: QMessageBox | None = None
         self._bg = Background(self)       # scans (a newer one supersedes) and fit badges
@@ -182,9 +186,17 @@ class LibraryView(QWidget):
         self._stale = False
         if self.speech is not None:
             self.speech.refresh()
-        library, loaded = self.library, self.loaded_path
-        self._bg.run(lambda: scan(library, loaded), on_done=self._scanned, on_failed=self._scan_failed,
+        library, loaded, entries = self.library, self.loaded_path, dict(self.model_entries())
+
+        def listing():
+            found = scan(library, loaded)
+            return found, own_settings(found[0], entries, memo_dir(data_dir()))
+        self._bg.run(listing, on_done=self._listed, on_failed=self._scan_failed,
                      kind="scan", name="hearth-library-scan")  # a newer scan supersedes one on its way
+
+    def _listed(self, got) -> None:
+        found, self.own = got
+        self._scanned(found)
 
     def _scan_failed(self, e: BaseException) -> None:
         why = str(e) if isinstance(e, OSError) else error_text(e)  # a file error names its file already
@@ -221,7 +233,8 @@ class LibraryView(QWidget):
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 eyes = f"\nvision projector: {m.projector}" if m.projector else ""
-                item.setToolTip(m.error or (f"{m.name}\n{m.path}{eyes}" if c == 0 else str(m.path)))
+                own = f"\n{self.own[m.key]}" if m.key in self.own else ""
+                item.setToolTip(m.error or (f"{m.name}\n{m.path}{eyes}{own}" if c == 0 else str(m.path)))
                 self.table.setItem(r, c, item)
             if str(m.path) == self.loaded_path:
                 f = self.table.item(r, 0).font()

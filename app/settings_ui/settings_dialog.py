@@ -20,10 +20,14 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout
                                QTabWidget, QVBoxLayout, QWidget)
 
 from engine import HearthError
+from engine.reply_formats import ThinkControl
 
+from app.core import model_defaults
+from app.core.model_defaults import NO_MODEL, ModelIdentity
 from app.core.paths import data_dir
 from app.core.plan_text import refusal
 from app.settings_ui.presets_editor import PresetsEditor
+from app.settings_ui.screen_fit import fit_screen, scrolled
 from app.settings_ui.sampling_form import SamplingForm
 from app.core.settings import THEMES, Settings, SettingsError
 from app.settings_ui.settings_model_tab import ModelTabMixin
@@ -35,35 +39,40 @@ from app.core.text_utils import human_bytes
 
 
 class SettingsDialog(ModelTabMixin, QDialog):
-    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings, parent: QWidget | None = None, *, identity: ModelIdentity = NO_MODEL,
+                 think: ThinkControl | None = None) -> None:
+        """``identity``: the loaded model (its own settings are edited in the Sampling tab); ``think``: its
+        Think control (None: its template has none)."""
         super().__init__(parent)
         self.setWindowTitle("Hearth settings")
         self.setMinimumWidth(560)
         self._orig = settings
+        self._identity = identity
         self.result_settings: Settings | None = None
         self._init_model_state()
 
         lay = QVBoxLayout(self)
         tabs = QTabWidget()
-        tabs.addTab(self._model_tab(settings), "Model")
-        self.sampling_form = SamplingForm(settings.sampling, settings.context_policy)
-        # The tabs' widgets stay reachable under their old names on the dialog.
-        self.sp, self.seed_random, self.seed = (self.sampling_form.sp, self.sampling_form.seed_random,
-                                                self.sampling_form.seed)
-        tabs.addTab(self.sampling_form, "Sampling")
+        self.tabs = tabs
+        # Each tab scrolls where it must: the dialog fits a 1366x768 laptop screen (fit_screen).
+        tabs.addTab(scrolled(self._model_tab(settings)), "Model")
+        self.sampling_form = SamplingForm(settings.sampling, settings.context_policy, identity=identity,
+                                          yours=model_defaults.yours(settings, identity), think=think,
+                                          servers=[s["name"] for s in settings.mcp_servers])
+        tabs.addTab(scrolled(self.sampling_form), "Sampling")
         self.presets_editor = PresetsEditor(settings.presets, settings.default_preset)
         self.preset_list, self.default_preset = self.presets_editor.preset_list, self.presets_editor.default_preset
-        tabs.addTab(self.presets_editor, "System prompts")
-        tabs.addTab(self._look_tab(settings), "Appearance")
+        tabs.addTab(scrolled(self.presets_editor), "System prompts")
+        tabs.addTab(scrolled(self._look_tab(settings)), "Appearance")
         self.server_tab = ServerTab(settings)
-        tabs.addTab(self.server_tab, "Local server")
+        tabs.addTab(scrolled(self.server_tab), "Local server")
         self.tools_tab = ToolsTab(settings)
-        tabs.addTab(self.tools_tab, "Tools")
+        tabs.addTab(scrolled(self.tools_tab), "Tools")
         self.machines_tab = MachinesTab(settings, data_dir())
-        tabs.addTab(self.machines_tab, "Machines")
+        tabs.addTab(scrolled(self.machines_tab), "Machines")
         self.machines_tab.table.itemChanged.connect(lambda *_: self.refresh_model())  # the plan's split follows
         self.voice_tab = VoiceTab(settings)
-        tabs.addTab(self.voice_tab, "Voice")
+        tabs.addTab(scrolled(self.voice_tab), "Voice")
         lay.addWidget(tabs)
         self.error = QLabel()
         self.error.setWordWrap(True)
@@ -75,6 +84,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
         box.rejected.connect(self.reject)
         lay.addWidget(box)
         self.refresh_model()
+        fit_screen(self, [tabs.widget(i).widget() for i in range(tabs.count())])
 
     # -- appearance ---------------------------------------------------------
 
@@ -99,12 +109,14 @@ class SettingsDialog(ModelTabMixin, QDialog):
                      draft=self.chosen_draft(), mmproj=self.projector.value(), n_threads=self._orig.n_threads,
                      threads_poll=self._orig.threads_poll,
                      gpu_layers=self.chosen_gpu_layers(), kv_type=self.chosen_kv_type(),
-                     exactness=self.chosen_exactness(), tuning=self._orig.tuning,
+                     exactness=self.chosen_exactness(), tuning=self._orig.tuning, models=self._orig.models,
                      sampling=sampling, presets=self.presets_editor.presets(),
                      default_preset=self.presets_editor.default_name(),
                      theme=THEMES[self.theme.currentIndex()],
                      context_policy=self.sampling_form.context_policy(), **self.server_tab.values(),
                      **self.tools_tab.values(), **self.machines_tab.values(), **self.voice_tab.values())
+        if self._identity.key is not None:  # the loaded model's own settings, as the Sampling tab edited them
+            s = model_defaults.with_yours(s, self._identity, self.sampling_form.model_values())
         s.validate()
         try:
             self._model_check.check(s.source, s.model)

@@ -3,6 +3,11 @@
 Dialogs would block the event loop and the tests; a stack of closable bars
 keeps every message visible until the user dismisses it (or it times out, for
 the purely informational ones).
+
+A bar may carry tags, so that one event gives one bar and a bar that is no longer
+true goes: "model" on what a load said (its notes, a machine lost under it), which
+the next load dismisses; ``reply:<id>`` on what a reply's failure said, so the most
+specific word on it (shown first) is the only one.
 """
 from __future__ import annotations
 
@@ -19,9 +24,10 @@ MAX_BARS = 4
 
 
 class InfoBar(QFrame):
-    def __init__(self, text: str, kind: str, parent: QWidget | None = None) -> None:
+    def __init__(self, text: str, kind: str, parent: QWidget | None = None, tags: tuple[str, ...] = ()) -> None:
         super().__init__(parent)
         self.kind = kind
+        self.tags = tags
         self.setObjectName("infobar")
         self.setStyleSheet(f"QFrame#infobar {{ {STYLES[kind]} border-radius: 6px; }}")
         lay = QHBoxLayout(self)
@@ -63,12 +69,12 @@ class InfoArea(QWidget):
         self._bars: list[InfoBar] = []
 
     def show_message(self, text: str, kind: str = "info", *, action: tuple[str, Callable[[], None]] | None = None,
-                     timeout_ms: int | None = None) -> InfoBar:
-        """Show a notice; errors stay until dismissed, info may time out."""
+                     timeout_ms: int | None = None, tags: tuple[str, ...] = ()) -> InfoBar:
+        """Show a notice; errors stay until dismissed, info may time out. ``tags``: see the module's docstring."""
         self._bars = [b for b in self._bars if not b.isHidden()]
         while len(self._bars) >= MAX_BARS:
             self._bars.pop(0).dismiss()
-        bar = InfoBar(text, kind, self)
+        bar = InfoBar(text, kind, self, tags)
         if action is not None:
             bar.add_action(*action)
         self._lay.addWidget(bar)
@@ -96,3 +102,13 @@ class InfoArea(QWidget):
 
     def bars(self) -> list[InfoBar]:
         return [b for b in self._bars if not b.isHidden()]
+
+    def shown(self, tag: str) -> bool:
+        """Whether a bar with ``tag`` is showing."""
+        return any(tag in b.tags for b in self.bars())
+
+    def dismiss(self, tag: str) -> None:
+        """Take away every bar with ``tag`` (what it said is no longer true)."""
+        for b in self.bars():
+            if tag in b.tags:
+                b.dismiss()

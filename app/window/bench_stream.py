@@ -23,7 +23,6 @@ a scratch data folder (app/__main__.py), never the user's.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import time
@@ -38,15 +37,6 @@ from app.window.selftest import _start_window, wait_until
 
 PROMPT = "Tell me a long story about a lighthouse keeper and the ships she guides home."
 SETTLE_S = 0.1  # after each window reply: the monitor's phase lingers a few ticks past the end (as in the self-test)
-
-
-class _BenchSettings(Settings):
-    """The window's settings, with end-of-turn ignored in what it sends. ``ignore_eos`` is
-    for benchmarks only, so it is no window setting; the bench puts it in the one place
-    the send path reads the sampling from (``Settings.sampling_params``)."""
-
-    def sampling_params(self) -> SamplingParams:
-        return dataclasses.replace(Settings.sampling_params(self), ignore_eos=True)
 
 
 def _settings(model: str, tokens: int, threads: int, poll: int | None) -> Settings:
@@ -153,14 +143,14 @@ def run(model: str = "bundled", tokens: int = 256, threads: int | None = None, r
     win = None
     try:
         win, *_ = _start_window()
-        win.settings = _BenchSettings(**{f.name: getattr(win.settings, f.name)
-                                         for f in dataclasses.fields(Settings)})
+        # End-of-turn ignored in what the window sends (ignore_eos is for benchmarks only, so no setting).
+        win.replies.reply_settings.fixed = {"ignore_eos": True}
         # The larger-model hint runs once after the load, on a thread: let it finish first.
         wait_until(lambda: win.welcome_hint.answered == win.welcome_hint.loads, 60.0)
         # The same engine, same settings, idle between the window's replies; run on its own thread.
         runner = _Direct(win.host.shared.engine)
         win.host.run_on_engine_thread(runner)
-        messages, params = [Message("user", prompt)], win.settings.sampling_params()
+        messages, params = [Message("user", prompt)], win.replies.reply_settings.params(None)
         problems: list[str] = []
         window, direct = [], []
         for i in range(rounds + 1):  # the first pair warms up and is not counted

@@ -246,7 +246,7 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         from app.settings_ui.settings_dialog import SettingsDialog  # only built when asked for
 
-        dlg = SettingsDialog(self.settings, self)
+        dlg = SettingsDialog(self.settings, self, identity=self.host.identity, think=self.host.think)
         if dlg.exec() and dlg.result_settings is not None:
             self.apply_settings(dlg.result_settings)
 
@@ -273,6 +273,8 @@ class MainWindow(QMainWindow):
     def _adopt_settings(self, new: Settings) -> None:
         self.settings = new
         self.save_settings()
+        if self.server_host.running:
+            self.server_host.apply(new)  # the API's requests follow a model's own settings too
 
     def _apply_server(self) -> None:
         """Start, stop or re-key the local server as the settings say; a failure is shown, never silent."""

@@ -38,3 +38,5 @@ def build_file_and_chat_menus(w: "MainWindow") -> None:
     w.act_stop = add_action(chat_menu, w, "&Stop reply", keys("stop"), w.stop)
     w.act_regen = add_action(chat_menu, w, "&Regenerate last reply", keys("regenerate"), w.replies.regenerate_last)
     add_action(chat_menu, w, "Re&name conversation", keys("rename"), w.conversations.begin_rename)
+    add_action(chat_menu, w, "This chat's &settings…", QKeySequence(),
+               lambda: w.replies.reply_settings.edit_chat_settings(w))

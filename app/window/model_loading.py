@@ -36,6 +36,7 @@ from app.ui.part_label import PartLabel
 FAST_NOTE = ("Exactness: fast. With llama.cpp's faster kernels, replies served from the prompt cache or "
              "sped up by a draft may differ slightly from plain decoding.")
 BAR_STEPS = 1000  # QProgressBar counts in int; byte totals pass 2 GiB, so the bar counts per mille
+MODEL_TAG = "model"  # the info bars a load said: the next load takes them away (app/ui/info_bar.py)
 
 
 @dataclass
@@ -112,9 +113,10 @@ class LoadingController:
         # scans only the new objects instead of stopping every thread for
         # 50-200 ms (with torch imported, far more).
         gc.freeze()
+        self.info.dismiss(MODEL_TAG)  # what the last load said (its notes, a machine lost under it) is past
         self.monitor.begin("loading")
         self.on_load_started(req.title)  # say so now, not when the thread gets to it
-        self.host.load(req)
+        self.host.load(req, self._settings().models)  # the model's own context applies over req's
 
     def cancel_load(self) -> None:
         """Stop the load (or the download) in flight."""
@@ -213,9 +215,9 @@ class LoadingController:
         self.memory_label.setText(f"Memory {human_bytes(model.memory_total)}")
         self.memory_label.setToolTip(memory_tooltip(model))
         if fast and default_exactness() != "fast":  # the default profile is said in Settings, not at every start
-            self.info.show_message(FAST_NOTE, "info")
+            self.info.show_message(FAST_NOTE, "info", tags=(MODEL_TAG,))
         for text in model.notes:
-            self.info.show_message(text, "info", action=("Details…", self.show_memory_details))
+            self.info.show_message(text, "info", action=("Details…", self.show_memory_details), tags=(MODEL_TAG,))
         self._mark_working()
 
     def _mark_working(self) -> None:
@@ -237,7 +239,7 @@ class LoadingController:
         self.memory_label.setText("")
         self.memory_label.setToolTip("")
         for text in model.notes:
-            self.info.show_message(text, "info")
+            self.info.show_message(text, "info", tags=(MODEL_TAG,))
         self._mark_working()
 
     def on_load_failed(self, msg: str) -> None:
@@ -287,7 +289,7 @@ class LoadingController:
         self.memory_details = MemoryDetails(self.host.model, self.parent)
         self.memory_details.show()
 
-    def on_reply_failed(self, _mid: int, msg: str, _partial: str) -> None:
+    def on_reply_failed(self, mid: int, msg: str, _partial: str) -> None:
         """A reply failed on the device (load again on the CPU) or ran out of memory (load the
         next smaller plan, once per load). The reply's own failure handling gives back the text
         (or keeps the partial reply)."""
@@ -295,13 +297,14 @@ class LoadingController:
         req, model = st.req, self.host.model
         if self._closed() or req is None:
             return
-        if req.workers and self._offer_without_lost(req, msg):
+        if req.workers and self._offer_without_lost(req, msg, mid):
             return
         if is_device_failure(msg) and model is not None and model.runtime != "cpu" and req.cpu_only is None:
             # The device failed under the reply (a reset, a GPU gone): go on on the CPU, once.
             text = (f"{model.device or 'The GPU'} failed during the reply ({msg}); the model now runs on "
                     "the CPU and your message is kept.")
-            self.info.show_message(text, "error", action=("Use the GPU again", self.reload_on_gpu))
+            self.info.show_message(text, "error", action=("Use the GPU again", self.reload_on_gpu),
+                                   tags=(f"reply:{mid}",))
             QTimer.singleShot(0, lambda: self.load_model(replace(req.plain(), cpu_only=text)))
             return
         if st.oom_retried or not is_out_of_memory(Exception(msg)):
@@ -310,7 +313,7 @@ class LoadingController:
         # after the reply's failure is shown
         QTimer.singleShot(0, lambda: self.load_model(replace(req, retry_after=msg)))
 
-    def _offer_without_lost(self, req: LoadRequest, msg: str) -> bool:
+    def _offer_without_lost(self, req: LoadRequest, msg: str, mid: int) -> bool:
         """A machine the model's layers were on went away mid-reply (the error names it): offer to load the
         model without it. The reply's own failure handling has kept the message and the partial reply."""
         from app.core.machine_list import MachineList
@@ -329,5 +332,5 @@ class LoadingController:
         where = "the other machines left" if rest else "this machine alone"
         self.info.show_message(f"{names} stopped answering, and the model's layers there are gone. Your message "
                                f"and the reply so far are kept; the model can be loaded again on {where}.",
-                               "error", action=(f"Reload without {names}", reload))
+                               "error", action=(f"Reload without {names}", reload), tags=(MODEL_TAG, f"reply:{mid}"))
         return True

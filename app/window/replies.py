@@ -25,13 +25,14 @@ from app.core.tool_steps import Offer, first_step
 from app.bridge.engine_host import EngineHost
 from app.bridge.generation_worker import GenerationJob
 from app.chat.chat_view import ChatView
-from app.chat.think_control import effective
 from app.core.context_meter import context_cut, context_use
+from app.core.model_defaults import offered_servers
 from app.core.attached_docs import DocumentShelf, model_message, store_pending, with_documents
 from app.core.settings import Settings
 from app.core.store import Store, StoredMessage
 from app.ui.info_bar import InfoArea
 from app.ui.loop_monitor import LoopMonitor
+from app.window.reply_settings import ReplySettings
 
 READING_SHOWN_BELOW = 99  # percent: a prompt read in one go (cached, or short) shows no progress
 
@@ -72,6 +73,9 @@ class RepliesController:
         self.tools = ToolTurns(store=store, chat=chat, info=info, settings=settings, adopt_settings=adopt_settings,
                                current=current)
         self.tools.next_step, self.tools.ended = self.next_step, self._tools_ended
+        # a reply's sampling, system prompt and Think choice: the model's own settings and the chat's
+        self.reply_settings = ReplySettings(store=store, host=host, chat=chat, settings=settings, current=current)
+        self.tools.servers = lambda: offered_servers(settings(), host.identity)  # the model's own, or all
 
     def connect(self) -> None:
         """Follow the engine thread's reply events."""
@@ -79,7 +83,7 @@ class RepliesController:
         for sig, slot in ((h.delta, self.on_delta), (h.reasoning, self.on_reasoning), (h.progress, self.on_progress),
                           (h.finished, self.on_finished), (h.failed, self.on_failed), (h.loaded, self.on_model_loaded)):
             sig.connect(slot)
-        self.chat.think.chosen.connect(self.think_chosen)
+        self.reply_settings.connect()
 
     def streaming_in(self) -> int | None:  # the conversation a reply is being written in, if any
         return self.stream.conv if self.stream is not None else None
@@ -106,27 +110,13 @@ class RepliesController:
             self.show_context(cid)
         self.show_think()
 
-    # -- the Think control ----------------------------------------------------
+    # -- the Think control (app/window/reply_settings.py) ----------------------------
 
     def show_think(self) -> None:
-        """Show the loaded model's Think control (if its template has one) with this conversation's choice."""
-        cid = self._current()
-        choice = self.store.conversation(cid).think if cid is not None else None
-        self.chat.think.show_for(self.host.think, choice)
-
-    def think_chosen(self, value: object) -> None:
-        cid = self._current()
-        if cid is not None:
-            self.store.set_think(cid, value)
-
-    def think_value(self, cid: int) -> object:
-        """What the Think control is for a reply in ``cid`` (None: the model has none)."""
-        return effective(self.host.think, self.store.conversation(cid).think)
+        self.reply_settings.show_think()
 
     def think_kwargs(self, cid: int) -> dict[str, object] | None:
-        """The chat template's variables for the Think choice in ``cid`` (None: nothing to pass)."""
-        think, value = self.host.think, self.think_value(cid)
-        return (think.kwargs(value) or None) if think is not None and value is not None else None
+        return self.reply_settings.think_kwargs(cid)
 
     def show_live(self) -> None:
         """The conversation on screen was just drawn from the store: if the reply is being written
@@ -208,7 +198,7 @@ class RepliesController:
 
     def history(self, cid: int, system_prompt: str) -> list[Message]:
         """What the model is given for a reply in ``cid``."""
-        think, choice = self.host.think, self.store.conversation(cid).think
+        think, choice = self.host.think, self.reply_settings.choice(cid)
         if think is not None and think.kind == "flag" and choice in think.choices:
             # A system-prompt flag (Nemotron: /think, /no_think), only once chosen: else the model's default.
             system_prompt = f"{choice}\n{system_prompt}".strip()
@@ -220,6 +210,7 @@ class RepliesController:
         for line in given.missing:
             self.info.show_message(line, "error")
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
+        out += self.reply_settings.example_turns()  # the model's own, before the chat's
         # Cut-short replies stay in the history: the user saw them, so the model should too.
         # Each with its reasoning and tool calls: the template decides what of them to keep.
         out += [model_message(m, self.store.attachments) for m in stored if m.content or m.tool_calls]
@@ -254,13 +245,13 @@ class RepliesController:
         ``shown_first``: the user's message). The job goes first: the engine reads the prompt (or the
         server is asked) while the widgets are built, and its events wait in the queue until they are."""
         cid, mid = s.conv, s.mid
-        history = self.history(cid, self.store.conversation(cid).system_prompt)
+        history = self.history(cid, self.reply_settings.system_prompt(cid))
         s.offer, limit_note = self.tools.offer(s.made)
         if limit_note:
             choice = "none"  # the tools are shown, no more calls are made
         settings = self._settings()
         notes = (*self.doc_notes, limit_note) if limit_note else tuple(self.doc_notes)
-        job = GenerationJob(cid, mid, history, settings.sampling_params(), self.store.path,
+        job = GenerationJob(cid, mid, history, self.reply_settings.params(cid), self.store.path,
                             context_policy=settings.context_policy, template_kwargs=self.think_kwargs(cid),
                             notes=notes, sources=tuple(self.doc_sources), tools=s.offer.engine_tools(),
                             tool_choice=choice)
@@ -386,8 +377,9 @@ class RepliesController:
             if here:
                 self.chat.remove_from(s.user_mid)
                 self.chat.set_input_text(text)
-            self.info.show_message(f"The message was not sent: {msg}. Your text is back in the input box.",
-                                   "error")
+            if not self.info.shown(f"reply:{mid}"):  # the model's loader said it already, and what to do
+                self.info.show_message(f"The message was not sent: {msg}. Your text is back in the input box.",
+                                       "error", tags=(f"reply:{mid}",))
         else:
             if s.conv == self._current():
                 w = self.chat.widget(mid)
@@ -395,6 +387,7 @@ class RepliesController:
                     thought = "".join(s.thought) or None
                     w.set_result(partial, complete=False, finish_reason="error", error=msg, reasoning=thought,
                                  reasoning_open=thought is not None and not partial)
-            self.info.show_message(f"The reply stopped with an error: {msg}. What was written is kept.",
-                                   "error")
+            if not self.info.shown(f"reply:{mid}"):  # the model's loader said it already, and what to do
+                self.info.show_message(f"The reply stopped with an error: {msg}. What was written is kept.",
+                                       "error", tags=(f"reply:{mid}",))
         self.chat.refresh_actions()

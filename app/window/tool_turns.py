@@ -60,6 +60,8 @@ class ToolTurns(QObject):
         self.pending: Pending | None = None
         self.next_step: Callable[[int, int], None] = lambda conv, made: None  # the replies controller's
         self.ended: Callable[[str], None] = lambda why: None
+        # The MCP servers whose tools the loaded model is offered (None: every one): its own settings'.
+        self.servers: Callable[[], list[str] | None] = lambda: None
         self._said: set[str] = set()  # failures already shown (each once until it changes)
         self._connected.connect(self._on_connected)
         self._answered.connect(self._on_answered)
@@ -99,7 +101,8 @@ class ToolTurns(QObject):
         if self.client is None:
             return Offer(), None
         limit = self._settings().max_tool_calls
-        found = tool_steps.offer(self.client.tools())
+        servers = self.servers()
+        found = tool_steps.offer([t for t in self.client.tools() if servers is None or t.server in servers])
         if made >= limit:
             # Still shown to the model (tool_choice "none"): the prompt, and so its cached prefix, stays
             # the one the steps before read; the step is written in text.

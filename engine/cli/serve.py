@@ -13,6 +13,8 @@ import sys
 import threading
 from dataclasses import asdict, replace
 
+from ..library.model_defaults import ServedDefaults
+from ..library.model_store import memo_dir
 from ..loading.request import LoadRequest
 
 from ..remote.errors import fingerprint_text
@@ -32,6 +34,13 @@ def bounded_shutdown(seconds: float = SHUTDOWN_GRACE_S):
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+def _defaults() -> ServedDefaults:
+    """What a request leaves out: each model's recommendations and your settings for it (`models defaults`)."""
+    from ..paths import data_dir
+
+    return ServedDefaults(memo=memo_dir(data_dir()))
 
 
 def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
@@ -59,7 +68,7 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     pool = None if idle_unload is None else library_pool(
         data_dir(), parallel=parallel, queue_limit=queue_limit, n_ctx=n_ctx, n_threads=n_threads,
         default_ttl=idle_unload, exactness=exactness)
-    server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool,
+    server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool, defaults=_defaults(),
                          **exposure(data_dir(), listen, tls_cert, tls_key, rate_limit))
     gpu_layers = None
     if rpc:

@@ -69,7 +69,7 @@ def prepare_request(prompts: PromptBuilder, layout: Layout | None, params: Sampl
     if tools is not None:
         template_kwargs = tools.with_tools(template_kwargs)
         tools = tools.calling()  # tool_choice "none": shown to the model, never called
-    built = prompts.build(messages, reserve=params.max_tokens, policy=context_policy,
+    built = prompts.build(messages, reserve=params.limit, policy=context_policy,
                           template_kwargs=template_kwargs)
     return Prepared(built.tokens, params, layout, opens_in_prompt(layout, built.text), tools, built.dropped,
                     built.messages, template_kwargs)

@@ -116,7 +116,7 @@ class StopRules:
                  cancel: threading.Event | None) -> None:
         self.eos = frozenset() if params.ignore_eos else backend.eos_ids
         self.n_ctx = backend.n_ctx
-        self.max_tokens = params.max_tokens
+        self.max_tokens = params.limit
         self.prompt_len = prompt_len
         self.cancel = cancel
         self.extra = 0  # tokens past max_tokens spent finishing a character

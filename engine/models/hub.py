@@ -376,3 +376,14 @@ def fetch_ref(ref, *, allow_pickle: bool = False, allow_remote_code: bool = Fals
     path = download(repo, filename=filename, quant=quant, allow_pickle=allow_pickle,
                     allow_remote_code=allow_remote_code, progress=progress, cancel=cancel)
     return ModelRef("gguf" if path.is_file() else "hf_dir", path, spec)
+
+
+def cached_model(spec: str, *, cache: Path | None = None) -> Path | None:
+    """The file or folder a Hub id names, if the cache holds it whole; None otherwise. Never touches
+    the network (the window asks it for a model's own settings before any download)."""
+    repo, filename, quant = parse_hub_id(spec)
+    try:
+        return _from_cache(repo, None, cache or hub_cache_dir(), bool(filename or quant), filename, quant, False,
+                           why="looked up in the cache")
+    except HearthError:
+        return None

@@ -72,7 +72,9 @@ def wire_message(m: Message | Mapping[str, Any]) -> dict[str, Any]:
 def sampling_fields(params: SamplingParams, extras: bool) -> tuple[dict[str, Any], list[str]]:
     """``params`` as request fields, and notes on what the server may not honour. ``extras``: send
     llama.cpp's and vLLM's own fields (top_k, min_p, repeat_penalty), which OpenAI itself refuses."""
-    f: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p, "max_tokens": params.max_tokens}
+    f: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p}
+    if params.max_tokens is not None:  # none: the server's own default, until the model stops (as here)
+        f["max_tokens"] = params.max_tokens
     notes: list[str] = []
     if params.stop:
         f["stop"] = list(params.stop)[:4]  # OpenAI's limit; llama.cpp and vLLM take more, but all take 4

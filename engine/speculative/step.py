@@ -64,7 +64,7 @@ class _Rounds:
         self.target, self.drafts, self.ctl, self.sampler = target, drafts, ctl, sampler
         self.history, self.stats = history, stats
         self.pick, self.verify = pick_and_verify(sampler)
-        self.end = len(history) + sampler.params.max_tokens  # history holds the prompt: its length at the limit
+        self.end = len(history) + sampler.params.limit  # history holds the prompt: its length at the limit
         self.free = drafts.get(ctl.free) if ctl.free else None
 
     def room(self, cap: int) -> int:

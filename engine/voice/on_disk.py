@@ -11,7 +11,8 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable
 
-from ..library.local import FIT_CPU, FIT_NO, ORIGIN_HF, ORIGIN_MODELS, LibraryError, cached_model_repos, delete_cached
+from ..library.local import FIT_CPU, FIT_NO, ORIGIN_BUNDLED, ORIGIN_HF, ORIGIN_MODELS, LibraryError, \
+    cached_model_repos, delete_cached
 from . import voice_installed
 from .models import BUNDLED, SpeechModel, VoiceUnavailable, on_hub, piper_voice, whisper_model
 
@@ -92,6 +93,25 @@ def _in_hub_cache(cache: Path) -> list[SpeechModel]:
                                     name=spec if m.kind == "whisper" else f"{m.name} ({repo.repo_id})")
                 for m, spec in found]
     return out
+
+
+def speech_id(model: SpeechModel) -> str:
+    """What a client calls a speech model in the API's ``model`` field: "bundled" for a bundled one, a Hub
+    model's id, else its folder's name (a Whisper) or its file's stem (a Piper voice)."""
+    if model.origin == ORIGIN_BUNDLED:
+        return BUNDLED
+    if model.origin == ORIGIN_HF:
+        return model.spec
+    return model.path.stem if model.kind == "piper" else model.path.name
+
+
+def find_speech_model(models: Iterable[SpeechModel], kind: str, name: str) -> SpeechModel | None:
+    """The ``kind`` ("whisper" or "piper") model of ``models`` that ``name`` names: its API id, its name as the
+    library shows it, what Settings → Voice calls it, or its file's or folder's name."""
+    for m in models:
+        if m.kind == kind and name in (speech_id(m), m.name, m.spec, m.path.name, m.path.stem):
+            return m
+    return None
 
 
 def speech_fit(model: SpeechModel, hardware=None) -> tuple[str, str]:

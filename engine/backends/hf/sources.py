@@ -118,15 +118,11 @@ def gguf_as_folder(path: Path, *, cache: Path | None = None) -> Path:
 
 def source_sha256(path: Path, memo_dir: Path | None = None) -> str:
     """A content identity for the prefix store: a GGUF file's SHA-256, or one over a
-    folder's config and weight files."""
-    import hashlib
-
-    from ...models.digest import file_sha256
+    folder's config and weight files (engine/models/digest.py)."""
+    from ...models.digest import file_sha256, folder_sha256
 
     if path.is_file():
         return file_sha256(path, memo_dir=memo_dir)
-    h = hashlib.sha256()
-    for p in sorted(path.iterdir()):
-        if p.name == "config.json" or p.name.endswith((".safetensors",) + PICKLE_SUFFIXES):
-            h.update(p.name.encode() + b"\0" + file_sha256(p.resolve(), memo_dir=memo_dir).encode())
-    return h.hexdigest()
+    digest = folder_sha256(path, memo_dir)
+    assert digest is not None  # memo_only is off: every file was hashed
+    return digest

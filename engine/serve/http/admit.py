@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from ...errors import HearthError, ToolsUnsupported
 from ...reply_formats.tools import ToolError
-from ...types import SamplingParams
+from ...library.model_settings import Layered
 from ..protocols.openai import ApiError, ApiRequest
 from ..protocols.template_vars import TemplateVarsError, check_think
 from ..runtime.requests import ServeRequest
 from ..runtime.targets import Lease, Target
+from .request_defaults import sampling_for
 
 
 def lease_headers(lease: Lease | None) -> dict[str, str]:
@@ -22,8 +23,9 @@ def lease_headers(lease: Lease | None) -> dict[str, str]:
     return {"X-Hearth-Load-Ms": f"{lease.load_ms:.0f}"}
 
 
-def serve_request(req: ApiRequest, t: Target) -> ServeRequest:
-    """``req`` for ``t``'s scheduler; raises ApiError (400) for what ``t``'s model cannot do as asked."""
+def serve_request(req: ApiRequest, t: Target, base: Layered | None = None) -> ServeRequest:
+    """``req`` for ``t``'s scheduler, its settings over ``base`` (its model's layers: request_defaults.py;
+    None: the engine's defaults); raises ApiError (400) for what ``t``'s model cannot do as asked."""
     think = t.scheduler.engine.think
     kwargs = req.template_kwargs
     if req.thinking is not None and think is not None and think.kind == "switch":
@@ -45,8 +47,7 @@ def serve_request(req: ApiRequest, t: Target) -> ServeRequest:
                 raise ApiError(400, str(e), param="tools", code="tools_not_supported") from None
             # a model whose template takes no tools answers in text, which is all "none" asks
     try:
-        params = SamplingParams(**{**req.sampling, "max_tokens": req.max_tokens or t.n_ctx})
-        return ServeRequest(messages=req.messages, prompt=req.prompt, params=params, grammar=req.grammar,
-                            grammar_scope=req.grammar_scope, template_kwargs=kwargs, tools=plan)
+        return ServeRequest(messages=req.messages, prompt=req.prompt, params=sampling_for(req, base),
+                            grammar=req.grammar, grammar_scope=req.grammar_scope, template_kwargs=kwargs, tools=plan)
     except HearthError as e:
         raise ApiError(400, str(e)) from None

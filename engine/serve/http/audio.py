@@ -4,7 +4,8 @@ Open WebUI and other OpenAI clients can then use Hearth for voice. The same
 guard as every route checks the Host, the Origin and, off loopback, the key.
 A transcription's upload is read up to MAX_AUDIO_BYTES (OpenAI's 25 MB) before
 its form is parsed, and its audio is refused over MAX_AUDIO_S before it is
-decoded where the container says its length. Speech takes up to MAX_SPEECH_CHARS
+decoded where the container says its length. ``model`` names an installed speech model (OpenAI's names mean
+the chosen one: audio_models.py). Speech takes up to MAX_SPEECH_CHARS
 characters (OpenAI's limit); ``pcm`` is streamed sentence by sentence, so a
 client can play the first sentence while the rest is spoken. Each call runs on
 a worker thread; the models are loaded on first use and kept (engine/voice/kit.py).
@@ -26,6 +27,7 @@ from ...voice.models import SETUP_HINT
 from ...voice.sentences import speakable_sentences
 from ...voice.speak import MAX_SPEED, MIN_SPEED
 from ..protocols.errors import ApiError, bad
+from .audio_models import SpeechModels
 from .body import error_response, read_body, read_json
 
 MAX_AUDIO_BYTES = 25 << 20
@@ -41,8 +43,10 @@ class AudioRoutes:
 
     def __init__(self, kit: VoiceKit | Callable[[], VoiceKit] | None = None) -> None:
         """``kit``: the models, or a callable giving the ones to use now (the window passes its own,
-        so the API and the window share one Whisper and one Piper, as Settings → Voice chose them)."""
+        so the API and the window share one Whisper and one Piper, as Settings → Voice chose them).
+        A request's ``model`` may name another installed speech model (audio_models.py)."""
         self._kit = kit or VoiceKit()
+        self.models = SpeechModels(lambda: self.kit)
 
     @property
     def kit(self) -> VoiceKit:
@@ -57,17 +61,19 @@ class AudioRoutes:
             _installed()
             form = await _form(request)
             audio, fmt, options = _transcription_request(form)
-            transcript = await anyio.to_thread.run_sync(lambda: self._transcribe(audio, options))
+            model = str(form.get("model") or "")
+            transcript = await anyio.to_thread.run_sync(lambda: self._transcribe(audio, options, model))
         except ApiError as e:
             return error_response(e, request.url.path)
         return _transcript_response(transcript, fmt)
 
-    def _transcribe(self, audio: bytes, options: dict[str, Any]):
+    def _transcribe(self, audio: bytes, options: dict[str, Any], model: str):
         try:
             sound = read_audio(audio, max_seconds=MAX_AUDIO_S, max_bytes=MAX_AUDIO_BYTES)
-            return self.kit.transcriber().transcribe(sound.samples, **options)
         except AudioError as e:
             raise ApiError(400, str(e), param="file", code="invalid_audio") from None
+        try:
+            return self.models.transcriber(model, options.get("language")).transcribe(sound.samples, **options)
         except HearthError as e:
             raise ApiError(503, str(e), type="server_error", code="voice_unavailable") from None
 
@@ -76,7 +82,8 @@ class AudioRoutes:
             _installed()
             body = await read_json(request, 1 << 20)
             text, fmt, speed = _speech_request(body)
-            voice = await anyio.to_thread.run_sync(self._voice)
+            model = body.get("model") if isinstance(body.get("model"), str) else ""
+            voice = await anyio.to_thread.run_sync(lambda: self._voice(model))
         except ApiError as e:
             return error_response(e, request.url.path)
         sentences = speakable_sentences(text) or [text]
@@ -94,9 +101,9 @@ class AudioRoutes:
             return encode_audio(np.concatenate(parts), voice.rate, fmt)
         return Response(await anyio.to_thread.run_sync(whole), media_type=_MEDIA[fmt], headers=headers)
 
-    def _voice(self):
+    def _voice(self, model: str):
         try:
-            return self.kit.voice()
+            return self.models.voice(model)
         except HearthError as e:
             raise ApiError(503, str(e), type="server_error", code="voice_unavailable") from None
 

@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...errors import HearthError
+from ...library.model_defaults import ServedDefaults
 from ...types import StreamEvent
 from .body import api_error, error_response, guarded, internal_error, log, read_json
 from ..protocols.openai import ApiError
@@ -41,9 +42,10 @@ from .keys import KeyRing, RateLimit
 from .security import Guard, check_bind_host, check_exposure
 from .tls import TlsFiles
 from .audio import AudioRoutes
+from .request_defaults import RequestDefaults
 from ..runtime.pool import ModelPool, keep_alive
 from ..protocols.responses import ResponseStore
-from ..runtime.targets import Lease, Targets
+from ..runtime.targets import Lease, Target, Targets
 from .admit import lease_headers, serve_request
 from ..metrics import ServerMetrics
 from .observe import finished_request, metrics_route, request_key, scheduler_gauges
@@ -62,12 +64,13 @@ class LocalServer:
                  cors_origins: Iterable[str] = (), max_body: int = MAX_BODY, host: str = "127.0.0.1",
                  pool: ModelPool | None = None, listen: bool = False, tls: TlsFiles | None = None,
                  keys: KeyRing | None = None, rate_limit: int = 0, audio: AudioRoutes | None = None,
-                 metrics: ServerMetrics | None = None) -> None:
+                 metrics: ServerMetrics | None = None, defaults: ServedDefaults | None = None) -> None:
         """``pool``: the library's models, loaded when a request names one (None: only the
         attached model is served). ``listen``: ``host`` may be an address other devices reach;
         the server then refuses to start without TLS (``tls``) and a key (``api_key`` or one in
         ``keys``). ``rate_limit``: requests a minute per key (0: none). ``audio``: the speech routes.
-        ``metrics``: where finished requests are counted (the app keeps one across restarts)."""
+        ``metrics``: where finished requests are counted (the app keeps one across restarts).
+        ``defaults``: each model's settings, for what a request leaves out (None: the engine's defaults)."""
         self.host = check_bind_host(host, listen=listen)
         self.exposed = check_exposure(self.host, tls is not None, bool(api_key) or bool(keys and keys.entries()))
         self.tls, self.keys = tls, keys
@@ -91,6 +94,7 @@ class LocalServer:
         self._reaper: threading.Thread | None = None
         self._stopping = threading.Event()
         self.audio = audio or AudioRoutes()
+        self.defaults = RequestDefaults(defaults)
         routes = [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in (
             ("/v1/models", self._models, "GET"), ("/v1/models/{model_id:path}", self._model, "GET"),
             ("/v1/chat/completions", self._route(openai_wire("chat")), "POST"),
@@ -150,11 +154,21 @@ class LocalServer:
         return JSONResponse({"object": "list", "data": cards})
 
     async def _model(self, request: Request) -> Response:
+        mid = request.path_params["model_id"]
         try:
-            card = await anyio.to_thread.run_sync(self.targets.card, request.path_params["model_id"])
+            card = await anyio.to_thread.run_sync(self.targets.card, mid)
         except ApiError as e:
             return error_response(e, request.url.path)
-        return JSONResponse(card)
+        t = self._loaded(mid)
+        path = None if t is not None or self.pool is None else self.pool.catalog().get(mid)
+        return JSONResponse(await self.defaults.card(card, t, path))
+
+    def _loaded(self, mid: str) -> Target | None:
+        """The loaded model called ``mid``: the server's own or one the pool holds (None: not loaded)."""
+        if self.targets.model_id == mid:
+            return self.targets.own()
+        held = [h for h in (self.pool.held() if self.pool is not None else []) if h.model_id == mid]
+        return Target(held[0].scheduler, mid, held[0].n_ctx, held[0].created) if held else None
 
     async def _count_tokens(self, request: Request) -> Response:
         """Anthropic's ``/v1/messages/count_tokens`` (Claude Code asks it before long requests): the
@@ -168,7 +182,7 @@ class LocalServer:
             lease = await self.targets.lease(req.model, keep_alive(body))
             try:
                 t = lease.target
-                sreq = serve_request(req, t)
+                sreq = serve_request(req, t, await self.defaults.base(t))
                 engine = t.scheduler.engine
                 n = await anyio.to_thread.run_sync(lambda: engine.count_tokens(sreq.messages or [],
                                                                                 sreq.prompt_kwargs))
@@ -196,7 +210,7 @@ class LocalServer:
             lease = await self.targets.lease(req.model, keep_alive(body))
             t = lease.target
             try:
-                ticket = t.scheduler.submit(serve_request(req, t))
+                ticket = t.scheduler.submit(serve_request(req, t, await self.defaults.base(t)))
             except QueueFull as e:
                 raise api_error(e) from None
             except HearthError as e:  # the scheduler closed under us: a model switch

@@ -1,0 +1,103 @@
+"""The window's side of each model's own settings. Qt-free.
+
+A reply's settings are layers (engine/library/model_settings.py): Hearth's defaults (Settings →
+Sampling, for every model) < the model's own recommendations < the user's settings for this model <
+the chat's own. The loaded model is known by its identity (:class:`ModelIdentity`), found on the engine
+thread when it loads (its file is hashed once, memoised in the prefix store's folder); the user's
+settings for it are ``Settings.models[identity.key]``, kept in model-settings.json beside settings.json.
+
+Besides sampling a model's own settings hold its system prompt (used by a chat whose own is empty), example
+turns every chat starts with, the Think control's default, the context it loads with, and which MCP
+servers' tools it is offered.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from engine.library.model_defaults import model_settings
+from engine.library.model_settings import CHAT_KEYS, Layered, layered, values_problem
+from engine.library.model_store import ModelEntry, memo_dir
+from engine.loading.request import LoadRequest
+from engine.models.recommended import NONE, Recommended
+
+from app.core.settings import Settings, SettingsError
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """A model as its settings know it: its key (None: not known, a Hub model not downloaded), the name
+    its settings are shown under, and what it recommends."""
+    key: str | None
+    name: str
+    recommended: Recommended = NONE
+
+
+NO_MODEL = ModelIdentity(None, "")
+
+
+def identify(req: LoadRequest, data_dir: Path) -> ModelIdentity:
+    """``req``'s model's identity. May hash the model file the first time: call it off the GUI thread."""
+    got = model_settings(req.model_source, req.model, {}, memo_dir(data_dir))
+    return ModelIdentity(got.key, got.name, got.recommended)
+
+
+def yours(settings: Settings, ident: ModelIdentity) -> dict[str, Any]:
+    """The user's own settings for the model (empty: none, or a model not identified)."""
+    entry = settings.models.get(ident.key) if ident.key is not None else None
+    return dict(entry.values) if entry is not None else {}
+
+
+def reply_layers(settings: Settings, ident: ModelIdentity, chat: dict[str, Any] | None = None) -> Layered:
+    """A reply's settings in the window: Hearth's defaults (the Sampling tab), the model's, yours, ``chat``."""
+    return layered(settings.sampling, ident.recommended, yours(settings, ident), chat)
+
+
+def with_yours(settings: Settings, ident: ModelIdentity, values: dict[str, Any]) -> Settings:
+    """``settings`` with ``values`` as the user's settings for the model (none: its entry goes). Raises
+    SettingsError naming the value that is wrong."""
+    if ident.key is None:
+        raise SettingsError("models: the model is not identified yet (it is loading or not downloaded)")
+    why = values_problem(values)
+    if why:
+        raise SettingsError(f"models: {why}")
+    models = dict(settings.models)
+    if values:
+        models[ident.key] = ModelEntry(ident.name, dict(values))
+    else:
+        models.pop(ident.key, None)
+    return replace(settings, models=models)
+
+
+def chat_problem(values: dict[str, Any]) -> str | None:
+    """Why ``values`` cannot be a chat's own settings (None: they can)."""
+    return values_problem(values, CHAT_KEYS)
+
+
+def with_model_load(req: LoadRequest, models: dict[str, ModelEntry], ident: ModelIdentity) -> LoadRequest:
+    """``req`` with the model's own load settings (its context; ``models``: Settings.models) over the ones
+    for every model."""
+    entry = models.get(ident.key) if ident.key is not None else None
+    return replace(req, context=entry.values["context"]) if entry is not None and "context" in entry.values else req
+
+
+def system_prompt(chat_prompt: str, settings: Settings, ident: ModelIdentity) -> str:
+    """A reply's system prompt: the chat's own, or (when the chat has none) the model's."""
+    return chat_prompt if chat_prompt.strip() else str(yours(settings, ident).get("system_prompt") or "")
+
+
+def example_turns(settings: Settings, ident: ModelIdentity) -> list[dict[str, str]]:
+    """The model's example turns every chat starts with (an Ollama Modelfile's MESSAGE lines)."""
+    return list(yours(settings, ident).get("messages") or [])
+
+
+def think_default(settings: Settings, ident: ModelIdentity) -> object:
+    """The Think control's choice for a chat that made none (None: the template's own default)."""
+    return yours(settings, ident).get("think")
+
+
+def offered_servers(settings: Settings, ident: ModelIdentity) -> list[str] | None:
+    """The MCP servers whose tools the model is offered (None: every one)."""
+    tools = yours(settings, ident).get("tools")
+    return list(tools) if tools is not None else None
