@@ -94,6 +94,15 @@ class SeqPool(Protocol):
     def seq_copy(self, src: int, dst: int, n: int) -> None:
         """Make ``dst`` hold ``src``'s first ``n`` tokens, and nothing else."""
 
+    def can_shift(self, seq: int) -> bool:
+        """Whether sequence ``seq``'s KV can be moved to other positions (``seq_move``)."""
+
+    def seq_move(self, seq: int, moves: Sequence[tuple[int, int, int]]) -> None:
+        """Move chunks of sequence ``seq``'s KV back into place without computing them again: each
+        ``(src, dst, n)`` takes ``n`` tokens from index ``src`` to ``dst``, right after the last
+        chunk; the gaps and what follows the last chunk are removed (a RoPE model's context shift).
+        Not bit-identical to computing the moved tokens at their new positions."""
+
     def seq_snapshot(self, seq: int) -> Any:
         """A copy of sequence ``seq``'s KV (the prefix cache's kind of snapshot)."""
 
@@ -135,6 +144,12 @@ class SingleSequencePool:
 
     def seq_copy(self, src: int, dst: int, n: int) -> None:
         self.backend.truncate(n)
+
+    def can_shift(self, seq: int) -> bool:
+        return False  # transformers' cache and a test's backend hold positions as computed
+
+    def seq_move(self, seq: int, moves: Sequence[tuple[int, int, int]]) -> None:
+        raise HearthError("this backend's KV cannot be shifted")
 
     def seq_snapshot(self, seq: int) -> Any:
         return self.backend.snapshot()

@@ -59,6 +59,7 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     max_wait_s: float | None = None   # past this in the queue: QueueTimeout (None: wait as long as it takes)
     label: str = ""                   # who asked (a device key's name), for the core's figures
+    shift: bool = False               # its KV may be moved into place (the "shift" context policy)
     submitted: float = field(default_factory=time.perf_counter)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..backends.base import SeqView
+from ..kv.shift import moved_from
 
 if TYPE_CHECKING:
     from ..kv.reuse import KVReuse
@@ -36,7 +37,12 @@ class TrackedView(SeqView):
     def hold(self, state: Any, tokens: Sequence[int]) -> None:
         """Make the sequence hold a snapshot of exactly ``tokens``."""
         self.pool.seq_restore(self.seq, state)
-        self.reuse.table.kv[self.seq] = list(tokens)
+        self.reuse.table.hold(self.seq, tokens)
+
+    def move(self, moves: Sequence[tuple[int, int, int]], tokens: Sequence[int]) -> None:
+        """Move chunks of the sequence's KV back into place (``SeqPool.seq_move``): it then holds ``tokens``."""
+        self.pool.seq_move(self.seq, moves)
+        self.reuse.table.moved(self.seq, tokens, moved_from(moves))
 
 
 @dataclass(slots=True)

@@ -290,7 +290,7 @@ class EngineCore:
     def _start(self, r: Run) -> None:
         assert r.seq is not None
         try:
-            r.cached = self.reuse.place(r.seq, r.job.prompt)
+            r.cached = self.reuse.place(r.seq, r.job.prompt, shift=r.job.shift)
             r.view = TrackedView(self.reuse, r.seq)
             lease = SeqLease(r.view, r.cached, self.reuse, r.admitted, r.admitted - r.job.submitted, r.job.cancel)
             r.pipe = r.job.make(lease)

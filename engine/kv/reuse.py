@@ -18,6 +18,7 @@ from ..inputs.media import portable, whole
 from ..types import WANT_NONE, Compute
 from .disk_store import PrefixStore
 from .prefix_cache import PrefixCache, common_prefix_len
+from .shift import MIN_CHUNK, moved_from, reuse_moves
 from .slots import SlotTable
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class KVReuse:
         self.store = store            # system-prompt snapshots on disk, across restarts
         self.table = SlotTable(pool.n_seq)
         self._live_prompt_len = [0] * pool.n_seq  # the prompt part of each sequence's last request
+        self.moved = [0] * pool.n_seq  # tokens of KV the last placement moved into place (shift), per sequence
 
     @property
     def enabled(self) -> bool:
@@ -68,6 +70,7 @@ class KVReuse:
         context's stream count, so the in-memory ones are dropped (the disk store is keyed by it)."""
         self.table = SlotTable(self.pool.n_seq)
         self._live_prompt_len = [0] * self.pool.n_seq
+        self.moved = [0] * self.pool.n_seq
         self.cache.clear()
 
     def checkpoint(self, prompt: Sequence[int], *shared: Sequence[int] | None) -> list[int]:
@@ -89,31 +92,56 @@ class KVReuse:
         a tie, so requests pack into the lowest sequences: a step batches consecutive ones best)."""
         return self.table.place(free, prompt).dst
 
-    def place(self, seq: int, prompt: list[int]) -> int:
+    def place(self, seq: int, prompt: list[int], *, shift: bool = False) -> int:
         """Bring sequence ``seq`` to the longest reusable prefix of ``prompt`` (never its last token:
         its logits start decoding), from its own KV, another sequence's, or the prefix cache.
-        Returns how many prompt tokens it holds. Its KV holds exactly those afterwards."""
+        Returns how many prompt tokens it holds. Its KV holds exactly those afterwards.
+        ``shift`` (the request's context policy is "shift"): a prompt that left out part of what the
+        sequence held (its oldest turns) may have the rest moved into place (engine/kv/shift.py), and
+        KV moved so before serves it; any other request is served only KV as reading gives it."""
         held = self.table.kv[seq]
         keep = min(common_prefix_len(held, prompt), len(prompt) - 1)
+        self.moved[seq] = 0
+        if not shift:
+            keep = min(keep, self.table.exact(seq))
         if keep < self._live_prompt_len[seq] - 1:
             # Diverging inside the last *prompt* means another conversation (or an edit), not a
             # regenerate: keep this sequence's state in the cache for a switch back.
             self._save(seq)
+        if shift:
+            moved = self._shift_into_place(seq, prompt, keep)
+            if moved is not None:
+                return moved
         spot = self.table.place([seq], prompt)
-        if spot.src != seq and spot.shared > keep:
-            self.pool.seq_copy(spot.src, seq, spot.shared)
-            self.table.copy(spot.src, seq, spot.shared)
-            keep = spot.shared
+        shared = spot.shared if shift else min(spot.shared, self.table.exact(spot.src))
+        if spot.src != seq and shared > keep:
+            self.pool.seq_copy(spot.src, seq, shared)
+            self.table.copy(spot.src, seq, shared)
+            keep = shared
         n_cached, state = self.cache.lookup(prompt, longer_than=keep)
         if state is not None:
             self.pool.seq_restore(seq, state)
-            self.table.kv[seq] = list(prompt[:n_cached])
+            self.table.hold(seq, prompt[:n_cached])
             keep = n_cached
         keep = whole(prompt, keep)  # an image is read whole or not at all
         self.pool.seq_truncate(seq, keep)
         self.table.cut(seq, keep)
         self._live_prompt_len[seq] = len(prompt)
         return keep
+
+    def _shift_into_place(self, seq: int, prompt: list[int], keep: int) -> int | None:
+        """Move the chunks of ``prompt`` that sequence ``seq`` holds further on into place (llama-server's
+        cache reuse); how many prompt tokens it then holds, or None where moving gains nothing."""
+        if not self.pool.can_shift(seq):
+            return None
+        moves, n = reuse_moves(self.table.kv[seq], prompt, keep)
+        if not moves or n < keep + MIN_CHUNK or self.table.place([seq], prompt).shared >= n:
+            return None
+        self.pool.seq_move(seq, moves)
+        self.table.moved(seq, prompt[:n], moved_from(moves))
+        self.moved[seq] = sum(m[2] for m in moves if m[0] != m[1])
+        self._live_prompt_len[seq] = len(prompt)
+        return n
 
     def reach(self, view: HeldSeq, tokens: list[int]) -> Generator[Compute, Any, bool]:
         """Bring the sequence to exactly ``tokens`` (a checkpoint: it holds a prefix of them now), from
@@ -144,7 +172,7 @@ class KVReuse:
         """Snapshot a sequence's KV before a different prompt overwrites it, so switching back to
         that conversation costs a restore, not a prefill."""
         held = self.table.kv[seq]
-        if self.enabled and len(held) >= self.cache.block:
+        if self.enabled and len(held) >= self.cache.block and self.table.shifted[seq] is None:
             self.cache.insert(held, lambda: self.pool.seq_snapshot(seq), self.backend.nbytes)
 
     def extend(self, seq: int, tokens: Sequence[int]) -> None:
@@ -154,7 +182,9 @@ class KVReuse:
     def commit(self, seq: int, history: Sequence[int]) -> None:
         """Record what sequence ``seq`` really holds after a request (stopped, failed or finished):
         ``history`` is every token fed or produced, in order."""
-        self.table.kv[seq] = list(history[:self.pool.seq_len(seq)])
+        n = self.pool.seq_len(seq)
+        self.table.kv[seq] = list(history[:n])
+        self.table.cut(seq, n)  # a shift's mark past what it holds now goes
 
     def reset(self) -> None:
         """Forget what every sequence holds (the cached snapshots stay)."""

@@ -30,6 +30,14 @@ class SlotTable:
 
     def __init__(self, n_seq: int) -> None:
         self.kv: list[list[int]] = [[] for _ in range(n_seq)]
+        # Where each sequence's KV stops being what reading its tokens gives (a context shift moved it
+        # there; engine/kv/shift.py); None: all of it is. Only a request that shifts is served past it.
+        self.shifted: list[int | None] = [None] * n_seq
+
+    def exact(self, seq: int) -> int:
+        """How many of sequence ``seq``'s tokens hold the KV that reading them gives."""
+        mark = self.shifted[seq]
+        return len(self.kv[seq]) if mark is None else min(mark, len(self.kv[seq]))
 
     def held(self, seq: int) -> int:
         """How many tokens sequence ``seq`` holds."""
@@ -62,10 +70,28 @@ class SlotTable:
     def cut(self, seq: int, n: int) -> None:
         """Sequence ``seq`` now holds only its first ``n`` tokens."""
         del self.kv[seq][n:]
+        mark = self.shifted[seq]
+        if mark is not None and n <= mark:
+            self.shifted[seq] = None
 
     def copy(self, src: int, dst: int, n: int) -> None:
         """Sequence ``dst`` now holds ``src``'s first ``n`` tokens (its KV was copied)."""
         self.kv[dst] = self.kv[src][:n]
+        mark = self.shifted[src]
+        self.shifted[dst] = mark if mark is not None and mark < n else None
+
+    def hold(self, seq: int, tokens: Sequence[int]) -> None:
+        """Sequence ``seq`` now holds exactly ``tokens``, as read (a snapshot restored)."""
+        self.kv[seq] = list(tokens)
+        self.shifted[seq] = None
+
+    def moved(self, seq: int, tokens: Sequence[int], first: int | None) -> None:
+        """Sequence ``seq``'s KV was moved (``first``: the first index moved) and now holds ``tokens``."""
+        self.kv[seq] = list(tokens)
+        mark = self.shifted[seq]
+        if first is not None:
+            mark = first if mark is None else min(mark, first)
+        self.shifted[seq] = mark if mark is not None and mark < len(tokens) else None
 
     def extend(self, seq: int, tokens: Iterable[int]) -> None:
         """Sequence ``seq`` computed ``tokens`` after what it held."""

@@ -263,6 +263,12 @@ class LlamaCppBackend:
     def seq_copy(self, src: int, dst: int, n: int) -> None:
         self._streams.copy(src, dst, n)
 
+    def can_shift(self, seq: int) -> bool:
+        return self._streams.can_shift(seq)
+
+    def seq_move(self, seq: int, moves: Sequence[tuple[int, int, int]]) -> None:
+        self._streams.move(seq, moves)
+
     def snapshot(self) -> tuple:
         return self._streams.snapshot(0)
 

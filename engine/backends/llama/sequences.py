@@ -89,6 +89,33 @@ class Streams:
         at.past[dst], at.shifts[dst] = at.past[src], list(at.shifts[src])
         self.truncate(dst, n)
 
+    def can_shift(self, seq: int) -> bool:
+        """Whether sequence ``seq``'s KV can be moved to other positions: the model's memory shifts
+        (RoPE models do), and no M-RoPE image lags its positions behind its tokens (llama.cpp's
+        server refuses to shift multimodal sequences for the same reason)."""
+        return not self.at.shifts[seq] and bool(lc.llama_memory_can_shift(self.mem))
+
+    def move(self, seq: int, moves: Sequence[tuple[int, int, int]]) -> None:
+        """Chunks of sequence ``seq``'s KV moved back into place: each ``(src, dst, n)`` takes the
+        ``n`` tokens at index ``src`` to ``dst`` (in order, ``dst`` right after the last chunk, never
+        after ``src``); what lies between is removed, and so is everything after the last chunk.
+        llama.cpp's own two calls (its server's context shift and cache reuse): ``seq_rm`` of the
+        gap, ``seq_add`` of the chunk's positions, the keys' RoPE rotated at the next decode."""
+        if not self.can_shift(seq):
+            raise HearthError("this sequence's KV cannot be shifted")
+        at = self.at
+        end, cur = at.past[seq], -1
+        for src, dst, n in moves:
+            if (cur >= 0 and dst != cur) or not 0 <= dst <= src or n < 0 or src + n > end:
+                raise HearthError(f"a KV move out of place ({src} -> {dst}, {n} tokens of {end})")
+            if src > dst:
+                lc.llama_memory_seq_rm(self.mem, seq, dst, src)
+                lc.llama_memory_seq_add(self.mem, seq, src, src + n, dst - src)
+            cur = dst + n
+        if cur >= 0:
+            lc.llama_memory_seq_rm(self.mem, seq, cur, -1)
+            at.past[seq] = cur
+
     def snapshot(self, seq: int) -> tuple:
         return state.take(self.ctx, self.at.past[seq], tuple(self.at.shifts[seq]), seq)
 
