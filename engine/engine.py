@@ -25,8 +25,9 @@ from .backends.open import DEFAULT_CTX, open_backend
 from .config import EngineConfig
 from .core.job import Handle, Job, Priority
 from .core.loop import EngineCore
+from .core.compact import compacting
 from .core.reply import ReplyRequest, reply_pipeline
-from .decode.prepare import prepare_request
+from .decode.prepare import Compaction, prepare_request
 from .decode.timeline import NO_TIMELINE, Recorder
 from .errors import HearthError, PromptTooLongError, ToolsUnsupported
 from .interface import LoadedModel
@@ -37,6 +38,7 @@ from .models.catalogue import ModelRef
 from .prompt.builder import PromptBuilder
 from .prompt.chat_template import CHATML_FALLBACK, ChatTemplate
 from .prompt.messages import Message
+from .prompt.summary import Summaries
 from .reply_formats import Layout, ThinkControl, detect
 from .reply_formats.tools import Tool, ToolPlan, ToolSyntax, detect_tools, unsupported_tools
 from .sizing.reality import buffers_total
@@ -68,6 +70,7 @@ class Engine:
         self.tool_syntax: ToolSyntax | None = detect_tools(backend.chat_template)
         self._prepare = threading.Lock()  # the prompt builder's sticky cut: one request prepared at a time
         self.speculation = Speculation(backend)
+        self.summaries = Summaries()  # compaction's latest summaries, by the turns they stand for
         # Each reply's final stats carry its timeline (engine/decode/timeline.py); off only
         # to measure what recording costs.
         self.record_timeline = True
@@ -213,9 +216,12 @@ class Engine:
 
         ``progress(done, total)`` reports prompt tokens read during a long prefill (on
         this thread); Stop (``cancel``) takes effect during it too. A conversation too
-        long for the context loses its oldest turns (``context_policy="drop_oldest"``,
-        the final stats say how many) or raises PromptTooLongError (``"stop"``), in
-        both cases before any work if even the newest message cannot fit.
+        long for the context is fitted by ``context_policy`` (engine/prompt/view.py: "stop"
+        raises PromptTooLongError; "drop_oldest", "shift" and "compact" leave out, move or
+        summarize the oldest turns, never the system prompt or a pinned message; the final
+        stats say what acted and what it cost, compaction's summary first comes as a
+        "context" event), before any work if even the newest message cannot fit. A reply
+        that fills the context goes on under every policy but "stop" (engine/decode/room.py).
 
         ``tools`` (``plan_tools``): the template is given them, a grammar built from their
         schemas shapes every call (lazily, behind the call opener, for ``auto``), and
@@ -228,6 +234,18 @@ class Engine:
         come as they are read. Leaving them early stops the request.
         """
         params = params or SamplingParams()
+        ask: dict[str, Any] = dict(priority=priority, cancel=cancel, max_wait_s=max_wait_s, label=label)
+        reply = self.prepare(messages, params, context_policy=context_policy, template_kwargs=template_kwargs,
+                             tools=tools)
+        if reply.req.compaction is None and reply.req.policy == "compact" and reply.req.dropped:
+            return compacting(self, reply, messages, tools, progress, ask)
+        return self.submit(reply, **ask).events(progress)
+
+    def prepare(self, messages: Sequence[Message | Mapping[str, Any]], params: SamplingParams, *,
+                context_policy: str = "drop_oldest", template_kwargs: Mapping[str, object] | None = None,
+                tools: ToolPlan | None = None, compaction: Compaction | None = None) -> ReplyRequest:
+        """``messages`` made ready for the core (``stream`` without submitting): the prompt fitted to the
+        context, the prefix cache's checkpoints, the request's timeline started."""
         t_start = time.perf_counter()
         rec = self._recorder(t_start)
         with self._prepare:
@@ -238,9 +256,8 @@ class Engine:
             checkpoints = self.kv.checkpoint(
                 req.tokens, self.prompts.shared_system_tokens(req.messages, req.template_kwargs),
                 self.prompts.shared_image_tokens(req.messages, req.template_kwargs))
-        handle = self.submit(ReplyRequest(req, checkpoints, rec, t_start), priority=priority, cancel=cancel,
-                             max_wait_s=max_wait_s, label=label)
-        return handle.events(progress)
+        req.compaction = compaction
+        return ReplyRequest(req, checkpoints, rec, t_start)
 
     def complete(self, text: str, params: SamplingParams | None = None, *,
                  cancel: threading.Event | None = None, priority: int = Priority.WINDOW,
@@ -264,9 +281,11 @@ class Engine:
             raise PromptTooLongError(
                 f"the conversation is {len(prompt)} tokens but the context holds {self.n_ctx}; "
                 "start a new conversation, shorten the message, or raise the context length")
+        # Only the "shift" policy, in the fast profile, is ever served KV moved into place (engine/kv/shift.py).
+        shift = reply.req.policy == "shift" and getattr(self.backend, "exactness", "") == "fast"
         job = Job(prompt, lambda lease: reply_pipeline(self.backend, self.speculation, reply, lease),
                   priority=priority, cancel=cancel if cancel is not None else threading.Event(),
-                  max_wait_s=max_wait_s, label=label)
+                  max_wait_s=max_wait_s, label=label, shift=shift)
         return self.core.submit(job)
 
     # -- sequences ------------------------------------------------------------

@@ -114,8 +114,8 @@ class SamplingParams:
 FinishReason = Literal["eos", "stop_string", "max_tokens", "cancelled", "context_full", "tool_calls"]
 
 
-EventKind = Literal["delta", "reasoning", "tool_call", "final"]
-EVENT_KINDS: tuple[EventKind, ...] = ("delta", "reasoning", "tool_call", "final")
+EventKind = Literal["delta", "reasoning", "tool_call", "context", "final"]
+EVENT_KINDS: tuple[EventKind, ...] = ("delta", "reasoning", "tool_call", "context", "final")
 TEXT: EventKind = "delta"
 """The kind of an answer-text event. It kept its first name, "delta", so every consumer
 written before reasoning existed still reads the answer and ignores the rest."""
@@ -131,6 +131,8 @@ class StreamEvent:
     never its tags); ``stats`` as for a delta.
     ``kind == "tool_call"``: ``tool_call`` is a ToolCallDelta (which call, its id and name
     when first seen, the next fragment of its arguments).
+    ``kind == "context"``: the conversation is being compacted to fit the context (the
+    ``compact`` policy): first with no ``text`` while the summary is written, then with it.
     ``kind == "final"``: ``finish_reason`` and ``stats`` are set; ``text`` is the whole
     answer (every delta joined), ``reasoning`` the whole reasoning (None: the reply had
     none), ``reasoning_open`` whether the reply stopped inside its reasoning block (max

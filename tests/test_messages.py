@@ -147,7 +147,7 @@ def test_merging_two_turns_keeps_everything():
 
 
 def test_stream_events_are_typed_and_text_keeps_its_name():
-    assert TEXT == "delta" and EVENT_KINDS == ("delta", "reasoning", "tool_call", "final")
+    assert TEXT == "delta" and EVENT_KINDS == ("delta", "reasoning", "tool_call", "context", "final")
     ev = StreamEvent("delta", "hi")
     assert (ev.reasoning, ev.reasoning_open, ev.tool_call, ev.tool_calls) == (None, False, None, ())
     delta = StreamEvent("tool_call", tool_call=ToolCallDelta(0, "call_1", "f", '{"a"'))

@@ -18,6 +18,7 @@ from ..decode.constraint import ConstrainedSampler
 from ..decode.generate import Steering, Steps, generate_step, no_steps
 from ..decode.metrics import GenerationStats
 from ..decode.resample import SequenceRewind
+from ..decode.room import keeper_for, prompt_fit
 from ..decode.sampling import Sampler
 from ..decode.stream import stream_tokens
 from ..decode.timeline import Recorder
@@ -48,8 +49,10 @@ def reply_pipeline(backend: "Backend", speculation: "Speculation", reply: ReplyR
     req, rec = reply.req, reply.rec
     prompt, params = req.tokens, req.params
     history = list(prompt)
-    stats = GenerationStats(backend=backend.name, profile=getattr(backend, "exactness", ""), n_ctx=view.n_ctx,
+    profile = getattr(backend, "exactness", "")
+    stats = GenerationStats(backend=backend.name, profile=profile, n_ctx=view.n_ctx,
                             dropped_messages=req.dropped, queue_wait_ms=lease.queue_wait_s * 1e3)
+    prompt_fit(stats, req, lease.reuse.moved[view.seq], fast=profile == "fast")
     # A grammar over the whole reply ("reply" scope) must see every token, so no closing text is
     # forced past it; an answer-scoped one pauses while the reply is inside its reasoning (steer.free).
     constraint = req.constraint(backend)
@@ -59,6 +62,8 @@ def reply_pipeline(backend: "Backend", speculation: "Speculation", reply: ReplyR
     sampler = base if constraint is None else ConstrainedSampler(base, constraint, steer)
     # A tool call that fails its schema is drawn again from its section's start (decode/resample.py).
     rewind = SequenceRewind(view, len(prompt), history, sampler, params, steer) if req.tools is not None else None
+    # A reply that fills the context goes on under every policy but "stop" (decode/room.py).
+    room = keeper_for(view, req, history, sampler, steer, stats, fast=profile == "fast")
     keep = lease.cached
     try:
         try:
@@ -78,7 +83,7 @@ def reply_pipeline(backend: "Backend", speculation: "Speculation", reply: ReplyR
                                  stats=stats, t_start=reply.t_start + lease.queue_wait_s, cancel=lease.cancel,
                                  spec_stats=spec, timeline=rec, t_prefill=lease.admitted, layout=req.layout,
                                  opened=req.opened, steer=steer if spec is None else None, tools=req.tools,
-                                 rewind=rewind, kv=view)
+                                 rewind=rewind, kv=view, room=room)
     finally:
         # Whatever happened (stop, cancel, error, a closed pipeline), record what the KV really
         # holds so the next request can reuse it safely.

@@ -77,6 +77,14 @@ class GenerationStats:
     profile: str = ""            # llama.cpp's exactness profile that wrote the reply ("exact", "fast")
     n_ctx: int = 0               # the context window: prompt + reply must fit in it
     dropped_messages: int = 0    # oldest messages left out so the conversation fits
+    # -- fitting the context (engine/prompt/view.py): what acted, and what it cost --
+    context_policy: str = ""     # "drop_oldest", "shift" or "compact" when it acted for this reply ("": nothing did)
+    view_start: int = 0          # the caller's index of the first message after the cut (0: nothing left out)
+    summarized_messages: int = 0  # messages compaction summarized for this reply
+    summary: str = ""            # compaction's summary, written for this reply ("": none)
+    shifted_tokens: int = 0      # tokens of KV moved into place instead of read again (shift)
+    reread_tokens: int = 0       # tokens read again because the view moved mid-reply
+    context_ms: float = 0.0      # compaction's summary (its prefill and decode), or making room mid-reply
     spec: dict | None = field(default=None)  # speculative-decoding stats, when used
     # -- reasoning (a thinking model's block, engine/formats): 0 where the reply had none --
     reasoning_tokens: int = 0    # tokens inside the reasoning block, its tags included

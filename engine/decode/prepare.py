@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from ..errors import HearthError
 from ..prompt.builder import PromptBuilder
 from ..prompt.messages import Message
+from ..prompt.view import Cut
 from ..reply_formats import Layout, opens_in_prompt
 from ..reply_formats.tools import ToolPlan
 from ..types import SamplingParams
@@ -21,6 +22,17 @@ from .constraint import tool_constraint
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, TokenConstraint
+
+
+@dataclass(slots=True, frozen=True)
+class Compaction:
+    """The summary that took the place of the oldest messages (engine/prompt/summary.py): its text,
+    how many messages it stands for, where the caller's list goes on after them, and its cost."""
+    summary: str
+    summarized: int
+    view_start: int
+    ms: float
+    tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -40,6 +52,12 @@ class Prepared:
     dropped: int = 0
     messages: list[Message] = field(default_factory=list)
     template_kwargs: Mapping[str, Any] | None = None
+    # The conversation's cut (engine/prompt/view.py), the context policy asked for, and the builder that
+    # leaves more out if the reply fills the context (engine/decode/room.py); None for raw text.
+    cut: Cut | None = None
+    policy: str = "stop"
+    builder: PromptBuilder | None = None
+    compaction: Compaction | None = None
 
     def constraint(self, backend: "Backend") -> "TokenConstraint | None":
         """The grammar the reply follows: every tool call's, else ``params.grammar``'s, else None.
@@ -72,4 +90,4 @@ def prepare_request(prompts: PromptBuilder, layout: Layout | None, params: Sampl
     built = prompts.build(messages, reserve=params.limit, policy=context_policy,
                           template_kwargs=template_kwargs)
     return Prepared(built.tokens, params, layout, opens_in_prompt(layout, built.text), tools, built.dropped,
-                    built.messages, template_kwargs)
+                    built.messages, template_kwargs, built.cut, context_policy, prompts)

@@ -45,6 +45,7 @@ from .resample import Redraws, Rewind
 from .timeline import NO_TIMELINE, Recorder
 
 if TYPE_CHECKING:
+    from .room import RoomKeeper
     from ..backends.base import Backend, SeqView
     from ..speculative.stats import SpecStats
 
@@ -237,10 +238,10 @@ def pull(steps: Steps) -> Generator[Compute, Any, tuple[int, bool] | str | None]
 def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: int,
                   params: SamplingParams, stats: GenerationStats, t_start: float,
                   cancel: threading.Event | None = None, spec_stats: "SpecStats | None" = None,
-                  timeline: Recorder = NO_TIMELINE, t_prefill: float | None = None,
-                  layout: Layout | None = None, opened: bool = False,
-                  steer: Steering | None = None, tools: ToolPlan | None = None,
-                  rewind: Rewind | None = None, kv: "SeqView | None" = None) -> Generator[Any, Any, None]:
+                  timeline: Recorder = NO_TIMELINE, t_prefill: float | None = None, layout: Layout | None = None,
+                  opened: bool = False, steer: Steering | None = None, tools: ToolPlan | None = None,
+                  rewind: Rewind | None = None, kv: "SeqView | None" = None, room: "RoomKeeper | None" = None
+                  ) -> Generator[Any, Any, None]:
     """Turn a token generator into text events, applying every stop rule.
 
     Works for any step generator with the ``generate_step`` yield shape (speculative decoding plugs in
@@ -249,8 +250,8 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
     kept current (``stats.live()``), so no caller counts tokens or times the stream.
     ``layout``/``opened``/``tools``: as :class:`ReplyEvents`. ``steer``: the reply's link to its step
     generator and sampler; without it a ``params.reasoning_budget`` cannot close the block (the
-    stats say so). ``rewind``: how to draw a failed tool call again (decode/resample.py).
-    """
+    stats say so). ``rewind``: how to draw a failed tool call again (decode/resample.py). ``room``: how a
+    reply that fills the context goes on (decode/room.py; None: it ends "context_full")."""
     piece_bytes = markup_bytes(backend, layout)
     text = TextStages(stats, t_start, layout, opened, tools, steer, piece_bytes, params.stop, timeline)
     events, detok, push = text.start()
@@ -264,8 +265,7 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
         if layout is not None and not channels and not steer.free:
             steer.watch_opening(layout.open, piece_bytes)
     generated: list[int] = []
-    reason = "max_tokens"
-    redraws = Redraws(rewind, stats)
+    reason, redraws = "max_tokens", Redraws(rewind, stats)
     try:
         if budget.spent_at_start(events.in_reasoning, rules.room(0)):
             yield from budget.close(generated, push, events)
@@ -305,6 +305,7 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
             if steer is not None and not channels:
                 steer.free = events.in_reasoning
             why = rules.after(len(generated), detok)
+            steps, why = room.check(steps, generated, rules, redraws) if why is None and room else (steps, why)
             if why is not None:
                 reason = why
                 break

@@ -1,11 +1,13 @@
 """Messages in, prompt tokens out: the chat template, BOS, and what to leave
 out when a conversation no longer fits in the context.
 
-A conversation longer than the context goes on: by default the oldest turns
-are left out (the system prompt always stays), and the caller is told how
-many, so the window can mark the cut. The cut is sticky: the next turn keeps
-the same cut while it fits, so the tokens after the system prompt stay the
-same from turn to turn and the KV (and prefix cache) keep serving them.
+A conversation longer than the context goes on: under every policy but
+"stop" (engine/prompt/view.py) the oldest turns are left out in one larger
+step (the system prompt and pinned messages always stay), and the caller is
+told how many and where the view begins, so the window can mark the cut. The
+cut is sticky: the next turn keeps the same cut while it fits, so the tokens
+after the system prompt stay the same from turn to turn and the KV (and
+prefix cache) keep serving them.
 """
 from __future__ import annotations
 
@@ -20,12 +22,12 @@ from ..errors import HearthError, PromptTooLongError
 from ..inputs.images import DecodedImage, decode
 from ..kv.prefix_cache import common_prefix_len
 from .messages import ImagePart, Message, Part, TextPart, merge
+from .view import MIN_ROOM, CONTEXT_POLICIES, Cut, check_policy, cut_points, head_of, target_tokens
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
-CONTEXT_POLICIES = ("drop_oldest", "stop")
-REFILL = 0.75  # after a cut, the kept turns fill at most this share of the room, leaving headroom
+__all__ = ["CONTEXT_POLICIES", "Prompt", "PromptBuilder", "as_messages"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -34,6 +36,7 @@ class Prompt:
     messages: list[Message]  # what was rendered (after merging and the cut)
     dropped: int = 0         # messages left out from the start of the conversation
     text: str = ""           # the rendered prompt (a reasoning layout reads whether it opened a block)
+    cut: Cut | None = None   # where the conversation was cut (nothing left out: its n is its head)
 
 
 def as_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[Message]:
@@ -44,14 +47,21 @@ def as_messages(messages: Sequence[Message | Mapping[str, Any]]) -> list[Message
     shape outright, so the conversation would be stuck for good. The merge
     keeps every part, the reasoning and the tool calls of both.
     """
+    return merged(messages)[0]
+
+
+def merged(messages: Sequence[Message | Mapping[str, Any]]) -> tuple[list[Message], list[int]]:
+    """``as_messages``, and the index in ``messages`` of each merged message's first message."""
     out: list[Message] = []
-    for m in messages:
+    origin: list[int] = []
+    for i, m in enumerate(messages):
         msg = m if isinstance(m, Message) else Message.from_dict(m)
         if out and out[-1].role == msg.role and msg.role in ("user", "assistant"):
             out[-1] = merge(out[-1], msg)
         else:
             out.append(msg)
-    return out
+            origin.append(i)
+    return out, origin
 
 
 # Where an image goes in the rendered text: private-use characters around its index, which no
@@ -162,52 +172,102 @@ class PromptBuilder:
         """The prompt for ``messages``, leaving ``reserve`` tokens of room for the reply.
 
         ``policy="stop"`` never leaves anything out: a prompt that cannot fit
-        raises PromptTooLongError. ``"drop_oldest"`` leaves out the oldest turns
-        (never the system prompt or the newest message) until it fits.
+        raises PromptTooLongError. Every other policy (engine/prompt/view.py)
+        leaves out the oldest turns (never the system prompt, a pinned message
+        or the newest message) until the view fits its share of the context.
         ``template_kwargs``: variables for the template (see ``render``).
         """
-        if policy not in CONTEXT_POLICIES:
-            raise HearthError(f"unknown context policy {policy!r}; choose one of {', '.join(CONTEXT_POLICIES)}")
-        msgs = as_messages(messages)
+        check_policy(policy)
+        msgs, origin = merged(messages)
         n_ctx = self.backend.n_ctx
         room = max(1, n_ctx - max(0, min(reserve, n_ctx // 4)))
         kw = dict(template_kwargs or {})
         text, full = self._encode(msgs, kw)
+        head = head_of(msgs)
+        uncut = Cut(tuple(msgs), head, head, tuple(origin))
         if policy == "stop" or len(full) <= room:
             self._check_fits(full, cut=False)
-            return Prompt(full, msgs, text=text)
-        head = 1 if msgs and msgs[0].role == "system" else 0
-        # Where a cut may go: before a user turn, never before the newest message.
-        cuts = [i for i in range(head + 1, len(msgs) - 1) if msgs[i].role == "user"] + [len(msgs) - 1]
+            return Prompt(full, msgs, text=text, cut=uncut)
+        cuts = cut_points(msgs, head)
         if self._cut is not None:
             left_out, n = self._cut
             if n in cuts and tuple(msgs[head:n]) == left_out:
                 text, kept = self._candidate(msgs, head, n, kw)
                 if len(kept) <= room:
-                    return Prompt(kept, msgs[:head] + msgs[n:], n - head, text)
-        # The fewest turns left out that fit within REFILL of the room (binary search:
+                    return self._prompt(uncut, n, text, kept)
+        # The fewest turns left out that fit the policy's share of the context (binary search:
         # leaving more out never makes the prompt longer).
+        found = self._fewest(uncut, cuts, target_tokens(policy, n_ctx, room), kw)
+        if found is None:  # even the newest message alone is too long for the target
+            n = cuts[-1]
+            found = (n, self._candidate(msgs, head, n, kw))
+            self._check_fits(found[1][1], cut=True)
+        n, (text, toks) = found
+        self._cut = (tuple(msgs[head:n]), n)
+        return self._prompt(uncut, n, text, toks)
+
+    def _fewest(self, uncut: Cut, cuts: Sequence[int], target: int, kw: Mapping[str, Any],
+                extra: int = 0, timed: bool = True) -> tuple[int, tuple[str, list[int]]] | None:
+        """The first of ``cuts`` whose view, with ``extra`` tokens more, fits ``target`` (binary search)."""
         lo, hi = 0, len(cuts) - 1
-        target = max(1, int(room * REFILL))
         best = None
         while lo <= hi:
             mid = (lo + hi) // 2
-            cand = self._candidate(msgs, head, cuts[mid], kw)
-            if len(cand[1]) <= target:
+            cand = self._candidate(list(uncut.messages), uncut.head, cuts[mid], kw, timed)
+            if len(cand[1]) + extra <= target:
                 best, hi = (cuts[mid], cand), mid - 1
             else:
                 lo = mid + 1
-        if best is None:  # even the newest message alone is too long for the target
-            n = cuts[-1]
-            best = (n, self._candidate(msgs, head, n, kw))
-            self._check_fits(best[1][1], cut=True)
-        n, (text, toks) = best
-        self._cut = (tuple(msgs[head:n]), n)
-        return Prompt(toks, msgs[:head] + msgs[n:], n - head, text)
+        return best
 
-    def _candidate(self, msgs: list[Message], head: int, n: int,
-                   kw: Mapping[str, Any]) -> tuple[str, list[int]]:
-        return self._encode(msgs[:head] + msgs[n:], kw)
+    @staticmethod
+    def _prompt(uncut: Cut, n: int, text: str, tokens: list[int]) -> Prompt:
+        cut = Cut(uncut.messages, uncut.head, n, uncut.origin)
+        return Prompt(tokens, cut.view(), len(cut.left_out), text, cut)
+
+    def _candidate(self, msgs: list[Message], head: int, n: int, kw: Mapping[str, Any],
+                   timed: bool = True) -> tuple[str, list[int]]:
+        view = Cut(tuple(msgs), head, n).view()
+        if timed:
+            return self._encode(view, kw)
+        # Not timed: safe from the engine core's thread while another request is prepared (the timers
+        # are a request's timeline's).
+        marked, images = with_markers(as_messages(view))
+        text = self.render(marked, kw)
+        return text, self._tokenize(text, images)
+
+    def view_tokens(self, view: Sequence[Message], template_kwargs: Mapping[str, Any] | None = None,
+                    *, opening: bool = True) -> list[int]:
+        """The tokens of ``view`` (``opening``: with the reply's opening), untimed (see ``_candidate``)."""
+        marked, images = with_markers(as_messages(view))
+        text = self.template.render(marked, add_generation_prompt=opening, **dict(template_kwargs or {}))
+        return self._tokenize(text, images)
+
+    def deeper(self, cut: Cut, policy: str, extra: int,
+               template_kwargs: Mapping[str, Any] | None = None) -> Prompt | None:
+        """Mid-reply (engine/decode/room.py): a cut that leaves more out than ``cut``, so that its view and
+        ``extra`` tokens (the reply so far) fit the policy's share of the context, or at least leave
+        MIN_ROOM free. None when no turn is left to leave out. The next turn keeps this cut."""
+        n_ctx = self.backend.n_ctx
+        later = [n for n in cut_points(list(cut.messages), cut.head) if n > cut.n]
+        if not later:
+            return None
+        kw = dict(template_kwargs or {})
+        found = self._fewest(cut, later, target_tokens(policy, n_ctx, n_ctx), kw, extra, timed=False)
+        if found is None:
+            found = self._fewest(cut, later[-1:], n_ctx - MIN_ROOM, kw, extra, timed=False)
+            if found is None:
+                return None
+        n, (text, toks) = found
+        self._cut = (tuple(cut.messages[cut.head:n]), n)
+        return self._prompt(cut, n, text, toks)
+
+    def keep_tokens(self, view: Sequence[Message], template_kwargs: Mapping[str, Any] | None = None) -> int:
+        """How many leading tokens of ``view``'s prompt come before its newest message's words: what a
+        context shift keeps when no turn is left to leave out (the system prompt, pinned messages)."""
+        before = list(view[:-1])
+        ta, tb = (self.view_tokens([*before, Message("user", u)], template_kwargs, opening=False) for u in "AZ")
+        return common_prefix_len(ta, tb)
 
     def _check_fits(self, tokens: list[int], *, cut: bool) -> None:
         n_ctx = self.backend.n_ctx

@@ -151,6 +151,9 @@ class Message:
     reasoning: str | None = None         # what the model thought before answering (None: nothing)
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None      # role "tool": the call this is the result of
+    # Never left out or summarized when the conversation outgrows the context (engine/prompt/view.py);
+    # not part of what the template is given, nor of the message's identity.
+    pinned: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -304,4 +307,4 @@ def merge(a: Message, b: Message) -> Message:
     reasoning = [r for r in (a.reasoning, b.reasoning) if r is not None]
     return Message(a.role, parts=a.parts + (TextPart("\n\n"),) + b.parts,
                    reasoning="\n\n".join(reasoning) if reasoning else None,
-                   tool_calls=a.tool_calls + b.tool_calls)
+                   tool_calls=a.tool_calls + b.tool_calls, pinned=a.pinned or b.pinned)

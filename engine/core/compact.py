@@ -1,0 +1,61 @@
+"""Compaction, run for a request whose conversation outgrew the context under the ``compact`` policy.
+
+First a "context" event with no text (the summary is being written: the window says so), then the
+summary of the turns the cut left out, written by the loaded model through the engine core like
+any request, with the asker's priority and Stop (engine/prompt/summary.py), then a "context" event
+with its text, then the reply's own events, its prompt holding the summary in the turns' place.
+The reply's stats name the policy, the messages summarized and what the summary cost.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from ..decode.metrics import GenerationStats
+from ..decode.prepare import Compaction
+from ..errors import HearthError
+from ..prompt.messages import Message
+from ..prompt.summary import summary_message, summary_params, summary_request
+from ..types import StreamEvent
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..kv.reuse import ProgressFn
+    from ..reply_formats.tools import ToolPlan
+    from .reply import ReplyRequest
+
+
+def compacting(engine: "Engine", reply: "ReplyRequest", messages: Sequence[Message | Mapping[str, Any]],
+               tools: "ToolPlan | None", progress: "ProgressFn | None", ask: dict[str, Any]) -> Iterator[StreamEvent]:
+    """The events of ``reply`` (prepared under ``compact``, its cut leaving turns out) after its summary."""
+    req = reply.req
+    cut = req.cut
+    assert cut is not None
+    yield StreamEvent("context", "")
+    t0 = time.perf_counter()
+    key = engine.summaries.key(cut, req.template_kwargs)
+    text, tokens = engine.summaries.get(key), 0
+    if text is None:
+        final = None
+        for ev in engine.stream(summary_request(cut, engine.n_ctx), summary_params(engine.n_ctx),
+                                context_policy="drop_oldest", template_kwargs=req.template_kwargs, **ask):
+            final = ev if ev.kind == "final" else final
+        if final is None or final.finish_reason == "cancelled":
+            yield _cancelled()
+            return
+        text, tokens = final.text.strip(), final.stats.generated_tokens if final.stats else 0
+        if not text:
+            raise HearthError("the model wrote an empty summary of the oldest messages; choose another "
+                              "context policy (Settings → Sampling) or start a new conversation")
+        engine.summaries.put(key, text)
+    done = Compaction(text, len(cut.left_out), cut.view_start, (time.perf_counter() - t0) * 1e3, tokens)
+    again = engine.prepare(cut.view(summary_message(text)), req.params, context_policy="drop_oldest",
+                           template_kwargs=req.template_kwargs, tools=tools, compaction=done)
+    handle = engine.submit(again, **ask)
+    yield StreamEvent("context", text)
+    yield from handle.events(progress)
+
+
+def _cancelled() -> StreamEvent:
+    """Stop came while the summary was written: the reply ends before it began."""
+    return StreamEvent("final", "", finish_reason="cancelled", stats=GenerationStats(finish_reason="cancelled"))
