@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from .errors import HearthError
 from .kv.disk_store import DEFAULT_DISK_BUDGET
 from .kv.prefix_cache import DEFAULT_BUDGET
+from .prompt.view import check_policy
 from .models.catalogue import BACKENDS, ModelRef, resolve
 
 # "exact": kernels whose logits do not depend on batching (cache and speculation change nothing);
@@ -86,6 +87,9 @@ class EngineConfig:
     # What a transformers folder may bring: pickled weights, its own Python code. Off by default.
     allow_pickle: bool = False
     allow_remote_code: bool = False
+    # A conversation longer than the context, where a request names no policy (engine/prompt/view.py):
+    # "stop", "drop_oldest", "shift" or "compact".
+    context_policy: str = "drop_oldest"
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelRef):
@@ -113,6 +117,7 @@ class EngineConfig:
             raise HearthError(f"cache_budget must be a whole number of bytes >= 0, got {self.cache_budget!r}")
         if self.max_memory is not None:
             object.__setattr__(self, "max_memory", dict(self.max_memory))
+        check_policy(self.context_policy)
 
     @property
     def ref(self) -> ModelRef:

@@ -203,7 +203,7 @@ class Engine:
     def stream(self, messages: Sequence[Message | Mapping[str, Any]],
                params: SamplingParams | None = None, *,
                cancel: threading.Event | None = None, progress: ProgressFn | None = None,
-               context_policy: str = "drop_oldest",
+               context_policy: str | None = None,
                template_kwargs: Mapping[str, object] | None = None,
                tools: ToolPlan | None = None, priority: int = Priority.WINDOW,
                max_wait_s: float | None = None, label: str = "") -> Iterator[StreamEvent]:
@@ -216,7 +216,7 @@ class Engine:
 
         ``progress(done, total)`` reports prompt tokens read during a long prefill (on
         this thread); Stop (``cancel``) takes effect during it too. A conversation too
-        long for the context is fitted by ``context_policy`` (engine/prompt/view.py: "stop"
+        long for the context is fitted by ``context_policy`` (None: the config's; engine/prompt/view.py: "stop"
         raises PromptTooLongError; "drop_oldest", "shift" and "compact" leave out, move or
         summarize the oldest turns, never the system prompt or a pinned message; the final
         stats say what acted and what it cost, compaction's summary first comes as a
@@ -234,6 +234,7 @@ class Engine:
         come as they are read. Leaving them early stops the request.
         """
         params = params or SamplingParams()
+        context_policy = context_policy or (self.config.context_policy if self.config else "drop_oldest")
         ask: dict[str, Any] = dict(priority=priority, cancel=cancel, max_wait_s=max_wait_s, label=label)
         reply = self.prepare(messages, params, context_policy=context_policy, template_kwargs=template_kwargs,
                              tools=tools)

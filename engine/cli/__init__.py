@@ -211,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="speculative decoding: none, ngram, auto (default) or a draft .gguf")
     _add_sampling_flags(p)
     p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--context-policy", default="drop_oldest", choices=["stop", "drop_oldest", "shift", "compact"],
+                   help="a conversation longer than the context: stop, drop_oldest (in steps), shift (moved, "
+                        "not read again) or compact (summarized); /policy NAME changes it while chatting")
     p.add_argument("--remote", default=None, metavar="URL",
                    help="chat with a model on an OpenAI-compatible server (another Hearth, llama-server, vLLM, "
                         "SGLang, LM Studio, Ollama's /v1); --model picks one of its models")

@@ -8,6 +8,7 @@ from ..errors import HearthError
 from ..library.model_defaults import ModelSettings
 from ..library.model_settings import LAYER_LABELS, Layered
 from ..prompt.messages import Message
+from ..prompt.summary import compacted
 from ..types import SamplingParams
 
 
@@ -42,8 +43,11 @@ def _print_stats(st) -> None:
     spec = ""
     if st.spec and st.spec.get("drafted"):
         spec = f", draft acceptance {st.spec['acceptance_rate']:.0%}"
-    if st.dropped_messages:
-        spec += f", {st.dropped_messages} oldest messages left out to fit the context"
+    if st.summarized_messages:
+        spec += f", {st.summarized_messages} oldest messages summarized to fit the context"
+    elif st.dropped_messages:
+        how = " (moved, not read again)" if st.context_policy == "shift" else ""
+        spec += f", {st.dropped_messages} oldest messages left out to fit the context{how}"
     print(f"\x1b[2m[{st.generated_tokens} tok, {st.decode_tok_s:.1f} tok/s, TTFT {st.ttft_ms:.0f} ms"
           f"{cached}{spec}, {st.finish_reason}]\x1b[0m", file=sys.stderr, flush=True)
 
@@ -138,10 +142,23 @@ def _opening(a: argparse.Namespace, got: Layered) -> list[Message]:
     return out + [Message(m["role"], m["content"]) for m in got.values.get("messages") or ()]
 
 
+def _policy(text: str, current: str) -> str:
+    """``/policy NAME``: the context policy from now on (``/policy`` alone says which it is)."""
+    from ..prompt.view import CONTEXT_POLICIES
+
+    name = text[len("/policy"):].strip()
+    if name not in CONTEXT_POLICIES:
+        print(f"(context policy: {current}; /policy {' | '.join(CONTEXT_POLICIES)})", file=sys.stderr, flush=True)
+        return current
+    print(f"(context policy: {name})", file=sys.stderr, flush=True)
+    return name
+
+
 def _chat_loop(a: argparse.Namespace, params: SamplingParams, engine, *, reset, got: Layered) -> int:
     opening = _opening(a, got)
     history: list[Message] = list(opening)
     interactive = sys.stdin.isatty()
+    policy = getattr(a, "context_policy", None) or "drop_oldest"
     while True:
         try:
             line = input("you> " if interactive else "")
@@ -160,9 +177,18 @@ def _chat_loop(a: argparse.Namespace, params: SamplingParams, engine, *, reset, 
             reset()
             print("(conversation cleared)", file=sys.stderr)
             continue
+        if text.startswith("/policy"):
+            policy = _policy(text, policy)
+            continue
         history.append(Message("user", line))
         reply: list[str] = []
-        events = engine.stream(history, params, progress=_prefill_progress())
+        try:
+            events = engine.stream(history, params, progress=_prefill_progress(), context_policy=policy)
+        except HearthError as e:  # too long under "stop": nothing was sent, the conversation stays
+            history.pop()
+            print(f"error: {e}\n(/policy drop_oldest, shift or compact goes on without the oldest messages; "
+                  "then send it again)", file=sys.stderr, flush=True)
+            continue
         try:
             if interactive:
                 print("bot> ", end="", flush=True)
@@ -172,9 +198,15 @@ def _chat_loop(a: argparse.Namespace, params: SamplingParams, engine, *, reset, 
                     print(ev.text, end="", flush=True)
                 elif ev.kind == "reasoning":
                     print(f"\x1b[2m{ev.text}\x1b[0m", end="", flush=True)
+                elif ev.kind == "context":
+                    said = f"summary of the oldest messages: {ev.text}" if ev.text else \
+                        "summarizing the oldest messages to fit the context..."
+                    print(f"\x1b[2m({said})\x1b[0m", file=sys.stderr, flush=True)
                 elif ev.kind == "final":
                     print(flush=True)
                     _print_stats(ev.stats)
+                    if ev.stats is not None and ev.stats.summary:  # the summary stands for them from now on
+                        history[:] = compacted(history, ev.stats.view_start, ev.stats.summary)
         except KeyboardInterrupt:
             events.close()
             print("\n(stopped)", file=sys.stderr, flush=True)

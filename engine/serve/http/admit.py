@@ -48,6 +48,7 @@ def serve_request(req: ApiRequest, t: Target, base: Layered | None = None) -> Se
             # a model whose template takes no tools answers in text, which is all "none" asks
     try:
         return ServeRequest(messages=req.messages, prompt=req.prompt, params=sampling_for(req, base),
-                            grammar=req.grammar, grammar_scope=req.grammar_scope, template_kwargs=kwargs, tools=plan)
+                            grammar=req.grammar, grammar_scope=req.grammar_scope, template_kwargs=kwargs, tools=plan,
+                            context_policy=req.context_policy)
     except HearthError as e:
         raise ApiError(400, str(e)) from None

@@ -32,6 +32,7 @@ from typing import Any
 
 from ...prompt.messages import Message, TextPart, ToolCall
 from ...types import StreamEvent
+from .context import context_policy
 from .anthropic_blocks import parse_anthropic_tools, tool_use, turn
 from .openai import ApiError, ApiRequest, bad, grammar_of, head, number, raw_grammar_scope
 from .template_vars import short
@@ -181,7 +182,7 @@ def parse_anthropic(body: Any) -> ApiRequest:
                            "shapes every call")
     return ApiRequest(kind="chat", model=model, messages=messages, sampling=s, max_tokens=mt, stream=stream,
                       grammar=gbnf, grammar_scope=raw_grammar_scope(body), template_kwargs=template_kwargs,
-                      thinking=_thinking(body.get("thinking")),
+                      thinking=_thinking(body.get("thinking")), context_policy=context_policy(body),
                       tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from ...reply_formats.tools import Tool
 from ...prompt.messages import REASONING_FIELDS, Part, TextPart, ToolCall
+from .context import context_policy
 from .errors import ApiError, bad  # noqa: F401  (ApiError: re-exported, the server raises it)
 from .images import image_part
 from .openai_tools import parse_openai_tools, tool_calls as _tool_calls, wire_call
@@ -70,6 +71,7 @@ class ApiRequest:
     # what a wire format keeps for its reply (the Responses API: the conversation, what to echo)
     extra: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the server left out, for X-Hearth-Note
+    context_policy: str = "error"          # chat: truncation / context_policy (context.py); "error": 400 when too long
 
 
 def number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
@@ -254,7 +256,7 @@ def parse_openai(body: Any, kind: str) -> ApiRequest:
     _refuse_unsupported(body)
     req = ApiRequest(kind=kind, model=model)
     if kind == "chat":
-        req.messages = _messages(body)
+        req.messages, req.context_policy = _messages(body), context_policy(body)
     else:
         p = body.get("prompt")
         if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):

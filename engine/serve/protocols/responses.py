@@ -33,6 +33,7 @@ from typing import Any
 from ...prompt.messages import Message, ToolCall
 from ...types import StreamEvent
 from ...reply_formats.tools import Tool
+from .context import context_policy
 from .openai import ApiError, ApiRequest, bad, grammar_of, head, number, raw_grammar_scope
 from .openai_tools import parse_openai_tools
 from .responses_input import call_item, new_item_id, read_input
@@ -136,7 +137,7 @@ def parse_responses(body: Any, store: ResponseStore) -> ApiRequest:
     note = wire_tools.note()
     return ApiRequest(kind="chat", model=model, messages=[*messages, *conversation], sampling=sampling,
                       max_tokens=mt, stream=stream, grammar=gbnf, grammar_scope=raw_grammar_scope(body),
-                      template_kwargs=kw, extra=extra,
+                      template_kwargs=kw, extra=extra, context_policy=context_policy(body),
                       tools=tools, tool_choice=choice, parallel_tool_calls=parallel, notes=[note] if note else [])
 
 
@@ -190,6 +191,7 @@ class ResponseReply:
                 "previous_response_id": x.get("previous_response_id"), "temperature": x.get("temperature"),
                 "top_p": x.get("top_p"), "parallel_tool_calls": x.get("parallel_tool_calls", True),
                 "tool_choice": x.get("tool_choice", "auto"), "tools": x.get("tools", []),
+                "truncation": "disabled" if self.req.context_policy == "error" else "auto",
                 "text": {"format": {"type": "text"}}, "metadata": {}, "usage": use}
 
     def _item(self, kind: str, text: str, status: str) -> dict[str, Any]:

@@ -22,7 +22,9 @@ from ...types import SamplingParams, StreamEvent
 
 __all__ = ["CONTEXT_POLICIES", "Priority", "QueueFull", "QueueTimeout", "RequestTimes", "ServeRequest", "Ticket"]
 
-CONTEXT_POLICIES = {"error": "stop", "stop": "stop", "drop_oldest": "drop_oldest"}
+# The API's "error" (a request too long is refused, the protocols' default) is the engine's "stop".
+CONTEXT_POLICIES = {"error": "stop", "stop": "stop", "drop_oldest": "drop_oldest", "shift": "shift",
+                    "compact": "compact"}
 
 
 @dataclass
@@ -30,8 +32,8 @@ class ServeRequest:
     """One request: ``messages`` (chat, through the model's template) or ``prompt``
     (raw completion text), never both. ``grammar`` is GBNF text that every
     generated token must follow. ``context_policy``: "error" (a prompt longer
-    than the context is refused; the API's choice) or "drop_oldest" (the
-    window's: the oldest turns are left out). ``template_kwargs``: variables for
+    than the context is refused; the API's default) or one of the engine's
+    policies (engine/prompt/view.py). ``template_kwargs``: variables for
     the chat template (``chat_template_kwargs``, ``reasoning_effort``). ``priority``: the
     engine core's class (interactive by default; background for work nobody waits on);
     ``max_wait_s``: the longest it may wait for the model before QueueTimeout (HTTP 503);
