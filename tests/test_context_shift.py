@@ -120,6 +120,7 @@ def test_pinned_messages_and_the_system_prompt_are_never_left_out(exact):
     built = exact.prompts.build(msgs, reserve=12, policy="drop_oldest")
     assert built.dropped > 0 and built.messages[0] == SYSTEM
     assert built.messages[1].content == "Remember: my cat is called Saffron." and built.messages[1].pinned
+    assert built.messages[2] == msgs[4]  # its answer stays with it: the turn is whole
     assert built.cut is not None and built.cut.view_start > 3
     assert all(not m.pinned for m in built.cut.left_out) and len(built.cut.left_out) == built.dropped
     with pytest.raises(HearthError, match="choose one of stop, drop_oldest, shift, compact"):
@@ -145,7 +146,7 @@ def test_compaction_summarizes_the_oldest_turns_with_the_model(exact):
     assert again[-1].stats.summary == st.summary and again[-1].stats.context_ms < st.context_ms
     # What the caller keeps: the pinned message, then the summary in the turns' place.
     kept = compacted(msgs, st.view_start, st.summary)
-    assert kept[0] == SYSTEM and kept[1] is msgs[3] and summary_text(kept[2]) == st.summary
-    assert kept[2].content.startswith(SUMMARY_HEAD) and kept[3:] == msgs[st.view_start:]
+    assert kept[0] == SYSTEM and kept[1:3] == msgs[3:5] and summary_text(kept[3]) == st.summary  # a pinned turn
+    assert kept[3].content.startswith(SUMMARY_HEAD) and kept[4:] == msgs[st.view_start:]
     f = final_of(exact.stream(kept, SHORT, context_policy="compact"))  # it fits now: nothing to do
     assert f.stats.context_policy == "" and f.stats.summarized_messages == 0

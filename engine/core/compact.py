@@ -51,6 +51,7 @@ def compacting(engine: "Engine", reply: "ReplyRequest", messages: Sequence[Messa
     done = Compaction(text, len(cut.left_out), cut.view_start, (time.perf_counter() - t0) * 1e3, tokens)
     again = engine.prepare(cut.view(summary_message(text)), req.params, context_policy="drop_oldest",
                            template_kwargs=req.template_kwargs, tools=tools, compaction=done)
+    again.t_start = reply.t_start  # the reply's time to first token counts the summary: the user waited for it
     handle = engine.submit(again, **ask)
     yield StreamEvent("context", text)
     yield from handle.events(progress)

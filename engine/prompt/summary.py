@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from ..types import SamplingParams
 from .messages import Message
-from .view import Cut
+from .view import Cut, pinned_turns
 
 SUMMARY_HEAD = "Summary of the earlier part of this conversation:"
 INSTRUCTION = ("Write a summary of the conversation so far, for yourself, to go on with it without "
@@ -63,7 +63,7 @@ def compacted(messages: Sequence[Message], view_start: int, summary: str) -> lis
     (``engine chat`` keeps its history so): the system prompt, the pinned messages, the summary,
     then the rest. Nothing the caller shows its user is taken from here."""
     head = 1 if messages and messages[0].role == "system" else 0
-    pinned = [m for m in messages[head:view_start] if m.pinned]
+    pinned = [messages[i] for i in pinned_turns(messages, head, view_start)]
     return [*messages[:head], *pinned, summary_message(summary), *messages[view_start:]]
 
 

@@ -55,8 +55,9 @@ class Cut:
 
     @property
     def left_out(self) -> list[Message]:
-        """The messages the cut leaves out (pinned ones stay in the view)."""
-        return [m for m in self.messages[self.head:self.n] if not m.pinned]
+        """The messages the cut leaves out (pinned ones, and their turns' partners, stay in the view)."""
+        keep = set(pinned_turns(self.messages, self.head, self.n))
+        return [m for i, m in enumerate(self.messages[self.head:self.n], self.head) if i not in keep]
 
     @property
     def view_start(self) -> int:
@@ -69,8 +70,25 @@ class Cut:
         """What the model sees: the head, the pinned messages the cut passed, the summary of what it
         left out (compaction), then every message after the cut."""
         msgs = self.messages
-        pinned = [m for m in msgs[self.head:self.n] if m.pinned]
+        pinned = [msgs[i] for i in pinned_turns(msgs, self.head, self.n)]
         return [*msgs[:self.head], *pinned, *([summary] if summary is not None else []), *msgs[self.n:]]
+
+
+def pinned_turns(msgs: Sequence[Message], start: int, end: int) -> list[int]:
+    """The indices in ``msgs[start:end]`` a cut keeps: each pinned message with its turn's partner (a pinned
+    question keeps its answer, a pinned answer its question). A whole turn keeps the roles alternating, as
+    strict templates want; and a pinned question left alone would merge into the next kept one, changing
+    its tokens, so the KV after it could not be moved into place (engine/kv/shift.py)."""
+    keep: set[int] = set()
+    for i in range(start, end):
+        if not msgs[i].pinned:
+            continue
+        keep.add(i)
+        if msgs[i].role == "user" and i + 1 < end and msgs[i + 1].role == "assistant":
+            keep.add(i + 1)
+        elif msgs[i].role == "assistant" and i - 1 >= start and msgs[i - 1].role == "user":
+            keep.add(i - 1)
+    return sorted(keep)
 
 
 def cut_points(msgs: Sequence[Message], head: int) -> list[int]:
