@@ -101,9 +101,15 @@ def test_context_cut_finds_the_first_message_the_model_still_saw():
 def test_context_use_says_how_full_the_context_was():
     text, tip = context_use({"prompt_tokens": 1200, "generated_tokens": 34, "n_ctx": 8192, "dropped_messages": 0})
     assert text == "Context 1,234 / 8,192"
-    assert "1,234 of the model's 8,192-token context" in tip and "oldest messages are left out" in tip
-    _, tip = context_use({"prompt_tokens": 100, "generated_tokens": 16, "n_ctx": 256, "dropped_messages": 6})
-    assert "its 6 oldest messages were left out" in tip
+    assert "1,234 of the model's 8,192-token context" in tip and "oldest messages are dropped in steps" in tip
+    text, tip = context_use({"prompt_tokens": 100, "generated_tokens": 16, "n_ctx": 256, "dropped_messages": 6})
+    assert text == "Context 116 / 256 · 6 left out" and "its 6 oldest messages were left out" in tip
+    text, tip = context_use({"prompt_tokens": 100, "generated_tokens": 16, "n_ctx": 256, "dropped_messages": 6,
+                             "context_policy": "shift", "shifted_tokens": 90})
+    assert "moved in the KV cache (90 tokens) instead of read again" in tip
+    text, tip = context_use({"prompt_tokens": 100, "generated_tokens": 16, "n_ctx": 256, "summarized_messages": 9,
+                             "context_policy": "compact", "context_ms": 2500.0})
+    assert text == "Context 116 / 256 · 9 summarized" and "summarized its 9 oldest messages (2.5 s)" in tip
     assert context_use(None) == ("", "") and context_use({"prompt_tokens": 3}) == ("", "")
 
 
@@ -123,7 +129,7 @@ def test_the_context_policy_setting_is_read_written_and_checked(data_dir):
     f.path.write_text(json.dumps(bad))
     s, notice = f.load()
     assert s.context_policy == "drop_oldest" and s.context == 2048
-    assert "context_policy: must be one of drop_oldest, stop" in notice
+    assert "context_policy: must be one of stop, drop_oldest, shift, compact" in notice
 
 
 def test_the_sampling_tab_edits_the_context_policy(qtbot, data_dir):
@@ -134,7 +140,7 @@ def test_the_sampling_tab_edits_the_context_policy(qtbot, data_dir):
     form = dlg.sampling_form
     assert form.policy.currentText() == "Stop and say so" and dlg.build().context_policy == "stop"
     form.policy.setCurrentIndex(form.policy.findData("drop_oldest"))
-    assert form.policy.currentText() == "Drop the oldest messages (keep the system prompt)"
+    assert form.policy.currentText() == "Drop the oldest messages in steps (keep the system prompt and pinned ones)"
     assert dlg.build().context_policy == "drop_oldest"
     form.policy.setCurrentIndex(form.policy.findData("stop"))
     form.reset()
@@ -235,8 +241,9 @@ def test_a_chat_longer_than_the_context_goes_on_and_marks_the_cut(qtbot, make_wi
     lay = w.chat._list
     assert lay.indexOf(marker) == lay.indexOf(w.chat.widget(msgs[dropped].id)) - 1
     used = reply.metrics["prompt_tokens"] + reply.metrics["generated_tokens"]
-    assert w.context_label.text() == f"Context {used:,} / 256"
+    assert w.context_label.text() == f"Context {used:,} / 256 · {dropped} left out"
     assert f"its {dropped} oldest messages were left out" in w.context_label.toolTip()
+    assert reply.metrics["view_from"] == msgs[dropped].id  # the first message the model saw, by its stored id
 
     w.new_conversation()
     assert not w.chat.context_marker.isVisibleTo(w)

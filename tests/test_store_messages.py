@@ -78,12 +78,13 @@ def test_migrating_a_real_v2_database_keeps_every_row_and_splits_known_reasoning
     before = table(path, f"SELECT {cols} FROM messages ORDER BY id")
     convs_before = table(path, "SELECT * FROM conversations ORDER BY id")
     s = Store(path)
-    assert s.schema_version() == SCHEMA_VERSION == 4
+    assert s.schema_version() == SCHEMA_VERSION == 5
     after = table(path, f"SELECT {cols}, reasoning, reasoning_open, reasoning_tokens, tool_calls, tool_call_id "
                         "FROM messages ORDER BY id")
     # every conversation kept as it was; the Think choice (new in v3) is the model's default, and a chat's
-    # own settings (new in v4) are none
-    assert table(path, "SELECT * FROM conversations ORDER BY id") == [(*c, None, None) for c in convs_before]
+    # own settings (new in v4) and context policy (new in v5) are none; no message is pinned, none summarized
+    assert table(path, "SELECT * FROM conversations ORDER BY id") == [(*c, None, None, None) for c in convs_before]
+    assert table(path, "SELECT DISTINCT pinned FROM messages") == [(0,)] and s.summaries(7) == []
     split = {11: ("The user wants bread. Kneten!", "Kneten und backen."), 15: ("パン", "パンを焼く。"),
              16: ("old hidden", "hidden")}
     assert len(after) == len(before)

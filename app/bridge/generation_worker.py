@@ -26,6 +26,7 @@ from engine.interface import ChatEngine
 from engine.reply_formats.tools import Tool, ToolPlan
 from engine.decode.metrics import is_complete
 
+from app.core.context_meter import covered
 from app.core.store import Store
 
 FLUSH_SECONDS = 0.5   # commit partial text at least this often...
@@ -41,7 +42,8 @@ class GenerationJob:
     params: SamplingParams
     db_path: Path
     cancel: threading.Event = field(default_factory=threading.Event)
-    context_policy: str = "drop_oldest"  # a chat longer than the context: "drop_oldest" or "stop"
+    context_policy: str = "drop_oldest"  # a chat longer than the context (engine/prompt/view.py)
+    message_ids: tuple[int | None, ...] = ()  # each of ``messages``' stored id (None: the system prompt, a summary)
     template_kwargs: dict[str, object] | None = None  # the Think control's choice (engine.think.kwargs)
     notes: tuple[str, ...] = ()  # said in the reply's notes (which documents it was given, or which passages)
     sources: tuple[dict[str, str], ...] = ()  # the passages given (doc, where, text): the reply's citations
@@ -62,6 +64,21 @@ def tool_plan(engine: ChatEngine, job: GenerationJob, notes: list[str]) -> ToolP
         return None
 
 
+def keep_context(store: Store, job: GenerationJob, metrics: dict) -> None:
+    """What fitting the context did, in stored ids: the first message the model saw after the cut
+    (``view_from``), and a summary compaction wrote, kept as the conversation's own (it is taken out
+    of the reply's metrics: the summaries table holds it)."""
+    start, ids = metrics.get("view_start") or 0, job.message_ids
+    if start and start < len(ids) and ids[start] is not None:
+        metrics["view_from"] = ids[start]
+    summary = metrics.pop("summary", "")
+    if summary:
+        upto, covers = covered(list(ids), start)
+        if upto is not None:
+            store.add_summary(job.conversation_id, upto, covers, summary,
+                              {k: metrics.get(k) for k in ("context_ms", "summarized_messages", "n_ctx")})
+
+
 class SharedEngine:
     """The loaded engine (any implementation of the engine interface), touched only on the engine thread."""
 
@@ -72,8 +89,9 @@ class SharedEngine:
 class GenerationWorker(QObject):
     delta = Signal(int, str)         # message id, new answer text
     reasoning = Signal(int, str)     # message id, new reasoning text (what the model thinks first)
-    # message id, live numbers: GenerationStats.live() ({tokens, tok_s, ttft_ms}) while the reply streams, and
-    # {prompt_done, prompt_total} (prompt tokens read so far) while a long prompt is read first
+    # message id, live numbers: GenerationStats.live() ({tokens, tok_s, ttft_ms}) while the reply streams,
+    # {prompt_done, prompt_total} (prompt tokens read so far) while a long prompt is read first, and
+    # {compacting: True} while the model summarizes the oldest messages (the "compact" policy)
     progress = Signal(int, object)
     # message id, {text, finish_reason, complete, metrics, reasoning, reasoning_open}
     finished = Signal(int, object)
@@ -124,11 +142,15 @@ class GenerationWorker(QObject):
                     if ev.stats is not None and now - last_progress >= PROGRESS_SECONDS:
                         last_progress = now
                         self.progress.emit(mid, ev.stats.live())  # the engine's figures, not recounted here
+                elif ev.kind == "context":
+                    self.progress.emit(mid, {"compacting": not ev.text})
                 elif ev.kind == "final":
                     complete = is_complete(ev.finish_reason)
                     if ev.stats is not None and notes:
                         ev.stats.notes[:0] = notes
                     metrics = ev.stats.as_dict() if ev.stats is not None else None
+                    if metrics is not None:
+                        keep_context(store, job, metrics)
                     if metrics is not None and job.sources:
                         metrics["sources"] = [dict(x) for x in job.sources]  # exactly what was sent
                     reasoning = ev.reasoning if ev.reasoning is not None else (

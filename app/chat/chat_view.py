@@ -14,11 +14,13 @@ from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton,
 
 from app.ui import theme
 from app.chat.attach_tray import AttachTray
+from app.chat.context_divider import ContextDivider
 from app.chat.chat_input import InputBox, SystemPromptBar
 from app.chat.message_widget import MessageWidget
 from app.chat.think_control import ThinkBox
 from app.chat.tool_card import ToolCard, stored_card
 from app.core import tool_steps
+from app.core.context_meter import Divider
 from app.chat.welcome import WelcomePanel
 from app.core.store import StoredMessage
 from engine.prompt.messages import ToolCall
@@ -37,6 +39,8 @@ class ChatView(QWidget):
     branch_requested = Signal(int, int)        # message id, -1 / +1
     edit_last_requested = Signal()             # Up in the empty input box
     system_prompt_changed = Signal(str)
+    pin_requested = Signal(int, bool)          # message id, pinned: kept in the model's view however long the chat
+    summary_edited = Signal(int, str)          # summary id, the user's words for it
     draft_changed = Signal(str)
     notify = Signal(str)
 
@@ -46,7 +50,6 @@ class ChatView(QWidget):
         self._widgets: dict[int, MessageWidget] = {}  # built messages, oldest first
         self._pending: list[StoredMessage] = []        # older messages not built yet, oldest first
         self._results: dict[str | None, StoredMessage] = {}  # tool results by call id (shown on cards)
-        self._marker_wanted: tuple[int, int, int] | None = None  # (mid, count, n_ctx)
         self._grown_from: int | None = None            # the scroll range before earlier messages came
         self._editing: int | None = None
         self._saved_draft = ""
@@ -73,13 +76,10 @@ class ChatView(QWidget):
         self.empty = WelcomePanel()  # an empty chat shows the welcome and example prompts
         self.empty.prompt_chosen.connect(self._example)
         self._list.insertWidget(0, self.empty)
-        # Where the model's view of the conversation begins, once it outgrew the context.
-        self.context_marker = QLabel()
-        self.context_marker.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.context_marker.setWordWrap(True)
-        self.context_marker.setStyleSheet("color: palette(placeholder-text); font-style: italic;")
-        self.context_marker.hide()
-        self._marker_mid: int | None = None
+        # Where the model's view of the conversation begins, once it outgrew the context, and its summary.
+        self.divider = ContextDivider(self._list, self._page)
+        self.context_marker, self.summary_block = self.divider.label, self.divider.block
+        self.summary_block.edited.connect(self.summary_edited)
         self.scroll.setWidget(self._page)
         self._stick = True
         bar = self.scroll.verticalScrollBar()
@@ -148,6 +148,7 @@ class ChatView(QWidget):
         w = self._make_widget(m.id, m.role, m.content, index)
         if m.parts:
             w.show_documents(m.parts, self.read_attachment)
+        w.set_pinned(m.pinned)
         if m.role == "assistant":
             w.set_result(m.content, complete=m.complete, finish_reason=m.finish_reason, error=m.error,
                          metrics=m.metrics, reasoning=m.reasoning, reasoning_open=m.reasoning_open,
@@ -173,8 +174,7 @@ class ChatView(QWidget):
         top = self._list.indexOf(self.empty) + 1
         built = {m.id: self._build(m, top + i) for i, m in enumerate(take)}
         self._widgets = {**built, **self._widgets}
-        if self._marker_wanted is not None and self._marker_wanted[0] in built:
-            self.set_context_marker(*self._marker_wanted[:2], n_ctx=self._marker_wanted[2])
+        self.divider.built(self._widgets)
         self.refresh_actions()
         return len(take)
 
@@ -224,28 +224,12 @@ class ChatView(QWidget):
             w.deleteLater()
         self._widgets.clear()
         self._pending = []
-        self.set_context_marker(None)
+        self.set_divider(None)
         self.empty.show()
 
-    def set_context_marker(self, mid: int | None, count: int = 0, *, n_ctx: int = 0) -> None:
-        """Mark that the ``count`` messages above message ``mid`` are outside the model's
-        context (None: no marker)."""
-        m = self.context_marker
-        self._list.removeWidget(m)
-        w = self._widgets.get(mid) if mid is not None else None
-        self._marker_mid = mid if w is not None else None
-        # A marker above a message not built yet is placed when that message is built.
-        self._marker_wanted = (mid, count, n_ctx) if mid is not None and w is None else None
-        if w is None:
-            m.hide()
-            return
-        what = "1 earlier message is" if count == 1 else f"{count:,} earlier messages are"
-        m.setText(f"— {what} outside the model's context —")
-        m.setToolTip(f"The conversation outgrew the model's context window ({n_ctx:,} tokens), so the last "
-                     "reply was written without the messages above this line; the system prompt was kept. "
-                     "They stay here and in the history.")
-        self._list.insertWidget(self._list.indexOf(w), m)
-        m.show()
+    def set_divider(self, divider: Divider | None) -> None:
+        """Mark where the model's view begins, with the summary it reads (None: it sees everything)."""
+        self.divider.set(divider, self._widgets)
 
     def add_message(self, mid: int, role: str, content: str) -> MessageWidget:
         """A new message at the end (a send, a reply starting)."""
@@ -264,6 +248,7 @@ class ChatView(QWidget):
         w.speak_requested.connect(self.speak_requested)
         w.btn_speak.setVisible(role == "assistant" and self.can_speak)
         w.branch_step.connect(self.branch_requested)
+        w.pin_toggled.connect(self.pin_requested)
         self._list.insertWidget(index, w)
         self.empty.hide()
         return w
@@ -293,8 +278,7 @@ class ChatView(QWidget):
             self._list.removeWidget(w)
             w.deleteLater()
         self._pending = [m for m in self._pending if m.id < mid]
-        if self._marker_mid is not None and self._marker_mid >= mid:
-            self.set_context_marker(None)
+        self.divider.removed_from(mid)
         self.empty.setVisible(not self._widgets and not self._pending)
 
     def apply_colors(self, colors: dict[str, str]) -> None:

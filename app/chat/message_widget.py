@@ -23,6 +23,7 @@ from app.chat.reasoning_block import ReasoningBlock
 from app.chat.reply_pieces import SEGMENT_CHARS, ReplyPieces
 from app.chat.source_preview import SourcesLine
 from app.chat.text_view import AutoHeightBrowser
+from app.core.context_meter import context_lines
 from app.core.text_utils import code_blocks, finish_note, metrics_line, speculation_lines
 
 RENDER_MS = 40
@@ -39,6 +40,7 @@ class MessageWidget(QFrame):
     branch_step = Signal(int, int)       # message id, -1 / +1: show the previous / next version
     performance_requested = Signal(int)  # message id (a reply with a timeline): open its Performance panel
     speak_requested = Signal(int, str)   # message id, text: read this reply aloud (or stop reading it)
+    pin_toggled = Signal(int, bool)      # message id, pinned: never left out or summarized for the model
 
     def __init__(self, mid: int, role: str, content: str, *, colors: dict[str, str],
                  parent: QWidget | None = None) -> None:
@@ -90,8 +92,11 @@ class MessageWidget(QFrame):
                                       lambda: self.regenerate_requested.emit(self.mid))
         self.btn_speak = self._button("Speak", "Read this reply aloud",
                                       lambda: self.speak_requested.emit(self.mid, self.text))
-        for b in (self.btn_details, self.btn_perf, self.btn_code, self.btn_copy, self.btn_speak, self.btn_edit,
-                  self.btn_regen):
+        self.btn_pin = self._button("Pin", "", lambda: self.pin_toggled.emit(self.mid, self.btn_pin.isChecked()))
+        self.btn_pin.setCheckable(True)
+        self.set_pinned(False)
+        for b in (self.btn_pin, self.btn_details, self.btn_perf, self.btn_code, self.btn_copy, self.btn_speak,
+                  self.btn_edit, self.btn_regen):
             head.addWidget(b)
         lay.addLayout(head)
 
@@ -294,7 +299,7 @@ class MessageWidget(QFrame):
         self.note.setVisible(bool(note))
         self.sources.set_sources((metrics or {}).get("sources"))
         line = metrics_line(metrics)
-        self.details.setText("\n".join([line, *speculation_lines(metrics)]))
+        self.details.setText("\n".join([line, *context_lines(metrics), *speculation_lines(metrics)]))
         self.btn_details.setToolTip(line)
         self.btn_details.setEnabled(metrics is not None)
         self.btn_perf.setEnabled(has_timeline(metrics))
@@ -332,6 +337,15 @@ class MessageWidget(QFrame):
         self.branch_label.setToolTip(f"Version {place} of {count}: every version is kept")
         self.btn_prev.setEnabled(place > 1)
         self.btn_next.setEnabled(place < count)
+
+    def set_pinned(self, on: bool) -> None:
+        """Show whether the message is pinned (the model always sees it, however long the chat grows)."""
+        self.btn_pin.setChecked(on)
+        self.btn_pin.setText("Pinned" if on else "Pin")
+        self.btn_pin.setToolTip("Pinned: the model always sees this message, however long the chat grows. "
+                                "Click to unpin." if on else
+                                "Pin: the model always sees this message, however long the chat grows (never "
+                                "left out or summarized when the chat outgrows the context)")
 
     def set_speaking(self, on: bool) -> None:
         """This reply is being read aloud: its Speak button stops it."""

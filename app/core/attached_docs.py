@@ -167,4 +167,4 @@ def model_message(m: StoredMessage, attachments: Attachments | None = None) -> M
         elif isinstance(p, TextPart):
             parts.append(p)
     return Message(m.role, "", tuple(parts), reasoning=m.reasoning, tool_calls=m.tool_calls,
-                   tool_call_id=m.tool_call_id)
+                   tool_call_id=m.tool_call_id, pinned=m.pinned)

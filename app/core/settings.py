@@ -31,7 +31,7 @@ from engine.library.model_store import ModelEntry, ModelStore
 from engine.library.model_settings import SAMPLING_KEYS, budget_problem, default_sampling as _default_sampling
 from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, \
     effective_backend, infer_source, runs_gguf
-from engine.prompt.builder import CONTEXT_POLICIES
+from engine.prompt.view import CONTEXT_POLICIES
 from engine.workers.machines import is_address
 
 from app.core import mcp_servers as mcp, server_settings, voice_settings
@@ -82,8 +82,9 @@ class Settings:
     presets: list[dict[str, str]] = field(default_factory=lambda: [dict(p) for p in DEFAULT_PRESETS])
     default_preset: str = "None"    # preset a new conversation starts with
     theme: str = "system"
-    # A chat longer than the context: "drop_oldest" (leave out the oldest turns, keep the
-    # system prompt) or "stop" (refuse the send and say so). Passed with each reply.
+    # A chat longer than the context (engine/prompt/view.py): "stop" (refuse the send and say so),
+    # "drop_oldest" (leave out the oldest turns in steps), "shift" (the same, moved in the KV instead of
+    # read again) or "compact" (summarized by the model). A chat may keep its own (Store). With each reply.
     context_policy: str = DEFAULT_CONTEXT_POLICY
     server_enabled: bool = False    # the local API (Settings → Local server, app/bridge/server_host.py)
     server_port: int = server_settings.PORT

@@ -27,12 +27,13 @@ from typing import Iterator, Sequence
 from app.core import branches, chat_search
 from app.core.attachments import FOLDER as ATTACHMENTS_FOLDER, Attachments
 from app.core.paths import data_dir, move_aside
+from app.core.store_context import ContextRows, Summary
 from app.core.store_rows import DEFAULT_TITLE, StoredMessage, messages_from, text_of, title_from, tool_calls_json, \
     write_parts
 from app.core.store_schema import SCHEMA_VERSION, run_step
 from engine.prompt.messages import ImagePart, Part, TextPart, ToolCall
 
-__all__ = ["SCHEMA_VERSION", "Conversation", "Store", "StoreError", "StoredMessage", "title_from"]
+__all__ = ["SCHEMA_VERSION", "Conversation", "Store", "StoreError", "StoredMessage", "Summary", "title_from"]
 
 DB_NAME = "hearth.sqlite3"
 ROLES = ("system", "user", "assistant", "tool")
@@ -53,13 +54,14 @@ class Conversation:
     pinned: bool = False
     think: object = None  # the Think control's choice here (True/False, "high", ...); None: the model's default
     settings: dict = field(default_factory=dict)  # this chat's own settings (model_settings.CHAT_KEYS)
+    context_policy: str | None = None  # this chat's own (engine/prompt/view.py); None: Settings'
 
 
 def default_path() -> Path:
     return data_dir() / DB_NAME
 
 
-class Store:
+class Store(ContextRows):
     def __init__(self, path: Path | str | None = None, *, recover: bool = True) -> None:
         """Open (or create) the database.
 
@@ -169,7 +171,7 @@ class Store:
         return Conversation(row["id"], row["title"], row["system_prompt"], row["draft"], row["created"],
                             row["updated"], bool(row["pinned"]),
                             json.loads(row["think"]) if row["think"] is not None else None,
-                            json.loads(row["settings"]) if row["settings"] else {})
+                            json.loads(row["settings"]) if row["settings"] else {}, row["context_policy"])
 
     def create_conversation(self, title: str = DEFAULT_TITLE, system_prompt: str = "") -> Conversation:
         now = time.time()

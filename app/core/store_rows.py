@@ -33,6 +33,7 @@ class StoredMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     parts: tuple[Part, ...] = ()      # every part in order; () for a text-only message
+    pinned: bool = False              # never left out or summarized when the chat outgrows the context
 
     @property
     def interrupted(self) -> bool:
@@ -42,7 +43,7 @@ class StoredMessage:
     def as_message(self) -> Message:
         """The engine's message for this row: what the chat template is given."""
         return Message(self.role, self.content, self.parts, self.reasoning, self.tool_calls,
-                       self.tool_call_id)
+                       self.tool_call_id, pinned=self.pinned)
 
 
 def tool_calls_json(calls: Sequence[ToolCall]) -> str | None:
@@ -110,7 +111,7 @@ def _msg(row: sqlite3.Row, parts: tuple[Part, ...]) -> StoredMessage:
                          bool(row["complete"]), row["finish_reason"], row["error"], metrics,
                          row["created"], row["reasoning"], bool(row["reasoning_open"]),
                          row["reasoning_tokens"], tool_calls_from(row["tool_calls"]), row["tool_call_id"],
-                         parts)
+                         parts, bool(row["pinned"]))
 
 
 DEFAULT_TITLE = "New chat"

@@ -72,6 +72,25 @@ MIGRATIONS: list[Migration] = [
     lambda conn: _v3(conn),
     # A chat's own settings over its model's (engine/library/model_settings.py CHAT_KEYS), as JSON; NULL: none.
     "ALTER TABLE conversations ADD COLUMN settings TEXT;",
+    # A conversation that outgrew the context (engine/prompt/view.py): pinned messages (never left out or
+    # summarized), the summaries compaction wrote (each stands for the messages up to ``upto_id`` on its
+    # branch; the user may edit it, ``written`` keeps the model's words), and the chat's own policy.
+    """
+    ALTER TABLE messages ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE conversations ADD COLUMN context_policy TEXT;
+    CREATE TABLE summaries (
+        id              INTEGER PRIMARY KEY,
+        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        upto_id         INTEGER NOT NULL,
+        covers          INTEGER NOT NULL,
+        text            TEXT    NOT NULL,
+        written         TEXT    NOT NULL,
+        metrics         TEXT,
+        created         REAL    NOT NULL,
+        deleted         INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX summaries_by_conversation ON summaries(conversation_id, upto_id);
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QButtonGroup, QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QPushButton,
                                QRadioButton, QVBoxLayout, QWidget)
 
@@ -20,13 +21,12 @@ from engine.library.model_settings import LAYER_LABELS, SAMPLING_KEYS, default_s
 from engine.library.preset_files import export_preset, read_preset_file
 from engine.reply_formats import ThinkControl
 
+from app.core.context_costs import POLICY_LABELS, policy_cost
 from app.core.model_defaults import NO_MODEL, ModelIdentity
 from app.core.settings import DEFAULT_CONTEXT_POLICY
 from app.settings_ui.layer_rows import LayerRow, label_of
 from app.settings_ui.model_own_box import ModelOwnBox
 
-CONTEXT_POLICY_LABELS = {"drop_oldest": "Drop the oldest messages (keep the system prompt)",
-                         "stop": "Stop and say so"}
 EVERY_MODEL = "yours for every model"
 PRESET_FILTER = "Model settings (*.json Modelfile *.Modelfile *.modelfile);;All files (*)"
 
@@ -73,13 +73,20 @@ class SamplingForm(QWidget):
             row.edit.edited.connect(lambda k=k: self._edited(k))
             row.reset.clicked.connect(lambda _c=False, k=k: self._reset_one(k))
         self.policy = QComboBox()
-        for key, label in CONTEXT_POLICY_LABELS.items():
+        for key, label in POLICY_LABELS.items():
             self.policy.addItem(label, key)
+            self.policy.setItemData(self.policy.count() - 1, policy_cost(key), Qt.ItemDataRole.ToolTipRole)
+        self.policy.setToolTip("A long conversation can outgrow the model's context window. Every policy keeps "
+                               "every message in the chat (the chat marks where the model's view begins) and "
+                               "never leaves out the system prompt or a pinned message.")
+        self.policy_cost = QLabel()  # what the chosen policy costs, measured
+        self.policy_cost.setWordWrap(True)
+        self.policy_cost.setObjectName("muted")
+        self.policy.currentIndexChanged.connect(lambda _i: self.policy_cost.setText(policy_cost(self.context_policy())))
         self.policy.setCurrentIndex(max(0, self.policy.findData(context_policy)))
-        self.policy.setToolTip("A long conversation can outgrow the model's context window. Dropping the "
-                               "oldest messages lets it go on (the chat marks where the model's view begins); "
-                               "stopping refuses the next message and keeps it in the input box.")
+        self.policy_cost.setText(policy_cost(self.context_policy()))
         form.addRow("When a chat outgrows the context", self.policy)
+        form.addRow("", self.policy_cost)
         buttons = QHBoxLayout()
         self.reset_button = QPushButton("Reset to defaults")
         self.reset_button.clicked.connect(self.reset)
@@ -219,5 +226,5 @@ class SamplingForm(QWidget):
         return {**self.yours, **self.own.values()}
 
     def context_policy(self) -> str:
-        """The chosen context policy ("drop_oldest" or "stop")."""
+        """The chosen context policy (engine/prompt/view.py's names)."""
         return self.policy.currentData()

@@ -25,13 +25,13 @@ from app.core.tool_steps import Offer, first_step
 from app.bridge.engine_host import EngineHost
 from app.bridge.generation_worker import GenerationJob
 from app.chat.chat_view import ChatView
-from app.core.context_meter import context_cut, context_use
 from app.core.model_defaults import offered_servers
-from app.core.attached_docs import DocumentShelf, model_message, store_pending, with_documents
+from app.core.attached_docs import DocumentShelf, store_pending, with_documents
 from app.core.settings import Settings
 from app.core.store import Store, StoredMessage
 from app.ui.info_bar import InfoArea
 from app.ui.loop_monitor import LoopMonitor
+from app.window.context_view import ContextController
 from app.window.reply_settings import ReplySettings
 
 READING_SHOWN_BELOW = 99  # percent: a prompt read in one go (cached, or short) shows no progress
@@ -69,7 +69,11 @@ class RepliesController:
         self._refresh_list, self._show_branches, self._closed = refresh_list, show_branches, closed
         self.stream: ReplyStream | None = None
         self.last_stats: dict | None = None
-        self.context_label = QLabel()  # the status bar's context meter (the window places it)
+        self.last_ids: list[int | None] = []  # the last history's stored ids, message by message
+        # pins, summaries, the context meter (the window places its label) and the chat's divider
+        self.context = ContextController(store=store, host=host, chat=chat, info=info, settings=settings,
+                                         current=current, send=self.send)
+        self.context_label = self.context.label
         self.tools = ToolTurns(store=store, chat=chat, info=info, settings=settings, adopt_settings=adopt_settings,
                                current=current)
         self.tools.next_step, self.tools.ended = self.next_step, self._tools_ended
@@ -84,23 +88,14 @@ class RepliesController:
                           (h.finished, self.on_finished), (h.failed, self.on_failed), (h.loaded, self.on_model_loaded)):
             sig.connect(slot)
         self.reply_settings.connect()
+        self.context.connect()
 
     def streaming_in(self) -> int | None:  # the conversation a reply is being written in, if any
         return self.stream.conv if self.stream is not None else None
 
     def show_context(self, cid: int, msgs: list[StoredMessage] | None = None) -> None:
-        """Show how full the context was at the conversation's last reply, and mark
-        where that reply's view of the conversation began if turns were left out."""
-        msgs = self.store.messages(cid) if msgs is None else msgs
-        last = next((m for m in reversed(msgs) if m.role == "assistant" and m.metrics), None)
-        loaded = self.host.model.n_ctx if self.host.model is not None else 0
-        text, tip = context_use(last.metrics if last is not None else None, loaded)
-        self.context_label.setText(text)
-        self.context_label.setToolTip(tip)
-        self.chat.attach.measure(loaded, last.metrics if last is not None else None)
-        cut = context_cut(msgs)
-        n_ctx = last.metrics.get("n_ctx", 0) if last is not None else 0
-        self.chat.set_context_marker(*(cut or (None, 0)), n_ctx=n_ctx)
+        """The context meter and the chat's divider (app/window/context_view.py)."""
+        self.context.show(cid, msgs)
 
     def on_model_loaded(self, _model) -> None:
         """Another model loaded: the meter measures against its context now, not the last reply's;
@@ -211,10 +206,11 @@ class RepliesController:
             self.info.show_message(line, "error")
         out = [Message("system", system_prompt)] if system_prompt.strip() else []
         out += self.reply_settings.example_turns()  # the model's own, before the chat's
-        # Cut-short replies stay in the history: the user saw them, so the model should too.
-        # Each with its reasoning and tool calls: the template decides what of them to keep.
-        out += [model_message(m, self.store.attachments) for m in stored if m.content or m.tool_calls]
-        return out
+        # Each with its reasoning and tool calls (the template decides what of them to keep); pinned ones
+        # flagged, a summary in the place of the messages it stands for (context_view.py).
+        view, ids = self.context.view(cid, stored)
+        self.last_ids = [None] * len(out) + ids
+        return out + view
 
     def start_reply(self, cid: int, user_text: str | None, replace_from: int | None = None,
                     attached: list[Part] | None = None) -> None:
@@ -249,10 +245,10 @@ class RepliesController:
         s.offer, limit_note = self.tools.offer(s.made)
         if limit_note:
             choice = "none"  # the tools are shown, no more calls are made
-        settings = self._settings()
         notes = (*self.doc_notes, limit_note) if limit_note else tuple(self.doc_notes)
         job = GenerationJob(cid, mid, history, self.reply_settings.params(cid), self.store.path,
-                            context_policy=settings.context_policy, template_kwargs=self.think_kwargs(cid),
+                            context_policy=self.context.policy(cid), message_ids=tuple(self.last_ids),
+                            template_kwargs=self.think_kwargs(cid),
                             notes=notes, sources=tuple(self.doc_sources), tools=s.offer.engine_tools(),
                             tool_choice=choice)
         self.host.generate(job)
@@ -313,6 +309,8 @@ class RepliesController:
         s = self.stream
         if s is None or s.mid != mid:
             return
+        if p.get("compacting"):
+            self.stats_label.setText("Summarizing the oldest messages to fit the context…")
         if "prompt_total" in p:
             done, total = p["prompt_done"], p["prompt_total"]
             percent = 100 * done // max(1, total)
@@ -323,8 +321,8 @@ class RepliesController:
             if w is not None:
                 w.set_reading(percent)
             return
-        self.stats_label.setText(f"{p['tok_s']:.1f} tok/s · TTFT {p['ttft_ms']:.0f} ms · "
-                                 f"{p['tokens']} tokens")
+        if "tok_s" in p:
+            self.stats_label.setText(f"{p['tok_s']:.1f} tok/s · TTFT {p['ttft_ms']:.0f} ms · {p['tokens']} tokens")
 
     def _end_stream(self) -> ReplyStream | None:
         s, self.stream = self.stream, None
@@ -377,7 +375,7 @@ class RepliesController:
             if here:
                 self.chat.remove_from(s.user_mid)
                 self.chat.set_input_text(text)
-            if not self.info.shown(f"reply:{mid}"):  # the model's loader said it already, and what to do
+            if not self.info.shown(f"reply:{mid}") and not self.context.refused(s.conv, msg, (f"reply:{mid}",)):
                 self.info.show_message(f"The message was not sent: {msg}. Your text is back in the input box.",
                                        "error", tags=(f"reply:{mid}",))
         else:
