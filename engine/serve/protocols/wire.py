@@ -19,6 +19,7 @@ from ...decode.metrics import GenerationStats
 from ...types import StreamEvent
 from . import anthropic, responses
 from .openai import ApiError, ApiRequest, Shaper, openai_usage, parse_openai
+from .scheduling import with_scheduling
 
 SSE = dict[str, str]
 
@@ -101,16 +102,17 @@ class OpenAIReply:
 
 def openai_wire(kind: str) -> Wire:
     """``/v1/chat/completions`` (``kind="chat"``) or ``/v1/completions``."""
-    return Wire(lambda body: parse_openai(body, kind),
+    return Wire(lambda body: with_scheduling(parse_openai(body, kind), body),
                 lambda req, model, _first: OpenAIReply(kind, model, req.include_usage))
 
 
 def anthropic_wire() -> Wire:
     """``/v1/messages``: Anthropic's Messages API."""
-    return Wire(anthropic.parse_anthropic, lambda _req, model, first: anthropic.MessageReply(model, first))
+    return Wire(lambda body: with_scheduling(anthropic.parse_anthropic(body), body),
+                lambda _req, model, first: anthropic.MessageReply(model, first))
 
 
 def responses_wire(store: responses.ResponseStore) -> Wire:
     """``/v1/responses``: OpenAI's Responses API; ``store`` keeps what previous_response_id continues."""
-    return Wire(lambda body: responses.parse_responses(body, store),
+    return Wire(lambda body: with_scheduling(responses.parse_responses(body, store), body),
                 lambda req, model, _first: responses.ResponseReply(req, model, store))
