@@ -48,12 +48,12 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
           cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None,
           exactness: str | None = None, listen: str | None = None, tls_cert: str | None = None,
           tls_key: str | None = None, rate_limit: int | None = None, rpc: tuple[str, ...] = (),
-          request: LoadRequest | None = None) -> int:
+          request: LoadRequest | None = None, max_queue_wait: float = 120.0) -> int:
     """Load ``model`` through the window's planned load (every setting on Auto but the context
     and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status.
     ``idle_unload``: a request naming another model of the library loads it the same way, and
     it is unloaded after this many seconds without requests (None: only ``model`` is served).
-    ``mmproj``: the model's vision projector (default: the one beside it, if any).
+    ``mmproj``: its vision projector (default: the one beside it); ``max_queue_wait``: the longest queue wait (s).
     ``listen``: let other devices in on this address, with TLS (``tls_cert``/``tls_key``, or a
     certificate Hearth makes once) and a key of ``engine keys`` (or ``api_key``) on every request.
     ``rpc``: llama.cpp RPC workers (host:port) whose devices take every layer (each probed first).
@@ -69,7 +69,7 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
         data_dir(), parallel=parallel, queue_limit=queue_limit, n_ctx=n_ctx, n_threads=n_threads,
         default_ttl=idle_unload, exactness=exactness)
     server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool, defaults=_defaults(),
-                         **exposure(data_dir(), listen, tls_cert, tls_key, rate_limit))
+                         max_queue_wait=max_queue_wait, **exposure(data_dir(), listen, tls_cert, tls_key, rate_limit))
     gpu_layers = None
     if rpc:
         from ..backends.llama.rpc import add_worker

@@ -70,6 +70,7 @@ class ApiRequest:
     # what a wire format keeps for its reply (the Responses API: the conversation, what to echo)
     extra: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the server left out, for X-Hearth-Note
+    priority: int | None = None  # the engine core's class the client asked for (scheduling.py); None: its key's
 
 
 def number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
