@@ -307,7 +307,7 @@ def test_headless_serve_answers_then_stops_on_ctrl_c(bundled_path):
     from serving import assert_other_protocols
 
     p = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", str(bundled_path), "--port", "0",
-                          "--parallel", "2", "--ctx", "1024", "--threads", "1", "--api-key", "k1"],
+                          "--parallel", "2", "--ctx", "1024", "--threads", "1", "--api-key", "k1", "--draft", "ngram"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
@@ -320,6 +320,7 @@ def test_headless_serve_answers_then_stops_on_ctrl_c(bundled_path):
         assert_other_protocols(url.removesuffix("/v1"), "k1", "SmolLM2-135M-Instruct.Q4_1")
         p.send_signal(signal.SIGINT)
         assert p.wait(60) == 0, p.stderr.read()[-8000:]  # a stuck shutdown exits 1 with every thread's stack
+        assert "layers offloaded, speculation ngram" in p.stderr.read()  # --draft reached the engine
     finally:
         if p.poll() is None:
             p.kill()

@@ -153,6 +153,9 @@ def _serve_parser(sub) -> None:
     _model_flags(p)
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
     p.add_argument("--parallel", type=int, default=4, help="requests decoded at once")
+    p.add_argument("--draft", default="auto",
+                   help="speculative decoding: none, ngram, auto (default: n-gram, and a draft model where one "
+                        "is found that pays) or a draft .gguf")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     p.add_argument("--cors", action="append", default=[], help="a web origin allowed to call it (repeatable)")
     p.add_argument("--idle-unload", type=float, default=600.0, metavar="SECONDS",
@@ -291,7 +294,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=key, n_ctx=a.ctx, n_threads=a.threads,
                  cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj,
                  exactness=a.exactness, listen=a.listen, tls_cert=a.tls_cert, tls_key=a.tls_key,
-                 rate_limit=a.rate_limit, rpc=tuple(a.rpc), request=request)
+                 rate_limit=a.rate_limit, rpc=tuple(a.rpc), request=request, draft=a.draft)
 
 
 def cmd_worker(a: argparse.Namespace) -> int:
