@@ -138,6 +138,15 @@ def _bench_parser(sub) -> None:
                         "floor), and each side against the mean of the two")
     p.add_argument("--window", action="store_true",
                    help="speed: the window (python -m app --bench-stream) against the engine and llama-bench instead")
+    p.add_argument("--quick", action="store_true",
+                   help="serve: a check that every row runs (one round, short replies; about 2 minutes)")
+    p.add_argument("--streams", default=None,
+                   help="serve: the concurrency levels of the throughput row (comma-separated; default 1,2,4,8)")
+    p.add_argument("--hol", action="store_true",
+                   help="serve: the head-of-line row (a short request during a long prompt's read) only, "
+                        "with --spec if given too")
+    p.add_argument("--spec", action="store_true",
+                   help="serve: the speculation-in-a-batch row only, with --hol if given too")
     p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
     p.add_argument("--spoken", default=None,
                    help="voice: a folder of recordings in any language (NAME.wav and NAME.txt, what it says) to "
