@@ -138,6 +138,15 @@ def _bench_parser(sub) -> None:
                         "floor), and each side against the mean of the two")
     p.add_argument("--window", action="store_true",
                    help="speed: the window (python -m app --bench-stream) against the engine and llama-bench instead")
+    p.add_argument("--quick", action="store_true",
+                   help="serve: a check that every row runs (one round, short replies; about 2 minutes)")
+    p.add_argument("--streams", default=None,
+                   help="serve: the concurrency levels of the throughput row (comma-separated; default 1,2,4,8)")
+    p.add_argument("--hol", action="store_true",
+                   help="serve: the head-of-line row (a short request during a long prompt's read) only, "
+                        "with --spec if given too")
+    p.add_argument("--spec", action="store_true",
+                   help="serve: the speculation-in-a-batch row only, with --hol if given too")
     p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
     p.add_argument("--spoken", default=None,
                    help="voice: a folder of recordings in any language (NAME.wav and NAME.txt, what it says) to "
@@ -153,6 +162,9 @@ def _serve_parser(sub) -> None:
     _model_flags(p)
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
     p.add_argument("--parallel", type=int, default=4, help="requests decoded at once")
+    p.add_argument("--draft", default="auto",
+                   help="speculative decoding: none, ngram, auto (default: n-gram, and a draft model where one "
+                        "is found that pays) or a draft .gguf")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     p.add_argument("--cors", action="append", default=[], help="a web origin allowed to call it (repeatable)")
     p.add_argument("--idle-unload", type=float, default=600.0, metavar="SECONDS",
@@ -298,7 +310,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=key, n_ctx=a.ctx, n_threads=a.threads,
                  cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj,
                  exactness=a.exactness, listen=a.listen, tls_cert=a.tls_cert, tls_key=a.tls_key,
-                 rate_limit=a.rate_limit, rpc=tuple(a.rpc), request=request, max_queue_wait=a.max_queue_wait)
+                 rate_limit=a.rate_limit, rpc=tuple(a.rpc), request=request, max_queue_wait=a.max_queue_wait,
+                 draft=a.draft)
 
 
 def cmd_worker(a: argparse.Namespace) -> int:
