@@ -14,7 +14,7 @@ MODULES = {"overhead": "overhead", "prefix": "prefix", "speculative": "speculati
            "quality": "quality", "stop": "stop", "soak": "soak", "tune": "tune_model", "server": "api_cost",
            "serve": "concurrency", "threads": "threads", "handover": "handover", "documents": "documents",
            "tools": "tools", "images": "images", "agents": "agents", "speed": "speed", "remote": "remote",
-           "rpc": "rpc", "voice": "voice"}
+           "rpc": "rpc", "voice": "voice", "long-chat": "long_chat"}
 NAMES = tuple(MODULES)
 
 
@@ -22,4 +22,4 @@ def run_benchmark(which: str, a: argparse.Namespace) -> dict:
     """Run the benchmark ``which``: ``bench_<which>`` in its module."""
     if which not in MODULES:
         raise ValueError(f"unknown benchmark {which!r}; choose one of {', '.join(NAMES)}")
-    return getattr(importlib.import_module(f".{MODULES[which]}", __package__), f"bench_{which}")(a)
+    return getattr(importlib.import_module(f".{MODULES[which]}", __package__), f"bench_{which.replace('-', '_')}")(a)

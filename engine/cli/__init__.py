@@ -123,7 +123,8 @@ def _bench_parser(sub) -> None:
     p.add_argument("--template", default=None, help="tools: a chat template file the model wears (Jinja)")
     p.add_argument("--agents", default="claude,codex,opencode", help="agents: which agents to run")
     p.add_argument("--models", default=None,
-                   help="speed: bundled, q4_k_m, q4_0, q8_0 (comma-separated; default: all four)")
+                   help="speed: bundled, q4_k_m, q4_0, q8_0 (comma-separated; default: all four); "
+                        "long-chat: bundled, 1.5b (default: both)")
     p.add_argument("--prompt-tokens", type=int, default=957, help="speed: the long prompt's length")
     p.add_argument("--switches", nargs="?", const="runtime", choices=("runtime", "tinyblas"), default=None,
                    help="speed: also what each llama.cpp switch buys (tinyblas: and a build without it)")
@@ -139,7 +140,8 @@ def _bench_parser(sub) -> None:
     p.add_argument("--window", action="store_true",
                    help="speed: the window (python -m app --bench-stream) against the engine and llama-bench instead")
     p.add_argument("--quick", action="store_true",
-                   help="serve: a check that every row runs (one round, short replies; about 2 minutes)")
+                   help="serve: a check that every row runs (one round, short replies; about 2 minutes); "
+                        "long-chat: the bundled model only, growing to 1.5x the context")
     p.add_argument("--streams", default=None,
                    help="serve: the concurrency levels of the throughput row (comma-separated; default 1,2,4,8)")
     p.add_argument("--hol", action="store_true",
@@ -148,6 +150,9 @@ def _bench_parser(sub) -> None:
     p.add_argument("--spec", action="store_true",
                    help="serve: the speculation-in-a-batch row only, with --hol if given too")
     p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
+    p.add_argument("--grow", type=float, default=None, help="long-chat: how many contexts the conversation grows to")
+    p.add_argument("--chat-ctx", dest="n_ctx_chat", type=int, default=None,
+                   help="long-chat: the context (default 2048 on the bundled model, 768 on the 1.5B; --quick 512)")
     p.add_argument("--spoken", default=None,
                    help="voice: a folder of recordings in any language (NAME.wav and NAME.txt, what it says) to "
                         "dictate with a multilingual Whisper, alone and each followed by English")
