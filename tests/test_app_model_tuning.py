@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.model_defaults import yours
+from app.core.model_defaults import with_yours, yours
 from app.core.settings import Settings, SettingsFile
 from app.window.main_window import MainWindow
 from gguf_copy import with_metadata
@@ -112,3 +112,22 @@ def test_a_tuning_kept_by_the_path_moves_to_the_model_when_it_loads(qtbot, make_
     assert SettingsFile().load()[0] == s  # saved
     switch(qtbot, w, b)
     assert load_of(w)[:2] != ("q8_0", "fast")
+
+
+def test_a_load_that_fails_with_the_model_s_own_load_settings_says_where_they_are(qtbot, make_window, models,
+                                                                                  tmp_path):
+    """The model set-up that last worked does not hold a model's own load settings, so going back to it cannot
+    undo them: the message says where they are, and clearing them loads the model again."""
+    a, _renamed, _b = models
+    w = make_window()
+    switch(qtbot, w, a)
+    ia = w.host.identity
+    gone = tmp_path / "deleted-draft.gguf"  # a draft chosen for A, deleted since
+    w.apply_settings(with_yours(w.settings, ia, {"draft": str(gone), "n_threads": 1}))
+    qtbot.waitUntil(lambda: not w.host.loading, timeout=60_000)
+    assert w.host.model is None
+    said = " | ".join(w.info.messages())
+    assert "deleted-draft.gguf" in said and f"this model's own load settings (draft {gone}, n_threads 1)" in said
+    assert "Settings → Sampling, This model" in said
+    w.apply_settings(with_yours(w.settings, ia, {}))  # Clear: A loads with the settings for every model
+    wait_loaded(qtbot, w, a)

@@ -91,6 +91,16 @@ def with_model_load(req: LoadRequest, models: dict[str, ModelEntry], ident: Mode
     return replace(req, **own) if own else req
 
 
+def own_load_note(own: dict[str, Any]) -> str:
+    """What a failed load's message adds when the model's own load settings were in it (the window goes back
+    to the model set-up that last worked, which they are not part of), so the user knows where they live."""
+    if not own:
+        return ""
+    said = ", ".join(f"{k} {v}" for k, v in own.items())
+    return (f" It loaded with this model's own load settings ({said}): Settings → Sampling, This model, changes "
+            "or clears them (Performance → Benchmark this model → Roll back undoes \"Apply best\").")
+
+
 def model_load(settings: Settings, ident: ModelIdentity) -> LoadRequest:
     """How the model ``ident`` loads with ``settings``: the load settings with its own over them."""
     return with_model_load(settings.load_request(), settings.models, ident)

@@ -117,7 +117,7 @@ class LoadingController:
         self.info.dismiss(MODEL_TAG)  # what the last load said (its notes, a machine lost under it) is past
         self.monitor.begin("loading")
         self.on_load_started(req.title)  # say so now, not when the thread gets to it
-        self.host.load(req, self._settings().models)  # the model's own context applies over req's
+        self.host.load(req, self._settings().models)  # the model's own load settings apply over req's
 
     def cancel_load(self) -> None:
         """Stop the load (or the download) in flight."""
