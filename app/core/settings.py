@@ -39,7 +39,7 @@ from app.core import mcp_servers as mcp, server_settings, voice_settings
 from app.core.paths import config_dir, data_dir, move_aside
 from app.core.presets import DEFAULT_PRESETS, valid_presets
 from app.core.settings_upgrade import upgraded, valid_sampling
-from app.core.tuning_records import memoised, records_problem, settled
+from app.core.tuning_records import memoised, invalid_records, settled
 
 FILE_NAME = "settings.json"
 FORMAT_VERSION = 4  # what each version changed: app/core/settings_upgrade.py
@@ -173,7 +173,7 @@ class Settings:
         if not isinstance(self.workers, tuple) or not all(isinstance(w, str) and is_address(w) for w in self.workers):
             raise SettingsError(f"workers: each is host:port or user@host, got {self.workers!r}")
         for name in ("tuning", "tuning_by_path"):
-            if records_problem(getattr(self, name)):
+            if invalid_records(getattr(self, name)):
                 raise SettingsError(f"{name}: each model's entry needs the applied and previous settings "
                                     f"(only {', '.join(TUNABLE_KEYS)})")
         if self.theme not in THEMES:
@@ -297,8 +297,8 @@ class SettingsFile:
         settings, notice = self._load_settings()
         settings.models, models_notice = self.models.load()
         self._models_on_disk = copy.deepcopy(settings.models)
-        # "Apply best" records kept by a model's path (before version 4) move to models known by their hash
-        settings = settled(settings, memoised(data_dir()))
+        if settings.tuning_by_path:  # "Apply best" records kept by a model's path (before version 4) move
+            settings = settled(settings, memoised(data_dir()))  # to the models known by their hash now
         return settings, " ".join(n for n in (notice, models_notice) if n) or None
 
     def _load_settings(self) -> tuple[Settings, str | None]:

@@ -28,7 +28,7 @@ Record = dict[str, dict[str, Any]]  # {"applied": {...}, "previous": {...}}
 Known = Callable[[str], "tuple[str, str] | None"]  # a model string -> its key and name, or None: not known now
 
 
-def records_problem(records: Any) -> bool:
+def invalid_records(records: Any) -> bool:
     """Whether ``records`` is not a map of model -> Record over TUNED_KEYS."""
     return not isinstance(records, dict) or not all(
         isinstance(m, str) and isinstance(t, dict) and set(t) == {"applied", "previous"} and all(
