@@ -43,6 +43,17 @@ def _defaults() -> ServedDefaults:
     return ServedDefaults(memo=memo_dir(data_dir()))
 
 
+def _say_loaded(m, *, machine_line: bool) -> None:
+    """What was loaded: one ``HEARTH-LOADED {json}`` line on stdout for a parent process, and
+    the human summary and the plan's notes on stderr."""
+    if machine_line:
+        print("HEARTH-LOADED " + json.dumps(asdict(m)), flush=True)
+    print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "
+          f"{m.n_gpu_layers} layers offloaded, speculation {m.draft}", file=sys.stderr, flush=True)
+    for note in m.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+
+
 def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
           n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
           cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None,
@@ -88,12 +99,7 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     loaded = load_model(req, data_dir=data_dir(), n_threads=n_threads)
     m = loaded.model
     assert m is not None  # load_model describes what it loaded
-    if request is not None:
-        print("HEARTH-LOADED " + json.dumps(asdict(m)), flush=True)
-    print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "
-          f"{m.n_gpu_layers} layers offloaded, speculation {m.draft}", file=sys.stderr, flush=True)
-    for note in m.notes:
-        print(f"note: {note}", file=sys.stderr, flush=True)
+    _say_loaded(m, machine_line=request is not None)
     engine = loaded.engine
     scheduler = Scheduler(engine, parallel=parallel, queue_limit=queue_limit, window=False)
     stop = threading.Event()
