@@ -169,6 +169,36 @@ def test_app_core_imports_no_qt_and_nothing_of_the_window():
             assert bad == set(), f"{name} imports {sorted(bad)}"
 
 
+def _backend_checks(tree: ast.AST) -> list[str]:
+    """Comparisons that guess what an engine can do from its backend's name: anything named ``backend``
+    (``m.backend``, ``m.get("backend")``, ``m["backend"]``) against "remote", or a loaded model's
+    ``.backend`` against any name. (Settings' own ``backend`` choice, "llama_cpp" or "hf", is the
+    user's choice of engine, not a question to one.)"""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        names = [ast.unparse(x) for x in sides if not isinstance(x, ast.Constant)]
+        words = {x.value for x in sides if isinstance(x, ast.Constant) and isinstance(x.value, str)}
+        about_backend = [n for n in names if n.endswith((".backend", "'backend')", "'backend']"))]
+        if about_backend and ("remote" in words or any("model" in n for n in about_backend) and words):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_app_asks_a_capability_never_the_backends_name():
+    # The reader finds the checks this rule replaced, and leaves Settings' own choice alone.
+    assert _backend_checks(ast.parse('if model.backend == "remote": pass')) != []
+    assert _backend_checks(ast.parse('x = m.get("backend") != "remote"')) != []
+    assert _backend_checks(ast.parse('y = win.host.model.backend in ("llama_cpp",)')) == []  # a tuple: not a word
+    assert _backend_checks(ast.parse('z = self.host.model.backend == "llama_cpp"')) != []
+    assert _backend_checks(ast.parse('if s.backend == "hf": pass')) == []
+    bad = {name: found for name in MODULES if name.startswith("app")
+           if (found := _backend_checks(ast.parse(MODULES[name].read_text())))}
+    assert bad == {}, "ask LoadedModel.capabilities instead"
+
+
 def test_feature_packages_never_import_the_window():
     for name in MODULES:
         if name.startswith(FEATURES):

@@ -92,7 +92,7 @@ class EngineHost(QObject):
         whose server counts them). Call it off the GUI thread: the projector reads the image (it waits
         while the engine thread encodes one)."""
         engine, model = self._shared.engine, self.model
-        if engine is None or model is None or not self.sees_images or model.backend == "remote":
+        if engine is None or model is None or not self.sees_images or model.capabilities.on_server:
             return None
         return engine.count_image_tokens(data)
 

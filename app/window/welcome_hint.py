@@ -41,7 +41,7 @@ class UpgradeHint:
         self.panel.set_model(model.label, model.bundled)
         self.loads += 1
         n, path = self.loads, model.path
-        if model.backend == "remote":  # its server's GPU, not this machine's, decides what else would run
+        if model.capabilities.on_server:  # its server's GPU, not this machine's, decides what else would run
             self._ready(n, None)
             return
         self._bg.run(lambda: work_out_hint(path), on_done=lambda text: self._ready(n, text),
