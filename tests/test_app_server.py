@@ -78,7 +78,7 @@ def test_settings_dialog_local_server_tab(qtbot):
 
 
 def test_each_device_key_has_a_priority_set_in_the_server_tab(qtbot, data_dir):
-    from engine.serve.http.listen import key_ring
+    from engine.serve.http.other_devices import key_ring
 
     from app.settings_ui.settings_dialog import SettingsDialog
 

@@ -395,3 +395,41 @@ def test_one_llama_context_per_model():
     made = {m for m in _shipped_engine() if "llama_init_from_model" in MODULES[m].read_text()}
     assert made == {"engine.backends.llama.backend"}
     assert not any("open_batch" in MODULES[m].read_text() for m in MODULES if m.startswith(("engine", "app")))
+
+
+# Modules that share a name because they do the same job in parallel places.
+SAME_JOB = {
+    "backend": "each backend's Backend: backends/llama and backends/hf",
+    "load": "a model's load: the planned one (loading/) and transformers' own (backends/hf/)",
+    "engine": "the ChatEngine implementations: the local engine and the remote one",
+    "errors": "each package's error types",
+    "paths": "where files go: the engine's and the window's",
+    "model_defaults": "a model's own settings: the engine's and the window's side of them",
+    "connect": "open one and measure it: a server (remote/) and a machine (workers/)",
+    "step": "one step of generation: the engine core's batch and a speculative round in it",
+    "images": "images: decoded for a prompt (inputs/) and read from an API body (serve/protocols/)",
+}
+# Different jobs under one name, still to be renamed (each named here with why it waits).
+NOT_YET = {
+    "metrics": "the server's registry and a reply's figures: serve/metrics.py is being changed on another branch",
+    "devices": "llama.cpp's GPU devices and the window's microphone and speaker (app/voice/devices.py)",
+    "drafts": "a draft model on disk (sizing/) and the drafts a speculative round makes (speculative/)",
+}
+# bench/, tuning/ and cli/ modules are named for what they measure or the command they run.
+NAMED_FOR = ("engine.bench.", "engine.tuning.", "engine.cli.")
+
+
+def _shared_names() -> dict[str, list[str]]:
+    by: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        if path.name != "__init__.py" and not name.startswith(NAMED_FOR) and path.stem != "__main__":
+            by.setdefault(path.stem, []).append(name)
+    return {stem: mods for stem, mods in by.items() if len(mods) > 1}
+
+
+def test_no_two_modules_share_a_name_for_different_jobs():
+    shared = _shared_names()
+    assert set(shared) - set(SAME_JOB) - set(NOT_YET) == set(), {s: shared[s] for s in set(shared) - set(SAME_JOB)}
+    # the allow-lists hold only names still shared, and the ones #60 named are gone
+    assert set(SAME_JOB) | set(NOT_YET) <= set(shared)
+    assert not {"wire", "plan", "listen", "audio"} & set(shared)

@@ -14,7 +14,7 @@ from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
 from engine.config import EngineConfig
 from engine.loading.load import load_model
-from engine.loading.plan import engine_config
+from engine.loading.request_plan import engine_config
 from engine.loading.request import LoadRequest
 from engine.prompt.messages import Message
 from engine.types import SamplingParams

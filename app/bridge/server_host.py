@@ -26,8 +26,8 @@ from engine.serve import Scheduler
 from engine.library.model_defaults import ServedDefaults
 from engine.library.model_store import memo_dir
 from engine.serve.runtime.library_pool import library_pool
-from engine.serve.http.audio import AudioRoutes
-from engine.serve.http.listen import exposure
+from engine.serve.http.audio_routes import AudioRoutes
+from engine.serve.http.other_devices import exposure
 from engine.serve.metrics import FinishedRequest, ServerMetrics
 from engine.serve.http.server import LocalServer
 from engine.voice.kit import VoiceKit
