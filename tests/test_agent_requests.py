@@ -207,6 +207,9 @@ def test_each_agent_request_through_the_server_gets_a_valid_call(agent, server):
     seen = read_exchange(proxy.exchanges[0], t0)
     assert seen["status"] == 200 and seen["calls"] and set(seen["calls"]) == {name} and seen["prompt_tokens"] > 0
     assert 0 <= seen["started_s"] < 5  # when it began, in the agent's run (requests may overlap)
+    # Its wait in the server's queue where the protocol carries the server's timings (Chat Completions).
+    assert (seen["queue_wait_s"] is not None) == (agent == "opencode")
+    assert seen["queue_wait_s"] is None or 0 <= seen["queue_wait_s"] <= seen["first_byte_s"]
     out = r.json()
     schemas = {t.name: dict(t.parameters) for t in agent_tools()[agent]}
     if agent == "claude":

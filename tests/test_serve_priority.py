@@ -203,6 +203,8 @@ def test_the_maximum_wait_is_the_servers_and_zero_means_none(engine):
         waiter.join(120)
         assert got and got[0].choices[0].finish_reason in ("stop", "length")
         assert srv.finished[-1].request.max_wait_s is None
+        # Its timings say how long it waited: at least the second it was seen waiting above.
+        assert got[0].model_extra["timings"]["queue_ms"] >= 1000
     with serving(engine) as (srv, _sched):
         assert srv.max_queue_wait == 120  # the default, as `engine serve --max-queue-wait`
         oai(srv).chat.completions.create(model=srv.model_id, messages=Q, max_tokens=1)

@@ -53,11 +53,14 @@ def _events(raw: bytes) -> list[dict[str, Any]]:
 
 
 def read_exchange(ex: Exchange, t0: float | None = None) -> dict[str, Any]:
-    """One request as the report shows it: prompt and cached tokens from the usage the reply
-    carried (whichever protocol), and the tool calls it made."""
-    prompt = cached = None
+    """One request as the report shows it: when it started and its first byte came, prompt and cached
+    tokens from the usage the reply carried (whichever protocol), how long it waited in the server's
+    queue (where the reply carries llama-server-style timings; None elsewhere), and its tool calls."""
+    prompt = cached = queue_ms = None
     calls: list[str] = []
     for ev in _events(ex.response):
+        if isinstance(ev.get("timings"), dict):  # Hearth's server on Chat Completions: its own queue wait
+            queue_ms = ev["timings"].get("queue_ms", queue_ms)
         use = ev.get("usage") or (ev.get("message") or {}).get("usage") or (ev.get("response") or {}).get("usage")
         if isinstance(use, dict):
             if "cache_read_input_tokens" in use:  # Anthropic: input_tokens are the ones computed
@@ -85,6 +88,7 @@ def read_exchange(ex: Exchange, t0: float | None = None) -> dict[str, Any]:
     started = {"started_s": round(ex.started - t0, 2)} if t0 is not None else {}  # requests may overlap
     return {"request": f"{ex.method} {ex.path.split('?')[0]}", "status": ex.status, **started,
             "first_byte_s": round(ex.first_byte_s, 2) if ex.first_byte_s is not None else None,
+            "queue_wait_s": round(queue_ms / 1e3, 2) if isinstance(queue_ms, (int, float)) else None,
             "seconds": round(ex.seconds, 2), "prompt_tokens": prompt, "cached_tokens": cached, "calls": calls}
 
 

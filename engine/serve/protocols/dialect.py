@@ -64,13 +64,16 @@ def _usage(st: GenerationStats) -> dict[str, Any]:
 def timings(st: GenerationStats) -> dict[str, Any]:
     """llama-server's ``timings`` object: the prompt tokens read from the cache (``cache_n``) and computed
     (``prompt_n``, ``prompt_ms``), the tokens generated (``predicted_n``; ``predicted_ms`` from the first to
-    the last), and where the reply speculated, the draft tokens proposed and accepted."""
+    the last), and where the reply speculated, the draft tokens proposed and accepted. ``queue_ms`` is
+    Hearth's own (llama-server has no queue figure there): how long the request waited for the engine
+    to start it, which a client's time to first byte includes."""
     out: dict[str, Any] = {
         "cache_n": st.cached_tokens, "prompt_n": st.prefill_tokens, "prompt_ms": round(st.prefill_ms, 3),
         "prompt_per_token_ms": round(st.prefill_ms / st.prefill_tokens, 3) if st.prefill_tokens else 0.0,
         "prompt_per_second": round(st.prefill_tok_s, 3),
         "predicted_n": st.generated_tokens, "predicted_ms": round(st.decode_ms, 3),
-        "predicted_per_token_ms": round(st.tpot_ms, 3), "predicted_per_second": round(st.decode_tok_s, 3)}
+        "predicted_per_token_ms": round(st.tpot_ms, 3), "predicted_per_second": round(st.decode_tok_s, 3),
+        "queue_ms": round(st.queue_wait_ms, 3)}
     drafted = (st.spec or {}).get("drafted", 0)
     if drafted:
         out["draft_n"], out["draft_n_accepted"] = drafted, st.spec["accepted"]  # type: ignore[index]
