@@ -433,3 +433,13 @@ def test_no_two_modules_share_a_name_for_different_jobs():
     # the allow-lists hold only names still shared, and the ones #60 named are gone
     assert set(SAME_JOB) | set(NOT_YET) <= set(shared)
     assert not {"wire", "plan", "listen", "audio"} & set(shared)
+
+
+def test_worker_means_a_machine_and_a_qt_objects_job_is_a_runner():
+    # "worker" is a machine that takes a model's layers (engine/workers/, `engine worker`); an object the
+    # window moves to a thread of its own is a runner (app/bridge/load_runner.py, generation_runner.py ...).
+    named = [n for n in MODULES if n.startswith("app.") and "worker" in n.rpartition(".")[2]]
+    classes = [f"{n}.{c.name}" for n in MODULES if n.startswith("app.")
+               for c in ast.walk(ast.parse(MODULES[n].read_text())) if isinstance(c, ast.ClassDef)
+               and "Worker" in c.name and any(ast.unparse(b).endswith("QObject") for b in c.bases)]
+    assert named == [] and classes == []

@@ -52,7 +52,7 @@ from app.window.replies import RepliesController
 from app.core.settings import Settings, SettingsFile
 from app.core.store import Store
 from app.bridge.engine_host import EngineHost
-from app.bridge.load_worker import Opener, open_model
+from app.bridge.load_runner import Opener, open_model
 from app.bridge.server_host import ServerHost
 
 

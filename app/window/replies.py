@@ -23,7 +23,7 @@ from app.window.tool_turns import ToolTurns
 from app.core.tool_steps import Offer, first_step
 
 from app.bridge.engine_host import EngineHost
-from app.bridge.generation_worker import GenerationJob
+from app.bridge.generation_runner import GenerationJob
 from app.chat.chat_view import ChatView
 from app.core.context_meter import context_cut, context_use
 from app.core.model_defaults import offered_servers
