@@ -7,6 +7,7 @@ from PySide6.QtCore import Qt
 
 from app.window.main_window import MainWindow
 from app.window.selftest import send_and_wait, write_settings
+from app.core.model_defaults import yours
 from app.core.settings import SettingsFile
 
 
@@ -186,8 +187,9 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
     before = w.settings
     # as the Performance menu makes it: the window's idle OpenMP workers are given back as each run starts
     # (without that they spin beside the measured threads: this test took 84 s instead of a few)
+    ident = w.host.identity
     dlg = TuneDialog(w.host.model.path, w.host.model.label, lambda: w.settings, w.apply_settings, w,
-                     before_run=w.host.release_compute_threads)
+                     identity=ident, before_run=w.host.release_compute_threads)
     qtbot.addWidget(dlg)
     dlg.show()
     assert dlg.result is None and not dlg.csv_button.isEnabled()  # nothing saved yet
@@ -217,13 +219,13 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
     best = dlg.best_row()
     assert best is not None and dlg.apply_button.isEnabled()
     dlg.apply_button.click()
-    assert w.settings.model in w.settings.tuning and dlg.rollback_button.isEnabled()
-    for k, v in best["settings"].items():
-        assert getattr(w.settings, k) == v
+    assert ident.key in w.settings.tuning and dlg.rollback_button.isEnabled()
+    assert yours(w.settings, ident) == best["settings"]  # the model's own (tests/test_model_tuning.py)
+    assert w.settings.load_request() == before.load_request()
     assert SettingsFile().load()[0].tuning == w.settings.tuning  # saved through the one settings file
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
     dlg.rollback_button.click()
-    assert w.settings.load_request() == before.load_request() and w.settings.tuning == {}
+    assert yours(w.settings, ident) == {} and w.settings.tuning == {}
     assert not dlg.rollback_button.isEnabled()
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
     dlg.close()

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from engine.loading.estimate import auto_context, quick_estimate
-from app.core.settings import Settings, SettingsError, SettingsFile
+from app.core.settings import FORMAT_VERSION, Settings, SettingsError, SettingsFile
 from app.core.text_utils import code_blocks, finish_note, human_bytes, metrics_line
 
 
@@ -172,7 +172,7 @@ def test_todays_settings_file_migrates_without_losing_a_value(tmp_path):
     assert s.sampling.get("max_tokens") is None and s.sampling_params().max_tokens is None
     f.save(s)
     after = json.loads(path.read_text())
-    assert after["version"] == 3
+    assert after["version"] == FORMAT_VERSION
     for key, value in before.items():
         if key == "version":
             continue

@@ -47,6 +47,7 @@ def test_the_layers_of_a_model_and_changing_them_from_a_terminal(thinking_gguf, 
 @pytest.mark.parametrize("args, says", [
     (["--set", "top_p=0"], "hearth: error: top_p must be in (0, 1], got 0.0"),
     (["--set", "warmth=1"], "hearth: error: 'warmth' is not a setting"),
+    (["--set", "kv_type=q9_0"], "hearth: error: kv_type must be one of auto, f16, q8_0, q4_0, got 'q9_0'"),
     (["--set", "temperature"], "hearth: error: --set takes key=value"),
     (["--import", str(PRESETS / "llama3.2-show.Modelfile")],
      "hearth: error: llama3.2-show.Modelfile: line 5: Hearth renders the model's own chat template"),
@@ -61,7 +62,8 @@ def test_a_bad_change_from_a_terminal_is_one_line_and_changes_nothing(thinking_g
 
 def test_engine_chat_replies_with_the_model_s_settings_under_its_flags(thinking_gguf, data_dir, capsys,
                                                                      monkeypatch):
-    mine = ("--set", "max_tokens=6", "--set", "system_prompt=Answer in French.")
+    mine = ("--set", "max_tokens=6", "--set", "system_prompt=Answer in French.", "--set", "exactness=fast",
+            "--set", "kv_type=q8_0")  # the last two as "Apply best" sets them in the window
     assert defaults(capsys, str(thinking_gguf), *mine)[0] == 0
     seen = []
     real = Engine.stream
@@ -78,6 +80,7 @@ def test_engine_chat_replies_with_the_model_s_settings_under_its_flags(thinking_
     assert [(m.role, m.content) for m in messages] == [("system", "Answer in French."), ("user", "Hello")]
     err = capsys.readouterr().err
     assert "settings from the model's recommendation and yours for this model: temperature 0.6, top_k 20" in err
+    assert ", fast kernels." in err  # the model's own load settings apply to its load
 
 
 def test_engine_chat_refuses_a_bad_flag_before_loading(data_dir, capsys):

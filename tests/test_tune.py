@@ -57,23 +57,10 @@ def test_unknown_profile_is_a_clear_error(bundled_path):
         Engine.open(EngineConfig(bundled_path, n_ctx=256, exactness="turbo"))
 
 
-def test_apply_tuning_then_roll_back_restores_the_model_settings(tmp_path):
-    from app.core.settings import Settings, SettingsError, SettingsFile
+def test_an_unknown_exactness_in_the_settings_is_a_clear_error():
+    # "Apply best" and "Roll back" (a model's own load settings): tests/test_model_tuning.py
+    from app.core.settings import Settings, SettingsError
 
-    s = Settings(kv_type="f16", n_threads=2)
-    tuned = s.apply_tuning({"kv_type": "q8_0", "exactness": "fast"})
-    assert (tuned.kv_type, tuned.exactness, tuned.n_threads) == ("q8_0", "fast", 2)
-    again = tuned.apply_tuning({"kv_type": "q4_0", "n_threads": 1})  # a second apply keeps the first "before"
-    f = SettingsFile(tmp_path / "settings.json")
-    f.save(again)
-    loaded, msg = f.load()
-    assert msg is None and loaded.tuning == again.tuning
-    back = loaded.roll_back_tuning()
-    assert (back.kv_type, back.exactness, back.n_threads, back.tuning) == ("f16", "exact", 2, {})
-    with pytest.raises(SettingsError, match="nothing to roll back"):
-        back.roll_back_tuning()
-    with pytest.raises(SettingsError, match="prefix"):
-        s.apply_tuning({"prefix_cache": False})
     with pytest.raises(SettingsError, match="exactness"):
         Settings(exactness="turbo").validate()
 

@@ -29,7 +29,7 @@ from engine.library.model_store import ModelEntry
 from engine.loading.request import LoadRequest
 
 from app.bridge.generation_runner import SharedEngine
-from app.core.model_defaults import ModelIdentity, identify, with_model_load
+from app.core.model_defaults import ModelIdentity, identify, own_load, own_load_note, with_model_load
 from app.core.paths import data_dir
 
 _JOB_IDS = itertools.count(1)
@@ -39,7 +39,8 @@ _JOB_IDS = itertools.count(1)
 class LoadJob:
     """One model load. Every signal of its load carries ``id``, so the host can tell a
     superseded load's late answers from the newest one's. ``models``: each model's own settings
-    (Settings.models, a copy): the loaded model's own context applies over the request's."""
+    (Settings.models, a copy): the loaded model's own load settings (its context, what "Apply best" chose)
+    apply over the request's."""
     request: LoadRequest
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=lambda: next(_JOB_IDS))
@@ -158,9 +159,9 @@ class LoadRunner(QObject):
             # here, so the old one stays until the server answers (and stays if it does not).
             self._close_engine()
         asked = req
-        # The model's own settings are found by its content (hashed once): its context applies to the load.
+        # The model's own settings are found by its content (hashed once): its load settings apply.
         ident = identify(req, data_dir())
-        req = with_model_load(req, job.models, ident)
+        req, own = with_model_load(req, job.models, ident), own_load(job.models, ident)
         if self._shared.serving is not None:
             # The local server is on: its batch context (parallel x slot context) goes in the plan too.
             req = replace(req, server_parallel=self._shared.serving.parallel)
@@ -172,7 +173,7 @@ class LoadRunner(QObject):
             if job.cancel.is_set():  # a download stops with DownloadCancelled: that is a cancel
                 self.cancelled.emit(rid)
             else:
-                self.failed.emit(rid, str(e))
+                self.failed.emit(rid, str(e) + own_load_note(own))
             return
         except Exception as e:  # a bug or an unexpected native failure: still a message, never silence
             self._kept = remote and self._shared.engine is not None

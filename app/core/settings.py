@@ -28,27 +28,29 @@ from engine.config import EXACTNESS, default_exactness
 from engine.library import model_store
 from engine.library.model_settings import values_problem
 from engine.library.model_store import ModelEntry, ModelStore
-from engine.library.model_settings import SAMPLING_KEYS, budget_problem, default_sampling as _default_sampling
+from engine.library.model_settings import SAMPLING_KEYS, TUNED_KEYS, budget_problem, \
+    default_sampling as _default_sampling
 from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, \
     effective_backend, infer_source, runs_gguf
 from engine.prompt.builder import CONTEXT_POLICIES
 from engine.workers.machines import is_address
 
 from app.core import mcp_servers as mcp, server_settings, voice_settings
-from app.core.paths import config_dir, move_aside
+from app.core.paths import config_dir, data_dir, move_aside
 from app.core.presets import DEFAULT_PRESETS, valid_presets
 from app.core.settings_upgrade import upgraded, valid_sampling
+from app.core.tuning_records import memoised, invalid_records, settled
 
 FILE_NAME = "settings.json"
-FORMAT_VERSION = 3  # what each version changed: app/core/settings_upgrade.py
+FORMAT_VERSION = 4  # what each version changed: app/core/settings_upgrade.py
 THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
 DEFAULT_CONTEXT_POLICY = "drop_oldest"
 LOAD_KEYS = ("model", "source", "backend", "quant", "context", "draft", "n_threads", "threads_poll", "gpu_layers",
              "kv_type", "exactness", "mmproj", "workers")
-# The load settings a "Benchmark this model" row can set as a model's default.
-TUNABLE_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
+# The load settings a "Benchmark this model" row can set as a model's own (engine/library/model_settings.py).
+TUNABLE_KEYS = TUNED_KEYS
 
 
 
@@ -76,8 +78,12 @@ class Settings:
     kv_type: str = "auto"           # "auto" (the memory plan) | "f16" | "q8_0" | "q4_0"
     exactness: str = field(default_factory=default_exactness)  # "exact" | "fast" (see EXACTNESS)
     workers: tuple[str, ...] = ()   # machines whose devices take layers (Settings → Machines; host:port, user@host)
-    # model -> {"applied": {...}, "previous": {...}}: what "Apply best" set and what it replaced
+    # model's key -> {"applied": {...}, "previous": {...}}: what "Apply best" set as the model's own settings
+    # and the model's own values it replaced (app/core/tuning_records.py)
     tuning: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # the same, kept by the model's path before version 4 (then applied to every model): moved to
+    # ``tuning`` once the model is known by its content
+    tuning_by_path: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=_default_sampling)
     presets: list[dict[str, str]] = field(default_factory=lambda: [dict(p) for p in DEFAULT_PRESETS])
     default_preset: str = "None"    # preset a new conversation starts with
@@ -166,12 +172,10 @@ class Settings:
             raise SettingsError(f"exactness: must be one of {', '.join(EXACTNESS)}, got {self.exactness!r}")
         if not isinstance(self.workers, tuple) or not all(isinstance(w, str) and is_address(w) for w in self.workers):
             raise SettingsError(f"workers: each is host:port or user@host, got {self.workers!r}")
-        if not isinstance(self.tuning, dict) or not all(
-                isinstance(t, dict) and set(t) == {"applied", "previous"} and all(
-                    isinstance(t[k], dict) and set(t[k]) <= set(TUNABLE_KEYS) for k in t)
-                for t in self.tuning.values()):
-            raise SettingsError("tuning: each model's entry needs the applied and previous settings "
-                                f"(only {', '.join(TUNABLE_KEYS)})")
+        for name in ("tuning", "tuning_by_path"):
+            if invalid_records(getattr(self, name)):
+                raise SettingsError(f"{name}: each model's entry needs the applied and previous settings "
+                                    f"(only {', '.join(TUNABLE_KEYS)})")
         if self.theme not in THEMES:
             raise SettingsError(f"theme: must be one of {', '.join(THEMES)}, got {self.theme!r}")
         if self.context_policy not in CONTEXT_POLICIES:
@@ -227,28 +231,6 @@ class Settings:
     def with_load(self, req: LoadRequest) -> "Settings":
         """These settings with another model set-up (the retry notes of ``req`` are not settings)."""
         return replace(self, **{k: getattr(req, k) for k in LOAD_KEYS})
-
-    def apply_tuning(self, config: dict[str, Any]) -> "Settings":
-        """These settings with ``config`` (a benchmark row's load settings) as this
-        model's default; what it replaces is kept so :meth:`roll_back_tuning` can
-        restore it. A second apply keeps the settings from before the first."""
-        unknown = set(config) - set(TUNABLE_KEYS)
-        if unknown:
-            raise SettingsError(f"tuning: {sorted(unknown)[0]!r} is not a setting a benchmark row can apply")
-        earlier = self.tuning.get(self.model)
-        previous = {k: getattr(self, k) for k in config}
-        if earlier is not None:
-            previous = {**previous, **earlier["previous"]}
-        entry = {"applied": dict(config), "previous": previous}
-        return replace(self, **config, tuning={**self.tuning, self.model: entry}).validate()
-
-    def roll_back_tuning(self) -> "Settings":
-        """These settings with this model's load settings from before "Apply best"."""
-        entry = self.tuning.get(self.model)
-        if entry is None:
-            raise SettingsError("tuning: nothing was applied to this model, so there is nothing to roll back")
-        rest = {m: t for m, t in self.tuning.items() if m != self.model}
-        return replace(self, **entry["previous"], tuning=rest).validate()
 
     @property
     def effective_backend(self) -> str:
@@ -315,6 +297,8 @@ class SettingsFile:
         settings, notice = self._load_settings()
         settings.models, models_notice = self.models.load()
         self._models_on_disk = copy.deepcopy(settings.models)
+        if settings.tuning_by_path:  # "Apply best" records kept by a model's path (before version 4) move
+            settings = settled(settings, memoised(data_dir()))  # to the models known by their hash now
         return settings, " ".join(n for n in (notice, models_notice) if n) or None
 
     def _load_settings(self) -> tuple[Settings, str | None]:

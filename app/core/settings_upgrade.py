@@ -4,6 +4,8 @@ Versions of settings.json (app/core/settings.py writes FORMAT_VERSION):
 - 1: the first.
 - 2: the exactness profile's default became "fast" (engine/config.py DEFAULT_EXACTNESS).
 - 3: a reply's length has no cap by default: it ends when the model stops or the context is full.
+- 4: "Apply best" sets a model's own load settings, kept by the model's content; the records of what it
+  applied, kept by the model's path, wait in ``tuning_by_path`` (app/core/tuning_records.py moves them).
 Every version saved every field, so a value equal to the old default was the default, not a choice.
 """
 from __future__ import annotations
@@ -18,8 +20,8 @@ OLD_MAX_TOKENS = 512  # the reply length cap before version 3, written into ever
 
 def upgraded(raw: dict[str, Any]) -> dict[str, Any]:
     """A settings file's dict as this version reads it: version 1's "exact" profile (unless "Apply best"
-    chose it) and version 2's reply length cap of 512 tokens become the new defaults; every other value
-    is kept as it was."""
+    chose it) and version 2's reply length cap of 512 tokens become the new defaults; version 3's "Apply best"
+    records, kept by the model's path, move to ``tuning_by_path``; every other value is kept as it was."""
     version = raw.get("version", 1) if isinstance(raw.get("version", 1), int) else 1
     tuning = raw.get("tuning") if isinstance(raw.get("tuning"), dict) else {}
     applied = any(isinstance(t, dict) and "exactness" in (t.get("applied") or {}) for t in tuning.values())
@@ -29,6 +31,8 @@ def upgraded(raw: dict[str, Any]) -> dict[str, Any]:
     sampling = raw.get("sampling")
     if version < 3 and isinstance(sampling, dict) and sampling.get("max_tokens") == OLD_MAX_TOKENS:
         out["sampling"] = {k: v for k, v in sampling.items() if k != "max_tokens"}
+    if version < 4 and "tuning" in raw:
+        out["tuning_by_path"], out["tuning"] = raw["tuning"], {}
     return out
 
 

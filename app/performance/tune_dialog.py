@@ -3,8 +3,9 @@
 The run happens on the dialog's own thread (the chat stays usable; a reply
 running at the same time shows up as noise). Every run is saved under the data
 folder and compared with the one before it. "Apply best" makes the best row's
-settings this model's default through Settings.apply_tuning (one place), and
-"Roll back" restores what that replaced.
+load settings this model's own (kept by its content, applied whenever it loads;
+app/core/model_defaults.py apply_tuning, the one place), and "Roll back"
+restores what that replaced.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from engine import HearthError
 from engine.errors import Cancelled
 from engine.tuning import report, run_tune
 
+from app.core.model_defaults import ModelIdentity, apply_tuning, is_tuned, roll_back_tuning
 from app.core.settings import Settings, SettingsError
 from app.core.text_utils import human_bytes
 
@@ -57,14 +59,17 @@ class TuneRunner(QObject):
 
 class TuneDialog(QDialog):
     """The table, the chart and the buttons. ``settings()`` gives the window's current
-    settings; ``apply`` adopts new ones (the window's apply_settings)."""
+    settings; ``apply`` adopts new ones (the window's apply_settings); ``identity``: the
+    model measured, as its own settings know it."""
 
     def __init__(self, model_path: str, label: str, settings: Callable[[], Settings],
-                 apply: Callable[[Settings], None], parent=None, *, only: Sequence[str] | None = None,
-                 threads: int | None = None, before_run: Callable[[], None] | None = None) -> None:
+                 apply: Callable[[Settings], None], parent=None, *, identity: ModelIdentity,
+                 only: Sequence[str] | None = None, threads: int | None = None,
+                 before_run: Callable[[], None] | None = None) -> None:
         """``before_run`` is called as each run starts (the window: the engine thread gives
         back its idle OpenMP workers, so the measured thread runs as it would alone)."""
         super().__init__(parent)
+        self.identity = identity
         self._before_run = before_run
         self.setWindowTitle(f"Benchmark {label}")
         self.resize(980, 720)
@@ -257,10 +262,10 @@ class TuneDialog(QDialog):
         self.json_button.setEnabled(have)
         best = self.best_row()
         self.apply_button.setEnabled(have and best is not None)
-        self.apply_button.setToolTip(f"Make {best['name']!r} this model's default: {best['settings']}" if best
+        self.apply_button.setToolTip(f"Make {best['name']!r} this model's own load settings (Settings → Sampling, "
+                                     f"this model): {best['settings']}" if best
                                      else "No row beat the baseline beyond the noise")
-        s = self._settings()
-        self.rollback_button.setEnabled(s.model in s.tuning)
+        self.rollback_button.setEnabled(is_tuned(self._settings(), self.identity))
 
     # -- actions ------------------------------------------------------------
 
@@ -274,16 +279,17 @@ class TuneDialog(QDialog):
         if row is None:
             return
         try:
-            self._apply(self._settings().apply_tuning(row["settings"]))
+            self._apply(apply_tuning(self._settings(), self.identity, row["settings"]))
         except SettingsError as e:
             self.status.setText(f"Could not apply {row['name']!r}: {e}")
             return
-        self.status.setText(f"{row['name']!r} is now this model's default; Roll back restores the previous one.")
+        self.status.setText(f"{row['name']!r} is now this model's own load settings (other models keep theirs); "
+                            "Roll back restores the previous ones.")
         self._update_buttons()
 
     def roll_back(self) -> None:
         try:
-            self._apply(self._settings().roll_back_tuning())
+            self._apply(roll_back_tuning(self._settings(), self.identity))
         except SettingsError as e:
             self.status.setText(str(e))
             return

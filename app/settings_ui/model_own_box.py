@@ -1,6 +1,7 @@
 """Settings → Sampling, for this model: what a model's own settings hold besides sampling. Its system prompt
 (a chat with none of its own gets it), example turns (an Ollama Modelfile's MESSAGE lines), the Think
-control's default, the context it loads with, and which MCP servers' tools it is offered."""
+control's default, the context it loads with, the load settings "Apply best" chose for it (Performance →
+Benchmark this model), and which MCP servers' tools it is offered."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,10 +9,13 @@ from typing import Any
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
                                QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
-from engine.library.model_settings import CONTEXT_MAX, CONTEXT_MIN
+from engine.library.model_settings import CONTEXT_MAX, CONTEXT_MIN, TUNED_KEYS
 from engine.reply_formats import ThinkControl
 
 THINK_DEFAULT = "the model's own default"
+LOAD_LABELS = {"draft": "draft", "n_threads": "CPU threads", "gpu_layers": "GPU layers", "kv_type": "KV cache",
+               "exactness": "exactness"}
+AS_FOR_EVERY_MODEL = "as in Settings → Model"
 
 
 class ModelOwnBox(QGroupBox):
@@ -53,6 +57,17 @@ class ModelOwnBox(QGroupBox):
         ctx_row.addWidget(self.ctx_hearth)
         ctx_row.addWidget(self.ctx, 1)
         form.addRow("Context length", ctx_row)
+        load_row = QHBoxLayout()
+        self.load = QLabel()
+        self.load.setWordWrap(True)
+        self.load.setToolTip("Set by Performance → Benchmark this model → Apply best; used whenever this model "
+                             "loads, over the load settings for every model")
+        self.clear_load = QPushButton("Clear")
+        self.clear_load.setToolTip(f"Load this model {AS_FOR_EVERY_MODEL}")
+        self.clear_load.clicked.connect(lambda: self._show_load({}))
+        load_row.addWidget(self.load, 1)
+        load_row.addWidget(self.clear_load)
+        form.addRow("Load settings", load_row)
         tools = QVBoxLayout()
         self.all_servers = QCheckBox("Every MCP server's tools")
         tools.addWidget(self.all_servers)
@@ -74,6 +89,16 @@ class ModelOwnBox(QGroupBox):
         self.stop.setText("  ".join(repr(s) for s in stop) if stop else "the model's end of turn only")
         self.clear_stop.setEnabled(bool(stop))
 
+    def _show_load(self, values: dict[str, Any]) -> None:
+        self._load = {k: values[k] for k in TUNED_KEYS if k in values}
+        self.load.setText("; ".join(f"{LOAD_LABELS[k]} {v}" for k, v in self._load.items()) + " (yours for this "
+                          "model)" if self._load else AS_FOR_EVERY_MODEL)
+        self.clear_load.setEnabled(bool(self._load))
+
+    def load_layer(self) -> str:
+        """Where the model's load settings come from, in words (what the row says)."""
+        return "yours for this model" if self._load else AS_FOR_EVERY_MODEL
+
     def set_values(self, v: dict[str, Any]) -> None:
         """Show a model's own settings (what it does not set: Hearth's)."""
         self.system.setPlainText(v.get("system_prompt") or "")
@@ -93,6 +118,7 @@ class ModelOwnBox(QGroupBox):
         self.ctx_hearth.setChecked(v.get("context") is None)
         self.ctx.setValue(v.get("context") or 4096)
         self.ctx.setEnabled(v.get("context") is not None)
+        self._show_load(v)
         tools = v.get("tools")
         self.all_servers.setChecked(tools is None)
         for name, box in self.servers.items():
@@ -114,4 +140,5 @@ class ModelOwnBox(QGroupBox):
             out["context"] = self.ctx.value()
         if not self.all_servers.isChecked():
             out["tools"] = [name for name, box in self.servers.items() if box.isChecked()]
+        out.update(self._load)
         return out

@@ -49,6 +49,7 @@ from app.ui.loop_monitor import LoopMonitor
 from app.window.model_loading import LoadingController
 from app.window.navigation import NavigationController
 from app.window.replies import RepliesController
+from app.core.model_defaults import load_changed
 from app.core.settings import Settings, SettingsFile
 from app.core.store import Store
 from app.bridge.engine_host import EngineHost
@@ -281,7 +282,7 @@ class MainWindow(QMainWindow):
 
     def apply_settings(self, new: Settings) -> None:
         """Adopt validated settings: save, re-theme, and reload the model if its set-up changed."""
-        reload = new.load_request() != self.settings.load_request() or not (self.host.ready or self.host.loading)
+        reload = load_changed(self.settings, new, self.host.identity) or not (self.host.ready or self.host.loading)
         self.settings = new
         self.save_settings()
         self.chat.system.set_presets(new.presets)

@@ -25,6 +25,7 @@ from engine.loading.request import LoadRequest
 from engine.sizing.reality import is_device_failure, is_out_of_memory
 
 from app.bridge.engine_host import EngineHost
+from app.core.model_defaults import settle_tuning
 from app.core.paths import data_dir
 from app.core.settings import Settings, SettingsFile
 from app.core.text_utils import human_bytes
@@ -116,7 +117,7 @@ class LoadingController:
         self.info.dismiss(MODEL_TAG)  # what the last load said (its notes, a machine lost under it) is past
         self.monitor.begin("loading")
         self.on_load_started(req.title)  # say so now, not when the thread gets to it
-        self.host.load(req, self._settings().models)  # the model's own context applies over req's
+        self.host.load(req, self._settings().models)  # the model's own load settings apply over req's
 
     def cancel_load(self) -> None:
         """Stop the load (or the download) in flight."""
@@ -225,6 +226,11 @@ class LoadingController:
         st.oom_retried = st.req is not None and st.req.retry_after is not None
         settings = self._settings()
         if self._plain_req() == settings.load_request():
+            # An "Apply best" record kept by this model's path (an older settings file) moves to its key.
+            settled = settle_tuning(settings, self.host.identity)
+            if settled is not settings:
+                self._adopt(settled)
+                settings = settled
             try:
                 self.settings_file.mark_working(settings)
             except OSError as e:

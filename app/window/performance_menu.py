@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QMainWindow
 
 from app.bridge.engine_host import EngineHost
 from app.bridge.server_host import ServerHost
+from app.core.model_defaults import model_load
 from app.core.settings import Settings
 from app.core.store import Store
 from app.ui.info_bar import InfoArea
@@ -128,7 +129,8 @@ class PerformanceMenu:
             return
         if self.tune_dialog is not None:
             self.tune_dialog.close()
+        threads = model_load(self._settings(), self.host.identity).n_threads  # the model's own, once tuned
         self.tune_dialog = TuneDialog(model.path, model.label, self._settings, self._apply_settings,
-                                      self.window, threads=self._settings().n_threads,
+                                      self.window, identity=self.host.identity, threads=threads,
                                       before_run=self.host.release_compute_threads)
         self.tune_dialog.show()

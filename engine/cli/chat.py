@@ -96,11 +96,15 @@ def chat(a: argparse.Namespace, flags: dict) -> int:
     if a.remote:
         return _chat_loop(a, params, _open_remote(a), reset=lambda: None, got=got)
     print("loading model...", file=sys.stderr, flush=True)
-    # The window's planned load: what is left on Auto comes from the memory plan for this machine.
+    # The window's planned load: what is left on Auto comes from the memory plan for this machine. The model's
+    # own load settings (its context, what "Apply best" chose) come under the flags.
+    own = got.values
     req = LoadRequest(model=a.model or "bundled", backend=a.backend or "auto", quant=a.quant,
-                      context=a.ctx if a.ctx is not None else got.values.get("context"),
-                      draft=a.draft or "auto", n_threads=a.threads, mmproj=a.mmproj or "auto",
-                      exactness=a.exactness or default_exactness())
+                      context=a.ctx if a.ctx is not None else own.get("context"),
+                      draft=a.draft or own.get("draft", "auto"), mmproj=a.mmproj or "auto",
+                      n_threads=a.threads if a.threads is not None else own.get("n_threads"),
+                      gpu_layers=own.get("gpu_layers"), kv_type=own.get("kv_type", "auto"),
+                      exactness=a.exactness or own.get("exactness") or default_exactness())
     loaded = load_model(req, data_dir=data_dir(), progress=_download_progress())
     assert loaded.model is not None  # load_model describes what it loaded
     for note in loaded.model.notes:

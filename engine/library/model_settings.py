@@ -19,17 +19,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..config import EXACTNESS
 from ..errors import HearthError
+from ..loading.request import KV_TYPES
 from ..models.recommended import NONE, Recommended
 from ..types import SamplingParams
 
 # The sampling knobs a layer may set (stop strings and ignore_eos are the CLI's and the benchmarks').
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty",
                  "frequency_penalty", "penalty_last_n", "seed", "max_tokens", "reasoning_budget")
+# The load settings a tuning bench row sets for its model ("Apply best"): speculation, CPU threads, GPU layers,
+# the KV cache's type and the kernels' exactness. Absent: the window's own for every model.
+TUNED_KEYS = ("draft", "n_threads", "gpu_layers", "kv_type", "exactness")
+# What a model's own settings apply to its load (over the load settings for every model).
+LOAD_KEYS = ("context",) + TUNED_KEYS
 # A model's own settings besides sampling: stop strings, its system prompt, example messages every chat
 # starts with (an Ollama Modelfile's MESSAGE lines), the Think control's default, the context it loads
-# with, and which MCP servers' tools it is offered (absent: every one).
-OTHER_KEYS = ("stop", "system_prompt", "messages", "think", "context", "tools")
+# with, which MCP servers' tools it is offered (absent: every one), and its tuned load settings.
+OTHER_KEYS = ("stop", "system_prompt", "messages", "think", "context", "tools") + TUNED_KEYS
 MODEL_KEYS = SAMPLING_KEYS + OTHER_KEYS
 # What a chat may set for itself (its system prompt and Think choice are kept on the chat already).
 CHAT_KEYS = SAMPLING_KEYS + ("stop",)
@@ -43,6 +50,7 @@ MAX_STOP_CHARS = 200
 MAX_NAME = 200                # characters of a think choice or a tool server's name
 MAX_MESSAGES = 64             # example messages, each at most MAX_SYSTEM_PROMPT characters
 MESSAGE_ROLES = ("user", "assistant")
+MAX_PATH = 4096               # characters of a draft model's path
 
 
 def default_sampling() -> dict[str, Any]:
@@ -104,10 +112,27 @@ def value_problem(key: str, v: Any) -> str | None:
         if not _whole(v) or not CONTEXT_MIN <= v <= CONTEXT_MAX:
             return f"context must be a whole number from {CONTEXT_MIN} to {CONTEXT_MAX}, got {v!r}"
         return None
+    if key in TUNED_KEYS:
+        return _load_problem(key, v)
     # tools: the MCP servers whose tools this model is offered
     if not isinstance(v, list) or not all(isinstance(s, str) and 0 < len(s) <= MAX_NAME for s in v):
         return "tools must be a list of MCP server names"
     return None
+
+
+def _load_problem(key: str, v: Any) -> str | None:
+    """Why ``v`` cannot be the tuned load setting ``key``. A draft's file is only checked for its name here:
+    a draft deleted since is the load's clear error, and the model's other settings are kept."""
+    if key == "draft":
+        ok = v in ("auto", "none") or (isinstance(v, str) and v.lower().endswith(".gguf") and len(v) <= MAX_PATH)
+        return None if ok else f"draft must be auto, none or a draft model's .gguf file, got {v!r}"
+    if key == "n_threads":
+        return None if _whole(v) and v >= 1 else f"n_threads must be a whole number from 1, got {v!r}"
+    if key == "gpu_layers":
+        return None if v == "all" or (_whole(v) and v >= 0) else \
+            f"gpu_layers must be all or a whole number from 0, got {v!r}"
+    allowed = KV_TYPES if key == "kv_type" else EXACTNESS
+    return None if v in allowed else f"{key} must be one of {', '.join(allowed)}, got {v!r}"
 
 
 def values_problem(values: Any, keys: tuple[str, ...] = MODEL_KEYS) -> str | None:
@@ -132,6 +157,9 @@ def parse_value(key: str, text: str) -> Any:
     t = text.strip()
     if key in ("system_prompt",):
         value: Any = text
+    elif key in ("draft", "kv_type", "exactness") or (key == "gpu_layers" and t.lower() == "all"):
+        # "auto" and "none" are values of these, not "no value"; a draft's path keeps its case
+        value = t if key == "draft" and t.lower() not in ("auto", "none") else t.lower()
     elif key in ("stop", "tools"):
         value = [s for s in (p.strip() for p in text.split(",")) if s]
     elif t.lower() in ("", "none", "null", "auto"):
@@ -141,7 +169,7 @@ def parse_value(key: str, text: str) -> Any:
     else:
         try:
             value = int(t) if key in ("top_k", "penalty_last_n", "seed", "max_tokens", "reasoning_budget",
-                                      "context") else float(t)
+                                      "context", "n_threads", "gpu_layers") else float(t)
         except ValueError:
             raise HearthError(f"{key}: {t!r} is not a number") from None
     why = value_problem(key, value)
