@@ -30,7 +30,7 @@ from .core.reply import ReplyRequest, reply_pipeline
 from .decode.prepare import Compaction, prepare_request
 from .decode.timeline import NO_TIMELINE, Recorder
 from .errors import HearthError, PromptTooLongError, ToolsUnsupported
-from .interface import LoadedModel
+from .interface import Capabilities, LoadedModel
 from .kv.disk_store import PrefixStore
 from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache
 from .kv.reuse import KVReuse, ProgressFn
@@ -166,7 +166,9 @@ class Engine:
             draft_memory=buffers_total(draft.backend.memory_report()) if draft is not None else 0,
             memory=report, memory_total=buffers_total(report),
             prefix_budget=int(self.cache_stats()["budget_bytes"]), devices=_device_memory(),
-            threads_poll=info.threads_poll, projector=Path(info.projector).name if info.projector else None)
+            threads_poll=info.threads_poll, projector=Path(info.projector).name if info.projector else None,
+            capabilities=Capabilities(exact_tokens=True, images=bool(info.projector), think=self.think is not None,
+                                      batching=self.kv.pool.max_seq > 1, tunable=True, runs="here"))
 
     # -- prompt -------------------------------------------------------------
 

@@ -27,6 +27,36 @@ from .reply_formats.tools import Tool, ToolPlan
 from .types import SamplingParams, StreamEvent
 
 
+RUNS = ("here", "workers", "server")
+
+
+@dataclass(slots=True, frozen=True)
+class Capabilities:
+    """What an engine can do, for callers that would otherwise guess it from the backend's name.
+
+    ``exact_tokens``: ``count_tokens`` counts with the model's own tokenizer (False: an estimate);
+    ``images``: a message may carry images (a server's model: they are sent, its server decides);
+    ``think``: a Think control this side can set; ``batching``: several requests run at once in one
+    batch, as many as ``set_parallel`` makes room for; ``tunable``: its settings are this machine's
+    to measure and change (threads, layers, KV); ``runs``: "here" (this process), "workers" (a child
+    process of this one, with layers on other machines) or "server" (a server's model)."""
+    exact_tokens: bool = True
+    images: bool = False
+    think: bool = False
+    batching: bool = False
+    tunable: bool = True
+    runs: str = "here"
+
+    def __post_init__(self) -> None:
+        if self.runs not in RUNS:
+            raise ValueError(f"runs: one of {', '.join(RUNS)}, got {self.runs!r}")
+
+    @property
+    def on_server(self) -> bool:
+        """A server's model: no file here, no memory of this machine's, its server's settings."""
+        return self.runs == "server"
+
+
 @dataclass(slots=True, frozen=True)
 class LoadedModel:
     """What a loaded model is and where it runs: plain data, safe to send across threads.
@@ -58,11 +88,18 @@ class LoadedModel:
     notes: tuple[str, ...] = ()
     load_ms: float = 0.0
     threads_poll: int | None = None  # the poll level of Hearth's own llama.cpp thread pool; None: none
-    projector: str | None = None     # the vision projector's file name: the model sees images
+    projector: str | None = None     # the vision projector's file name, where one is loaded here
+    capabilities: Capabilities = field(default_factory=Capabilities)
 
     @property
     def sees_images(self) -> bool:
-        return bool(self.projector)
+        return self.capabilities.images
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LoadedModel:
+        """A LoadedModel from ``dataclasses.asdict`` of one (a child process's JSON line)."""
+        return cls(**{**d, "notes": tuple(d.get("notes") or ()),
+                      "capabilities": Capabilities(**(d.get("capabilities") or {}))})
 
 
 @runtime_checkable

@@ -56,7 +56,7 @@ def traffic(url: str, model: str, keys: dict[str, str], errors: list[str]) -> No
 
 
 def take(out: Path) -> None:
-    from engine.serve.http.listen import key_ring
+    from engine.serve.http.other_devices import key_ring
 
     from app.core.paths import data_dir
     from app.core.settings import Settings, SettingsFile

@@ -175,7 +175,7 @@ def test_load_from_the_library_lists_drafts_and_recent_models(qtbot, window, dir
 
 
 def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot, window, dirs, bundled_path):
-    from engine.loading import plan as plan_load
+    from engine.loading import request_plan as plan_load
     from app.core.settings import Settings, SettingsError
     from app.settings_ui.settings_dialog import SettingsDialog
 

@@ -197,7 +197,7 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
     dlg.prompts.setValue(1)
     dlg.tokens.setValue(4)
     dlg.start_button.click()
-    assert dlg.running and dlg._worker.thread() is dlg._thread and dlg._thread is not QThread.currentThread()
+    assert dlg.running and dlg._runner.thread() is dlg._thread and dlg._thread is not QThread.currentThread()
     qtbot.waitUntil(lambda: not dlg.running, timeout=1_500_000)  # the GUI thread kept handling events
     assert dlg.result is not None, dlg.status.text()
     assert dlg.bar.value() == dlg.bar.maximum() == 3  # progress reached the GUI thread row by row

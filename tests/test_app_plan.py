@@ -3,7 +3,7 @@ ones stay as chosen, an out-of-memory load or reply retries with the next smalle
 the memory figure and the plan count the same parts, and the disk prompt cache is on.
 
 The real window and the real bundled model run on the CPU. A GPU is simulated through
-the planner's Hardware (engine.loading.plan.machine): llama.cpp's CPU build runs the layers the
+the planner's Hardware (engine.loading.request_plan.machine): llama.cpp's CPU build runs the layers the
 plan "offloads" on the CPU, so everything here passes without a GPU.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from engine.loading import load as loading
-from engine.loading import plan as plan_load
+from engine.loading import request_plan as plan_load
 from engine.loading.gpu_guard import GpuGuard, crash_text
 from engine.loading.request import LoadRequest
 

@@ -16,7 +16,7 @@ from PySide6.QtGui import QGuiApplication, QTextFormat
 from engine.decode.metrics import GenerationStats
 from engine.types import StreamEvent
 
-from app.bridge.generation_worker import FLUSH_DELTAS
+from app.bridge.generation_runner import FLUSH_DELTAS
 from app.chat.message_widget import MessageWidget
 from app.chat.reasoning_block import thought_line
 from app.core.settings import Settings, SettingsError

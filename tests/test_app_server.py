@@ -78,7 +78,7 @@ def test_settings_dialog_local_server_tab(qtbot):
 
 
 def test_each_device_key_has_a_priority_set_in_the_server_tab(qtbot, data_dir):
-    from engine.serve.http.listen import key_ring
+    from engine.serve.http.other_devices import key_ring
 
     from app.settings_ui.settings_dialog import SettingsDialog
 
@@ -134,7 +134,7 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch, bundled_path):
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
 
-    from app.bridge import load_worker as worker
+    from app.bridge import load_runner as runner
     from app.window.main_window import MainWindow
     from app.window.selftest import write_settings
     from app.settings_ui.settings_dialog import SettingsDialog
@@ -230,8 +230,8 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch, bundled_path):
         # A model switch: 503 with the reason while it loads, then the new engine is served.
         old = w.host.shared.serving.scheduler
         gate = threading.Event()
-        real_load = worker.load_model
-        monkeypatch.setattr(worker, "load_model", lambda *a, **k: (gate.wait(60), real_load(*a, **k))[1])
+        real_load = runner.load_model
+        monkeypatch.setattr(runner, "load_model", lambda *a, **k: (gate.wait(60), real_load(*a, **k))[1])
         w.load_model(w.settings.load_request())
         qtbot.waitUntil(lambda: w.server_host.server.model_id is None, timeout=30_000)
         r = httpx.post(f"{url}/chat/completions", headers={"Authorization": f"Bearer {key}"},

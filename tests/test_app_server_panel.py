@@ -23,7 +23,7 @@ def free_port() -> int:
 def test_server_panel_shows_requests_latency_queue_kv_and_keys(qtbot, data_dir):
     from dataclasses import replace
 
-    from engine.serve.http.listen import key_ring
+    from engine.serve.http.other_devices import key_ring
 
     from app.performance.server_panel import summary_text
     from app.settings_ui.settings_dialog import SettingsDialog

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.bridge.generation_worker import SharedEngine
-from app.bridge.load_worker import LoadJob, LoadWorker
+from app.bridge.generation_runner import SharedEngine
+from app.bridge.load_runner import LoadJob, LoadRunner
 from app.bridge.server_host import Serving
 from engine.errors import HearthError
 from engine.loading.request import LoadRequest
@@ -20,11 +20,11 @@ def test_the_load_plans_the_servers_batch_only_while_it_serves(monkeypatch, bund
         seen.append(req)
         raise HearthError("stopped here: the test needs only the request")
 
-    monkeypatch.setattr("app.bridge.load_worker.load_model", load_model)
+    monkeypatch.setattr("app.bridge.load_runner.load_model", load_model)
     shared = SharedEngine()
     if serving is not None:
         shared.serving = Serving(LocalServer(port=0), parallel=serving)  # never started: nothing listens
-    worker = LoadWorker(shared)
+    worker = LoadRunner(shared)
     failures: list[str] = []
     worker.failed.connect(lambda _id, msg: failures.append(msg))
     worker.load(LoadJob(LoadRequest(model=str(bundled_path))))

@@ -20,7 +20,7 @@ def unpinned(monkeypatch):
 
 def test_every_load_path_defaults_to_fast(unpinned, bundled_path):
     from app.core.settings import Settings
-    from engine.loading.plan import engine_config, plan_request
+    from engine.loading.request_plan import engine_config, plan_request
     from engine.loading.request import LoadRequest
     from engine.sizing.hardware import simulated
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from engine.errors import Cancelled, ModelFileError
-from engine.loading import plan as planning
+from engine.loading import request_plan as planning
 from engine.loading.gpu_guard import GpuGuard
 from engine.interface import LoadedModel
 from engine.loading.load import PLAN_LOG, load_model

@@ -18,7 +18,7 @@ from engine.remote.engine import RemoteEngine, wire_message
 from engine.remote.pins import MemoryPins
 from engine.remote.think import ThinkSplitter
 from engine.remote.errors import RemoteError
-from engine.remote.wire import Endpoint
+from engine.remote.transport import Endpoint
 from engine.serve.runtime.scheduler import Scheduler
 from engine.serve.http.server import LocalServer
 from tests.fault_proxy import FaultProxy

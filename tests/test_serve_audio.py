@@ -7,8 +7,8 @@ import numpy as np
 import openai
 import pytest
 
-from engine.serve.http import audio as audio_routes
-from engine.serve.http.audio import AudioRoutes
+from engine.serve.http import audio_routes
+from engine.serve.http.audio_routes import AudioRoutes
 from engine.serve.http.server import LocalServer
 from engine.voice.audio import encode_audio, read_audio
 from engine.voice.kit import VoiceChoice, VoiceKit

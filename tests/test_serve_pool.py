@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
-import engine.loading.plan as planning
-from engine.loading.plan import plan_request
+import engine.loading.request_plan as planning
+from engine.loading.request_plan import plan_request
 from engine.loading.request import LoadRequest
 from engine.library.local import Library
 from engine.serve.runtime.library_pool import library_pool

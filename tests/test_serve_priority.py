@@ -276,7 +276,7 @@ def test_the_key_ring_keeps_each_keys_priority_and_reads_older_files(tmp_path):
 
 def test_engine_keys_makes_lists_and_sets_a_keys_priority(data_dir, capsys):
     from engine.cli import main
-    from engine.serve.http.listen import key_ring
+    from engine.serve.http.other_devices import key_ring
 
     assert main(["keys", "new", "batch", "--priority", "background"]) == 0
     key = capsys.readouterr().out.strip()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import HearthError
-from engine.loading import plan as planning
+from engine.loading import request_plan as planning
 from engine.loading.request import LoadRequest
 from engine.sizing.hardware import GiB, simulated
 from engine.sizing.memory import MARGIN, Config, attention_peak, estimate, kv_cells, kv_layer_bytes

@@ -14,7 +14,7 @@ from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
 from engine.config import EngineConfig
 from engine.loading.load import load_model
-from engine.loading.plan import engine_config
+from engine.loading.request_plan import engine_config
 from engine.loading.request import LoadRequest
 from engine.prompt.messages import Message
 from engine.types import SamplingParams
@@ -142,7 +142,7 @@ def test_bad_poll_values_get_a_clear_error(bundled_path, poll):
 
 
 def test_thread_options_and_the_windows_rule():
-    from app.bridge.load_worker import APP_THREADS, app_threads
+    from app.bridge.load_runner import APP_THREADS, app_threads
 
     assert tp.thread_option("cores-1", cores=4) == (3, None)
     assert tp.thread_option("cores-1", cores=1) == (1, None)
@@ -223,6 +223,6 @@ def test_the_settings_dialog_keeps_the_poll_level(qtbot, tmp_path, monkeypatch):
 
 def test_the_windows_auto_threads_are_every_physical_core():
     # Chosen by measurement (docs/benchmarks.md, "Threads"): every core, on the one engine thread.
-    from app.bridge.load_worker import app_threads
+    from app.bridge.load_runner import app_threads
 
     assert app_threads() == tp.ThreadChoice(tp.default_threads(), None)

@@ -11,6 +11,7 @@ import pytest
 
 from engine import HearthError, Message, SamplingParams
 from engine.backends.llama.rpc import probe_worker
+from engine.interface import Capabilities
 from engine.loading.request import LoadRequest
 from engine.workers.child import WorkerLost, open_split
 from engine.workers.connect import open_machine
@@ -36,6 +37,9 @@ def test_a_model_on_a_worker_and_an_ssh_machine_runs_apart_and_names_the_worker_
             # The plan put the layers on both machines (Auto: they count as devices), as llama.cpp did.
             assert m.runtime == "rpc" and m.device.count("RPC0[") == 2 and m.n_gpu_layers > 0
             assert any("other machines" in n and "laptop" in n for n in m.notes)
+            # reached through the remote engine's client: estimated counts, no Think control from here
+            assert m.capabilities == Capabilities(exact_tokens=False, images=False, think=False, batching=False,
+                                                  tunable=True, runs="workers")
             tunnel = next(lk for lk in eng.links if lk.machine is laptop)
             assert tunnel.endpoint != tunnel.remote and tunnel.round_trip_ms > 0
             first = list(eng.stream([Message("user", "Name three colours.")],

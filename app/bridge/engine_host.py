@@ -1,4 +1,4 @@
-"""The window's handle on the engine thread: it owns the thread and its two workers,
+"""The window's handle on the engine thread: it owns the thread and its two runners,
 and turns the window's requests into queued calls on that thread.
 
 It lives on the GUI thread. It tracks the newest load and the generation in
@@ -14,8 +14,8 @@ from engine.interface import LoadedModel
 from engine.library.model_store import ModelEntry
 from engine.loading.request import LoadRequest
 
-from app.bridge.generation_worker import GenerationJob, GenerationWorker, SharedEngine
-from app.bridge.load_worker import LoadJob, LoadWorker, Opener, open_model
+from app.bridge.generation_runner import GenerationJob, GenerationRunner, SharedEngine
+from app.bridge.load_runner import LoadJob, LoadRunner, Opener, open_model
 from app.core.model_defaults import NO_MODEL, ModelIdentity
 
 
@@ -44,8 +44,8 @@ class EngineHost(QObject):
         self._shared = SharedEngine()
         self._thread = QThread()
         self._thread.setObjectName("hearth-engine")
-        self._loader = LoadWorker(self._shared, opener)
-        self._generator = GenerationWorker(self._shared)
+        self._loader = LoadRunner(self._shared, opener)
+        self._generator = GenerationRunner(self._shared)
         for w in (self._loader, self._generator):
             w.moveToThread(self._thread)
         # Cross-thread connections are queued: the slots run on the engine thread.
@@ -92,13 +92,13 @@ class EngineHost(QObject):
         whose server counts them). Call it off the GUI thread: the projector reads the image (it waits
         while the engine thread encodes one)."""
         engine, model = self._shared.engine, self.model
-        if engine is None or model is None or not self.sees_images or model.backend == "remote":
+        if engine is None or model is None or not self.sees_images or model.capabilities.on_server:
             return None
         return engine.count_image_tokens(data)
 
     @property
     def shared(self) -> SharedEngine:
-        """The engine-thread state (touch it only from a worker on that thread)."""
+        """The engine-thread state (touch it only from a runner on that thread)."""
         return self._shared
 
     def release_compute_threads(self) -> None:
@@ -106,9 +106,9 @@ class EngineHost(QObject):
         idle OpenMP workers once it is free, so the two never share a throttled libgomp."""
         self._request_release_threads.emit()
 
-    def run_on_engine_thread(self, worker: QObject) -> None:
-        """Move ``worker`` to the engine thread: its queued slots run between loads and replies."""
-        worker.moveToThread(self._thread)
+    def run_on_engine_thread(self, runner: QObject) -> None:
+        """Move ``runner`` to the engine thread: its queued slots run between loads and replies."""
+        runner.moveToThread(self._thread)
 
     @property
     def job(self) -> GenerationJob | None:

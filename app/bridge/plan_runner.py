@@ -2,7 +2,7 @@
 
 ``engine.sizing.plan.plan_for`` reads the model file and searches the memory
 model (most of a second for a small GGUF), too slow for the GUI thread. It
-plans a LoadRequest the way the load itself will (engine.loading.plan), on the same
+plans a LoadRequest the way the load itself will (engine.loading.request_plan), on the same
 machine view, so the dialog shows the plan that is carried out.
 Each request gets a number; a newer request supersedes the older ones
 (app/bridge/background.py), and the dialog shows only the newest answer.
@@ -13,7 +13,7 @@ import threading
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.loading import plan as plan_load
+from engine.loading import request_plan as plan_load
 from engine.loading.request import LoadRequest
 from engine.sizing.hardware import Hardware
 
@@ -63,7 +63,7 @@ class PlanRunner(QObject):
         self._bg = Background(self)
 
     def request(self, req: LoadRequest) -> int:
-        """Plan a load (engine.loading.plan.plan_request, as the load will); returns the request number."""
+        """Plan a load (engine.loading.request_plan.plan_request, as the load will); returns the request number."""
         self._n += 1
         n, machines = self._n, self._machines
         self._bg.run(lambda: machines.plan(req), on_done=lambda plan: self.ready.emit(n, plan),

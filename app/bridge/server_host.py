@@ -26,8 +26,8 @@ from engine.serve import Scheduler
 from engine.library.model_defaults import ServedDefaults
 from engine.library.model_store import memo_dir
 from engine.serve.runtime.library_pool import library_pool
-from engine.serve.http.audio import AudioRoutes
-from engine.serve.http.listen import exposure
+from engine.serve.http.audio_routes import AudioRoutes
+from engine.serve.http.other_devices import exposure
 from engine.serve.metrics import FinishedRequest, ServerMetrics
 from engine.serve.http.server import LocalServer
 from engine.voice.kit import VoiceKit
@@ -35,7 +35,7 @@ from engine.voice.kit import VoiceKit
 from app.bridge.engine_host import EngineHost
 from app.core.paths import data_dir
 from app.core.settings import Settings
-from app.bridge.generation_worker import SharedEngine
+from app.bridge.generation_runner import SharedEngine
 
 REFRESH_MS = 1000
 LOADING = "a model is loading in Hearth; try again when it is ready"
@@ -77,7 +77,7 @@ class Serving:
             self.scheduler = None
 
 
-class ServingWorker(QObject):
+class ServingRunner(QObject):
     """Runs on the engine thread, between loads and replies."""
 
     def __init__(self, shared: SharedEngine) -> None:
@@ -106,9 +106,9 @@ class ServerHost(QObject):
         self._settings = Settings()  # the window's, as apply() last saw them: each model's own settings too
         self.voice_kit: Callable[[], VoiceKit] | None = None  # the window's speech models, which the API shares
         self.metrics = ServerMetrics()  # every server this window runs counts here: the Server panel's history
-        self._worker = ServingWorker(host.shared)
-        host.run_on_engine_thread(self._worker)
-        self._request_serving.connect(self._worker.set_serving)
+        self._runner = ServingRunner(host.shared)
+        host.run_on_engine_thread(self._runner)
+        self._request_serving.connect(self._runner.set_serving)
         self.label = QLabel()
         self.label.hide()
         self._timer = QTimer(self)

@@ -19,7 +19,7 @@ from typing import Any
 from engine.atomic import atomic_write
 from engine.errors import HearthError
 from engine.loading.request import remote_model
-from engine.remote.wire import Endpoint
+from engine.remote.transport import Endpoint
 
 KEYRING_SERVICE = "Hearth remote servers"
 

@@ -29,7 +29,7 @@ def config_dir() -> Path:
 
 def prefix_store_dir() -> Path:
     """The disk prefix store in the data folder: system-prompt KV snapshots that survive a restart."""
-    from engine.loading.plan import prefix_store_dir as in_folder
+    from engine.loading.request_plan import prefix_store_dir as in_folder
 
     return in_folder(data_dir())
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from engine.sizing.plan import Plan
 from engine.sizing.report import knob_values
 
-from engine.loading.plan import shortfall_text
+from engine.loading.request_plan import shortfall_text
 from app.core.text_utils import human_bytes
 
 WARN = "#d9480f"

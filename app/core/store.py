@@ -12,7 +12,7 @@ Why it looks like this:
   a fresh one is created; ``Store.notice`` carries the message for the window.
 
 One ``Store`` is one connection and must be used from the thread that made it
-(sqlite3's rule); the generation worker opens its own with ``recover=False``.
+(sqlite3's rule); the generation runner opens its own with ``recover=False``.
 """
 from __future__ import annotations
 

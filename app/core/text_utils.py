@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 from app.core.md_segments import Segmenter, closes, opens
+from engine.decode.metrics import from_server
 
 _EOL = re.compile(r"\r\n|\r|\n")
 
@@ -63,7 +64,7 @@ def metrics_line(m: dict | None) -> str:
     """One readable line of a reply's metrics (GenerationStats.as_dict())."""
     if not m:
         return "No metrics for this message."
-    remote = m.get("backend") == "remote"  # a server's reply: its prompt and prefill only where it said them
+    remote = from_server(m)  # a server's reply: its prompt and prefill only where it said them
     parts = [f"{m.get('generated_tokens', 0)} tokens",
              f"{m.get('decode_tok_s', 0.0):.1f} tok/s",
              f"TTFT {m.get('ttft_ms', 0.0):.0f} ms",

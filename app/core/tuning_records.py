@@ -14,15 +14,24 @@ holds the applied value goes back to the one it replaced, so another model no lo
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol, TypeVar
 
 from engine.errors import HearthError
 from engine.library.model_settings import TUNED_KEYS
 from engine.library.model_store import ModelEntry, memo_dir, model_key, model_path
 from engine.loading.request import infer_source
 
-if TYPE_CHECKING:
-    from app.core.settings import Settings
+
+class Tuned(Protocol):
+    """What of the window's Settings the records read (settings.py imports this module: no circle back)."""
+    tuning: dict
+    tuning_by_path: dict
+    models: dict
+
+    def validate(self) -> Any: ...
+
+
+S = TypeVar("S", bound=Tuned)
 
 Record = dict[str, dict[str, Any]]  # {"applied": {...}, "previous": {...}}
 Known = Callable[[str], "tuple[str, str] | None"]  # a model string -> its key and name, or None: not known now
@@ -36,7 +45,7 @@ def invalid_records(records: Any) -> bool:
         for m, t in records.items())
 
 
-def moved(s: "Settings", path: str, key: str, name: str) -> "Settings":
+def moved(s: S, path: str, key: str, name: str) -> S:
     """``s`` with the record kept for the model at ``path`` moved to its key ``key`` (``name``: what the model
     is called, for a new entry). A value set for the model since stays; nothing is lost."""
     old = s.tuning_by_path[path]
@@ -59,7 +68,7 @@ def moved(s: "Settings", path: str, key: str, name: str) -> "Settings":
         return out
 
 
-def settled(s: "Settings", known: Known) -> "Settings":
+def settled(s: S, known: Known) -> S:
     """``s`` with every path-keyed record whose model ``known`` knows moved to the model's key (the newest
     first: its ``previous`` may hold what an older one applied, which that one's move then restores)."""
     for path in reversed(list(s.tuning_by_path)):

@@ -151,7 +151,7 @@ class HubBrowser(QWidget):
     def _plan(self, rid: int, repo_id: str, f: HubFile, kind: str) -> None:
         from engine.library.hub_search import fit
 
-        from engine.loading import plan as plan_load
+        from engine.loading import request_plan as plan_load
 
         hw = self.hardware
 

@@ -145,7 +145,7 @@ class ModelsDock(QDockWidget):
     def loaded(self, model) -> None:
         """The window loaded ``model`` (an engine.loading.load.LoadedModel): mark it used and selected."""
         path = model.path
-        if path and model.backend != "remote":  # a server's model is no file of the library
+        if path and not model.capabilities.on_server:  # a server's model is no file of the library
             self.library_view.library.mark_used(path)
         self.library_view.set_loaded(path or None)
 

@@ -37,7 +37,7 @@ def plan_all(models: list[LibraryModel], hardware, report) -> None:
     """The planner's verdict for each model, reported one by one as (key, badge, summary)."""
     from engine.sizing.plan import plan_for
 
-    from engine.loading import plan as plan_load
+    from engine.loading import request_plan as plan_load
 
     machines: dict[str, object] = {}
     for m in models:

@@ -63,7 +63,7 @@ class ServerList(QObject):
         cancel = threading.Event()
 
         def ask() -> Connection:
-            from engine.remote.wire import Endpoint
+            from engine.remote.transport import Endpoint
 
             normal = Endpoint.parse(url).url
             return listed(normal, list_models(normal, key or None, data_dir=data, cancel=cancel), name.strip(),

@@ -32,7 +32,7 @@ COLUMNS = ("Row", "TTFT ms", "TPOT ms", "tok/s", "Memory", "Perplexity", "Agreem
 WORSE = QColor("#f8d7da")
 
 
-class TuneWorker(QObject):
+class TuneRunner(QObject):
     """Runs run_tune on the dialog's thread; only emits signals."""
 
     progress = Signal(int, int, str)
@@ -149,12 +149,12 @@ class TuneDialog(QDialog):
         kwargs: dict[str, Any] = {"prompts": self.prompts.value(), "tokens": self.tokens.value(),
                                   "threads": self._threads, "only": self.rows_to_run}
         self._thread = QThread(self)
-        self._worker = TuneWorker(self.model_path, kwargs, self._cancel)
-        self._worker.moveToThread(self._thread)
-        self._thread.started.connect(self._worker.run)
-        self._worker.progress.connect(self._on_progress)
-        self._worker.done.connect(self._on_done)
-        self._worker.failed.connect(self._on_failed)
+        self._runner = TuneRunner(self.model_path, kwargs, self._cancel)
+        self._runner.moveToThread(self._thread)
+        self._thread.started.connect(self._runner.run)
+        self._runner.progress.connect(self._on_progress)
+        self._runner.done.connect(self._on_done)
+        self._runner.failed.connect(self._on_failed)
         self.start_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.status.setText("Measuring… (a reply in the chat meanwhile adds noise)")

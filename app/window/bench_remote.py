@@ -90,7 +90,7 @@ def run_remote(model: str, tokens: int = 128, rounds: int = 3, prompt: str = PRO
     win = None
     try:
         win, *_ = _start_window()
-        if win.host.model is None or win.host.model.backend != "remote":
+        if win.host.model is None or not win.host.model.capabilities.on_server:
             raise RuntimeError("the window did not open the server's model: " + " | ".join(win.info.messages()))
         model_id = win.host.model.label
         client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=timeout_s)

@@ -134,7 +134,7 @@ def run(model: str = "bundled", tokens: int = 256, threads: int | None = None, r
         poll: int | None = None, prompt: str = PROMPT, timeout_s: float = 600.0) -> dict:
     """Warm up, then alternate window and engine replies ``rounds`` times; the figures as a dict.
     Needs a QApplication and a scratch data folder (HEARTH_DATA_DIR)."""
-    from app.bridge.load_worker import app_threads
+    from app.bridge.load_runner import app_threads
 
     if threads is None:  # the app's Auto rule, its pool's poll level included unless one is asked for
         threads, auto_poll = app_threads()

@@ -4,11 +4,10 @@ The window's parts are controllers it holds, each given what it needs in its
 constructor: ``loading`` (model_loading.py: load, status bar, rollback, retries),
 ``navigation`` (search hits, versions, pins, export/import), ``keyboard`` (keys,
 zoom, Help), ``view_menu`` (theme), ``welcome_hint`` and ``performance`` (the
-Performance menu), ``agents`` (the Agents menu: coding agents in a terminal) and ``replies``
-(sending, and showing replies as they stream).
-The window itself keeps the settings, the conversation on screen and the
-conversation list; names its callers use for a controller's parts stay as Via
-attributes (via.py). Rules the parts keep together:
+Performance menu), ``agents`` (the Agents menu: coding agents in a terminal), ``replies``
+(sending, and showing replies as they stream) and ``chats`` (the conversation on screen and
+what the conversation list does). The window itself keeps the settings; names its
+callers use for a controller's parts stay as Via attributes (via.py). Rules the parts keep together:
 - The window appears before any model is loaded; loading runs on the engine thread.
 - Nothing the user typed is lost: drafts are saved per conversation, a send
   that fails before any reply text puts the message back in the input box,
@@ -20,9 +19,9 @@ attributes (via.py). Rules the parts keep together:
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
-from collections.abc import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
@@ -36,7 +35,8 @@ from app.library import library_dock
 from app.ui import theme
 from app.window.keyboard import KeyboardController
 from app.window.agents_menu import AgentsMenu
-from app.window.menus import build_file_and_chat_menus
+from app.window.chats import ChatsController
+from app.window.menus import MenuSlots, build_file_and_chat_menus
 from app.window.view_menu import ViewMenu
 from app.window.performance_menu import PerformanceMenu
 from app.window.via import Via
@@ -53,7 +53,7 @@ from app.core.model_defaults import load_changed
 from app.core.settings import Settings, SettingsFile
 from app.core.store import Store
 from app.bridge.engine_host import EngineHost
-from app.bridge.load_worker import Opener, open_model
+from app.bridge.load_runner import Opener, open_model
 from app.bridge.server_host import ServerHost
 
 
@@ -96,7 +96,6 @@ class MainWindow(QMainWindow):
         self.host = EngineHost(self, opener=opener)
         self.server_host = ServerHost(self.host, self)  # the local API server, off unless Settings say so
         self.monitor = LoopMonitor(self)
-        self.current: int | None = None
         self._closed = False
 
         self._build_ui()
@@ -116,7 +115,11 @@ class MainWindow(QMainWindow):
         self.performance = PerformanceMenu(
             window=self, store=self.store, host=self.host, info=self.info, current=lambda: self.current,
             settings=lambda: self.settings, apply_settings=self.apply_settings, server=self.server_host)
-        self.agents = AgentsMenu(self)  # Claude Code, Codex CLI, OpenCode in a terminal, on this model
+        # Claude Code, Codex CLI, OpenCode in a terminal, on this model
+        self.agents = AgentsMenu(
+            menu=self.menuBar().addMenu("&Agents"), parent=self, host=self.host, server=self.server_host,
+            info=self.info, settings=lambda: self.settings,
+            serve_locally=lambda: self.apply_settings(dataclasses.replace(self.settings, server_enabled=True)))
         self.voice = None  # dictation and read-aloud (app/voice), where the optional install put them
         if voice_installed():
             from app.voice.voice_controller import VoiceController
@@ -128,10 +131,19 @@ class MainWindow(QMainWindow):
         for notice in (settings_notice, self.store.notice):
             if notice:
                 self.info.show_message(notice, "error")
-        self._refresh_list(select=None)
+        self.chats.refresh_list(select=None)
         if self.current is None:
             self.new_conversation()
         self._apply_server()
+
+    @property
+    def current(self) -> int | None:
+        """The conversation on screen (``chats`` owns it; tests set it)."""
+        return self.chats.current
+
+    @current.setter
+    def current(self, cid: int | None) -> None:
+        self.chats.current = cid
 
     # The window's public surface that its controllers own (see Via).
     load_model = Via("loading")
@@ -142,6 +154,12 @@ class MainWindow(QMainWindow):
     memory_label = Via("loading")
     load_bar = Via("loading")
     cancel_load_button = Via("loading")
+    select_conversation = Via("chats")
+    open_conversation = Via("chats")
+    new_conversation = Via("chats")
+    rename_conversation = Via("chats")
+    delete_conversation = Via("chats")
+    undo_delete = Via("chats")
     export_conversation = Via("navigation")
     import_conversation = Via("navigation")
     key_actions = Via("keyboard")
@@ -181,6 +199,11 @@ class MainWindow(QMainWindow):
         split.setSizes([260, 840])
         outer.addWidget(split, 1)
         self.setCentralWidget(central)
+        self.chats = ChatsController(
+            store=self.store, chat=self.chat, conversations=self.conversations, info=self.info,
+            settings=lambda: self.settings, replies=lambda: self.replies,
+            show_branches=lambda: self.navigation.show_branches(), stop_reply=self.host.stop,
+            closed=lambda: self._closed)
 
         sb = self.statusBar()
         self.stats_label = PartLabel()
@@ -192,7 +215,7 @@ class MainWindow(QMainWindow):
         self.replies = RepliesController(
             store=self.store, host=self.host, chat=self.chat, info=self.info, monitor=self.monitor,
             stats_label=self.stats_label, settings=lambda: self.settings, current=lambda: self.current,
-            open_settings=self.open_settings, refresh_list=self._refresh_list,
+            open_settings=self.open_settings, refresh_list=self.chats.refresh_list,
             show_branches=lambda: self.navigation.show_branches(), closed=lambda: self._closed,
             adopt_settings=self._adopt_settings)
         sb.addPermanentWidget(self.stats_label)
@@ -203,10 +226,16 @@ class MainWindow(QMainWindow):
         self.navigation = NavigationController(
             store=self.store, chat=self.chat, conversations=self.conversations, info=self.info, status_bar=sb,
             parent=self, current=lambda: self.current, streaming_in=self.replies.streaming_in,
-            open_conversation=self.open_conversation, show_current=self._show_current,
-            refresh_list=self._refresh_list)
+            open_conversation=self.open_conversation, show_current=self.chats.show_current,
+            refresh_list=self.chats.refresh_list)
 
-        build_file_and_chat_menus(self)
+        acts = build_file_and_chat_menus(self.menuBar(), self, MenuSlots(
+            new_chat=self.new_conversation, settings=self.open_settings, import_chat=self.navigation.ask_import,
+            export_chat=self.navigation.ask_export, quit=self.close, stop=self.stop,
+            regenerate=self.replies.regenerate_last, rename=self.conversations.begin_rename,
+            chat_settings=lambda: self.replies.reply_settings.edit_chat_settings(self)))
+        self.act_new, self.act_settings, self.act_stop, self.act_regen = (
+            acts.new, acts.settings, acts.stop, acts.regenerate)
 
     def _connect(self) -> None:
         h, lc = self.host, self.loading
@@ -235,8 +264,8 @@ class MainWindow(QMainWindow):
         v.regenerate_requested.connect(self.regenerate)
         # the Performance menu is built later (after the dock and View), hence the late lookup
         v.performance_requested.connect(lambda mid: self.performance.show_performance(mid))
-        v.system_prompt_changed.connect(self._save_system_prompt)
-        v.draft_changed.connect(self._save_draft)
+        v.system_prompt_changed.connect(self.chats.save_system_prompt)
+        v.draft_changed.connect(self.chats.save_draft)
         v.notify.connect(lambda msg: self.statusBar().showMessage(msg, 3000))
         # A file that cannot be attached stays said until dismissed: the user has to know it is not there.
         v.attach.notify.connect(lambda msg: self.info.show_message(msg, "error"))
@@ -288,104 +317,12 @@ class MainWindow(QMainWindow):
         self.scheme = theme.apply(QApplication.instance(), self.settings.theme)
         self.chat.apply_colors(theme.BUBBLES[self.scheme])
 
-    # -- conversations ------------------------------------------------------
-
-    def _refresh_list(self, select: int | None) -> None:
-        convs = self.store.list_conversations(self.conversations.search.text())
-        self.conversations.populate(convs, select)
-        if select is None and convs and not self.conversations.search.text():
-            self.select_conversation(convs[0].id)
-
-    def _leave_current(self) -> None:
-        """Save what the user was typing in the conversation being left."""
-        if self.current is None:
-            return
-        self.chat.system.flush()
-        self.chat.flush_draft()  # drafts save on a timer; an edit in progress saved its draft already
-
-    def select_conversation(self, cid: int) -> None:
-        if cid != self.current:
-            self.open_conversation(cid)
-
-    def open_conversation(self, cid: int, before: Callable[[], None] | None = None) -> None:
-        """Leave the conversation on screen (what was typed is saved), run ``before`` (e.g. pick
-        a branch), then show ``cid`` and select it in the list."""
-        self._leave_current()
-        if before is not None:
-            before()
-        self.current = cid
-        self._show_current()
-        if self.conversations.current_id() != cid:
-            self._refresh_list(select=cid)
-
-    def _show_current(self) -> None:
-        conv = self.store.conversation(self.current)
-        msgs = self.store.messages(self.current)
-        self.chat.show_conversation(conv.title, conv.system_prompt, conv.draft, msgs)
-        self.replies.show_context(self.current, msgs)
-        self.replies.show_live()
-        self.replies.show_think()
-        self.navigation.show_branches()
-        self.replies.update_busy()
-
-    def new_conversation(self) -> None:
-        self._leave_current()
-        prompt = self.settings.preset_prompt(self.settings.default_preset) or ""
-        conv = self.store.create_conversation(system_prompt=prompt)
-        self.conversations.search.clear()
-        self.current = conv.id
-        self._refresh_list(select=conv.id)
-        self._show_current()
-        self.chat.input.setFocus()
-
-    def rename_conversation(self, cid: int, title: str) -> None:
-        try:
-            self.store.rename_conversation(cid, title)
-        except ValueError as e:
-            self.info.show_message(f"Not renamed: {e}.", "error", timeout_ms=6000)
-        self._refresh_list(select=self.current)
-        if cid == self.current:
-            self.chat.title.setText(self.store.conversation(cid).title)
-
-    def delete_conversation(self, cid: int) -> None:
-        if self.replies.streaming_in() == cid:
-            self.host.stop()  # the reply so far is saved; undo brings it back
-        if cid == self.current:
-            self._leave_current()
-        title = self.store.conversation(cid).title
-        self.store.delete_conversation(cid)
-        if cid == self.current:
-            self.current = None
-        self._refresh_list(select=self.current)
-        if self.current is None:
-            remaining = self.store.list_conversations()
-            if remaining:
-                self.select_conversation(remaining[0].id)
-            else:
-                self.new_conversation()
-        self.info.show_message(f"Deleted “{title}”.", "info", action=("Undo", lambda: self.undo_delete(cid)),
-                               timeout_ms=15000)
-
-    def undo_delete(self, cid: int) -> None:
-        self.store.restore_conversation(cid)
-        self.conversations.search.clear()
-        self.select_conversation(cid)
-        self._refresh_list(select=cid)
-
-    def _save_system_prompt(self, text: str) -> None:
-        if self.current is not None and not self._closed:
-            self.store.set_system_prompt(self.current, text)
-
-    def _save_draft(self, text: str) -> None:
-        if self.current is not None and not self._closed:
-            self.store.set_draft(self.current, text)
-
     # -- closing ------------------------------------------------------------
 
     def closeEvent(self, e) -> None:  # noqa: N802 (Qt override)
         if self._closed:
             return super().closeEvent(e)
-        self._leave_current()
+        self.chats.leave_current()
         self._closed = True
         self.hide()
         self.performance.close()  # a benchmark run stops first: its thread must not outlive the window

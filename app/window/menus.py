@@ -1,15 +1,16 @@
-"""The File and Chat menus: each action, its keys (app/ui/shortcuts.py's table) and what it calls."""
+"""The File and Chat menus: each action, its keys (app/ui/shortcuts.py's table) and what it calls.
+
+The menus are given what each action calls (:class:`MenuSlots`), not the window: they know no more
+of it than their actions need."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu, QWidget
+from PySide6.QtWidgets import QMenu, QMenuBar, QWidget
 
 from app.ui.shortcuts import keys
-
-if TYPE_CHECKING:
-    from app.window.main_window import MainWindow
 
 
 def add_action(menu: QMenu, owner: QWidget, text: str, shortcut, slot) -> QAction:
@@ -21,22 +22,42 @@ def add_action(menu: QMenu, owner: QWidget, text: str, shortcut, slot) -> QActio
     return act
 
 
-def build_file_and_chat_menus(w: "MainWindow") -> None:
-    """File (new, settings, import/export, quit) and Chat (stop, regenerate, rename); the window
-    keeps the actions other parts look up (``act_new``, ``act_settings``, ``act_stop``, ``act_regen``)."""
-    menu = w.menuBar()
-    file_menu = menu.addMenu("&File")
-    w.act_new = add_action(file_menu, w, "&New chat", keys("new"), w.new_conversation)
-    w.act_settings = add_action(file_menu, w, "&Settings…", keys("settings"), w.open_settings)
-    nav = w.navigation
-    add_action(file_menu, w, "&Import conversation…", QKeySequence(), nav.ask_import)
-    add_action(file_menu, w, "Export as &Markdown…", QKeySequence(), lambda: nav.ask_export("markdown"))
-    add_action(file_menu, w, "Export as &JSON…", QKeySequence(), lambda: nav.ask_export("json"))
+@dataclass(frozen=True, slots=True)
+class MenuSlots:
+    """What the File and Chat menus' actions call."""
+    new_chat: Callable[[], object]
+    settings: Callable[[], object]
+    import_chat: Callable[[], object]
+    export_chat: Callable[[str], object]   # "markdown" or "json"
+    quit: Callable[[], object]
+    stop: Callable[[], object]
+    regenerate: Callable[[], object]
+    rename: Callable[[], object]
+    chat_settings: Callable[[], object]
+
+
+@dataclass(frozen=True, slots=True)
+class MenuActions:
+    """The actions other parts of the window look up."""
+    new: QAction
+    settings: QAction
+    stop: QAction
+    regenerate: QAction
+
+
+def build_file_and_chat_menus(bar: QMenuBar, owner: QWidget, slots: MenuSlots) -> MenuActions:
+    """File (new, settings, import/export, quit) and Chat (stop, regenerate, rename, this chat's settings)."""
+    file_menu = bar.addMenu("&File")
+    new = add_action(file_menu, owner, "&New chat", keys("new"), slots.new_chat)
+    settings = add_action(file_menu, owner, "&Settings…", keys("settings"), slots.settings)
+    add_action(file_menu, owner, "&Import conversation…", QKeySequence(), slots.import_chat)
+    add_action(file_menu, owner, "Export as &Markdown…", QKeySequence(), lambda: slots.export_chat("markdown"))
+    add_action(file_menu, owner, "Export as &JSON…", QKeySequence(), lambda: slots.export_chat("json"))
     file_menu.addSeparator()
-    add_action(file_menu, w, "&Quit", keys("quit"), w.close)
-    chat_menu = menu.addMenu("&Chat")
-    w.act_stop = add_action(chat_menu, w, "&Stop reply", keys("stop"), w.stop)
-    w.act_regen = add_action(chat_menu, w, "&Regenerate last reply", keys("regenerate"), w.replies.regenerate_last)
-    add_action(chat_menu, w, "Re&name conversation", keys("rename"), w.conversations.begin_rename)
-    add_action(chat_menu, w, "This chat's &settings…", QKeySequence(),
-               lambda: w.replies.reply_settings.edit_chat_settings(w))
+    add_action(file_menu, owner, "&Quit", keys("quit"), slots.quit)
+    chat_menu = bar.addMenu("&Chat")
+    stop = add_action(chat_menu, owner, "&Stop reply", keys("stop"), slots.stop)
+    regen = add_action(chat_menu, owner, "&Regenerate last reply", keys("regenerate"), slots.regenerate)
+    add_action(chat_menu, owner, "Re&name conversation", keys("rename"), slots.rename)
+    add_action(chat_menu, owner, "This chat's &settings…", QKeySequence(), slots.chat_settings)
+    return MenuActions(new, settings, stop, regen)

@@ -197,7 +197,7 @@ class LoadingController:
     def on_loaded(self, model: LoadedModel) -> None:
         """The host's loaded: show what runs where, its notes, and remember it worked."""
         self._end_loading()
-        if model.backend == "remote":
+        if model.capabilities.on_server:
             self._remote_loaded(model)
             return
         fast = model.exactness == "fast"

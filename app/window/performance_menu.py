@@ -118,7 +118,7 @@ class PerformanceMenu:
         if model is None or not model.path:
             self.info.show_message("Benchmark this model: load a model first.", "info")
             return
-        if model.backend == "remote":  # its settings are the server's: nothing here to tune
+        if not model.capabilities.tunable:  # its settings are the server's: nothing here to tune
             self.info.show_message(f"Benchmark this model measures settings of a model on this machine; "
                                    f"{model.label} runs on {model.device}. `python -m engine bench remote` "
                                    "compares the window on a server's model with the openai client.", "info")

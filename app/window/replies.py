@@ -23,7 +23,7 @@ from app.window.tool_turns import ToolTurns
 from app.core.tool_steps import Offer, first_step
 
 from app.bridge.engine_host import EngineHost
-from app.bridge.generation_worker import GenerationJob
+from app.bridge.generation_runner import GenerationJob
 from app.chat.chat_view import ChatView
 from app.core.model_defaults import offered_servers
 from app.core.attached_docs import DocumentShelf, store_pending, with_documents

@@ -20,7 +20,7 @@ from app.chat.welcome import WelcomePanel
 
 def work_out_hint(model_path: str) -> str | None:
     """On a worker thread: the hint's text, or None when there is nothing larger to suggest."""
-    from engine.loading import plan as plan_load
+    from engine.loading import request_plan as plan_load
     from app.core.upgrade_hint import hint_for
 
     return hint_for(model_path, plan_load.machine("gguf"))
@@ -41,7 +41,7 @@ class UpgradeHint:
         self.panel.set_model(model.label, model.bundled)
         self.loads += 1
         n, path = self.loads, model.path
-        if model.backend == "remote":  # its server's GPU, not this machine's, decides what else would run
+        if model.capabilities.on_server:  # its server's GPU, not this machine's, decides what else would run
             self._ready(n, None)
             return
         self._bg.run(lambda: work_out_hint(path), on_done=lambda text: self._ready(n, text),

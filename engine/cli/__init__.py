@@ -333,7 +333,7 @@ def cmd_keys(a: argparse.Namespace) -> int:
     import time
 
     from ..paths import data_dir
-    from ..serve.http.listen import key_ring
+    from ..serve.http.other_devices import key_ring
 
     ring = key_ring(data_dir())
     if a.priority is not None and a.action not in ("new", "set"):

@@ -18,7 +18,7 @@ from ..library.model_store import memo_dir
 from ..loading.request import LoadRequest
 
 from ..remote.errors import fingerprint_text
-from ..serve.http.listen import exposure
+from ..serve.http.other_devices import exposure
 from ..serve.http.server import DEFAULT_PORT, LocalServer
 
 

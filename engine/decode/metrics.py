@@ -45,6 +45,14 @@ PARTS = {"template": "template_ms", "tokenize": "tokenize_ms", "queue_wait": "qu
          "prefill": "prefill_ms", "decode": "forward_ms", "sampling": "sampling_ms",
          "detokenize": "detokenize_ms"}
 
+SERVER_BACKEND = "remote"  # the ``backend`` of a reply a server wrote (the remote engine's stats)
+
+
+def from_server(m: Mapping[str, Any]) -> bool:
+    """A reply's metrics (``GenerationStats.as_dict``, as the store keeps them) came from a server, which
+    gives its prompt and prefill figures only where it says them."""
+    return m.get("backend") == SERVER_BACKEND
+
 
 @dataclass(slots=True)
 class GenerationStats:

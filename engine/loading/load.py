@@ -3,7 +3,7 @@
 The window's engine thread, ``engine serve``/``chat``, ``bench tune`` and the
 other benchmarks load through :func:`load_model`. It resolves the request's
 model (downloading a Hub model first, with progress and cancel), plans it on
-the machine the backend sees (loading/plan.py), loads it, retries once with the
+the machine the backend sees (loading/request_plan.py), loads it, retries once with the
 next smaller plan when it runs out of memory (engine.sizing.reality.load_with_retry),
 keeps the GPU-crash marker while layers are on a device (loading/gpu_guard.py),
 checks the plan against what the backend allocated and appends that check to
@@ -24,8 +24,8 @@ from ..sizing.hardware import Hardware
 from ..sizing.plan import Plan
 from ..sizing.reality import check_against_report, describe_change, load_with_retry, smaller_plan
 from .gpu_guard import GpuGuard
-from . import plan as planning  # planning.machine: tests put a simulated machine there
-from .plan import engine_config, plan_request, shortfall_text
+from . import request_plan as planning  # planning.machine: tests put a simulated machine there
+from .request_plan import engine_config, plan_request, shortfall_text
 from .request import LoadRequest
 
 PLAN_LOG = "memory-plans.jsonl"

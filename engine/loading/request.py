@@ -67,7 +67,7 @@ def check_model_string(source: str, model: str) -> None:
         if not is_hub_id(model):
             raise HearthError(f"{model!r} is not a Hub id (owner/name, owner/name:QUANT or owner/name/file.gguf)")
     elif source == "remote":
-        from ..remote.wire import Endpoint
+        from ..remote.transport import Endpoint
 
         Endpoint.parse(split_remote(model)[0])
 
@@ -180,7 +180,7 @@ class LoadRequest:
         if model == BUNDLED:
             return "the bundled model"
         if self.model_source == "remote":
-            from ..remote.wire import Endpoint
+            from ..remote.transport import Endpoint
 
             url, mid = split_remote(model)
             try:

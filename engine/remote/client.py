@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .errors import RemoteError, lost
-from .wire import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Endpoint, Pins, Response, request
+from .transport import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Endpoint, Pins, Response, request
 
 MAX_ERROR_BYTES = 64 << 10
 

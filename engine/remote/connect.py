@@ -12,7 +12,7 @@ from pathlib import Path
 from .client import Client, RemoteModel
 from .engine import RemoteEngine
 from .pins import MemoryPins, PinStore
-from .wire import Endpoint, Pins
+from .transport import Endpoint, Pins
 
 
 def pins_for(data_dir: Path | None) -> Pins:

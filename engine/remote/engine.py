@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Any, Iterator, Mapping, Sequence
 
-from ..decode.metrics import GenerationStats
+from ..decode.metrics import SERVER_BACKEND, GenerationStats
 from ..errors import HearthError
-from ..interface import LoadedModel
+from ..interface import Capabilities, LoadedModel
 from ..kv.reuse import ProgressFn
 from ..prompt.messages import DocumentPart, ImagePart, Message, TextPart, ToolCall, ToolCallDelta
 from ..reply_formats import ThinkControl
@@ -153,8 +153,14 @@ class RemoteEngine:
             n_ctx=self._n_ctx, n_threads=None, runtime=f"remote ({self.model.owned_by or 'OpenAI-compatible'})",
             device=ep.address, n_gpu_layers=0, kv_type="", exactness="", draft="none", draft_model=None,
             draft_memory=0, memory={}, memory_total=0, prefix_budget=0,
-            notes=self._notes,
-            projector="remote: the server decides whether the model takes images")
+            notes=self._notes, capabilities=self.capabilities())
+
+    def capabilities(self) -> Capabilities:
+        """Counts are estimates (the server holds the tokenizer), images are sent and its server decides
+        whether the model reads them, the Think control and batching are the server's, and so are its
+        settings."""
+        return Capabilities(exact_tokens=False, images=True, think=False, batching=False, tunable=False,
+                            runs="server")
 
     def plan_tools(self, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
         return ToolPlan(OPENAI_TOOLS, tuple(tools), choice, parallel)
@@ -223,7 +229,7 @@ class RemoteReply:
     def __init__(self, engine: RemoteEngine, body: dict[str, Any], notes: list[str],
                  cancel: threading.Event | None) -> None:
         self.engine, self.body, self.cancel = engine, body, cancel
-        self.stats = GenerationStats(backend="remote", n_ctx=engine.n_ctx, notes=list(notes))
+        self.stats = GenerationStats(backend=SERVER_BACKEND, n_ctx=engine.n_ctx, notes=list(notes))
         self.answer: list[str] = []
         self.thought: list[str] = []
         self.calls: dict[int, dict[str, str]] = {}

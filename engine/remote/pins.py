@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from ..atomic import atomic_write
-from .wire import Pins
+from .transport import Pins
 
 
 class PinStore(Pins):

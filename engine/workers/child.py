@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Cancelled, HearthError
-from ..interface import LoadedModel
+from ..interface import Capabilities, LoadedModel
 from ..loading.request import LoadRequest
 from ..prompt.messages import Message
 from ..remote.connect import client_for
@@ -66,7 +66,15 @@ class SplitEngine(RemoteEngine):
         where = ", ".join(f"{lk.machine.label} ({lk.round_trip_ms:.1f} ms round trip)" for lk in links)
         self._loaded = replace(loaded, notes=(*loaded.notes, f"layers on other machines: {where}; the model runs in "
                                               "a process of its own, so a machine that goes away cannot take "
-                                              "the window with it"))
+                                              "the window with it"), capabilities=self.capabilities(loaded))
+
+    def capabilities(self, loaded: LoadedModel | None = None) -> Capabilities:
+        """The child's model as this side reaches it: through the remote engine's client, so counts are
+        estimates and there is no Think control here; it sees images where the child loaded a projector;
+        one request at a time from here; its settings are this machine's (the child runs the file)."""
+        loaded = self._loaded if loaded is None else loaded
+        return Capabilities(exact_tokens=False, images=loaded.capabilities.images, think=False, batching=False,
+                            tunable=True, runs="workers")
 
     def describe(self) -> LoadedModel:
         return self._loaded
@@ -189,7 +197,7 @@ def _wait_ready(proc: subprocess.Popen, log: Path, cancel: threading.Event | Non
             raise HearthError(f"the model could not be loaded over the machines: {_tail(log)}")
         if line.startswith(LOADED):
             d = json.loads(line[len(LOADED):])
-            loaded = LoadedModel(**{**d, "notes": tuple(d.get("notes") or ())})
+            loaded = LoadedModel.from_dict(d)
         elif line.startswith(READY) and loaded is not None:
             return line.rsplit(" at ", 1)[1].split(";")[0].split(" ")[0], loaded
 

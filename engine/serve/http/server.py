@@ -41,7 +41,7 @@ from ..runtime.scheduler import Scheduler
 from .keys import KeyRing, RateLimit
 from .security import Guard, check_bind_host, check_exposure
 from .tls import TlsFiles
-from .audio import AudioRoutes
+from .audio_routes import AudioRoutes
 from .request_defaults import RequestDefaults
 from ..runtime.pool import ModelPool, keep_alive
 from ..protocols.responses import ResponseStore
@@ -49,7 +49,7 @@ from ..runtime.targets import Lease, Target, Targets
 from .admit import key_defaults, lease_headers, max_wait, serve_request
 from ..metrics import ServerMetrics
 from .observe import finished_request, metrics_route, request_key, scheduler_gauges
-from ..protocols.wire import Reply, Wire, anthropic_wire, openai_wire, responses_wire
+from ..protocols.dialect import Reply, Wire, anthropic_wire, openai_wire, responses_wire
 
 DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, llama-server 8080
 MAX_BODY = 32 << 20    # bytes: a chat request is a few KB; an inline image (base64 data: URL) up to 20 MiB

@@ -35,9 +35,9 @@ def library_pool(data_dir: Path, *, parallel: int, queue_limit: int, n_ctx: int 
     """A pool that loads the library's models as ``engine serve``'s own model is loaded: planned
     (for the memory the held models leave), with a batch context of ``parallel`` sequences."""
     from ...config import default_exactness
-    from ...loading import plan as planning  # planning.machine: tests put a simulated machine there
+    from ...loading import request_plan as planning  # planning.machine: tests put a simulated machine there
     from ...loading.load import load_model
-    from ...loading.plan import plan_request, shortfall_text
+    from ...loading.request_plan import plan_request, shortfall_text
     from ...loading.request import LoadRequest
     from ...library.local import LIBRARY_FILE, Library
     from .scheduler import Scheduler

@@ -1,7 +1,7 @@
 """Model loading off the GUI thread.
 
-The load worker lives on the "engine thread" (app/bridge/engine_host.py) beside
-the generation worker, so a load and a generation never overlap (the engine
+The load runner lives on the "engine thread" (app/bridge/engine_host.py) beside
+the generation runner, so a load and a generation never overlap (the engine
 allows one stream at a time, and a new model should replace the old one, not
 sit next to it in memory). It only emits signals; it never touches widgets.
 
@@ -28,7 +28,7 @@ from engine.loading.load import load_model
 from engine.library.model_store import ModelEntry
 from engine.loading.request import LoadRequest
 
-from app.bridge.generation_worker import SharedEngine
+from app.bridge.generation_runner import SharedEngine
 from app.core.model_defaults import ModelIdentity, identify, own_load, own_load_note, with_model_load
 from app.core.paths import data_dir
 
@@ -126,7 +126,7 @@ def open_model(req: LoadRequest, *, cancel: threading.Event, progress: Progress)
     return opener(req, cancel=cancel, progress=progress)
 
 
-class LoadWorker(QObject):
+class LoadRunner(QObject):
     # Each signal starts with the LoadJob's id.
     started = Signal(int, str)          # what is being loaded
     download_progress = Signal(int, object, object, str)  # bytes done, bytes total (can pass 2 GiB), file

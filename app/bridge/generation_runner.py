@@ -1,11 +1,11 @@
 """Generation off the GUI thread: one reply streamed from the engine.
 
-The worker lives on the "engine thread" (app/bridge/engine_host.py) beside the
-load worker, so a load and a generation never overlap. It only emits signals;
+The runner lives on the "engine thread" (app/bridge/engine_host.py) beside the
+load runner, so a load and a generation never overlap. It only emits signals;
 it never touches widgets. Stopping sets a ``threading.Event`` that the engine
 checks between tokens and while it reads a long prompt; the thread is never killed.
 
-The worker writes the reply to the database itself, on its own connection, as
+The runner writes the reply to the database itself, on its own connection, as
 it streams (throttled). So the stream keeps saving to *its* conversation
 whatever the window is showing, and a crash loses at most the last half second.
 """
@@ -86,7 +86,7 @@ class SharedEngine:
     serving = None  # app/server_host.Serving while the local server is on: the scheduler over the engine
 
 
-class GenerationWorker(QObject):
+class GenerationRunner(QObject):
     delta = Signal(int, str)         # message id, new answer text
     reasoning = Signal(int, str)     # message id, new reasoning text (what the model thinks first)
     # message id, live numbers: GenerationStats.live() ({tokens, tok_s, ttft_ms}) while the reply streams,
@@ -132,7 +132,7 @@ class GenerationWorker(QObject):
             for ev in events:
                 if ev.kind in ("delta", "reasoning"):
                     now = time.perf_counter()
-                    # The texts this worker saves: joined only to save them.
+                    # The texts this runner saves: joined only to save them.
                     (parts if ev.kind == "delta" else thought).append(ev.text)
                     unflushed += 1
                     (self.delta if ev.kind == "delta" else self.reasoning).emit(mid, ev.text)
