@@ -70,6 +70,15 @@ def test_the_shortest_completion_is_the_shortest_and_counts_in_bytes():
     assert w.feed(w.start(), b"[x") is None   # what the grammar refuses
 
 
+def test_a_half_written_character_is_finished_as_the_smallest_one_the_grammar_takes():
+    w = walk_of('root ::= "<" [^a-z]{1,3} ">"\n')
+    assert w.shortest(w.feed(w.start(), b"<\xf0\x9f")) == b"\x80\x80>"   # U+1F000, then the close
+    assert w.shortest(w.feed(w.start(), b"<\xed")) == b"\x80\x80>"   # U+D000: never a surrogate (from U+D800)
+    w = walk_of('root ::= "<" ("é" | "😀") ">"\n')
+    assert w.shortest(w.feed(w.start(), b"<\xf0")) == "😀>".encode()[1:]
+    assert w.shortest(w.feed(w.start(), b"<\xc3")) == "é>".encode()[1:]
+
+
 def test_a_date_is_completed_with_a_real_date():
     plan = ToolPlan(syntax_by_name("hermes"), TOOLS, "book_table", parallel=False)
     w = walk_for(plan.grammar())

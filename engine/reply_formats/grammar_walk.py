@@ -239,18 +239,42 @@ class Walk:
         return None if math.isinf(best[4]) else self._stack_text(best).encode()
 
     def _finish_char(self, state: State) -> bytes | None:
-        """A half-written character finished with the first continuation bytes a stack takes, then the rest."""
+        """A half-written character finished as the smallest character it can become that a stack takes
+        (the stacks by what they still need), then the rest."""
         have = state.partial
         width = 2 if have[0] < 0xE0 else 3 if have[0] < 0xF0 else 4
         missing = width - len(have)
-        for tail in range(64 ** missing):
-            extra = bytes(0x80 | (tail >> (6 * k)) & 0x3F for k in reversed(range(missing)))
-            nxt = self.feed(State(state.stacks), have + extra)
-            if nxt is not None:
-                rest = self.shortest(nxt)
+        value = have[0] & (0xFF >> (width + 1))
+        for b in have[1:]:
+            value = value << 6 | b & 0x3F
+        low = max(value << 6 * missing, (0x80, 0x800, 0x10000)[width - 2])
+        high = min(value << 6 * missing | (1 << 6 * missing) - 1, 0x10FFFF)
+        for n in sorted((n for n in state.stacks if n is not None), key=lambda n: n[4]):
+            _, ranges, negated = self.alts[n[0]][n[1]]
+            code = _smallest(ranges, negated, low, high)
+            if code is not None:
+                extra = chr(code).encode()[len(have):]
+                nxt = self.feed(state, extra)
+                rest = None if nxt is None else self.shortest(nxt)
                 if rest is not None:
                     return extra + rest
         return None
+
+
+def _smallest(ranges: tuple[tuple[int, int], ...], negated: bool, low: int, high: int) -> int | None:
+    """The smallest code point from ``low`` to ``high`` a class takes (never a surrogate), or None."""
+    out = ((0xD800, 0xDFFF),) + (ranges if negated else ())
+    inside = [(max(lo, low), hi) for lo, hi in ranges if hi >= low and lo <= high] if not negated else [(low, high)]
+    for lo, hi in sorted(inside):
+        code, moved = lo, True
+        while moved:  # step past every excluded run that holds the candidate
+            moved = False
+            for a, b in out:
+                if a <= code <= b:
+                    code, moved = b + 1, True
+        if code <= min(hi, high):
+            return code
+    return None
 
 
 @functools.lru_cache(maxsize=16)
