@@ -41,3 +41,11 @@ def test_forced_calls_by_the_real_model_all_validate(bundled_path):
     assert out["invalid"] == 0, out["invalid_calls"]
     assert out["valid"] == len(bench.TOOLS) and out["cut_by_max_tokens"] == 0
     assert out["by_tool"] == {t.name: 1 for t in bench.TOOLS}  # the offered tool, never a distractor
+
+
+def test_forced_calls_in_a_tight_budget_are_closed_at_it(bundled_path):
+    """A budget that cuts these calls without decode/call_closing.py: both end valid, at the budget."""
+    with qwen_tool_engine(bundled_path) as engine:
+        out = bench.forced_calls(engine, 2, max_tokens=36)
+    assert out["invalid"] == 0, out["invalid_calls"]
+    assert (out["valid"], out["cut_by_max_tokens"]) == (2, 0) and out["valid_at_budget"] >= 1

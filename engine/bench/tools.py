@@ -15,7 +15,8 @@ anything else that ended in a call (or a parser error); *cut* is a reply that
 reached ``max_tokens`` first (``length`` in the API), which must come back with no call,
 never a broken one. Every call here is forced, and a forced call is closed within its budget
 (decode/call_closing.py), so *cut* counts only replies whose budget could not hold any call.
-The goal is 0 invalid and 0 cut. A call the grammar let through but the validator
+The goal is 0 invalid and 0 cut. *Valid at budget*: valid calls whose reply used every token of
+its budget (most of them closed at the last moment by that check). A call the grammar let through but the validator
 refused (a keyword no grammar says) is drawn again: the *resample rate* is the share of calls
 that needed it. Run it on a model whose template takes tools,
 or give one with ``--template`` (a Jinja file the model wears, as tests do with the bundled
@@ -115,7 +116,7 @@ def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 
     """Run ``n`` forced calls on ``engine`` over ``tools``; the counts, and each invalid call's reason.
     *Resampled*: calls the validator refused and that were drawn again (decode/resample.py);
     *given back*: replies whose call never passed and came back as text with the reason."""
-    valid = cut = resamples = resampled = given_back = 0
+    valid = cut = resamples = resampled = given_back = at_budget = 0
     invalid: list[dict[str, Any]] = []
     by_tool: dict[str, int] = {}
     t0 = time.perf_counter()
@@ -129,7 +130,7 @@ def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 
         except ToolCallError as e:
             invalid.append({"i": i, "prompt": prompt, "why": f"parser: {e}"})
             continue
-        tokens += final.stats.generated_tokens if final.stats else 0
+        tokens += tokens_of(final)
         drawn = final.stats.tool_resamples if final.stats else 0
         resamples += drawn
         resampled += drawn > 0
@@ -145,16 +146,23 @@ def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 
             f"ended {final.finish_reason} with text {final.text[:80]!r}"
         if why is None:
             valid += 1
+            at_budget += tokens_of(final) >= max_tokens
             for c in final.tool_calls:
                 by_tool[c.name] = by_tool.get(c.name, 0) + 1
         else:
             invalid.append({"i": i, "prompt": prompt, "why": why})
     seconds = time.perf_counter() - t0
     return {"calls": n, "valid": valid, "invalid": len(invalid), "cut_by_max_tokens": cut,
+            "valid_at_budget": at_budget,
             "resampled_calls": resampled, "resample_rate": round(resampled / n, 4) if n else 0.0,
             "resamples": resamples, "given_back_as_text": given_back,
             "by_tool": dict(sorted(by_tool.items())), "invalid_calls": invalid[:20],
             "generated_tokens": tokens, "seconds": round(seconds, 1)}
+
+
+def tokens_of(final) -> int:
+    """The tokens a reply's final event says it generated (0 when it carries no stats)."""
+    return final.stats.generated_tokens if final.stats else 0
 
 
 def schemas(which: str) -> tuple[tuple[Tool, ...], str]:
