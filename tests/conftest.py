@@ -21,6 +21,30 @@ os.environ["HEARTH_EXACTNESS"] = "exact"
 SOUND = __import__("sound_server").start_for_session()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _http_calls_wait_for_a_busy_machine():
+    """httpx's module-level calls wait 5 s by default; a test's request that makes the model reply (the
+    local server's routes) can take longer on a loaded 2-core machine, and then failed as a timeout,
+    though no test meant to time out. A test that gives its own timeout keeps it."""
+    import functools
+
+    import httpx
+
+    saved = {name: getattr(httpx, name) for name in ("get", "post", "request", "stream")}
+
+    def patient(fn):
+        @functools.wraps(fn)
+        def call(*args, **kw):
+            kw.setdefault("timeout", 120.0)
+            return fn(*args, **kw)
+        return call
+    for name, fn in saved.items():
+        setattr(httpx, name, patient(fn))
+    yield
+    for name, fn in saved.items():
+        setattr(httpx, name, fn)
+
+
 @pytest.fixture(autouse=True)
 def _closed_windows_are_deleted():
     """Windows a test closed are deleted after it: a closed top-level widget is only hidden, and hundreds of

@@ -15,21 +15,28 @@ def test_server_settings_default_off_validate_and_round_trip(tmp_path):
     assert (s.server_enabled, s.server_port, s.server_api_key, s.server_cors) == (False, 8765, "", [])
     for bad, field in ((dict(server_port=80), "server_port"), (dict(server_port="8765"), "server_port"),
                        (dict(server_enabled="yes"), "server_enabled"), (dict(server_api_key="a b"), "server_api_key"),
-                       (dict(server_cors=["evil.example"]), "server_cors")):
+                       (dict(server_cors=["evil.example"]), "server_cors"),
+                       (dict(server_max_queue_wait=-1), "server_max_queue_wait"),
+                       (dict(server_max_queue_wait=1.5), "server_max_queue_wait"),
+                       (dict(server_max_queue_wait=True), "server_max_queue_wait"),
+                       (dict(server_max_queue_wait=10_000), "server_max_queue_wait")):
         with pytest.raises(SettingsError, match=field):
             Settings(**bad).validate()
     f = SettingsFile(tmp_path / "settings.json")
+    assert s.server_max_queue_wait == 120  # as `engine serve --max-queue-wait`
     mine = Settings(server_enabled=True, server_port=9123, server_api_key="abc-DEF_123",
-                    server_cors=["http://localhost:3000"])
+                    server_cors=["http://localhost:3000"], server_max_queue_wait=0)
     f.save(mine)
     assert f.load() == (mine, None)
     # A bad server field goes back to its default; the rest are kept.
     raw = json.loads(f.path.read_text())
     raw["server_port"] = 99999
+    raw["server_max_queue_wait"] = "soon"
     f.path.write_text(json.dumps(raw))
     loaded, msg = f.load()
     assert loaded.server_port == 8765 and loaded.server_enabled and loaded.server_api_key == "abc-DEF_123"
-    assert "server_port" in msg
+    assert loaded.server_max_queue_wait == 120
+    assert "server_port" in msg and "server_max_queue_wait" in msg
 
 
 def test_settings_dialog_local_server_tab(qtbot):
@@ -57,13 +64,45 @@ def test_settings_dialog_local_server_tab(qtbot):
         True, 9345, tab.key.text(), ["http://localhost:3000"])
     tab.require_key.setChecked(False)
     assert dlg.build().server_api_key == "" and not tab.key.isEnabled()
+    assert tab.max_wait.value() == 120 and tab.max_wait.isEnabled()
+    tab.max_wait.setValue(0)
+    assert dlg.build().server_max_queue_wait == 0 and tab.max_wait.text() == "No limit"
     tab.cors.setPlainText("not an origin")
     with pytest.raises(SettingsError, match="server_cors"):
         dlg.build()
     # Settings saved with a key show that key again, checked.
-    again = SettingsDialog(Settings(server_enabled=True, server_api_key="k-123"))
+    again = SettingsDialog(Settings(server_enabled=True, server_api_key="k-123", server_max_queue_wait=45))
     qtbot.addWidget(again)
     assert again.server_tab.key.text() == "k-123" and again.server_tab.require_key.isChecked()
+    assert again.server_tab.max_wait.value() == 45
+
+
+def test_each_device_key_has_a_priority_set_in_the_server_tab(qtbot, data_dir):
+    from engine.serve.http.listen import key_ring
+
+    from app.settings_ui.settings_dialog import SettingsDialog
+
+    dlg = SettingsDialog(Settings(server_enabled=True, server_listen="0.0.0.0"))
+    qtbot.addWidget(dlg)
+    tab = dlg.server_tab
+    assert tab.key_priority.isEnabled() and tab.key_priority.currentData() == "interactive"
+    tab.make_key.click()  # interactive, the default
+    tab.key_priority.setCurrentIndex(tab.key_priority.findData("background"))
+    tab.key_priority.activated.emit(tab.key_priority.currentIndex())  # as a user's pick sends it
+    # The new key was picked in the list, so the pick gave it the class; a key made now gets it too.
+    tab.make_key.click()
+    ring = key_ring(data_dir)
+    assert [e.priority for e in ring.entries()] == ["background", "background"]
+    assert "background" in tab.device_keys.item(0).text() and tab.device_keys.currentRow() == 1
+    tab.device_keys.setCurrentRow(0)
+    tab.key_priority.setCurrentIndex(tab.key_priority.findData("interactive"))
+    tab.key_priority.activated.emit(tab.key_priority.currentIndex())
+    assert [e.priority for e in ring.entries()] == ["interactive", "background"]
+    assert "interactive" in tab.device_keys.item(0).text() and tab.device_keys.currentRow() == 0
+    tab.device_keys.setCurrentRow(1)  # picking a key shows its class
+    assert tab.key_priority.currentData() == "background"
+    tab.listen.setChecked(False)
+    assert not tab.key_priority.isEnabled()
 
 
 # -- the server in the running window --------------------------------------------------
@@ -163,6 +202,11 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch, bundled_path):
         assert len(w.store.list_conversations()) == 1
         w.server_host.refresh()
         assert "2 served" in w.server_host.label.text()
+        # The longest queue wait: the settings', changed without a restart.
+        srv = w.server_host.server
+        assert srv.max_queue_wait == 120
+        w.apply_settings(replace(w.settings, server_max_queue_wait=30))
+        assert w.server_host.server is srv and srv.max_queue_wait == 30
 
         # A library model the window has not loaded: loaded for the request, shown in the status bar.
         assert {m.id: m.model_extra["loaded"] for m in client.models.list().data} == {mid: True, "other": False}

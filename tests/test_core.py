@@ -174,6 +174,34 @@ def test_a_request_waiting_past_its_maximum_ends_with_queue_timeout(served):
     assert served.core.wait_idle(60)
 
 
+def test_the_window_takes_the_one_sequence_and_the_preempted_request_goes_on_exactly(bundled_path):
+    # One sequence (the transformers backend's case; here llama.cpp's context with one): a window request
+    # arriving while an API request decodes takes its sequence; the API request waits, gets its tokens
+    # back, and ends exactly as it would have alone.
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=1024, n_threads=2))
+    try:
+        assert e.n_seq == 1
+        api_params = SamplingParams(temperature=0.0, max_tokens=60, ignore_eos=True)
+        q = [Message("user", "Tell me about the sea.")]
+        alone = final_of(e.stream(q, api_params, priority=Priority.INTERACTIVE)).token_ids
+        win_q = [Message("user", "Say hi.")]
+        win_alone = final_of(e.stream(win_q, SamplingParams(temperature=0.0, max_tokens=8))).token_ids
+        e.reset()
+        e.cache.clear()
+        api = e.stream(q, api_params, priority=Priority.INTERACTIVE)
+        for _ in range(5):
+            assert next(api).kind == "delta"
+        win = e.stream(win_q, SamplingParams(temperature=0.0, max_tokens=8))
+        assert next(win).kind == "delta"
+        assert [r["state"] for r in e.core.requests() if r["priority"] == Priority.INTERACTIVE] == ["preempted"]
+        window = final_of(win)
+        assert window.token_ids == win_alone
+        rest = final_of(api)
+        assert rest.token_ids == alone and rest.finish_reason == "max_tokens"
+    finally:
+        e.close()
+
+
 # -- the rules, on hand-made wants ---------------------------------------------------------------------
 
 

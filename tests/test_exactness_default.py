@@ -64,7 +64,7 @@ def test_a_settings_file_that_saved_the_old_default_moves_to_the_new_one(unpinne
     s, _ = f.load()
     assert s.exactness == "exact"
     f.save(s)
-    assert json.loads(f.path.read_text())["version"] == FORMAT_VERSION == 2
+    assert json.loads(f.path.read_text())["version"] == FORMAT_VERSION
 
 
 def test_a_reply_says_which_profile_wrote_it(unpinned, bundled_path):

@@ -116,6 +116,22 @@ def test_stop_seed_and_penalties_reach_the_engine(client, server):
     assert len(others | {a}) > 1  # and the seed is used: other seeds draw other replies
 
 
+def test_ignore_eos_decodes_past_the_end_of_the_reply_as_llama_server_does(client, server):
+    sum_q = [{"role": "user", "content": "What is 2+2?"}]  # the bundled model answers it in a dozen tokens
+    ended = client.chat.completions.create(model=model(server), messages=sum_q, max_tokens=60, temperature=0)
+    assert ended.choices[0].finish_reason == "stop" and ended.usage.completion_tokens < 60
+    on = client.chat.completions.create(model=model(server), messages=sum_q, max_tokens=60, temperature=0,
+                                        extra_body={"ignore_eos": True})
+    assert on.choices[0].finish_reason == "length" and on.usage.completion_tokens == 60
+    assert on.choices[0].message.content.startswith(ended.choices[0].message.content)
+    off = client.chat.completions.create(model=model(server), messages=sum_q, max_tokens=60, temperature=0,
+                                         extra_body={"ignore_eos": False})
+    assert off.choices[0].message.content == ended.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model(server), messages=Q, max_tokens=5, extra_body={"ignore_eos": "yes"})
+    assert e.value.body["param"] == "ignore_eos" and "true or false" in e.value.body["message"]
+
+
 def test_completions_endpoint(client, server):
     r = client.completions.create(model=model(server), prompt="The capital of France is", max_tokens=6,
                                   temperature=0)
@@ -291,7 +307,7 @@ def test_headless_serve_answers_then_stops_on_ctrl_c(bundled_path):
     from serving import assert_other_protocols
 
     p = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--model", str(bundled_path), "--port", "0",
-                          "--parallel", "2", "--ctx", "1024", "--threads", "1", "--api-key", "k1"],
+                          "--parallel", "2", "--ctx", "1024", "--threads", "1", "--api-key", "k1", "--draft", "ngram"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
@@ -304,6 +320,7 @@ def test_headless_serve_answers_then_stops_on_ctrl_c(bundled_path):
         assert_other_protocols(url.removesuffix("/v1"), "k1", "SmolLM2-135M-Instruct.Q4_1")
         p.send_signal(signal.SIGINT)
         assert p.wait(60) == 0, p.stderr.read()[-8000:]  # a stuck shutdown exits 1 with every thread's stack
+        assert "layers offloaded, speculation ngram" in p.stderr.read()  # --draft reached the engine
     finally:
         if p.poll() is None:
             p.kill()

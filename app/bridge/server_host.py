@@ -127,6 +127,7 @@ class ServerHost(QObject):
             self.stop()
         if self.server is not None:
             self.server.api_key = s.server_api_key or None  # a new key applies to the next request
+            self.server.max_queue_wait = s.server_max_queue_wait  # and a new longest wait
             self.server.defaults.changed()  # and the models' own settings as they are now
             return None
         if not s.server_enabled:
@@ -142,7 +143,7 @@ class ServerHost(QObject):
                                       memo=memo_dir(data_dir()))
             server = LocalServer(port=s.server_port, api_key=s.server_api_key or None, cors_origins=s.server_cors,
                                  pool=pool, audio=AudioRoutes(self.voice_kit) if self.voice_kit else None,
-                                 metrics=self.metrics, defaults=defaults,
+                                 metrics=self.metrics, defaults=defaults, max_queue_wait=s.server_max_queue_wait,
                                  **exposure(data_dir(), s.server_listen or None))
             server.start()
         except HearthError as e:

@@ -6,11 +6,14 @@ import re
 from typing import Any
 
 PORT = 8765  # not LM Studio's 1234, Ollama's 11434, Jan's 1337, GPT4All's 4891 or llama-server's 8080
+MAX_QUEUE_WAIT = 120  # seconds, as `engine serve --max-queue-wait` (engine/serve/http/server.py)
+MAX_QUEUE_WAIT_LIMIT = 3600
 _KEY = re.compile(r"[\w\-.~+/=]*")           # what secrets.token_urlsafe writes, and base64 keys
 _ORIGIN = re.compile(r"https?://[\w\-.\[\]:]+")  # scheme://host[:port], as browsers send it
 
 
-def problem(enabled: Any, port: Any, key: Any, cors: Any, listen: Any = "") -> str | None:
+def problem(enabled: Any, port: Any, key: Any, cors: Any, listen: Any = "",
+            max_wait: Any = MAX_QUEUE_WAIT) -> str | None:
     """The first invalid server setting as "field: rule", or None when all are valid."""
     if not isinstance(enabled, bool):
         return f"server_enabled: must be true or false, got {enabled!r}"
@@ -27,4 +30,7 @@ def problem(enabled: Any, port: Any, key: Any, cors: Any, listen: Any = "") -> s
             ipaddress.ip_address(listen)
         except ValueError:
             return f"server_listen: {listen!r} is not an IP address (0.0.0.0 means every network of this machine)"
+    if not isinstance(max_wait, int) or isinstance(max_wait, bool) or not 0 <= max_wait <= MAX_QUEUE_WAIT_LIMIT:
+        return (f"server_max_queue_wait: must be a whole number of seconds from 0 (no limit) to "
+                f"{MAX_QUEUE_WAIT_LIMIT}, got {max_wait!r}")
     return None

@@ -90,6 +90,8 @@ class Settings:
     server_api_key: str = ""        # "" asks for no key; else clients send "Authorization: Bearer <key>"
     server_cors: list[str] = field(default_factory=list)  # web origins allowed to call it (none by default)
     server_listen: str = ""         # "": 127.0.0.1 only; an address: other devices too (TLS and a key, always)
+    # seconds an API request may wait for the model to start it, then 503 with Retry-After (0: no limit)
+    server_max_queue_wait: int = server_settings.MAX_QUEUE_WAIT
     # MCP tools (Settings → Tools; app/core/mcp_servers.py says what each holds): no server by default.
     mcp_servers: list[dict[str, Any]] = field(default_factory=list)
     tool_allow: dict[str, str] = field(default_factory=dict)  # "Allow always": server/tool -> tools' fingerprint
@@ -176,7 +178,7 @@ class Settings:
             raise SettingsError(f"context_policy: must be one of {', '.join(CONTEXT_POLICIES)}, "
                                 f"got {self.context_policy!r}")
         why = server_settings.problem(self.server_enabled, self.server_port, self.server_api_key, self.server_cors,
-                                      self.server_listen) \
+                                      self.server_listen, self.server_max_queue_wait) \
             or mcp.servers_problem(self.mcp_servers) \
             or mcp.tools_problem(self.tool_allow, self.max_tool_calls, self.tool_timeout_s, self.tool_choice) \
             or voice_settings.problem(self.voice)

@@ -4,7 +4,9 @@ The tab edits the port, the API key (made with ``secrets.token_urlsafe``, shown,
 copied or regenerated here) and the web origins allowed to call it (CORS);
 the dialog hands its values to Settings, which checks them. "Let other devices…"
 listens beyond loopback (TLS and a key always), with the keys other devices use:
-each made here is shown once and kept only as a hash (engine/serve/http/keys.py).
+each made here is shown once and kept only as a hash (engine/serve/http/keys.py), each
+with the priority its device's requests get when they name none. The longest wait in
+the queue is how long a request may wait for the model before a 503 says to retry.
 """
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QCheckBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem,
-                               QPlainTextEdit, QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QListWidget,
+                               QListWidgetItem, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from engine import HearthError
+from engine.serve.http.keys import PRIORITIES
 from engine.serve.http.listen import key_ring
 
+from app.core import server_settings
 from app.core.paths import data_dir
 from app.core.settings import Settings
 
@@ -64,6 +68,16 @@ class ServerTab(QWidget):
         row.addWidget(self.regenerate)
         form.addRow("API key", row)
 
+        self.max_wait = QSpinBox()
+        self.max_wait.setRange(0, server_settings.MAX_QUEUE_WAIT_LIMIT)
+        self.max_wait.setSuffix(" s")
+        self.max_wait.setSpecialValueText("No limit")
+        self.max_wait.setValue(s.server_max_queue_wait)
+        self.max_wait.setToolTip("A request that waits longer than this for the model to start it (other "
+                                 "requests, or the window's reply, hold it) is answered 503 with Retry-After, "
+                                 "which clients retry, rather than left waiting")
+        form.addRow("Longest wait in the queue", self.max_wait)
+
         self.cors = QPlainTextEdit("\n".join(s.server_cors))
         self.cors.setPlaceholderText("none: web pages cannot call the server\nhttp://localhost:3000")
         self.cors.setToolTip("Web pages (origins) allowed to call the server from a browser, one per line. "
@@ -99,16 +113,28 @@ class ServerTab(QWidget):
         self.make_key, self.revoke_key = make, revoke = QPushButton("New key"), QPushButton("Revoke")
         make.clicked.connect(self._make_key)
         revoke.clicked.connect(self._revoke_key)
+        # The class of a device's requests that name no priority: for the key picked in the list (a change
+        # applies to its next request), and for the next new key.
+        self.key_priority = QComboBox()
+        for name in PRIORITIES:
+            self.key_priority.addItem(name.capitalize(), name)
+        self.key_priority.setToolTip("The priority of this device's requests that name none: interactive (someone "
+                                     "waits for it) or background (runs after interactive requests, and is raised "
+                                     "while it waits). The window's own replies always go first.")
+        self.key_priority.activated.connect(self._set_priority)
+        self.device_keys.currentItemChanged.connect(self._show_priority)
         row = QHBoxLayout()
         row.addWidget(self.new_key, 1)
+        row.addWidget(self.key_priority)
         row.addWidget(make)
         row.addWidget(revoke)
-        self.device_rows = (self.listen_addr, self.device_keys, self.new_key, make, revoke)
+        self.device_rows = (self.listen_addr, self.device_keys, self.new_key, self.key_priority, make, revoke)
         form.addRow("Keys for devices", self.device_keys)
         form.addRow("", row)
         self._list_keys()
 
-    def _list_keys(self) -> None:
+    def _list_keys(self, select: str | None = None) -> None:
+        """The key ring's keys (each with its priority); ``select``: the id of the key to keep picked."""
         self.device_keys.clear()
         try:
             entries = self.ring.entries()
@@ -116,14 +142,29 @@ class ServerTab(QWidget):
             self.device_keys.addItem(str(e))
             return
         for e in entries:
-            item = QListWidgetItem(f"{e.name} · made {time.strftime('%Y-%m-%d', time.localtime(e.created))} · {e.id}")
+            item = QListWidgetItem(f"{e.name} · made {time.strftime('%Y-%m-%d', time.localtime(e.created))} · "
+                                   f"{e.priority} · {e.id}")
             item.setData(Qt.ItemDataRole.UserRole, e.id)
+            item.setData(Qt.ItemDataRole.UserRole + 1, e.priority)
             self.device_keys.addItem(item)
+            if e.id == select:
+                self.device_keys.setCurrentItem(item)
 
     def _make_key(self) -> None:
-        _entry, key = self.ring.create(f"device {len(self.ring.entries()) + 1}")
+        entry, key = self.ring.create(f"device {len(self.ring.entries()) + 1}", self.key_priority.currentData())
         self.new_key.setText(key)
-        self._list_keys()
+        self._list_keys(select=entry.id)
+
+    def _show_priority(self, item: QListWidgetItem | None, _previous: QListWidgetItem | None = None) -> None:
+        if item is not None and item.data(Qt.ItemDataRole.UserRole + 1):
+            self.key_priority.setCurrentIndex(self.key_priority.findData(item.data(Qt.ItemDataRole.UserRole + 1)))
+
+    def _set_priority(self, _index: int = 0) -> None:
+        """The user picked a priority: the picked key gets it (a new key will get it too)."""
+        item = self.device_keys.currentItem()
+        if item is not None and item.data(Qt.ItemDataRole.UserRole):
+            entry = self.ring.set_priority(item.data(Qt.ItemDataRole.UserRole), self.key_priority.currentData())
+            self._list_keys(select=entry.id)
 
     def _revoke_key(self) -> None:
         item = self.device_keys.currentItem()
@@ -134,7 +175,7 @@ class ServerTab(QWidget):
 
     def _refresh(self, *_: Any) -> None:
         on = self.enabled.isChecked()
-        for w in (self.port, self.require_key, self.cors, self.listen):
+        for w in (self.port, self.require_key, self.max_wait, self.cors, self.listen):
             w.setEnabled(on)
         for w in self.device_rows:
             w.setEnabled(on and self.listen.isChecked())
@@ -153,5 +194,5 @@ class ServerTab(QWidget):
         origins = [o.strip().rstrip("/") for o in self.cors.toPlainText().splitlines() if o.strip()]
         return {"server_enabled": self.enabled.isChecked(), "server_port": self.port.value(),
                 "server_api_key": self.key.text() if self.require_key.isChecked() else "",
-                "server_cors": origins,
+                "server_cors": origins, "server_max_queue_wait": self.max_wait.value(),
                 "server_listen": self.listen_addr.text().strip() if self.listen.isChecked() else ""}

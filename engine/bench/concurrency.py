@@ -1,196 +1,184 @@
-"""``python -m engine bench serve``: the scheduler under concurrent load.
+"""``python -m engine bench serve``: Hearth's server under concurrent load, against llama-server.
 
-Rows, all measured in one run so the ratios compare like with like:
-- aggregate decode tok/s at 1/2/4/8 concurrent API streams, against one stream
-  and against llama.cpp's own batched decoding of the same batch shape
-  (n sequences, one token each per step, through llama-cpp-python's
-  low-level API, as llama-batched-bench does), for the bundled model and the
-  bench target (Qwen2.5-Coder-1.5B) when it has been fetched;
-- the window's TTFT and tok/s while 4 API streams run, against idle;
-- P50/P99 TTFT and queue wait under a burst of 16 requests.
+Rows, each measured side by side in one run so its ratios compare like with like:
+
+- **throughput** (the default row): at 1, 2, 4 and 8 concurrent streams, Hearth's ``engine serve
+  --parallel N`` against llama-server built from the same vendored llama.cpp (``-np N``, continuous
+  batching), the same model file, threads, per-sequence context and kernels (serve_sides.py), both
+  driven by the official ``openai`` client with the same prompts, ``max_tokens``, greedy sampling and
+  ``ignore_eos`` (serve_client.py). Each level starts both servers, warms each up, then runs
+  ``--rounds`` rounds; a round runs one wave on each side back to back (the order turned every other
+  round): every stream sends ``PER_STREAM`` requests one after another. Per level: aggregate generated
+  tokens/s, p50/p99 TTFT and TPOT on each side (over every round's requests), and the ratios
+  Hearth / llama-server paired round by round (pairing.py) with their 90% interval, the bars
+  ("Hearth >= 1.0x throughput", "p99 TTFT no worse") read against it. Hearth speculates in none of
+  these (``--draft none``): the row compares the engines; the ``spec`` row measures speculation.
+- **hol** and **spec**: serve_rows.py.
+
+``--quick``: a check that everything runs (sized for about 2 minutes on two quiet cores): one round, short
+replies.
 """
 from __future__ import annotations
 
 import argparse
-import time
+import tempfile
+from pathlib import Path
+from typing import Any
 
-import llama_cpp as lc
-import numpy as np
+from .pairing import at_most, paired, run_order, verdict
+from .serve_client import StreamedReply, make_client, story, wave_figures, wave
+from .serve_sides import Server, Setup, check_matched, per_sequence, say, start_hearth, start_llama_server
 
-from ..engine import Engine
-from ..config import EngineConfig
-from ..decode.metrics import percentile
-from ..models import catalogue
-from ..serve import Priority, Scheduler, ServeRequest, Ticket
-from ..prompt.messages import Message
-from ..types import SamplingParams
-
-STREAMS = (1, 2, 4, 8)
-TOPICS = ("a lighthouse", "a mountain village", "a river barge", "a desert market", "a night train",
-          "an orchard", "a clock maker", "a fishing boat", "a library", "a glacier", "a bakery", "a comet",
-          "a harbour", "a forest fire", "a violin", "a snowstorm")
+LEVELS = (1, 2, 4, 8)
+PER_STREAM = 2            # requests each stream sends one after another in a round
+THROUGHPUT_BAR = 1.0      # Hearth's throughput over llama-server's, at least
+TTFT_BAR = 1.0            # Hearth's p99 TTFT over llama-server's, at most
+HEARTH, LLAMA = "hearth", "llama-server"
+ROWS = ("throughput", "hol", "spec")
 
 
-def _req(i: int, tokens: int, priority: Priority = Priority.API) -> ServeRequest:
-    msg = Message("user", f"Write a long story about {TOPICS[i % len(TOPICS)]}.")
-    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
-    return ServeRequest(messages=[msg], params=params, priority=priority)
+def level_ratios(got: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Hearth / llama-server, round by round, for each figure of a wave's summary."""
+    keys = ("tok_s", "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99")
+    return {k: paired([w[k] for w in got[HEARTH]], [w[k] for w in got[LLAMA]]) for k in keys}
 
 
-def _span(t: Ticket) -> tuple[float, float]:
-    """Absolute times of a finished request's first and last token."""
-    first = t.submitted + t.times.queue_wait_s + t.times.prefill_s
-    return first, first + t.times.decode_s
+def bars(ratios: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The issue's two bars, read against each ratio's interval."""
+    tput, ttft = ratios["tok_s"], ratios["ttft_ms_p99"]
+    return {f"throughput >= {THROUGHPUT_BAR}x": verdict(tput["ci"][0], tput["ci"][1], THROUGHPUT_BAR, tput["coverage"]),
+            "p99 TTFT no worse": at_most(ttft["ci"][0], ttft["ci"][1], TTFT_BAR, ttft["coverage"])}
 
 
-def hearth_decode(sched: Scheduler, n: int, tokens: int) -> float:
-    """Aggregate decode tok/s of ``n`` concurrent streams through the scheduler."""
-    tickets = [sched.submit(_req(i, tokens)) for i in range(n)]
-    for t in tickets:
-        for _ in t.events():
-            pass
-    spans = [_span(t) for t in tickets]
-    decoded = sum(t.times.completion_tokens - 1 for t in tickets)
-    return decoded / (max(b for _, b in spans) - min(a for a, _ in spans))
+def level_line(n: int, ratios: dict[str, dict[str, Any]], verdicts: dict[str, str]) -> str:
+    """One level as a line of the printed table."""
+    t, f = ratios["tok_s"], ratios["ttft_ms_p99"]
+    return (f"{n} stream{'s' if n > 1 else ' '}: throughput {t['median']:.3f}x [{t['ci'][0]:.3f}, {t['ci'][1]:.3f}] "
+            f"{verdicts[f'throughput >= {THROUGHPUT_BAR}x']}; p99 TTFT {f['median']:.3f}x "
+            f"[{f['ci'][0]:.3f}, {f['ci'][1]:.3f}] {verdicts['p99 TTFT no worse']}")
 
 
-def native_decode(path: str, n: int, tokens: int, prompt: list[int], n_threads: int) -> float:
-    """llama.cpp alone: ``n`` sequences share each llama_batch, one token each per step."""
-    from ..backends.llama import init
+def pooled(waves: list[dict[str, Any]], replies: list[StreamedReply]) -> dict[str, Any]:
+    """A side's figures over every round of a level: p50/p99 over all its requests, the median throughput
+    of its waves (and each wave's)."""
+    import statistics
 
-    init()  # the same process set-up (log capture, GGML_CPU_TILED_MM) as Hearth's own loads
-    mp = lc.llama_model_default_params()
-    mp.use_extra_bufts = False  # the same kernels as Hearth's exact profile
-    model = lc.llama_model_load_from_file(path.encode(), mp)
-    cp = lc.llama_context_default_params()
-    cp.n_ctx = n * (len(prompt) + tokens + 16)
-    cp.n_batch = max(512, n * len(prompt))
-    cp.n_ubatch = 512
-    cp.n_seq_max = n
-    cp.kv_unified = False
-    cp.n_threads = cp.n_threads_batch = n_threads
-    cp.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    cp.no_perf = True
-    ctx = lc.llama_init_from_model(model, cp)
-    batch = lc.llama_batch_init(cp.n_batch, 0, 1)
+    out = wave_figures(replies, 1.0)
+    out.pop("tokens")
+    out["tok_s"] = round(statistics.median(w["tok_s"] for w in waves), 2) if waves else 0.0
+    out["tok_s_rounds"] = [w["tok_s"] for w in waves]
+    return out
+
+
+def run_level(s: Setup, n: int) -> dict[str, Any]:
+    """Both servers at ``n`` streams: a warm-up, then ``s.rounds`` paired rounds."""
+    assert s.llama_server is not None
+    servers: dict[str, Server] = {}
     try:
-        def fill(rows: list[tuple[int, list[int], int]]) -> list[int]:
-            k, outs = 0, []
-            for seq, toks, pos in rows:
-                for j, tok in enumerate(toks):
-                    batch.token[k], batch.pos[k], batch.n_seq_id[k] = tok, pos + j, 1
-                    batch.seq_id[k][0] = seq
-                    batch.logits[k] = j == len(toks) - 1
-                    k += 1
-                outs.append(k - 1)
-            batch.n_tokens = k
-            assert lc.llama_decode(ctx, batch) == 0
-            return outs
-
-        outs = fill([(s, prompt, 0) for s in range(n)])
-        n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
-        t0 = time.perf_counter()
-        for step in range(tokens - 1):
-            # Read each sequence's logits as a sampler would, then feed one token each.
-            nxt = []
-            for i in outs:
-                row = np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i), shape=(n_vocab,))
-                nxt.append(int(np.argmax(row)))
-            outs = fill([(s, [nxt[s]], len(prompt) + step) for s in range(n)])
-        return n * (tokens - 1) / (time.perf_counter() - t0)
+        servers[LLAMA] = start_llama_server(s.llama_server, s.model, s.workdir, parallel=n, n_ctx_seq=s.n_ctx_seq,
+                                            threads=s.threads, exactness=s.exactness)
+        servers[HEARTH] = start_hearth(f"hearth-np{n}", s.model, s.workdir, parallel=n, n_ctx_seq=s.n_ctx_seq,
+                                       threads=s.threads, exactness=s.exactness)
+        problems = check_matched(servers[HEARTH], servers[LLAMA], s.n_ctx_seq, n)
+        clients = {k: make_client(v.url) for k, v in servers.items()}
+        for k, v in servers.items():  # warm-up: first-use costs (buffers, page faults) stay out of the rounds
+            wave(clients[k], v.model_id, [story("warm", i) for i in range(n)], n, 8)
+        got: dict[str, list[dict[str, Any]]] = {HEARTH: [], LLAMA: []}
+        replies: dict[str, list[StreamedReply]] = {HEARTH: [], LLAMA: []}
+        for r in range(s.rounds):
+            prompts = [story(f"{n}.{r}", i) for i in range(n * s.per_stream)]
+            for k in run_order([LLAMA, HEARTH], r):
+                got_replies, wall = wave(clients[k], servers[k].model_id, prompts, n, s.tokens)
+                got[k].append(wave_figures(got_replies, wall))
+                replies[k] += got_replies
     finally:
-        lc.llama_batch_free(batch)
-        lc.llama_free(ctx)
-        lc.llama_model_free(model)
+        for v in servers.values():
+            v.close()
+    ratios = level_ratios(got)
+    verdicts = bars(ratios)
+    say(level_line(n, ratios, verdicts))
+    return {"streams": n, HEARTH: pooled(got[HEARTH], replies[HEARTH]), LLAMA: pooled(got[LLAMA], replies[LLAMA]),
+            "hearth_vs_llama_server": ratios, "bars": verdicts, "line": level_line(n, ratios, verdicts),
+            "matched": problems or "yes", "hearth_loaded": servers[HEARTH].loaded,
+            "llama_server_loaded": servers[LLAMA].loaded}
 
 
-def throughput_rows(path: str, tokens: int, rounds: int, n_threads: int | None) -> dict:
-    """Aggregate decode throughput vs streams, Hearth beside native, best of ``rounds``."""
-    engine = Engine.open(EngineConfig(path, n_ctx=512, n_threads=n_threads))
-    info = engine.backend.describe()
-    prompt = engine.prompt_tokens(_req(0, tokens).messages or [])
-    sched = Scheduler(engine, parallel=max(STREAMS), queue_limit=16)
-    rows = []
+def throughput_row(s: Setup) -> dict[str, Any]:
+    """Every level, Hearth against llama-server."""
+    rows = [run_level(s, n) for n in s.levels]
+    return {"levels": rows, "table": [r["line"] for r in rows],
+            "method": (f"{s.per_stream} requests per stream per round, {s.tokens} tokens each (ignore_eos, greedy), "
+                       f"{s.rounds} round(s) after a warm-up; ratios Hearth / llama-server paired by round")}
+
+
+def resolve_model(name: str | None) -> Path:
+    """``--model``: a GGUF file, ``bundled`` (the default) or ``target`` (Qwen2.5-Coder-1.5B, fetch-bench-pair)."""
+    from ..models import catalogue
+
+    if name in (None, "", "bundled"):
+        return catalogue.bundled_model_path()
+    if name == "target":
+        path = catalogue.bench_model_path(catalogue.BENCH_TARGET)
+        if path is None:
+            raise SystemExit("bench serve --model target needs Qwen2.5-Coder-1.5B: "
+                             "python -m engine models fetch-bench-pair")
+        return path
+    path = Path(name).expanduser()
+    if path.suffix != ".gguf" or not path.is_file():
+        raise SystemExit(f"bench serve --model takes a .gguf file, bundled or target, not {name!r} "
+                         "(llama-server reads the same file)")
+    return path
+
+
+def wanted_rows(a: argparse.Namespace) -> tuple[str, ...]:
+    """``--hol`` / ``--spec`` pick those rows; neither: every row."""
+    picked = tuple(r for r in ROWS[1:] if getattr(a, r, False))
+    return picked or ROWS
+
+
+def parse_levels(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return LEVELS
     try:
-        hearth_decode(sched, 2, 8)  # warm-up: first-use costs (buffers, page faults) stay out of the rows
-        for n in STREAMS:
-            ours = max(hearth_decode(sched, n, tokens) for _ in range(rounds))
-            ref = max(native_decode(path, n, tokens, prompt, info.threads or 1) for _ in range(rounds))
-            rows.append({"streams": n, "hearth_tok_s": round(ours, 1), "llama_cpp_tok_s": round(ref, 1),
-                         "hearth_vs_llama_cpp": round(ours / ref, 3)})
-    finally:
-        sched.close()
-        engine.close()
-    one, one_ref = rows[0]["hearth_tok_s"], rows[0]["llama_cpp_tok_s"]
-    for r in rows:
-        r["hearth_vs_1_stream"] = round(r["hearth_tok_s"] / one, 3)
-        r["llama_cpp_vs_1_stream"] = round(r["llama_cpp_tok_s"] / one_ref, 3)
-    return {"model": info.name, "quant": info.quant, "threads": info.threads, "rows": rows}
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise SystemExit(f"bench serve --streams takes numbers separated by commas, not {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise SystemExit(f"bench serve --streams takes levels of 1 or more, not {text!r}")
+    return levels
 
 
-def window_rows(path: str, tokens: int, n_threads: int | None) -> dict:
-    """The window's TTFT and tok/s while 4 API streams decode, against idle."""
-    engine = Engine.open(EngineConfig(path, n_ctx=1024, n_threads=n_threads))
-    sched = Scheduler(engine, parallel=4, queue_limit=16)
-    try:
-        def window() -> dict:
-            t = sched.submit(_req(99, tokens, Priority.WINDOW))
-            final = list(t.events())[-1]
-            assert final.stats is not None
-            return {"ttft_ms": final.stats.ttft_ms, "tok_s": final.stats.decode_tok_s}
+def setup_for(a: argparse.Namespace, workdir: Path, rows: tuple[str, ...]) -> Setup:
+    from ..backends.llama.backend import default_threads
+    from ..config import default_exactness
 
-        window()  # warm-up: the engine's first reply pays one-off costs
-        idle = window()
-        api = [sched.submit(_req(i, 100_000)) for i in range(4)]
-        streams = [t.events() for t in api]
-        for s in streams:
-            next(s)  # every API stream is decoding
-        busy = window()
-        for t in api:
-            t.cancel()
-        for s in streams:
-            for _ in s:
-                pass
-    finally:
-        sched.close()
-        engine.close()
-    return {"idle": idle, "with_4_api_streams": busy,
-            "ttft_ratio": round(busy["ttft_ms"] / idle["ttft_ms"], 3),
-            "tok_s_ratio": round(idle["tok_s"] / busy["tok_s"], 3) if busy["tok_s"] else None,
-            "target": "both ratios <= 1.3"}
+    quick = bool(getattr(a, "quick", False))
+    tokens = 32 if quick else max(8, a.tokens)
+    server = None
+    if "throughput" in rows:
+        from .llama_tools import SERVER, ensure_tools
+
+        server = ensure_tools(targets=(SERVER,)) / SERVER
+    return Setup(model=resolve_model(a.model), threads=a.threads or default_threads(),
+                 exactness=a.exactness or default_exactness(), tokens=tokens,
+                 rounds=1 if quick else max(1, a.rounds), levels=parse_levels(getattr(a, "streams", None)),
+                 per_stream=1 if quick else PER_STREAM, n_ctx_seq=per_sequence(a.ctx or tokens + 256),
+                 workdir=workdir, llama_server=server, quick=quick)
 
 
-def burst_rows(path: str, tokens: int, n_threads: int | None, n: int = 16) -> dict:
-    """P50/P99 TTFT and queue wait of ``n`` requests submitted at once."""
-    engine = Engine.open(EngineConfig(path, n_ctx=512, n_threads=n_threads))
-    sched = Scheduler(engine, parallel=4, queue_limit=n)
-    try:
-        tickets = [sched.submit(_req(i, tokens)) for i in range(n)]
-        ttft, wait = [], []
-        for t in tickets:
-            final = list(t.events())[-1]
-            assert final.stats is not None
-            ttft.append(final.stats.ttft_ms)
-            wait.append(t.times.queue_wait_s * 1e3)
-    finally:
-        sched.close()
-        engine.close()
-    return {"requests": n, "parallel": 4, "ttft_ms_p50": round(percentile(ttft, 50), 1),
-            "ttft_ms_p99": round(percentile(ttft, 99), 1), "queue_wait_ms_p50": round(percentile(wait, 50), 1),
-            "queue_wait_ms_p99": round(percentile(wait, 99), 1)}
+def bench_serve(a: argparse.Namespace) -> dict[str, Any]:
+    from .serve_rows import hol_row, spec_row
 
-
-def bench_serve(a: argparse.Namespace) -> dict:
-    tokens = max(8, a.tokens)
-    rounds = max(1, min(a.rounds, 3))
-    bundled = str(a.model or catalogue.bundled_model_path())
-    out: dict = {"tokens": tokens, "throughput": [throughput_rows(bundled, tokens, rounds, a.threads)]}
-    target = catalogue.bench_model_path(catalogue.BENCH_TARGET)
-    if a.model is None and target is not None:
-        out["throughput"].append(throughput_rows(str(target), tokens, rounds, a.threads))
-    elif a.model is None:
-        out["throughput_skipped"] = (f"{catalogue.BENCH_TARGET.filename} is not fetched; "
-                                     "run `python -m engine models fetch-bench-pair` for its row")
-    out["window"] = window_rows(bundled, tokens, a.threads)
-    out["burst"] = burst_rows(bundled, tokens, a.threads)
+    rows = wanted_rows(a)
+    with tempfile.TemporaryDirectory(prefix="hearth-bench-serve-") as tmp:
+        s = setup_for(a, Path(tmp), rows)
+        out: dict[str, Any] = {"model": s.model.name, "threads": s.threads, "exactness": s.exactness,
+                               "rounds": s.rounds, "quick": s.quick, "n_ctx_seq": s.n_ctx_seq}
+        if "throughput" in rows:
+            say(f"bench serve: {s.model.name}, {s.threads} threads, {s.exactness} profile, levels {s.levels}")
+            out["throughput"] = throughput_row(s)
+        if "hol" in rows:
+            out["hol"] = hol_row(s)
+        if "spec" in rows:
+            out["spec"] = spec_row(s)
     return out

@@ -1,5 +1,5 @@
-"""llama.cpp's own tools (``llama-bench``, ``llama-quantize``), built as llama.cpp builds itself:
-the reference ``bench speed`` measures Hearth against.
+"""llama.cpp's own tools (``llama-bench``, ``llama-quantize``, ``llama-server``), built as llama.cpp
+builds itself: the references ``bench speed`` and ``bench serve`` measure Hearth against.
 
 The source is the llama.cpp vendored in the llama-cpp-python sdist Hearth's runtime is built from
 (the same version, so the same kernels), fetched with pip. The build keeps llama.cpp's default
@@ -7,7 +7,10 @@ CMake options (tinyBLAS, ``GGML_LLAMAFILE``, on; the CPU repack on) and only mak
 portable as the wheel's are (``GGML_NATIVE`` off: a native build crashes in the AMX kernels on
 some machines): what a person who builds llama.cpp, or downloads a release, runs. CPU only. It
 is cached by version and flags (``HEARTH_LLAMA_TOOLS`` overrides the folder); the first build
-takes some minutes on two cores.
+takes some minutes on two cores. ``llama-server`` is built on its own first use, into the same
+folder, with the same flags (the key names the kernels' flags; the server's own switches, which
+compile no kernel, are added at build time): no web UI (nothing to download) and no OpenSSL (it
+answers on loopback only).
 """
 from __future__ import annotations
 
@@ -31,6 +34,11 @@ ARM_FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16")
 COMMON = ("-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
           "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_OPENMP=ON")
 TARGETS = ("llama-bench", "llama-quantize")
+SERVER = "llama-server"
+# What building llama-server adds to flags(): the server itself, without the web UI (which it would
+# download from the Hub at build time) and without HTTPS (it serves the benchmark on loopback).
+SERVER_FLAGS = ("-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+                "-DLLAMA_OPENSSL=OFF")
 
 
 def flags(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -38,6 +46,12 @@ def flags(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
 
     cpu = ARM_FLAGS if platform.machine().lower() in ("arm64", "aarch64") else X86_FLAGS
     return (*COMMON, *cpu, *extra)
+
+
+def build_flags(extra: tuple[str, ...], targets: tuple[str, ...]) -> tuple[str, ...]:
+    """CMake's flags for building ``targets``: ``flags(extra)``, plus SERVER_FLAGS where llama-server is
+    among them (later -D options win in CMake, so they override COMMON's LLAMA_BUILD_SERVER=OFF)."""
+    return (*flags(extra), *(SERVER_FLAGS if SERVER in targets else ()))
 
 
 def tools_dir(extra: tuple[str, ...] = ()) -> Path:
@@ -60,26 +74,38 @@ def source(into: Path, wanted: Callable[[str], bool] = lambda _name: True) -> Pa
     return into / prefix
 
 
-def ensure_tools(extra: tuple[str, ...] = (), say=lambda s: print(s, file=sys.stderr)) -> Path:
-    """The folder holding ``llama-bench`` and ``llama-quantize`` (built on first use)."""
+def ensure_tools(extra: tuple[str, ...] = (), say=lambda s: print(s, file=sys.stderr),
+                 targets: tuple[str, ...] = TARGETS) -> Path:
+    """The folder holding ``targets`` (default ``llama-bench`` and ``llama-quantize``), building the
+    missing ones on first use; each lands in the folder whole (copied beside, then renamed), so a
+    build that fails or is stopped leaves nothing half-written that a later run would take."""
     out = tools_dir(extra)
-    if all((out / t).is_file() for t in TARGETS):
+    missing = tuple(t for t in targets if not (out / t).is_file())
+    if not missing:
         return out
     if shutil.which("cmake") is None:
         raise SystemExit("building llama.cpp's tools needs cmake (pip install cmake, or the system's)")
-    say(f"building llama.cpp {VERSION}'s llama-bench and llama-quantize (once; some minutes): {' '.join(flags(extra))}")
+    cmake_flags = build_flags(extra, missing)
+    say(f"building llama.cpp {VERSION}'s {' and '.join(missing)} (once; some minutes): {' '.join(cmake_flags)}")
     with tempfile.TemporaryDirectory() as tmp:
         src = source(Path(tmp))
         build = Path(tmp) / "build"
-        subprocess.run(["cmake", "-S", str(src), "-B", str(build), *flags(extra)], check=True,
+        subprocess.run(["cmake", "-S", str(src), "-B", str(build), *cmake_flags], check=True,
                        stdout=subprocess.DEVNULL)
         subprocess.run(["cmake", "--build", str(build), "--config", "Release", "-j", str(os.cpu_count() or 2),
-                        "--target", *TARGETS], check=True, stdout=subprocess.DEVNULL)
-        part = out.with_name(out.name + ".part")
-        shutil.rmtree(part, ignore_errors=True)
-        part.mkdir(parents=True)
-        for t in TARGETS:
-            shutil.copy2(build / "bin" / t, part / t)
-        shutil.rmtree(out, ignore_errors=True)
-        part.rename(out)
+                        "--target", *missing], check=True, stdout=subprocess.DEVNULL)
+        out.mkdir(parents=True, exist_ok=True)
+        for t in missing:
+            part = out / f"{t}.part"
+            shutil.copy2(build / "bin" / t, part)
+            part.replace(out / t)
     return out
+
+
+if __name__ == "__main__":
+    # ``python -m engine.bench.llama_tools [TOOL...]``: build (once) and print the folder; scripts/test.sh's set-up.
+    known = (*TARGETS, SERVER)
+    wanted = tuple(sys.argv[1:]) or TARGETS
+    if any(t not in known for t in wanted):
+        raise SystemExit(f"llama_tools: the tools are {', '.join(known)}, not {' '.join(sys.argv[1:])}")
+    print(ensure_tools(targets=wanted))

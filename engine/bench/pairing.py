@@ -49,6 +49,18 @@ def verdict(low: float, high: float, bar: float, coverage: float = 1.0, level: f
     return "within noise"
 
 
+def at_most(low: float, high: float, bar: float, coverage: float = 1.0, level: float = CI_LEVEL) -> str:
+    """``verdict`` for a ratio that should stay at or under ``bar`` (a latency's): "met" only when the whole
+    interval is at or under it, "not met" only when the whole interval is over it."""
+    if coverage < level:
+        return "too few rounds"
+    if high <= bar:
+        return "met"
+    if low > bar:
+        return "not met"
+    return "within noise"
+
+
 def paired(values: list[float], ref: list[float], level: float = CI_LEVEL) -> dict[str, Any]:
     """A side against the reference measured next to it: the median of the per-round ratios, their
     least and greatest, and ``median_ci``'s interval (``ci``, with its ``coverage``). Pairing cancels

@@ -138,6 +138,15 @@ def _bench_parser(sub) -> None:
                         "floor), and each side against the mean of the two")
     p.add_argument("--window", action="store_true",
                    help="speed: the window (python -m app --bench-stream) against the engine and llama-bench instead")
+    p.add_argument("--quick", action="store_true",
+                   help="serve: a check that every row runs (one round, short replies; about 2 minutes)")
+    p.add_argument("--streams", default=None,
+                   help="serve: the concurrency levels of the throughput row (comma-separated; default 1,2,4,8)")
+    p.add_argument("--hol", action="store_true",
+                   help="serve: the head-of-line row (a short request during a long prompt's read) only, "
+                        "with --spec if given too")
+    p.add_argument("--spec", action="store_true",
+                   help="serve: the speculation-in-a-batch row only, with --hol if given too")
     p.add_argument("--seconds", type=float, default=1800, help="agents: how long each agent may take")
     p.add_argument("--spoken", default=None,
                    help="voice: a folder of recordings in any language (NAME.wav and NAME.txt, what it says) to "
@@ -153,6 +162,9 @@ def _serve_parser(sub) -> None:
     _model_flags(p)
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
     p.add_argument("--parallel", type=int, default=4, help="requests decoded at once")
+    p.add_argument("--draft", default="auto",
+                   help="speculative decoding: none, ngram, auto (default: n-gram, and a draft model where one "
+                        "is found that pays) or a draft .gguf")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     p.add_argument("--cors", action="append", default=[], help="a web origin allowed to call it (repeatable)")
     p.add_argument("--idle-unload", type=float, default=600.0, metavar="SECONDS",
@@ -171,6 +183,9 @@ def _serve_parser(sub) -> None:
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)
     p.add_argument("--rate-limit", type=int, default=None, metavar="N",
                    help="requests a minute per key (default: 120 with --listen, none on 127.0.0.1; 0: none)")
+    p.add_argument("--max-queue-wait", type=float, default=120.0, metavar="SECONDS",
+                   help="a request waiting longer for the model to start it gets 503 with Retry-After "
+                        "(default 120; 0: no limit)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -191,9 +206,13 @@ def _worker_parser(sub) -> None:
     p.add_argument("--until-stdin-closes", action="store_true", help=argparse.SUPPRESS)  # started over SSH
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("keys", help="API keys other devices use with `serve --listen`: new NAME, list, revoke ID")
-    p.add_argument("action", choices=["new", "list", "revoke"])
-    p.add_argument("name", nargs="?", default=None, help="new: what the key is for; revoke: its id")
+    p = sub.add_parser("keys", help="API keys other devices use with `serve --listen`: new NAME, list, revoke ID, "
+                                    "set ID --priority CLASS")
+    p.add_argument("action", choices=["new", "list", "revoke", "set"])
+    p.add_argument("name", nargs="?", default=None, help="new: what the key is for; revoke, set: its id")
+    p.add_argument("--priority", choices=["interactive", "background"], default=None,
+                   help="new, set: the class of the key's requests that name no priority of their own "
+                        "(new: interactive unless given)")
     p.set_defaults(func=cmd_keys)
 
 
@@ -291,7 +310,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return serve(a.model, port=a.port, parallel=a.parallel, api_key=key, n_ctx=a.ctx, n_threads=a.threads,
                  cors_origins=tuple(a.cors), idle_unload=None if a.no_library else a.idle_unload, mmproj=a.mmproj,
                  exactness=a.exactness, listen=a.listen, tls_cert=a.tls_cert, tls_key=a.tls_key,
-                 rate_limit=a.rate_limit, rpc=tuple(a.rpc), request=request)
+                 rate_limit=a.rate_limit, rpc=tuple(a.rpc), request=request, max_queue_wait=a.max_queue_wait,
+                 draft=a.draft)
 
 
 def cmd_worker(a: argparse.Namespace) -> int:
@@ -308,19 +328,28 @@ def cmd_keys(a: argparse.Namespace) -> int:
     from ..serve.http.listen import key_ring
 
     ring = key_ring(data_dir())
+    if a.priority is not None and a.action not in ("new", "set"):
+        raise HearthError(f"--priority goes with `keys new` or `keys set`, not `keys {a.action}`")
     if a.action == "new":
-        entry, key = ring.create(a.name or "key")
+        entry, key = ring.create(a.name or "key", a.priority or "interactive")
         print(key)
-        print(f"key {entry.id} ({entry.name}) made; it is shown this once and stored only as a hash. "
-              "Give it to the device that will use this server.", file=sys.stderr)
-    elif a.action == "revoke":
+        print(f"key {entry.id} ({entry.name}, {entry.priority}) made; it is shown this once and stored only as a "
+              "hash. Give it to the device that will use this server.", file=sys.stderr)
+    elif a.action in ("revoke", "set"):
         if not a.name:
-            raise HearthError("revoke needs a key's id: `python -m engine keys list` shows them")
-        entry = ring.revoke(a.name)
-        print(f"revoked {entry.id} ({entry.name})", file=sys.stderr)
+            raise HearthError(f"{a.action} needs a key's id: `python -m engine keys list` shows them")
+        if a.action == "revoke":
+            entry = ring.revoke(a.name)
+            print(f"revoked {entry.id} ({entry.name})", file=sys.stderr)
+        else:
+            if a.priority is None:
+                raise HearthError("set needs what to set: --priority interactive or --priority background")
+            entry = ring.set_priority(a.name, a.priority)
+            print(f"key {entry.id} ({entry.name}): its requests are {entry.priority} unless they say otherwise",
+                  file=sys.stderr)
     else:
         for e in ring.entries():
-            print(f"{e.id}  {time.strftime('%Y-%m-%d', time.localtime(e.created))}  {e.name}")
+            print(f"{e.id}  {time.strftime('%Y-%m-%d', time.localtime(e.created))}  {e.priority:<11}  {e.name}")
     return 0
 
 

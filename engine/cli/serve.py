@@ -43,17 +43,29 @@ def _defaults() -> ServedDefaults:
     return ServedDefaults(memo=memo_dir(data_dir()))
 
 
+def _say_loaded(m, *, machine_line: bool) -> None:
+    """What was loaded: one ``HEARTH-LOADED {json}`` line on stdout for a parent process, and
+    the human summary and the plan's notes on stderr."""
+    if machine_line:
+        print("HEARTH-LOADED " + json.dumps(asdict(m)), flush=True)
+    print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "
+          f"{m.n_gpu_layers} layers offloaded, speculation {m.draft}", file=sys.stderr, flush=True)
+    for note in m.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+
+
 def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int = 4, api_key: str | None = None,
           n_ctx: int | None = None, n_threads: int | None = None, queue_limit: int = 16,
           cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None,
           exactness: str | None = None, listen: str | None = None, tls_cert: str | None = None,
           tls_key: str | None = None, rate_limit: int | None = None, rpc: tuple[str, ...] = (),
-          request: LoadRequest | None = None) -> int:
+          request: LoadRequest | None = None, max_queue_wait: float = 120.0, draft: str = "auto") -> int:
     """Load ``model`` through the window's planned load (every setting on Auto but the context
     and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status.
     ``idle_unload``: a request naming another model of the library loads it the same way, and
     it is unloaded after this many seconds without requests (None: only ``model`` is served).
-    ``mmproj``: the model's vision projector (default: the one beside it, if any).
+    ``mmproj``: its vision projector (default: the one beside it); ``max_queue_wait``: the longest queue wait (s);
+    ``draft``: its speculation.
     ``listen``: let other devices in on this address, with TLS (``tls_cert``/``tls_key``, or a
     certificate Hearth makes once) and a key of ``engine keys`` (or ``api_key``) on every request.
     ``rpc``: llama.cpp RPC workers (host:port) whose devices take every layer (each probed first).
@@ -69,30 +81,25 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
         data_dir(), parallel=parallel, queue_limit=queue_limit, n_ctx=n_ctx, n_threads=n_threads,
         default_ttl=idle_unload, exactness=exactness)
     server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool, defaults=_defaults(),
-                         **exposure(data_dir(), listen, tls_cert, tls_key, rate_limit))
-    gpu_layers = None
+                         max_queue_wait=max_queue_wait, **exposure(data_dir(), listen, tls_cert, tls_key, rate_limit))
+    gpu_layers = "all" if rpc else None  # RPC workers' devices take every layer
     if rpc:
         from ..backends.llama.rpc import add_worker
 
         for endpoint in rpc:
             print(f"worker {endpoint}: {', '.join(add_worker(endpoint))}", file=sys.stderr, flush=True)
-        gpu_layers = "all"
     print("loading model...", file=sys.stderr, flush=True)
-    # The plan counts the batch context the scheduler opens for ``parallel`` sequences.
+    # The plan counts the pool the scheduler makes: ``parallel`` sequences of the context.
     if request is not None:
         req = replace(request, server_parallel=parallel, workers=())
     else:
         req = LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads, server_parallel=parallel,
-                          mmproj=mmproj or "auto", gpu_layers=gpu_layers, exactness=exactness or default_exactness())
+                          mmproj=mmproj or "auto", gpu_layers=gpu_layers, exactness=exactness or default_exactness(),
+                          draft=draft)
     loaded = load_model(req, data_dir=data_dir(), n_threads=n_threads)
     m = loaded.model
     assert m is not None  # load_model describes what it loaded
-    if request is not None:
-        print("HEARTH-LOADED " + json.dumps(asdict(m)), flush=True)
-    print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "
-          f"{m.n_gpu_layers} layers offloaded", file=sys.stderr, flush=True)
-    for note in m.notes:
-        print(f"note: {note}", file=sys.stderr, flush=True)
+    _say_loaded(m, machine_line=request is not None)
     engine = loaded.engine
     scheduler = Scheduler(engine, parallel=parallel, queue_limit=queue_limit, window=False)
     stop = threading.Event()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import Cancelled, HearthError
 from ..kv.reuse import PREFILL_CHUNK
+from ..types import WANT_NONE, Compute
 from .job import Handle, Job, Priority, QueueTimeout
 from .lease import SeqLease, TrackedView
 from .run import Run, cancelled_before_start
@@ -124,13 +125,14 @@ class EngineCore:
     def requests(self) -> list[dict[str, Any]]:
         """Every request in the core now: its sequence (None while queued), class, who asked, prompt
         length, what its sequence held when it started and holds now, and what it is doing ("queued",
+        "preempted" (its sequence given to a more urgent request),
         "waiting" for a shared prefix, reading its "prompt", "decoding")."""
         with self._cv:
             runs = [*self._running.values(), *self._queue]
         out = []
         for r in runs:
             want = r.want
-            state = ("queued" if r.seq is None else "waiting" if r.pipe is None
+            state = ("preempted" if r.suspended else "queued" if r.seq is None else "waiting" if r.pipe is None
                      else "prompt" if want is not None and want.prompt else "decoding")
             out.append({"seq": r.seq, "priority": int(r.job.priority), "label": r.job.label,
                         "prompt_tokens": len(r.job.prompt), "cached": r.cached, "state": state,
@@ -230,40 +232,90 @@ class EngineCore:
     # -- admission -----------------------------------------------------------------------------
 
     def _admit(self) -> None:
-        """Give queued requests free sequences, by priority; end the cancelled and the too-late."""
+        """Give queued requests free sequences, by priority, taking a less urgent request's where none
+        is free (never the window's); end the cancelled and the too-late."""
         now = time.perf_counter()
+        self._reap_queue(now)
         with self._cv:
-            for r in [r for r in self._queue if r.job.cancel.is_set()]:
-                self._queue.remove(r)
-                cancelled_before_start(r.handle)
-            late = [r for r in self._queue if r.job.max_wait_s is not None and now - r.job.submitted > r.job.max_wait_s]
-            for r in late:
-                self._queue.remove(r)
-                r.handle.end(QueueTimeout(f"waited {now - r.job.submitted:.0f} s for the model and gave up; "
-                                          "try again shortly", self.retry_after(len(self._queue))))
-            free = [s for s in range(self.pool.n_seq) if s not in self._running]
-            if not free or not self._queue or self._holds:
+            if not self._queue or self._holds:
                 return
             self._queue.sort(key=lambda r: (self.stepper.rank(r, now), r.job.submitted))
-            others = sum(1 for r in self._running.values() if r.job.priority != Priority.WINDOW)
-            starting = []
-            for r in list(self._queue):
-                if not free:
-                    break
-                if r.job.priority != Priority.WINDOW:
-                    if others >= self.pool.n_seq - self.reserve:
-                        continue
-                    others += 1
+            queued = list(self._queue)
+        starting = []
+        for r in queued:
+            seq = self._free_for(r, now)
+            if seq is None:
+                continue
+            with self._cv:
                 self._queue.remove(r)
-                r.seq = self.reuse.choose(free, r.job.prompt)
-                free.remove(r.seq)
-                self._running[r.seq] = r
-                starting.append(r)
+                r.seq = seq
+                self._running[seq] = r
+            starting.append(r)
         for r in starting:
+            if r.pipe is not None:  # preempted part-way
+                self._resume(r)
+                continue
             r.admitted = time.perf_counter()
             r.handle.admitted = r.admitted
             if not self._shares_a_reading(r):
                 self._start(r)
+
+    def _reap_queue(self, now: float) -> None:
+        """End the queued requests that were stopped, or waited past their maximum for a first start."""
+        with self._cv:
+            stopped = [r for r in self._queue if r.job.cancel.is_set()]
+            late = [r for r in self._queue if r.pipe is None and r.job.max_wait_s is not None
+                    and now - r.job.submitted > r.job.max_wait_s]
+            for r in [*stopped, *late]:
+                self._queue.remove(r)
+        for r in stopped:
+            if r.pipe is not None:  # preempted part-way: its pipeline says it was stopped
+                r.throw(Cancelled("stopped"), self._end)
+            else:
+                cancelled_before_start(r.handle)
+        for r in late:
+            r.handle.end(QueueTimeout(f"waited {now - r.job.submitted:.0f} s for the model and gave up; "
+                                      "try again shortly", self.retry_after(len(self._queue))))
+
+    def _free_for(self, r: Run, now: float) -> int | None:
+        """A sequence ``r`` may start on now: a free one (the window's kept for the window's requests), else
+        the one a less urgent request holds, which is preempted; None to wait."""
+        with self._cv:
+            free = [s for s in range(self.pool.n_seq) if s not in self._running]
+            others = sum(1 for o in self._running.values() if o.job.priority != Priority.WINDOW)
+        window = r.job.priority == Priority.WINDOW
+        if free and (window or others < self.pool.n_seq - self.reserve):
+            return self.reuse.choose(free, r.held if r.held is not None else r.job.prompt)
+        mine = self.stepper.rank(r, now)
+        victims = [o for o in self._running.values() if o.job.priority != Priority.WINDOW and o.want is not None
+                   and o.wait_for is None and self.stepper.rank(o, now) > mine]
+        if not victims:
+            return None
+        victim = max(victims, key=lambda o: (self.stepper.rank(o, now), o.job.submitted))
+        return self._preempt(victim)
+
+    def _preempt(self, r: Run) -> int:
+        """Give ``r``'s sequence away: what it holds goes to the prefix cache (where it has room), and ``r``
+        waits in the queue, its pipeline part-way, to get those tokens back on a sequence later."""
+        seq = r.seq
+        assert seq is not None
+        r.held = self.reuse.kv_tokens(seq)
+        self.reuse.save(seq)
+        with self._cv:
+            del self._running[seq]
+            r.seq = None
+            self._queue.append(r)
+        log.info("preempted a request (class %d) on sequence %d for a more urgent one", r.job.priority, seq)
+        return seq
+
+    def _resume(self, r: Run) -> None:
+        """A preempted request on its new sequence: the tokens it held read back (restored where the prefix
+        cache or another sequence has them, computed otherwise) before its pipeline goes on."""
+        assert r.seq is not None and r.view is not None and r.held is not None
+        got = self.reuse.resume(r.seq, r.held)
+        r.view.seq = r.seq
+        if got < len(r.held):
+            r.parked, r.want = r.want, Compute(r.held[got:], WANT_NONE, prompt=True)
 
     def _shares_a_reading(self, r: Run) -> bool:
         """Whether ``r`` waits for another request still reading a prefix of its prompt (requests that

@@ -24,7 +24,8 @@ Ended = Callable[["Run", "BaseException | None"], None]
 class Run:
     """A request in the core: queued, or holding a sequence and running its pipeline."""
 
-    __slots__ = ("job", "handle", "seq", "view", "pipe", "want", "admitted", "wait_for", "cached")
+    __slots__ = ("job", "handle", "seq", "view", "pipe", "want", "admitted", "wait_for", "cached", "held",
+                 "parked")
 
     def __init__(self, job: Job, handle: Handle) -> None:
         self.job, self.handle = job, handle
@@ -37,6 +38,16 @@ class Run:
         # (sequence, tokens): another request is still reading this one's prompt's first tokens there;
         # it starts once they are read, from a copy, instead of reading them a second time.
         self.wait_for: tuple[int, int] | None = None
+        # Preempted (its sequence given to a more urgent request): the tokens its sequence held, which it
+        # gets back before its pipeline goes on; while they are read again, its pipeline's own pending
+        # compute waits here.
+        self.held: list[int] | None = None
+        self.parked: Compute | None = None
+
+    @property
+    def suspended(self) -> bool:
+        """Preempted and waiting in the queue with its pipeline part-way."""
+        return self.pipe is not None and self.seq is None
 
     def advance(self, value: Any, ended: Ended, *, start: bool = False, error: BaseException | None = None) -> None:
         """Run the pipeline to its next Compute, posting its events; ``ended(run, error)`` once it returns

@@ -108,9 +108,12 @@ class Stepper:
         assert c is not None and r.seq is not None
         self.reuse.extend(r.seq, tokens)
         c.done += n
-        if c.prompt:
+        if c.prompt and r.parked is None:
             r.handle.put(Progress(self.pool.seq_len(r.seq), len(r.job.prompt)))
         if c.done < len(c.tokens):
+            return
+        if r.parked is not None:  # a preempted request's tokens are back: its pipeline's own compute goes on
+            r.want, r.parked = r.parked, None
             return
         r.want = None
         r.advance(logits if c.want != WANT_ALL or logits is None or logits.ndim == 2 else logits[None, :], self.ended)

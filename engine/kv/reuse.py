@@ -115,6 +115,16 @@ class KVReuse:
         self._live_prompt_len[seq] = len(prompt)
         return keep
 
+    def resume(self, seq: int, tokens: list[int]) -> int:
+        """Bring sequence ``seq`` to the longest prefix of ``tokens`` it can get without computing (its own
+        KV, another sequence's, a snapshot), all of them included: a preempted request's, which its
+        pipeline continues from. Returns how many it holds."""
+        return self.place(seq, [*tokens, self.backend.n_vocab])  # an id no sequence holds: every token may be served
+
+    def save(self, seq: int) -> None:
+        """Keep what sequence ``seq`` holds in the prefix cache (unpinned) before it is given away."""
+        self._save(seq)
+
     def reach(self, view: HeldSeq, tokens: list[int]) -> Generator[Compute, Any, bool]:
         """Bring the sequence to exactly ``tokens`` (a checkpoint: it holds a prefix of them now), from
         disk if stored, else through the core's steps; then keep it in memory (pinned) and on disk.

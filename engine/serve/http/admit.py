@@ -6,14 +6,36 @@ switch, and the tools (a schema the grammar cannot express, a model that takes n
 """
 from __future__ import annotations
 
+from typing import Any
+
+from starlette.requests import Request
+
 from ...errors import HearthError, ToolsUnsupported
 from ...reply_formats.tools import ToolError
 from ...library.model_settings import Layered
 from ..protocols.openai import ApiError, ApiRequest
+from ..protocols.scheduling import API_CLASSES
 from ..protocols.template_vars import TemplateVarsError, check_think
-from ..runtime.requests import ServeRequest
+from ..runtime.requests import Priority, ServeRequest
 from ..runtime.targets import Lease, Target
 from .request_defaults import sampling_for
+from .security import KEY_PRIORITY, KEY_STATE
+
+
+def max_wait(seconds: float | None) -> float | None:
+    """A server's longest queue wait as ServeRequest takes it: None for none (0 or None); a negative one
+    raises HearthError."""
+    if seconds is not None and seconds < 0:
+        raise HearthError(f"the longest queue wait is 0 (no limit) or more seconds, not {seconds:g}")
+    return seconds or None
+
+
+def key_defaults(request: Request) -> dict[str, Any]:
+    """What the key that let ``request`` in says of it (security.py put it in its state): its class when
+    it names none (a device key's; otherwise interactive), and the key's name as the request's label."""
+    state = request.scope.get("state", {})
+    name = (state.get(KEY_STATE) or ("", ""))[0]
+    return {"priority": API_CLASSES.get(state.get(KEY_PRIORITY, ""), Priority.API), "label": name}
 
 
 def lease_headers(lease: Lease | None) -> dict[str, str]:
@@ -23,9 +45,12 @@ def lease_headers(lease: Lease | None) -> dict[str, str]:
     return {"X-Hearth-Load-Ms": f"{lease.load_ms:.0f}"}
 
 
-def serve_request(req: ApiRequest, t: Target, base: Layered | None = None) -> ServeRequest:
+def serve_request(req: ApiRequest, t: Target, base: Layered | None = None, *, priority: int = Priority.API,
+                  max_wait_s: float | None = None, label: str = "") -> ServeRequest:
     """``req`` for ``t``'s scheduler, its settings over ``base`` (its model's layers: request_defaults.py;
-    None: the engine's defaults); raises ApiError (400) for what ``t``'s model cannot do as asked."""
+    None: the engine's defaults); raises ApiError (400) for what ``t``'s model cannot do as asked.
+    ``priority``: its class when it names none (its key's default); ``max_wait_s``: the longest it may
+    wait in the engine's queue (then QueueTimeout: a 503); ``label``: who asked (its key's name)."""
     think = t.scheduler.engine.think
     kwargs = req.template_kwargs
     if req.thinking is not None and think is not None and think.kind == "switch":
@@ -48,6 +73,8 @@ def serve_request(req: ApiRequest, t: Target, base: Layered | None = None) -> Se
             # a model whose template takes no tools answers in text, which is all "none" asks
     try:
         return ServeRequest(messages=req.messages, prompt=req.prompt, params=sampling_for(req, base),
-                            grammar=req.grammar, grammar_scope=req.grammar_scope, template_kwargs=kwargs, tools=plan)
+                            grammar=req.grammar, grammar_scope=req.grammar_scope, template_kwargs=kwargs, tools=plan,
+                            priority=Priority(req.priority if req.priority is not None else priority),
+                            max_wait_s=max_wait_s, label=label)
     except HearthError as e:
         raise ApiError(400, str(e)) from None

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from ...errors import HearthError, PromptTooLongError
 from ..protocols import anthropic
 from ..protocols.openai import ApiError
-from ..runtime.requests import QueueFull
+from ..runtime.requests import QueueFull, QueueTimeout
 from ..protocols.template_vars import depth
 
 log = logging.getLogger("hearth.serve")
@@ -33,6 +33,9 @@ def api_error(e: HearthError) -> ApiError:
     """The HTTP answer to a failure the engine or the scheduler reported."""
     if isinstance(e, QueueFull):
         return ApiError(429, str(e), type="rate_limit_error", code="queue_full",
+                        headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))})
+    if isinstance(e, QueueTimeout):  # Anthropic's shape makes it 529 overloaded_error, which its clients retry
+        return ApiError(503, str(e), type="server_error", code="queue_timeout",
                         headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))})
     if isinstance(e, PromptTooLongError):
         return ApiError(400, str(e), param="messages", code="context_length_exceeded")

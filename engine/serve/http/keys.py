@@ -4,7 +4,9 @@ A key is 256 random bits (``hearth-`` + 43 URL-safe characters), so an unsalted
 SHA-256 is as good as any password hash here: nothing can be guessed from it. The
 file lives in the data folder, readable by the user only; it is re-read when it
 changes, so a key made or revoked in a terminal (``engine keys``) counts at once
-in a running server. Each key has its own request budget (RateLimit).
+in a running server. Each key has its own request budget (RateLimit), and a default
+priority class for its requests that name none (a phone's chat interactive, a batch
+job's key background).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import math
 import secrets
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ...atomic import atomic_write
@@ -28,12 +30,24 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.strip().encode()).hexdigest()
 
 
+PRIORITIES = ("interactive", "background")  # a key's default class (engine/serve/protocols/scheduling.py)
+
+
+def check_priority(priority: str) -> str:
+    """``priority`` if it is a class a key may default to; else HearthError saying which are."""
+    if priority not in PRIORITIES:
+        raise HearthError(f"a key's priority is one of {', '.join(PRIORITIES)}, not {priority!r}")
+    return priority
+
+
 @dataclass(frozen=True, slots=True)
 class KeyEntry:
     id: str        # a short handle to revoke it by (the first 8 hex digits of its hash)
     name: str      # what the user called it ("laptop", "phone")
     sha256: str
     created: float
+    # the class of this key's requests that name no ``priority`` of their own (files from before it: interactive)
+    priority: str = "interactive"
 
 
 class KeyRing:
@@ -57,28 +71,40 @@ class KeyRing:
                 try:
                     rows = json.loads(self.path.read_text(encoding="utf-8"))
                     self._entries = tuple(KeyEntry(**r) for r in rows)
-                except (OSError, ValueError, TypeError) as e:
+                    for e in self._entries:
+                        check_priority(e.priority)
+                except (OSError, ValueError, TypeError, HearthError) as e:
                     raise HearthError(f"the server's key file {self.path} is damaged ({e}); remove it and make "
                                       "new keys with `python -m engine keys new NAME`") from None
                 self._seen = stamp
             return self._entries
 
-    def create(self, name: str) -> tuple[KeyEntry, str]:
-        """A new key: its entry, and the key itself, which is never stored and cannot be shown again."""
+    def create(self, name: str, priority: str = "interactive") -> tuple[KeyEntry, str]:
+        """A new key: its entry, and the key itself, which is never stored and cannot be shown again.
+        ``priority``: the class of its requests that name none (PRIORITIES)."""
         name = (name or "").strip() or "key"
         key = PREFIX + secrets.token_urlsafe(32)
         h = digest(key)
-        entry = KeyEntry(h[:8], name[:64], h, time.time())
+        entry = KeyEntry(h[:8], name[:64], h, time.time(), check_priority(priority))
         self._write(self.entries() + (entry,))
         return entry, key
 
-    def revoke(self, key_id: str) -> KeyEntry:
-        entries = self.entries()
-        gone = [e for e in entries if e.id == key_id.strip()]
-        if not gone:
+    def _find(self, key_id: str) -> KeyEntry:
+        found = [e for e in self.entries() if e.id == key_id.strip()]
+        if not found:
             raise HearthError(f"no key {key_id!r}; `python -m engine keys list` shows them")
-        self._write(tuple(e for e in entries if e.id != gone[0].id))
-        return gone[0]
+        return found[0]
+
+    def revoke(self, key_id: str) -> KeyEntry:
+        gone = self._find(key_id)
+        self._write(tuple(e for e in self.entries() if e.id != gone.id))
+        return gone
+
+    def set_priority(self, key_id: str, priority: str) -> KeyEntry:
+        """Give key ``key_id`` the default class ``priority`` (its next request has it); its new entry."""
+        entry = replace(self._find(key_id), priority=check_priority(priority))
+        self._write(tuple(entry if e.id == entry.id else e for e in self.entries()))
+        return entry
 
     def match(self, given: str) -> KeyEntry | None:
         """The entry ``given`` is the key of (compared in constant time), or None."""

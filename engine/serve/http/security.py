@@ -31,6 +31,7 @@ from ..protocols.openai import ApiError
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 BIND_HOST = "127.0.0.1"
 KEY_STATE = "hearth_key"  # request.state's (name, id) of the key that let a request in (its use is counted)
+KEY_PRIORITY = "hearth_key_priority"  # request.state's default class of that key (keys.PRIORITIES), if a device key
 SETTINGS_KEY = ("settings key", "settings")
 
 
@@ -118,6 +119,7 @@ class KeyCheck:
             elif given and self.keys is not None and (entry := self.keys.match(given)) is not None:
                 who = entry.id
                 scope.setdefault("state", {})[KEY_STATE] = (entry.name, entry.id)
+                scope["state"][KEY_PRIORITY] = entry.priority
             if who is None:
                 await send_error(send, scope, 401, "invalid or missing API key: send it as 'Authorization: "
                                                    "Bearer <key>' or 'x-api-key: <key>' (Hearth shows it in "

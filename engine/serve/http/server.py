@@ -46,7 +46,7 @@ from .request_defaults import RequestDefaults
 from ..runtime.pool import ModelPool, keep_alive
 from ..protocols.responses import ResponseStore
 from ..runtime.targets import Lease, Target, Targets
-from .admit import lease_headers, serve_request
+from .admit import key_defaults, lease_headers, max_wait, serve_request
 from ..metrics import ServerMetrics
 from .observe import finished_request, metrics_route, request_key, scheduler_gauges
 from ..protocols.wire import Reply, Wire, anthropic_wire, openai_wire, responses_wire
@@ -55,6 +55,7 @@ DEFAULT_PORT = 8765    # LM Studio 1234, Ollama 11434, Jan 1337, GPT4All 4891, l
 MAX_BODY = 32 << 20    # bytes: a chat request is a few KB; an inline image (base64 data: URL) up to 20 MiB
 STARTUP_TIMEOUT_S = 10.0
 REAP_EVERY_S = 5.0     # how often models the API loaded are checked for their idle time
+MAX_QUEUE_WAIT_S = 120.0  # the longest an API request waits for the model to start it, then 503 + Retry-After
 
 
 class LocalServer:
@@ -64,19 +65,22 @@ class LocalServer:
                  cors_origins: Iterable[str] = (), max_body: int = MAX_BODY, host: str = "127.0.0.1",
                  pool: ModelPool | None = None, listen: bool = False, tls: TlsFiles | None = None,
                  keys: KeyRing | None = None, rate_limit: int = 0, audio: AudioRoutes | None = None,
-                 metrics: ServerMetrics | None = None, defaults: ServedDefaults | None = None) -> None:
+                 metrics: ServerMetrics | None = None, defaults: ServedDefaults | None = None,
+                 max_queue_wait: float | None = MAX_QUEUE_WAIT_S) -> None:
         """``pool``: the library's models, loaded when a request names one (None: only the
         attached model is served). ``listen``: ``host`` may be an address other devices reach;
         the server then refuses to start without TLS (``tls``) and a key (``api_key`` or one in
         ``keys``). ``rate_limit``: requests a minute per key (0: none). ``audio``: the speech routes.
         ``metrics``: where finished requests are counted (the app keeps one across restarts).
-        ``defaults``: each model's settings, for what a request leaves out (None: the engine's defaults)."""
+        ``defaults``: each model's settings, for what a request leaves out (None: the engine's defaults).
+        ``max_queue_wait``: seconds a request may wait for the model to start it (0 or None: no limit)."""
         self.host = check_bind_host(host, listen=listen)
         self.exposed = check_exposure(self.host, tls is not None, bool(api_key) or bool(keys and keys.entries()))
         self.tls, self.keys = tls, keys
         self.requested_port = port
         self.api_key = api_key or None
         self.max_body = max_body
+        self.max_queue_wait = max_wait(max_queue_wait)  # read per request: the app changes it without a restart
         self._port = 0
         self.targets = Targets(pool)
         self._lock = threading.Lock()
@@ -210,7 +214,8 @@ class LocalServer:
             lease = await self.targets.lease(req.model, keep_alive(body))
             t = lease.target
             try:
-                ticket = t.scheduler.submit(serve_request(req, t, await self.defaults.base(t)))
+                ticket = t.scheduler.submit(serve_request(req, t, await self.defaults.base(t), **key_defaults(request),
+                                                          max_wait_s=max_wait(self.max_queue_wait)))
             except QueueFull as e:
                 raise api_error(e) from None
             except HearthError as e:  # the scheduler closed under us: a model switch

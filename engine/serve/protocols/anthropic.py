@@ -8,7 +8,8 @@ before it) (``cache_control`` is accepted and changes nothing: the prefix
 cache is automatic), an assistant turn's ``thinking`` blocks as its reasoning,
 ``max_tokens`` (required, as Anthropic's API requires it), ``stop_sequences``,
 ``temperature``, ``top_p``, ``top_k``, ``stream``, ``thinking`` (enabled or disabled:
-the model's own thinking switch, where its template has one), ``output_config``'s JSON
+the model's own thinking switch, where its template has one; ``budget_tokens``, the thinking
+budget), ``priority`` (scheduling.py), ``output_config``'s JSON
 schema (a grammar, as ``response_format`` is on the OpenAI path) and ``effort`` (the
 template's ``reasoning_effort``), llama-server's ``grammar``, and tool use: ``tools``,
 ``tool_choice``, ``tool_use`` and ``tool_result`` blocks (anthropic_blocks.py). A reply's
@@ -34,6 +35,7 @@ from ...prompt.messages import Message, TextPart, ToolCall
 from ...types import StreamEvent
 from .anthropic_blocks import parse_anthropic_tools, tool_use, turn
 from .openai import ApiError, ApiRequest, bad, grammar_of, head, number, raw_grammar_scope
+from .scheduling import thinking_budget
 from .template_vars import short
 
 MAX_STOP_SEQUENCES = 16
@@ -174,6 +176,10 @@ def parse_anthropic(body: Any) -> ApiRequest:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad("stream", "stream must be true or false")
+    thinking = _thinking(body.get("thinking"))
+    budget = thinking_budget(body.get("thinking"))
+    if budget is not None:
+        s["reasoning_budget"] = budget  # the most the model thinks for; then its block is closed
     gbnf, template_kwargs = _output(body)
     tools, choice, parallel = parse_anthropic_tools(body)
     if tools and gbnf is not None:
@@ -181,7 +187,7 @@ def parse_anthropic(body: Any) -> ApiRequest:
                            "shapes every call")
     return ApiRequest(kind="chat", model=model, messages=messages, sampling=s, max_tokens=mt, stream=stream,
                       grammar=gbnf, grammar_scope=raw_grammar_scope(body), template_kwargs=template_kwargs,
-                      thinking=_thinking(body.get("thinking")),
+                      thinking=thinking,
                       tools=tools, tool_choice=choice, parallel_tool_calls=parallel)
 
 

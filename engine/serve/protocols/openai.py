@@ -13,7 +13,8 @@ none, or a named function), ``parallel_tool_calls``; a reply that calls has
 delta) and ``finish_reason: tool_calls``; ``role: tool`` messages with their
 ``tool_call_id`` go back into the template. Hearth never runs a tool the API
 asked for: the calls go to the client, which runs them. ``grammar`` (GBNF text, as llama-server takes it) is
-accepted beside the standard fields.
+accepted beside the standard fields, and so is ``ignore_eos`` (llama-server's and vLLM's: decode on past
+the end of the reply, to ``max_tokens``; what serving benchmarks send).
 
 Thinking models follow the convention DeepSeek's API, vLLM and llama-server
 share: a reply's reasoning travels as ``reasoning_content`` beside ``content``
@@ -70,6 +71,7 @@ class ApiRequest:
     # what a wire format keeps for its reply (the Responses API: the conversation, what to echo)
     extra: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the server left out, for X-Hearth-Note
+    priority: int | None = None  # the engine core's class the client asked for (scheduling.py); None: its key's
 
 
 def number(body: dict, key: str, lo: float, hi: float, *, integer: bool = False) -> float | int | None:
@@ -284,6 +286,11 @@ def parse_openai(body: Any, kind: str) -> ApiRequest:
     if "seed" in s:
         s["seed"] = s["seed"] % (1 << 32)  # the engine's generator takes 32 bits; any int from a client maps in
     s["stop"] = _stop(body)
+    ignore_eos = body.get("ignore_eos")
+    if ignore_eos is not None:  # llama-server's and vLLM's field: decode on past the reply's end, to max_tokens
+        if not isinstance(ignore_eos, bool):
+            raise bad("ignore_eos", f"ignore_eos must be true or false, got {short(ignore_eos)}")
+        s["ignore_eos"] = ignore_eos
     req.sampling = s
     req.grammar = grammar_of(body)
     req.grammar_scope = raw_grammar_scope(body)
