@@ -27,9 +27,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..reply_formats.tool_parser import ToolCallError
 from ..reply_formats.tools import Tool
@@ -112,16 +113,20 @@ def check(calls, offered: tuple[Tool, ...], choice: str) -> str | None:
 
 
 def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 0.8,
-                 tools: tuple[Tool, ...] = TOOLS) -> dict[str, Any]:
+                 tools: tuple[Tool, ...] = TOOLS, progress: Callable[[str], None] | None = None,
+                 every: int = 10) -> dict[str, Any]:
     """Run ``n`` forced calls on ``engine`` over ``tools``; the counts, and each invalid call's reason.
     *Resampled*: calls the validator refused and that were drawn again (decode/resample.py);
-    *given back*: replies whose call never passed and came back as text with the reason."""
+    *given back*: replies whose call never passed and came back as text with the reason.
+    ``progress`` gets a line of the counts so far every ``every`` calls (a long run on a slow machine)."""
     valid = cut = resamples = resampled = given_back = at_budget = 0
     invalid: list[dict[str, Any]] = []
     by_tool: dict[str, int] = {}
     t0 = time.perf_counter()
     tokens = 0
     for i, (prompt, offered, choice) in enumerate(cases(n, tools)):
+        if progress is not None and i and i % every == 0:
+            progress(f"{i}/{n} calls: {valid} valid, {len(invalid)} invalid, {cut} cut, {at_budget} at budget")
         plan = engine.plan_tools(offered, choice, parallel=False)
         params = SamplingParams(temperature=temperature, seed=1000 + i, max_tokens=max_tokens)
         try:
@@ -205,7 +210,8 @@ def bench_tools(a: argparse.Namespace) -> dict:
         if engine.tool_syntax is None:
             raise SystemExit("this model's chat template takes no tools: give one with --template FILE")
         tools, source = schemas(getattr(a, "schemas", None) or "builtin")
-        out = forced_calls(engine, getattr(a, "calls", None) or 200, tools=tools)
+        out = forced_calls(engine, getattr(a, "calls", None) or 200, tools=tools,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True))
         out["schemas"] = source
         out["syntax"] = engine.tool_syntax.name
         out["model"] = Path(engine.backend.path).name
