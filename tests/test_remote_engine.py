@@ -28,6 +28,7 @@ from engine.serve.runtime.scheduler import Scheduler
 from engine.serve.http.server import LocalServer
 from tests.fault_proxy import FaultProxy
 from tests.serving import local_server
+from test_serve_reasoning import thinking_engine  # noqa: F401 (a fixture: the bundled model under Qwen3's template)
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 ASK = [Message("system", "You are brief."), Message("user", "Name three colours.")]
@@ -271,6 +272,18 @@ def test_the_messages_cross_in_anthropics_shape_and_read_back_the_same():
                                                                                         "assistant", "user"]
     back = parse_anthropic({**body, "max_tokens": 1}).messages
     assert back == TOOLS  # Hearth's server reads them into the messages the local engine counts
+
+
+def test_a_hearth_servers_think_control_is_offered_counted_and_sent(thinking_engine):  # noqa: F811
+    ask, off = [Message("user", "Say hi.")], {"enable_thinking": False}
+    with local_server(thinking_engine) as srv:
+        eng = remote(srv.url)
+        assert eng.think == thinking_engine.think and eng.capabilities().think  # the model list's, default included
+        assert eng.count_tokens(ask) == thinking_engine.count_tokens(ask)
+        assert eng.count_tokens(ask, off) == thinking_engine.count_tokens(ask, off) > eng.count_tokens(ask)
+        final = list(eng.stream(ask, SamplingParams(temperature=0.0, max_tokens=2), template_kwargs=off))[-1]
+        assert srv.finished[-1].request.template_kwargs == off  # sent as chat_template_kwargs
+        assert final.stats.prompt_tokens == thinking_engine.count_tokens(ask, off)
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ The window's engine thread and ``engine chat --remote`` use it exactly as the
 local engine: messages and options in, typed events out. What this side cannot
 know it says: token counts are the server's own where it can count them
 (token_count.py) and estimates, said so in ``Capabilities.exact_tokens``, where it
-cannot; the figures are measured here (TTFT and tok/s as the user sees them, the
-network included), with the server's own counts (``usage``, cached prompt tokens,
-llama-server's ``timings``) where it sends them.
+cannot; a Think control is offered where the server describes the model's (a
+Hearth's model list); the figures are measured here (TTFT and tok/s as the user
+sees them, the network included), with the server's own counts (``usage``, cached
+prompt tokens, llama-server's ``timings``) where it sends them.
 """
 from __future__ import annotations
 
@@ -45,12 +46,14 @@ class RemoteEngine:
     for, so a wrong address, key or model fails at once with the reason in one line."""
 
     def __init__(self, client: Client, model: RemoteModel, *, label: str | None = None,
-                 notes: Sequence[str] = (), counter: PromptCounter | None = None) -> None:
+                 notes: Sequence[str] = (), counter: PromptCounter | None = None,
+                 think: ThinkControl | None = None) -> None:
         self.client = client
         self.model = model
         self.label = label or model.id
         self._notes = tuple(notes)
         self.counter: PromptCounter = counter or EstimatedCount()
+        self._think = think
         self._n_ctx = model.n_ctx or DEFAULT_N_CTX
         self._closed = False
         self.extras = client.endpoint.host != "api.openai.com"
@@ -72,13 +75,15 @@ class RemoteEngine:
         notes = [] if chosen.n_ctx else [f"the server does not say its context length; {DEFAULT_N_CTX:,} tokens "
                                          "is assumed"]
         # Where the server cannot count, the window's context meter says so (Capabilities.exact_tokens).
-        return cls(client, chosen, notes=notes, counter=probe_count(client, chosen, cancel))
+        return cls(client, chosen, notes=notes, counter=probe_count(client, chosen, cancel), think=chosen.think)
 
     # -- what it is ---------------------------------------------------------------------
 
     @property
     def think(self) -> ThinkControl | None:
-        return None  # the server's template decides; a split reasoning_content is still shown
+        """The Think control the server describes for its model (a Hearth's model list); None elsewhere:
+        there the server's template decides, and a split reasoning_content is still shown."""
+        return self._think
 
     @property
     def n_ctx(self) -> int:
@@ -95,10 +100,10 @@ class RemoteEngine:
 
     def capabilities(self) -> Capabilities:
         """Counts are exact where the server counts them (token_count.py), images are sent and its server
-        decides whether the model reads them, the Think control and batching are the server's, and so are
-        its settings."""
-        return Capabilities(exact_tokens=self.counter.exact, images=True, think=False, batching=False,
-                            tunable=False, runs="server")
+        decides whether the model reads them, a Think control where the server describes one; batching is
+        the server's, and so are its settings."""
+        return Capabilities(exact_tokens=self.counter.exact, images=True, think=self._think is not None,
+                            batching=False, tunable=False, runs="server")
 
     def plan_tools(self, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
         return ToolPlan(OPENAI_TOOLS, tuple(tools), choice, parallel)
@@ -152,6 +157,8 @@ class RemoteEngine:
             raise HearthError("the remote model was closed")
         params = params or SamplingParams()
         body, notes = self.payload(messages, params, tools)
+        if template_kwargs and self.extras:
+            body["chat_template_kwargs"] = dict(template_kwargs)  # the Think choice, as Hearth and llama-server take it
         yield from RemoteReply(self, body, notes, cancel).events()
 
     def complete(self, text: str, params: SamplingParams | None = None, *,
