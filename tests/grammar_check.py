@@ -3,20 +3,17 @@ constrains replies with), over a real model's vocabulary: each token of the text
 mask, and at the end the grammar must allow the end of generation."""
 from __future__ import annotations
 
-import numpy as np
-
 from engine.reply_formats.json_grammar import BASE, Grammar
 
 
 def accepts(backend, gbnf: str, text: str) -> bool:
     g = backend.grammar(gbnf)
     try:
-        zeros = np.zeros(backend.n_vocab, dtype=np.float32)
         for t in backend.tokenize(text, special=False):
-            if not np.isfinite(g.mask(zeros)[t]):
+            if not g.takes(t):
                 return False
             g.accept(t)
-        return bool(np.isfinite(g.mask(zeros)[min(backend.eos_ids)]))
+        return g.takes(min(backend.eos_ids))
     finally:
         g.close()
 

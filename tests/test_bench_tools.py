@@ -3,6 +3,8 @@ each kind of bad call, then one forced call per tool is made by the real bundled
 wearing Qwen 2.5's template (Hermes syntax) and every one must validate."""
 from __future__ import annotations
 
+import re
+
 from engine.bench import tools as bench
 from engine.prompt.messages import ToolCall
 from serving import qwen_tool_engine
@@ -41,3 +43,13 @@ def test_forced_calls_by_the_real_model_all_validate(bundled_path):
     assert out["invalid"] == 0, out["invalid_calls"]
     assert out["valid"] == len(bench.TOOLS) and out["cut_by_max_tokens"] == 0
     assert out["by_tool"] == {t.name: 1 for t in bench.TOOLS}  # the offered tool, never a distractor
+
+
+def test_forced_calls_in_a_tight_budget_are_closed_at_it(bundled_path):
+    """A budget that cuts these calls without decode/call_closing.py: both end valid, at the budget."""
+    lines: list[str] = []
+    with qwen_tool_engine(bundled_path) as engine:
+        out = bench.forced_calls(engine, 2, max_tokens=36, progress=lines.append, every=1)
+    assert len(lines) == 1 and re.fullmatch(r"1/2 calls: 1 valid, 0 invalid, 0 cut, [01] at budget", lines[0])
+    assert out["invalid"] == 0, out["invalid_calls"]
+    assert (out["valid"], out["cut_by_max_tokens"]) == (2, 0) and out["valid_at_budget"] >= 1

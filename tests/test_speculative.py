@@ -19,7 +19,9 @@ Q = [Message("user", "List the days of the week, then list them again in reverse
 
 def collect(engine, params, messages=Q, cancel=None, on_delta=None):
     deltas = []
-    for ev in engine.stream(messages, params, cancel=cancel):
+    # "stop": a reply that fills the context ends there, which these tests compare up to (under the
+    # other policies it goes on past it: tests/test_context_shift.py)
+    for ev in engine.stream(messages, params, cancel=cancel, context_policy="stop"):
         if ev.kind == "delta":
             deltas.append(ev.text)
             if on_delta:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from grammar_check import accepts
 
 from engine.prompt.chat_template import ChatTemplate
 from engine.reply_formats.json_grammar import STRING_CAP, SchemaError
@@ -166,6 +167,28 @@ def test_glm_values_take_their_schema_types():
                     "<arg_value>12</arg_value>\n</tool_call>") + p.finish()[0]
     assert [json.loads(e.call.arguments) for e in events if e.kind == "call"] == [{"a": 2, "b": 0.5},
                                                                                   {"city": "12"}]
+
+
+def test_glm_strings_are_bare_and_follow_their_schema(llama_backend):
+    """GLM's template writes every string bare: an enum's and a const's too (the grammar wrote them as
+    JSON, quotes and all, which the parser read back as the string '"c"', so the call failed its schema),
+    and a bare string keeps its format and lengths (the grammar took any text)."""
+    tool = Tool("get_weather", {"type": "object", "properties": {
+        "city": {"type": "string", "minLength": 2, "maxLength": 12}, "unit": {"type": "string", "enum": ["c", "f"]},
+        "mode": {"type": "string", "const": "now"}, "day": {"type": "string", "format": "date"}},
+        "required": ["city", "unit", "mode", "day"]})
+    plan = ToolPlan(syntax_by_name("glm"), (tool,), "required")
+    call = ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>{}</arg_value>\n<arg_key>unit</arg_key>\n"
+            "<arg_value>{}</arg_value>\n<arg_key>mode</arg_key>\n<arg_value>{}</arg_value>\n<arg_key>day</arg_key>\n"
+            "<arg_value>{}</arg_value>\n</tool_call>")
+    good = ("Rom", "c", "now", "2026-05-01")
+    assert accepts(llama_backend, plan.grammar(), call.format(*good))
+    for i, bad in ((0, "R"), (0, "Rom" * 5), (1, '"c"'), (2, '"now"'), (3, "tomorrow")):
+        assert not accepts(llama_backend, plan.grammar(), call.format(*good[:i], bad, *good[i + 1:])), bad
+    p = ToolCallParser(plan)
+    events = p.feed(call.format("Rom", "f", "now", "2026-05-01")) + p.finish()[0]
+    assert [json.loads(e.call.arguments) for e in events if e.kind == "call"] == [
+        {"city": "Rom", "unit": "f", "mode": "now", "day": "2026-05-01"}]
 
 
 def test_llama3_calls_only_at_the_start_of_the_answer():

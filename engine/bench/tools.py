@@ -13,7 +13,10 @@ A call counts as *valid* when the reply ends ``tool_calls``, every call names an
 tool (the named one, when named) and ``jsonschema`` accepts its arguments. *Invalid* is
 anything else that ended in a call (or a parser error); *cut* is a reply that
 reached ``max_tokens`` first (``length`` in the API), which must come back with no call,
-never a broken one. The goal is 0 invalid. A call the grammar let through but the validator
+never a broken one. Every call here is forced, and a forced call is closed within its budget
+(decode/call_closing.py), so *cut* counts only replies whose budget could not hold any call.
+The goal is 0 invalid and 0 cut. *Valid at budget*: valid calls whose reply used every token of
+its budget (most of them closed at the last moment by that check). A call the grammar let through but the validator
 refused (a keyword no grammar says) is drawn again: the *resample rate* is the share of calls
 that needed it. Run it on a model whose template takes tools,
 or give one with ``--template`` (a Jinja file the model wears, as tests do with the bundled
@@ -24,9 +27,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..reply_formats.tool_parser import ToolCallError
 from ..reply_formats.tools import Tool
@@ -109,16 +113,20 @@ def check(calls, offered: tuple[Tool, ...], choice: str) -> str | None:
 
 
 def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 0.8,
-                 tools: tuple[Tool, ...] = TOOLS) -> dict[str, Any]:
+                 tools: tuple[Tool, ...] = TOOLS, progress: Callable[[str], None] | None = None,
+                 every: int = 10) -> dict[str, Any]:
     """Run ``n`` forced calls on ``engine`` over ``tools``; the counts, and each invalid call's reason.
     *Resampled*: calls the validator refused and that were drawn again (decode/resample.py);
-    *given back*: replies whose call never passed and came back as text with the reason."""
-    valid = cut = resamples = resampled = given_back = 0
+    *given back*: replies whose call never passed and came back as text with the reason.
+    ``progress`` gets a line of the counts so far every ``every`` calls (a long run on a slow machine)."""
+    valid = cut = resamples = resampled = given_back = at_budget = 0
     invalid: list[dict[str, Any]] = []
     by_tool: dict[str, int] = {}
     t0 = time.perf_counter()
     tokens = 0
     for i, (prompt, offered, choice) in enumerate(cases(n, tools)):
+        if progress is not None and i and i % every == 0:
+            progress(f"{i}/{n} calls: {valid} valid, {len(invalid)} invalid, {cut} cut, {at_budget} at budget")
         plan = engine.plan_tools(offered, choice, parallel=False)
         params = SamplingParams(temperature=temperature, seed=1000 + i, max_tokens=max_tokens)
         try:
@@ -127,7 +135,7 @@ def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 
         except ToolCallError as e:
             invalid.append({"i": i, "prompt": prompt, "why": f"parser: {e}"})
             continue
-        tokens += final.stats.generated_tokens if final.stats else 0
+        tokens += tokens_of(final)
         drawn = final.stats.tool_resamples if final.stats else 0
         resamples += drawn
         resampled += drawn > 0
@@ -143,16 +151,23 @@ def forced_calls(engine, n: int, *, max_tokens: int = 160, temperature: float = 
             f"ended {final.finish_reason} with text {final.text[:80]!r}"
         if why is None:
             valid += 1
+            at_budget += tokens_of(final) >= max_tokens
             for c in final.tool_calls:
                 by_tool[c.name] = by_tool.get(c.name, 0) + 1
         else:
             invalid.append({"i": i, "prompt": prompt, "why": why})
     seconds = time.perf_counter() - t0
     return {"calls": n, "valid": valid, "invalid": len(invalid), "cut_by_max_tokens": cut,
+            "valid_at_budget": at_budget,
             "resampled_calls": resampled, "resample_rate": round(resampled / n, 4) if n else 0.0,
             "resamples": resamples, "given_back_as_text": given_back,
             "by_tool": dict(sorted(by_tool.items())), "invalid_calls": invalid[:20],
             "generated_tokens": tokens, "seconds": round(seconds, 1)}
+
+
+def tokens_of(final) -> int:
+    """The tokens a reply's final event says it generated (0 when it carries no stats)."""
+    return final.stats.generated_tokens if final.stats else 0
 
 
 def schemas(which: str) -> tuple[tuple[Tool, ...], str]:
@@ -195,12 +210,13 @@ def bench_tools(a: argparse.Namespace) -> dict:
         if engine.tool_syntax is None:
             raise SystemExit("this model's chat template takes no tools: give one with --template FILE")
         tools, source = schemas(getattr(a, "schemas", None) or "builtin")
-        out = forced_calls(engine, getattr(a, "calls", None) or 200, tools=tools)
+        out = forced_calls(engine, getattr(a, "calls", None) or 200, tools=tools,
+                           progress=lambda line: print(line, file=sys.stderr, flush=True))
         out["schemas"] = source
         out["syntax"] = engine.tool_syntax.name
         out["model"] = Path(engine.backend.path).name
-        out["goal"] = "0 invalid"
-        out["meets_goal"] = out["invalid"] == 0
+        out["goal"] = "0 invalid, 0 cut"
+        out["meets_goal"] = out["invalid"] == 0 and out["cut_by_max_tokens"] == 0
         return out
     finally:
         engine.close()

@@ -59,7 +59,8 @@ def reply_pipeline(backend: "Backend", speculation: "Speculation", reply: ReplyR
     whole = constraint is not None and params.grammar_scope == "reply"
     steer = Steering() if req.layout is not None and not whole else None
     base = rec.make_sampler(params)
-    sampler = base if constraint is None else ConstrainedSampler(base, constraint, steer)
+    sampler = base if constraint is None else \
+        ConstrainedSampler(base, constraint, steer, req.closing(backend, view.n_ctx))
     # A tool call that fails its schema is drawn again from its section's start (decode/resample.py).
     rewind = SequenceRewind(view, len(prompt), history, sampler, params, steer) if req.tools is not None else None
     # A reply that fills the context goes on under every policy but "stop" (decode/room.py).

@@ -17,13 +17,14 @@ from ..errors import NoGrammar
 if TYPE_CHECKING:
     from ..backends.base import Backend, TokenConstraint
     from ..reply_formats.tools import ToolPlan
+    from .call_closing import CallClosing
 
 
-def tool_constraint(backend: "Backend", plan: "ToolPlan") -> TokenConstraint | None:
-    """The grammar every call of ``plan`` follows; None on a backend without grammars,
-    whose calls are parsed and validated instead (ToolCallParser)."""
+def tool_constraint(backend: "Backend", plan: "ToolPlan", gbnf: str | None = None) -> TokenConstraint | None:
+    """The grammar every call of ``plan`` follows (``gbnf``: its text, where it was built already); None on a
+    backend without grammars, whose calls are parsed and validated instead (ToolCallParser)."""
     try:
-        return backend.grammar(plan.grammar(), plan.triggers())
+        return backend.grammar(plan.grammar() if gbnf is None else gbnf, plan.triggers())
     except NoGrammar:
         return None
 
@@ -47,15 +48,19 @@ class ConstrainedSampler:
     drawn first: a token that opens the block is kept (the grammar never sees
     it), any other is drawn again under the grammar, which from then on owns
     the reply's start (a grammar may write the open tag itself).
+
+    ``closing``: a forced tool call's check that the call can still close in the tokens left
+    (call_closing.py), which picks each token the constraint takes.
     """
 
-    __slots__ = ("inner", "constraint", "gate", "accepted")
+    __slots__ = ("inner", "constraint", "gate", "accepted", "closing")
 
     def __init__(self, inner: Callable[[Sequence[int], np.ndarray], int], constraint: TokenConstraint,
-                 gate: Gate | None = None) -> None:
+                 gate: Gate | None = None, closing: CallClosing | None = None) -> None:
         self.inner = inner
         self.constraint = constraint
         self.gate = gate
+        self.closing = closing
         self.accepted: list[tuple[int, int]] = []  # (position, token) of every token the constraint took
 
     def rewind(self, position: int, inner: Callable[[Sequence[int], np.ndarray], int]) -> None:
@@ -65,6 +70,8 @@ class ConstrainedSampler:
         self.constraint.reset()
         for _p, t in self.accepted:
             self.constraint.accept(t)
+        if self.closing is not None:
+            self.closing.rewind(len(self.accepted))
         self.inner = inner
 
     def __call__(self, history: Sequence[int], logits: np.ndarray) -> int:
@@ -76,7 +83,11 @@ class ConstrainedSampler:
                 tok = self.inner(history, logits)
                 if gate.may_open(tok):
                     return tok
-        tok = self.inner(history, self.constraint.mask(logits))
+        masked = self.constraint.mask(logits)
+        if self.closing is None:
+            tok = self.inner(history, masked)
+        else:
+            tok = self.closing.choose(history, masked, lambda lg: self.inner(history, lg))
         self.constraint.accept(tok)
         self.accepted.append((len(history), tok))
         if gate is not None:

@@ -18,6 +18,7 @@ from ..prompt.view import Cut
 from ..reply_formats import Layout, opens_in_prompt
 from ..reply_formats.tools import ToolPlan
 from ..types import SamplingParams
+from .call_closing import CallClosing, call_closing
 from .constraint import tool_constraint
 
 if TYPE_CHECKING:
@@ -58,13 +59,29 @@ class Prepared:
     policy: str = "stop"
     builder: PromptBuilder | None = None
     compaction: Compaction | None = None
+    _tool_gbnf: str | None = field(default=None, repr=False)  # the tools' grammar, built once (an agent's: 0.1 s)
+
+    def tool_grammar(self) -> str:
+        """The GBNF every tool call of the reply follows (``tools`` must be set)."""
+        assert self.tools is not None
+        if self._tool_gbnf is None:
+            self._tool_gbnf = self.tools.grammar()
+        return self._tool_gbnf
 
     def constraint(self, backend: "Backend") -> "TokenConstraint | None":
         """The grammar the reply follows: every tool call's, else ``params.grammar``'s, else None.
         Build it after the prompt is known to fit; the caller closes it."""
         if self.tools is not None:
-            return tool_constraint(backend, self.tools)
+            return tool_constraint(backend, self.tools, self.tool_grammar())
         return None if self.params.grammar is None else backend.grammar(self.params.grammar)
+
+    def closing(self, backend: "Backend", n_ctx: int) -> CallClosing | None:
+        """For a forced tool call (``tool_choice`` required or a tool's name), the check that its call
+        closes within the reply's budget (call_closing.py); None for any other reply."""
+        if self.tools is None or self.tools.lazy:
+            return None
+        return call_closing(backend, self.tool_grammar(), prompt_len=len(self.tokens), limit=self.params.limit,
+                            n_ctx=n_ctx)
 
 
 def prepare_request(prompts: PromptBuilder, layout: Layout | None, params: SamplingParams, *,

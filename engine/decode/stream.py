@@ -13,7 +13,9 @@ through it to the engine core, and its events go to the reader:
 - :class:`ThinkingBudget`: the most reasoning tokens a reply may spend, after which
   the family's closing text is fed to the model, read, not sampled;
 - :class:`StopRules`: end of generation, ``max_tokens`` (finishing a cut character),
-  Stop, and a context with no room for the next token;
+  Stop, and a context with no room for the next token (a forced tool call is closed within
+  that budget by its sampler, call_closing.py, and one that cannot fit ends the reply at once,
+  with a note);
 - :class:`StatsClock`: when the first and the last token came, and the final figures.
 
 A thinking model's reply is split here, once, for every caller (the window, the
@@ -37,6 +39,7 @@ from ..reply_formats import Layout, force_close
 from ..reply_formats.parser import ReplySummary
 from ..reply_formats.tools import ToolPlan
 from ..types import Compute, SamplingParams, StreamEvent
+from .call_closing import NoRoomForCall
 from .detokenize import IncrementalDetokenizer
 from .generate import Steering, Steps
 from .metrics import GenerationStats
@@ -215,10 +218,11 @@ def markup_bytes(backend: "Backend", layout: Layout | None) -> Callable[[int], b
     return piece
 
 
-def pull(steps: Steps) -> Generator[Compute, Any, tuple[int, bool] | str | None]:
+def pull(steps: Steps, notes: list[str]) -> Generator[Compute, Any, tuple[int, bool] | str | None]:
     """The step generator's next ``(token, from_draft)``, its Computes relayed to the engine core on
     the way; what the core throws in reaches the step generator there. None once it ends, "cancelled"
-    when Stop was thrown in while it waited."""
+    when Stop was thrown in while it waited; where a forced tool call has no room left to be written
+    (call_closing.py), the finish ("max_tokens" or "context_full"), and ``notes`` say so."""
     try:
         item = next(steps)
         while isinstance(item, Compute):
@@ -232,6 +236,9 @@ def pull(steps: Steps) -> Generator[Compute, Any, tuple[int, bool] | str | None]
         return None
     except Cancelled:
         return "cancelled"
+    except NoRoomForCall as e:  # no half call: the reply ends here
+        notes.append(str(e))
+        return e.reason
     return item
 
 
@@ -272,7 +279,7 @@ def stream_tokens(backend: "Backend", steps: Steps, *, prompt_len: int, cached: 
             if not channels:
                 steer.free = events.in_reasoning  # type: ignore[union-attr]  # a budget is applied with a steer
         while True:
-            got = yield from pull(steps)
+            got = yield from pull(steps, stats.notes)
             if not isinstance(got, tuple):  # the steps ended, or Stop came while the reply waited
                 reason = got or reason
                 break

@@ -27,13 +27,13 @@ import string
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
 
+from .glm_args import kv_arguments, read_kv
 from .json_grammar import Grammar, SchemaError, check_schema, json_literal, literal
 
 Body = Literal["json", "name-args", "kv"]
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_PARALLEL = 8   # calls in one reply, where the family can write several
 FENCE_CLOSE = "```"
-KV_VALUE_CAP = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +278,7 @@ class ToolPlan:
         pre = literal(s.call_open) + " " if s.call_open else ""
         post = " " + literal(s.call_close) if s.call_close else ""
         if s.body == "kv":
-            return g.add(f"{name}-call", f"{pre}{literal(t.name)} {self._kv(g, t, name)}{post}")
+            return g.add(f"{name}-call", f"{pre}{literal(t.name)} {kv_arguments(g, t, name)}{post}")
         args = g.value(dict(t.parameters), f"{name}-args")
         if s.body == "name-args":
             return g.add(f"{name}-call", f"{pre}{literal(t.name)} {literal(s.args_sep)} {args}{post}")
@@ -287,41 +287,15 @@ class ToolPlan:
         own_id = ' ("," sp "\\"id\\"" sp ":" sp "\\"" [a-zA-Z0-9]{9} "\\"")?' if s.id_in_call else ""
         return g.add(f"{name}-call", f'{pre}{head} {args}{own_id} sp "}}"{post}')
 
-    def _kv(self, g: Grammar, t: Tool, name: str) -> str:
-        props = t.parameters.get("properties", {}) or {}
-        required = set(t.parameters.get("required", []) or [])
-        pairs = []
-        for k, sch in props.items():
-            if isinstance(sch, dict) and sch.get("type") == "string" and not ({"enum", "const"} & sch.keys()):
-                value = g.add("kv-text", f'[^<]{{0,{KV_VALUE_CAP}}}')
-            else:
-                value = g.value(sch, f"{name}-{k}", f"properties.{k}")
-            pair = g.add(f"{name}-{k}-pair", f'"\\n<arg_key>" {literal(k)} "</arg_key>\\n<arg_value>" {value} '
-                                             '"</arg_value>"')
-            pairs.append(pair if k in required else f"{pair}?")
-        return " ".join(pairs) + ' "\\n"' if pairs else '"\\n"'
-
 
 def parse_arguments(syntax: ToolSyntax, tool: Tool | None, raw: str) -> dict[str, Any]:
     """A call body's arguments as a JSON object (GLM's pairs converted to their schema types)."""
-    if syntax.body != "kv":
-        value = json.loads(raw)
-        if not isinstance(value, dict):
-            raise ValueError("the arguments are not a JSON object")
-        return value
-    props = (tool.parameters.get("properties", {}) if tool else {}) or {}
-    out: dict[str, Any] = {}
-    for m in re.finditer(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", raw, re.S):
-        k, v = m.group(1).strip(), m.group(2)
-        sch = props.get(k, {})
-        if isinstance(sch, dict) and sch.get("type") == "string":
-            out[k] = v
-        else:
-            try:
-                out[k] = json.loads(v)
-            except ValueError:
-                out[k] = v
-    return out
+    if syntax.body == "kv":
+        return read_kv(tool, raw)
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise ValueError("the arguments are not a JSON object")
+    return value
 
 
 def check_tool(fn: Any, at: str, schema_key: str = "parameters") -> Tool:

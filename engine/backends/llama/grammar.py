@@ -57,6 +57,17 @@ class LlamaGrammar:
         out[:n] = self._data["logit"]
         return out
 
+    def takes(self, token: int) -> bool:
+        """Whether the grammar allows ``token`` next: ``mask`` for one token, not the whole vocabulary."""
+        if self._smpl is None:
+            raise GrammarError("the grammar was closed")
+        one = np.zeros(1, dtype=_TOKEN_DATA)
+        one["id"] = token
+        arr = lc.llama_token_data_array(data=one.ctypes.data_as(lc.llama_token_data_p), size=1, selected=-1,
+                                        sorted=False)
+        lc.llama_sampler_apply(self._smpl, ctypes.byref(arr))
+        return bool(np.isfinite(one["logit"][0]))
+
     def accept(self, token: int) -> None:
         """Advance the grammar past ``token`` (one the mask allowed)."""
         if self._smpl is not None:

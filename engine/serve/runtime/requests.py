@@ -112,6 +112,9 @@ class Ticket:
             self._events = events(self)
         except HearthError as e:
             self._error = e
+        # Queued by the engine as events() returned: the queue wait the engine measures starts there (after
+        # the prompt's preparation on this thread), so ``started`` is this plus that wait, on one clock.
+        self.queued = time.perf_counter()
 
     # -- the consumer's side ----------------------------------------------------
 
@@ -126,7 +129,7 @@ class Ticket:
                 raise self._error
             for ev in events:
                 if self.started is None and ev.stats is not None:
-                    self.started = self.submitted + ev.stats.queue_wait_ms / 1e3
+                    self.started = self.queued + ev.stats.queue_wait_ms / 1e3
                 if ev.kind == "final":
                     self._record(ev)
                     finished = self._replied = True
@@ -161,7 +164,7 @@ class Ticket:
         t.prompt_tokens, t.cached_tokens = st.prompt_tokens, st.cached_tokens
         t.completion_tokens = st.generated_tokens
         if self.started is None:
-            self.started = self.submitted + t.queue_wait_s
+            self.started = self.queued + t.queue_wait_s
 
     def cancel(self) -> None:
         """Stop this request: a queued one never starts, a running one stops within one step. A
