@@ -3,8 +3,9 @@
 It answers ``GET /v1/models`` and streams ``POST /v1/chat/completions`` as
 vLLM, SGLang and llama-server do for a thinking model: ``reasoning_content``
 deltas, then ``content`` deltas, then a chunk with ``usage`` (cached prompt
-tokens included), then ``[DONE]``. Used where the bundled model cannot write
-the layout itself; the protocol, the client and the window are real.
+tokens included), then ``[DONE]``. Any other POST is a 404 (it has no way to
+count tokens). Used where the bundled model cannot write the layout itself;
+the protocol, the client and the window are real.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ class ScriptServer:
         """``usage``: the last chunk's (None: none, as llama-cpp-python's server); ``timings``: llama-server's
         figures on the finishing chunk."""
         self.reasoning, self.answer, self.model = reasoning, answer, model
-        self.requests: list[dict] = []
+        self.requests: list[dict] = []  # the chat requests' bodies
+        self.other: list[str] = []      # the paths of the other POSTs, each answered 404
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,7 +39,12 @@ class ScriptServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 n = int(self.headers.get("content-length", "0"))
-                outer.requests.append(json.loads(self.rfile.read(n)))
+                body = self.rfile.read(n)
+                if self.path != "/v1/chat/completions":  # as vLLM answers llama-server's routes: no such route
+                    outer.other.append(self.path)
+                    self._send(404, "application/json", b'{"error": {"message": "Not Found"}}')
+                    return
+                outer.requests.append(json.loads(body))
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("transfer-encoding", "chunked")

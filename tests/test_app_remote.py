@@ -72,6 +72,9 @@ def test_a_server_added_in_the_dock_streams_a_reply_in_the_window(qtbot, make_wi
     stored = w.store.message(mid)
     assert stored.content and stored.finish_reason in ("eos", "max_tokens") and stored.metrics["backend"] == "remote"
     assert stored.metrics["prompt_tokens"] > 0 and stored.metrics["ttft_ms"] > 0
+    # another Hearth counts tokens with its model: the context meter is not marked as an estimate
+    assert w.host.model.capabilities.exact_tokens and w.context_label.text().startswith("Context ")
+    assert "≈" not in w.context_label.text() and "cannot count" not in w.context_label.toolTip()
     assert w.settings.source == "remote" and w.settings.model == remote_model(url, w.host.model.label)
     from app.settings_ui.settings_dialog import SettingsDialog
 

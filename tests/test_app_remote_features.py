@@ -37,6 +37,9 @@ def test_reasoning_from_a_server_shows_in_the_reasoning_block_and_is_kept(qtbot,
         assert stored.metrics["cached_tokens"] == 16 and stored.metrics["prompt_tokens"] == 30
         view = w.chat.widget(mid)
         assert view.thinking.text == "The user greets me." and not view.thinking.isHidden()
+        # it cannot count tokens (no route for it): the context meter says its counts are estimates, once
+        assert w.context_label.text() == "Context ≈42 / 32,768"  # the server's usage: 30 prompt, 12 reply
+        assert w.context_label.toolTip().count("cannot count tokens") == 1
         sent = script.requests[-1]
         assert sent["messages"][-1] == {"role": "user", "content": "Hi"} and sent["temperature"] == 0.0
         assert sent["stream_options"] == {"include_usage": True}

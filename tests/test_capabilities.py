@@ -1,6 +1,7 @@
 """What each engine says it can do (engine/interface.py's Capabilities), checked against what it does:
 llama.cpp on the bundled model, transformers on a tiny random model, a remote engine on a real local
-Hearth server, and what a split model's child process says as it crosses to the parent."""
+Hearth server and on one that cannot count tokens, and what a split model's child process says as it
+crosses to the parent."""
 from __future__ import annotations
 
 import json
@@ -44,19 +45,30 @@ def test_the_transformers_engine_counts_exactly_and_serves_one_request_at_a_time
         eng.close()
 
 
-def test_a_remote_engine_estimates_sends_images_and_leaves_the_rest_to_its_server(engine):
+def test_a_remote_hearth_counts_exactly_sends_images_and_leaves_the_rest_to_its_server(engine):
     with local_server(engine) as srv:
         eng = open_remote(srv.url, pins=MemoryPins())
         try:
             m = eng.describe()
-            assert m.capabilities == Capabilities(exact_tokens=False, images=True, think=False, batching=False,
+            assert m.capabilities == Capabilities(exact_tokens=True, images=True, think=False, batching=False,
                                                   tunable=False, runs="server")
             assert m.capabilities.on_server and m.sees_images and m.projector is None  # no file of its own here
-            assert eng.think is None and eng.capacity() == 1
-            # an estimate, not the server's count: the server's own tokenizer counts otherwise
-            assert eng.count_tokens(ASK) != engine.count_tokens(ASK)
+            assert eng.think is None and eng.capacity() == 1  # the bundled model's template has no Think control
+            assert eng.count_tokens(ASK) == engine.count_tokens(ASK)  # the server's own count (its count route)
         finally:
             eng.close()
+
+
+def test_a_remote_server_that_cannot_count_says_its_counts_are_estimates():
+    from openai_script import ScriptServer
+
+    script = ScriptServer([], ["Hi"])
+    try:
+        eng = open_remote(script.url, pins=MemoryPins())
+        assert eng.describe().capabilities == Capabilities(exact_tokens=False, images=True, think=False,
+                                                           batching=False, tunable=False, runs="server")
+    finally:
+        script.close()
 
 
 def test_what_a_child_process_loaded_crosses_as_json_with_its_capabilities(engine):

@@ -2,7 +2,10 @@
 
 A real LocalServer serves the bundled model on 127.0.0.1; the faults come from
 tests/fault_proxy.py in front of it (a cut, a stall, garbled events) or from the
-server itself (a wrong key, a model it does not serve, its rate limit).
+server itself (a wrong key, a model it does not serve, its rate limit). Token
+counts are the local engine's on Hearth (its count route) and on llama.cpp's own
+llama-server (built from the vendored source, as scripts/test.sh does at set-up),
+and an estimate, said so, on a server that cannot count.
 """
 from __future__ import annotations
 
@@ -16,16 +19,23 @@ from engine.remote.client import Client
 from engine.remote.connect import open_remote
 from engine.remote.engine import RemoteEngine, wire_message
 from engine.remote.pins import MemoryPins
+from engine.prompt.messages import ToolCall
 from engine.remote.think import ThinkSplitter
 from engine.remote.errors import RemoteError
+from engine.remote.token_count import EstimatedCount, HearthCount, LlamaServerCount, anthropic_body
 from engine.remote.transport import Endpoint
 from engine.serve.runtime.scheduler import Scheduler
 from engine.serve.http.server import LocalServer
 from tests.fault_proxy import FaultProxy
 from tests.serving import local_server
+from test_serve_reasoning import thinking_engine  # noqa: F401 (a fixture: the bundled model under Qwen3's template)
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 ASK = [Message("system", "You are brief."), Message("user", "Name three colours.")]
+TALK = [*ASK, Message("assistant", "Red, green and blue."), Message("user", "And two more?")]
+TOOLS = [Message("system", "You add."), Message("user", "What is 2 + 3?"),
+         Message("assistant", reasoning="Add them.", tool_calls=(ToolCall("call_1", "add", '{"a": 2, "b": 3}'),)),
+         Message("tool", "5", tool_call_id="call_1"), Message("assistant", "It is 5."), Message("user", "And 4 + 4?")]
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +248,97 @@ def test_required_with_one_tool_is_sent_as_that_tool_and_what_is_not_sent_is_not
     body, notes = eng.payload(ASK, SamplingParams(temperature=0.5, top_k=20, grammar="root ::= \"x\""), None)
     assert "top_k" not in body and "grammar" not in body and body["temperature"] == 0.5
     assert any("top_k" in n for n in notes) and any("grammar" in n for n in notes)
+
+
+def test_a_hearth_server_counts_tokens_exactly_with_its_models_template(engine, server):
+    eng = remote(server.url)
+    assert isinstance(eng.counter, HearthCount) and eng.describe().capabilities.exact_tokens
+    for msgs in (ASK, TALK, TOOLS, [Message("user", "Hi")]):
+        assert eng.count_tokens(msgs) == engine.count_tokens(msgs) > 0, msgs
+    # what a reply's prompt takes there is what was counted
+    assert events_of(eng, TALK, SamplingParams(temperature=0.0, max_tokens=2))[-1].stats.prompt_tokens == \
+        eng.count_tokens(TALK)
+    # the template's variables go with the count (a Think choice), checked by the server as a reply's are
+    with pytest.raises(RemoteError) as e:
+        eng.count_tokens(ASK, {"messages": []})
+    assert e.value.status == 400 and "set by the server" in str(e.value)
+
+
+def test_the_messages_cross_in_anthropics_shape_and_read_back_the_same():
+    from engine.serve.protocols.anthropic import parse_anthropic
+
+    body = anthropic_body("m", TOOLS)
+    assert body["system"] == "You add." and [t["role"] for t in body["messages"]] == ["user", "assistant", "user",
+                                                                                        "assistant", "user"]
+    back = parse_anthropic({**body, "max_tokens": 1}).messages
+    assert back == TOOLS  # Hearth's server reads them into the messages the local engine counts
+
+
+def test_a_hearth_servers_think_control_is_offered_counted_and_sent(thinking_engine):  # noqa: F811
+    ask, off = [Message("user", "Say hi.")], {"enable_thinking": False}
+    with local_server(thinking_engine) as srv:
+        eng = remote(srv.url)
+        assert eng.think == thinking_engine.think and eng.capabilities().think  # the model list's, default included
+        assert eng.count_tokens(ask) == thinking_engine.count_tokens(ask)
+        assert eng.count_tokens(ask, off) == thinking_engine.count_tokens(ask, off) > eng.count_tokens(ask)
+        final = list(eng.stream(ask, SamplingParams(temperature=0.0, max_tokens=2), template_kwargs=off))[-1]
+        assert srv.finished[-1].request.template_kwargs == off  # sent as chat_template_kwargs
+        assert final.stats.prompt_tokens == thinking_engine.count_tokens(ask, off)
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_server(bundled_path, tmp_path_factory):
+    """llama.cpp's llama-server serving the bundled model on 127.0.0.1 (built once, as bench serve builds it)."""
+    import subprocess
+    import urllib.request
+
+    from engine.bench import llama_tools
+    from engine.bench.serve_sides import free_port, llama_server_command, llama_server_env
+
+    binary = llama_tools.ensure_tools(targets=(llama_tools.SERVER,)) / llama_tools.SERVER
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama-server") / "stderr.txt"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(llama_server_command(binary, bundled_path, parallel=1, n_ctx_seq=2048, threads=1,
+                                                     port=port, exactness="fast"),
+                                stdout=subprocess.DEVNULL, stderr=err, env=llama_server_env("fast"))
+    deadline = time.monotonic() + 120
+    while True:  # /health answers 200 once the model is loaded (503 until then)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"llama-server did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}/v1"
+    proc.terminate()
+    proc.wait(30)
+
+
+@pytest.mark.timeout(1800)  # the first run on a machine builds llama-server (scripts/test.sh does it at set-up)
+def test_llama_server_counts_tokens_exactly_with_its_template_and_tokenizer(engine, llama_cpp_server):
+    eng = remote(llama_cpp_server)
+    assert isinstance(eng.counter, LlamaServerCount) and eng.describe().capabilities.exact_tokens
+    for msgs in (ASK, TALK, [Message("user", "Hi")]):
+        assert eng.count_tokens(msgs) == engine.count_tokens(msgs) > 0, msgs
+    final = events_of(eng, TALK, SamplingParams(temperature=0.0, max_tokens=2))[-1]
+    assert final.stats.prompt_tokens == eng.count_tokens(TALK)  # the server's own count of the reply's prompt
+
+
+def test_a_server_that_cannot_count_is_marked_as_estimating_and_asked_once():
+    from openai_script import ScriptServer
+
+    script = ScriptServer([], ["Hi"])
+    try:
+        eng = remote(script.url)
+        assert isinstance(eng.counter, EstimatedCount)
+        assert not eng.describe().capabilities.exact_tokens and not eng.capabilities().exact_tokens
+        assert eng.count_tokens(ASK) == -(-sum(len(m.content) + 16 for m in ASK) // 4)  # about 4 characters a token
+        eng.count_tokens(TALK)
+        assert script.other == ["/apply-template"] and script.requests == []  # one try, at open; no reply asked
+    finally:
+        script.close()

@@ -13,10 +13,15 @@ from engine import HearthError, Message, SamplingParams
 from engine.backends.llama.rpc import probe_worker
 from engine.interface import Capabilities
 from engine.loading.request import LoadRequest
-from engine.workers.child import WorkerLost, open_split
+from engine.workers.child import WorkerLost, open_split, ready_line
 from engine.workers.connect import open_machine
 from engine.workers.machines import WorkerMachine, check_address
+from gguf_copy import with_metadata
 from rpc_workers import ROOT, free_port, kill_mid_reply, sshd, start_worker
+from test_serve_reasoning import QWEN3, thinking_engine  # noqa: F401 (a fixture: the same model, Qwen3's template)
+
+
+ASK = [Message("system", "You are brief."), Message("user", "Name three colours.")]
 
 
 def ssh_machine(addr: str, key, data) -> WorkerMachine:
@@ -26,7 +31,7 @@ def ssh_machine(addr: str, key, data) -> WorkerMachine:
 
 
 def test_a_model_on_a_worker_and_an_ssh_machine_runs_apart_and_names_the_worker_that_went_away(
-        tmp_path, bundled_path):
+        tmp_path, bundled_path, engine):
     direct, proc = start_worker(tmp_path, "direct")
     with sshd(tmp_path / "ssh") as (addr, key):
         laptop = ssh_machine(addr, key, tmp_path)
@@ -37,9 +42,11 @@ def test_a_model_on_a_worker_and_an_ssh_machine_runs_apart_and_names_the_worker_
             # The plan put the layers on both machines (Auto: they count as devices), as llama.cpp did.
             assert m.runtime == "rpc" and m.device.count("RPC0[") == 2 and m.n_gpu_layers > 0
             assert any("other machines" in n and "laptop" in n for n in m.notes)
-            # reached through the remote engine's client: estimated counts, no Think control from here
-            assert m.capabilities == Capabilities(exact_tokens=False, images=False, think=False, batching=False,
+            # reached through the child's API: its count route (exact), its model list (the bundled model's
+            # template has no Think control)
+            assert m.capabilities == Capabilities(exact_tokens=True, images=False, think=False, batching=False,
                                                   tunable=True, runs="workers")
+            assert eng.count_tokens(ASK) == engine.count_tokens(ASK) > 0
             tunnel = next(lk for lk in eng.links if lk.machine is laptop)
             assert tunnel.endpoint != tunnel.remote and tunnel.round_trip_ms > 0
             first = list(eng.stream([Message("user", "Name three colours.")],
@@ -149,6 +156,38 @@ def test_the_child_ends_when_the_window_that_started_it_does(tmp_path, bundled_p
         finally:
             eng.close()
         assert probe_worker(direct).major == 7  # and the worker is free for the next one
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_split_models_child_says_it_is_ready_in_one_json_line():
+    line = 'HEARTH-READY {"url": "http://127.0.0.1:40001/v1", "model": "smol"}\n'
+    assert ready_line(line) == {"url": "http://127.0.0.1:40001/v1", "model": "smol"}
+    for bad in ("HEARTH-READY http://127.0.0.1:40001/v1", 'HEARTH-READY {"url": "http://127.0.0.1:1/v1"}'):
+        with pytest.raises(HearthError, match="not whole"):
+            ready_line(bad)
+
+
+def test_a_split_models_think_control_and_counts_come_through_the_childs_api(tmp_path, bundled_path,
+                                                                              thinking_engine):  # noqa: F811
+    """The bundled model under Qwen3's template (its enable_thinking switch), split over one worker: the parent
+    offers the child's Think control, counts as the child's model does, and the choice reaches its template."""
+    model = with_metadata(bundled_path, tmp_path / "smol-qwen3.gguf", {"tokenizer.chat_template": QWEN3})
+    direct, proc = start_worker(tmp_path, "direct")
+    try:
+        eng = open_split(LoadRequest(model=str(model), context=1024, exactness="exact"), [WorkerMachine(direct)],
+                         data_dir=tmp_path, n_threads=1)
+        try:
+            assert eng.think == thinking_engine.think and eng.think.variable == "enable_thinking"
+            assert eng.describe().capabilities.think and eng.describe().capabilities.exact_tokens
+            ask, off = [Message("user", "Say hi.")], {"enable_thinking": False}
+            assert eng.count_tokens(ask) == thinking_engine.count_tokens(ask)
+            assert eng.count_tokens(ask, off) == thinking_engine.count_tokens(ask, off) > eng.count_tokens(ask)
+            final = list(eng.stream(ask, SamplingParams(temperature=0.0, max_tokens=2), template_kwargs=off))[-1]
+            assert final.stats.prompt_tokens == thinking_engine.count_tokens(ask, off)  # the choice was applied
+        finally:
+            eng.close()
     finally:
         proc.kill()
         proc.wait(10)

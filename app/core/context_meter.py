@@ -129,12 +129,14 @@ def context_cut(messages: list[StoredMessage]) -> tuple[int, int] | None:
     return None
 
 
-def context_use(metrics: dict | None, loaded_ctx: int = 0) -> tuple[str, str]:
+def context_use(metrics: dict | None, loaded_ctx: int = 0, exact: bool = True) -> tuple[str, str]:
     """The context meter's text and tooltip for a reply's metrics ('' when they do not say).
 
     ``loaded_ctx``: the context of the model loaded now (0: none is). The meter measures
     against it, so that loading another model shows its size at once; the tooltip says when
-    the last reply was written with another context."""
+    the last reply was written with another context. ``exact``: the loaded engine counts tokens
+    with its model's tokenizer (``Capabilities.exact_tokens``); where it cannot (a server without a
+    way to count them) the meter is marked as an estimate, once, and its tooltip says why."""
     m = metrics or {}
     written_ctx = m.get("n_ctx") or 0
     if not written_ctx:
@@ -149,7 +151,10 @@ def context_use(metrics: dict | None, loaded_ctx: int = 0) -> tuple[str, str]:
                f"context it was written with: the conversation as the model saw it ({prompt:,} tokens) and the "
                f"reply ({reply:,}). The model loaded now has a {n_ctx:,}-token context; the next reply is "
                "counted with it.")
-    text = f"Context {prompt + reply:,} / {n_ctx:,}"
+    text = f"Context {'' if exact else '≈'}{prompt + reply:,} / {n_ctx:,}"
+    if not exact:
+        tip += ("\nThe model's server cannot count tokens for Hearth, so counts made on this side are estimates "
+                "(about 4 characters a token); a reply's own figures are the server's where it reports them.")
     dropped, summarized = m.get("dropped_messages") or 0, m.get("summarized_messages") or 0
     if summarized:
         text += f" · {summarized:,} summarized"

@@ -57,8 +57,10 @@ class ContextController:
         divider where the model's view begins, with its summary."""
         msgs = self.store.messages(cid) if msgs is None else msgs
         last = next((m for m in reversed(msgs) if m.role == "assistant" and m.metrics), None)
-        loaded = self.host.model.n_ctx if self.host.model is not None else 0
-        text, tip = context_use(last.metrics if last is not None else None, loaded)
+        model = self.host.model
+        loaded = model.n_ctx if model is not None else 0
+        exact = model is None or model.capabilities.exact_tokens
+        text, tip = context_use(last.metrics if last is not None else None, loaded, exact)
         own = self.store.conversation(cid).context_policy
         if text and own:
             tip += f"\nThis chat {POLICY_SAID.get(own, own)} (chosen when it outgrew the context)."

@@ -22,6 +22,7 @@ from ..serve.http.other_devices import exposure
 from ..serve.http.server import DEFAULT_PORT, LocalServer
 
 
+READY = "HEARTH-READY "  # the machine-readable line a parent process waits for (engine/workers/child.py)
 SHUTDOWN_GRACE_S = 30  # Ctrl-C stops: a shutdown stuck this long is a bug, shown and cut short
 
 
@@ -44,7 +45,8 @@ def _defaults() -> ServedDefaults:
 
 
 def _say_loaded(m, *, machine_line: bool) -> None:
-    """What was loaded: one ``HEARTH-LOADED {json}`` line on stdout for a parent process, and
+    """What was loaded: one ``HEARTH-LOADED {json}`` line on stdout for a parent process (``HEARTH-READY
+    {"url", "model"}`` follows once it is served), and
     the human summary and the plan's notes on stderr."""
     if machine_line:
         print("HEARTH-LOADED " + json.dumps(asdict(m)), flush=True)
@@ -113,7 +115,9 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
         if server.tls is not None:
             print(f"TLS certificate fingerprint {fingerprint_text(server.tls.fingerprint())}: a client that "
                   "pins another refuses this server", file=sys.stderr, flush=True)
-        # stdout, one line: scripts (and the tests) read the address from it.
+        if request is not None:  # a parent process's: where to reach the model, as one JSON line
+            print(READY + json.dumps({"url": server.url, "model": server.model_id}), flush=True)
+        # stdout, one line: people, scripts (and the tests) read the address from it.
         print(f"Hearth serving {server.model_id} at {server.url}{key}; Ctrl-C stops", flush=True)
         try:
             while not stop.wait(0.5) and server.running:

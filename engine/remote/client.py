@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from ..reply_formats import ThinkControl
 from .errors import RemoteError, lost
 from .transport import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, Endpoint, Pins, Response, request
 
@@ -21,11 +22,13 @@ MAX_ERROR_BYTES = 64 << 10
 @dataclass(frozen=True, slots=True)
 class RemoteModel:
     """One model a server lists: its id, its context when the server says (Hearth's
-    ``context_length``, vLLM's ``max_model_len``, llama-server's ``meta.n_ctx_train``), who runs it."""
+    ``context_length``, vLLM's ``max_model_len``, llama-server's ``meta.n_ctx_train``), who runs it, and
+    the Think control its template offers where the server says (a Hearth's ``hearth_think``)."""
     id: str
     n_ctx: int | None = None
     owned_by: str = ""
     loaded: bool | None = None
+    think: ThinkControl | None = None
 
 
 def _n_ctx(card: dict[str, Any]) -> int | None:
@@ -133,7 +136,8 @@ class Client:
             if isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"]:
                 loaded = c.get("loaded")
                 out.append(RemoteModel(c["id"], _n_ctx(c), str(c.get("owned_by") or ""),
-                                       loaded if isinstance(loaded, bool) else None))
+                                       loaded if isinstance(loaded, bool) else None,
+                                       ThinkControl.from_dict(c.get("hearth_think"))))
         return out
 
     def stream_chat(self, payload: dict[str, Any], cancel: threading.Event | None = None) -> Iterator[dict[str, Any]]:

@@ -2,14 +2,15 @@
 
 The window's engine thread and ``engine chat --remote`` use it exactly as the
 local engine: messages and options in, typed events out. What this side cannot
-know it says: token counts are estimates (the server has the tokenizer), and the
-figures are measured here (TTFT and tok/s as the user sees them, the network
-included), with the server's own counts (``usage``, cached prompt tokens,
-llama-server's ``timings``) where it sends them.
+know it says: token counts are the server's own where it can count them
+(token_count.py) and estimates, said so in ``Capabilities.exact_tokens``, where it
+cannot; a Think control is offered where the server describes the model's (a
+Hearth's model list); the figures are measured here (TTFT and tok/s as the user
+sees them, the network included), with the server's own counts (``usage``, cached
+prompt tokens, llama-server's ``timings``) where it sends them.
 """
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
@@ -19,15 +20,16 @@ from ..decode.metrics import SERVER_BACKEND, GenerationStats
 from ..errors import HearthError
 from ..interface import Capabilities, LoadedModel
 from ..kv.reuse import ProgressFn
-from ..prompt.messages import DocumentPart, ImagePart, Message, TextPart, ToolCall, ToolCallDelta
+from ..prompt.messages import Message, ToolCall, ToolCallDelta
 from ..reply_formats import ThinkControl
 from ..reply_formats.tools import Tool, ToolPlan, ToolSyntax
 from ..types import SamplingParams, StreamEvent
 from .client import Client, RemoteModel
+from .request_body import sampling_fields, wire_message
 from .think import ThinkSplitter
+from .token_count import EstimatedCount, PromptCounter, probe_count
 from .errors import RemoteError, Stopped
 
-CHARS_PER_TOKEN = 4   # the estimate where the server keeps the tokenizer
 DEFAULT_N_CTX = 8192  # a server that does not say its context: what most serve at least
 
 # The server's finish_reason as the engine's (engine/decode/metrics.py FINISH_REASONS).
@@ -38,82 +40,20 @@ FINISH = {"stop": "eos", "eos": "eos", "length": "max_tokens", "tool_calls": "to
 OPENAI_TOOLS = ToolSyntax(name="openai (the server parses the calls)", open="")
 
 
-def wire_message(m: Message | Mapping[str, Any]) -> dict[str, Any]:
-    """A message as OpenAI's chat API takes it: images as data URLs, calls with JSON-text arguments.
-    A document must have been turned into text by the caller (the window does, in the same slot as
-    for a local model); one that reaches here is refused, never dropped silently."""
-    msg = m if isinstance(m, Message) else Message.from_dict(m)
-    out: dict[str, Any] = {"role": msg.role}
-    if msg.only_text:
-        out["content"] = msg.content
-    else:
-        parts: list[dict[str, Any]] = []
-        for p in msg.parts:
-            if isinstance(p, TextPart):
-                parts.append({"type": "text", "text": p.text})
-            elif isinstance(p, ImagePart):
-                if p.data is None:
-                    raise HearthError("an image's bytes are not at hand, so it cannot be sent to the server")
-                url = f"data:{p.mime};base64,{base64.b64encode(p.data).decode()}"
-                parts.append({"type": "image_url", "image_url": {"url": url}})
-            elif isinstance(p, DocumentPart):
-                raise HearthError(f"the document {p.name!r} must be sent as its text")
-        out["content"] = parts
-    if msg.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                             for c in msg.tool_calls]
-        if not msg.content:
-            out["content"] = None
-    if msg.tool_call_id is not None:
-        out["tool_call_id"] = msg.tool_call_id
-    return out
-
-
-def sampling_fields(params: SamplingParams, extras: bool) -> tuple[dict[str, Any], list[str]]:
-    """``params`` as request fields, and notes on what the server may not honour. ``extras``: send
-    llama.cpp's and vLLM's own fields (top_k, min_p, repeat_penalty), which OpenAI itself refuses."""
-    f: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p}
-    if params.max_tokens is not None:  # none: the server's own default, until the model stops (as here)
-        f["max_tokens"] = params.max_tokens
-    notes: list[str] = []
-    if params.stop:
-        f["stop"] = list(params.stop)[:4]  # OpenAI's limit; llama.cpp and vLLM take more, but all take 4
-        if len(params.stop) > 4:
-            notes.append(f"only the first 4 of {len(params.stop)} stop strings were sent (OpenAI's limit)")
-    if params.seed is not None:
-        f["seed"] = params.seed
-    if params.presence_penalty:
-        f["presence_penalty"] = params.presence_penalty
-    if params.frequency_penalty:
-        f["frequency_penalty"] = params.frequency_penalty
-    changed = [n for n, v, off in (("top_k", params.top_k, 0), ("min_p", params.min_p, 0.0),
-                                   ("repeat_penalty", params.repeat_penalty, 1.0)) if v != off]
-    if extras:
-        f["top_k"], f["min_p"] = params.top_k, params.min_p
-        if params.repeat_penalty != 1.0:
-            f["repeat_penalty"] = f["repetition_penalty"] = params.repeat_penalty
-    elif changed:
-        notes.append(f"{', '.join(changed)} not sent: this server takes OpenAI's fields only")
-    if params.grammar and extras:
-        f["grammar"] = params.grammar  # llama-server's and llama-cpp-python's field (GBNF)
-    elif params.grammar:
-        notes.append("the grammar was not sent: this server takes OpenAI's fields only")
-    if params.reasoning_budget is not None:
-        notes.append("the thinking budget applies to local models only")
-    return f, notes
-
-
 class RemoteEngine:
     """A model on an OpenAI-compatible server (another Hearth, llama-server, vLLM, SGLang, LM Studio,
     Ollama's /v1): opened with :meth:`open`, which lists the server's models and checks the one asked
     for, so a wrong address, key or model fails at once with the reason in one line."""
 
     def __init__(self, client: Client, model: RemoteModel, *, label: str | None = None,
-                 notes: Sequence[str] = ()) -> None:
+                 notes: Sequence[str] = (), counter: PromptCounter | None = None,
+                 think: ThinkControl | None = None) -> None:
         self.client = client
         self.model = model
         self.label = label or model.id
         self._notes = tuple(notes)
+        self.counter: PromptCounter = counter or EstimatedCount()
+        self._think = think
         self._n_ctx = model.n_ctx or DEFAULT_N_CTX
         self._closed = False
         self.extras = client.endpoint.host != "api.openai.com"
@@ -134,13 +74,16 @@ class RemoteEngine:
                                   "not_found")
         notes = [] if chosen.n_ctx else [f"the server does not say its context length; {DEFAULT_N_CTX:,} tokens "
                                          "is assumed"]
-        return cls(client, chosen, notes=notes)
+        # Where the server cannot count, the window's context meter says so (Capabilities.exact_tokens).
+        return cls(client, chosen, notes=notes, counter=probe_count(client, chosen, cancel), think=chosen.think)
 
     # -- what it is ---------------------------------------------------------------------
 
     @property
     def think(self) -> ThinkControl | None:
-        return None  # the server's template decides; a split reasoning_content is still shown
+        """The Think control the server describes for its model (a Hearth's model list); None elsewhere:
+        there the server's template decides, and a split reasoning_content is still shown."""
+        return self._think
 
     @property
     def n_ctx(self) -> int:
@@ -156,20 +99,20 @@ class RemoteEngine:
             notes=self._notes, capabilities=self.capabilities())
 
     def capabilities(self) -> Capabilities:
-        """Counts are estimates (the server holds the tokenizer), images are sent and its server decides
-        whether the model reads them, the Think control and batching are the server's, and so are its
-        settings."""
-        return Capabilities(exact_tokens=False, images=True, think=False, batching=False, tunable=False,
-                            runs="server")
+        """Counts are exact where the server counts them (token_count.py), images are sent and its server
+        decides whether the model reads them, a Think control where the server describes one; batching is
+        the server's, and so are its settings."""
+        return Capabilities(exact_tokens=self.counter.exact, images=True, think=self._think is not None,
+                            batching=False, tunable=False, runs="server")
 
     def plan_tools(self, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
         return ToolPlan(OPENAI_TOOLS, tuple(tools), choice, parallel)
 
     def count_tokens(self, messages: Sequence[Message | Mapping[str, Any]],
                      template_kwargs: Mapping[str, object] | None = None) -> int:
-        """An estimate (about 4 characters a token): the server holds the tokenizer and counts the real ones."""
-        text = sum(len((m if isinstance(m, Message) else Message.from_dict(m)).content) + 16 for m in messages)
-        return -(-text // CHARS_PER_TOKEN)
+        """The server's own count where it offers one (``capabilities().exact_tokens``), else an estimate
+        (about 4 characters a token)."""
+        return self.counter.count(messages, template_kwargs)
 
     def count_image_tokens(self, data: bytes) -> int:
         return 0  # the server counts an image's tokens; nothing of this side's context is spent on it
@@ -214,6 +157,8 @@ class RemoteEngine:
             raise HearthError("the remote model was closed")
         params = params or SamplingParams()
         body, notes = self.payload(messages, params, tools)
+        if template_kwargs and self.extras:
+            body["chat_template_kwargs"] = dict(template_kwargs)  # the Think choice, as Hearth and llama-server take it
         yield from RemoteReply(self, body, notes, cancel).events()
 
     def complete(self, text: str, params: SamplingParams | None = None, *,

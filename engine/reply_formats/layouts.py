@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 ThinkKind = Literal["switch", "effort", "budget", "flag"]
+THINK_KINDS = ("switch", "effort", "budget", "flag")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,22 @@ class ThinkControl:
         if self.kind == "effort":
             return None
         return self.choices[1]
+
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON carries it (a Hearth server's model card, ``hearth_think``)."""
+        return {"kind": self.kind, "variable": self.variable, "choices": list(self.choices), "default": self.default}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> ThinkControl | None:
+        """One from :meth:`as_dict` as another process sent it; None for what is not one (a server that
+        describes its Think control otherwise, or not at all, offers none here)."""
+        if not isinstance(d, dict) or d.get("kind") not in THINK_KINDS or not isinstance(d.get("variable"), str):
+            return None
+        choices = d.get("choices")
+        if not isinstance(choices, list) or len(choices) < 2:
+            return None
+        default = d.get("default")
+        return cls(d["kind"], d["variable"], tuple(choices), default if default in choices else None)
 
 
 @dataclass(frozen=True, slots=True)

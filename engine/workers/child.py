@@ -4,8 +4,10 @@ llama.cpp's RPC client aborts the whole process when a worker goes away (GGML_AB
 never registers a worker itself. :func:`open_split` opens each machine (an SSH machine's tunnel stays in
 this process), starts ``engine serve --load REQUEST --rpc ENDPOINT...`` on a free loopback port with a
 random key, and returns a :class:`SplitEngine`: the remote engine's client to that child, which says
-what was loaded as the child's planned load describes it, and which turns a cut reply into the name of
-the worker that went away.
+what was loaded as the child's planned load describes it, counts tokens exactly and offers the model's
+Think control through the child's API (it is a Hearth server: its count route and its model list), and
+turns a cut reply into the name of the worker that went away. The child says it is ready in one JSON
+line (``HEARTH-READY {"url", "model"}``) after the one that says what it loaded (``HEARTH-LOADED``).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from ..types import SamplingParams, StreamEvent
 from .connect import open_machine
 from .machines import Link, WorkerMachine
 
-READY = "Hearth serving"
+READY = "HEARTH-READY "    # engine/cli/serve.py prints both for a parent process
 LOADED = "HEARTH-LOADED "
 
 
@@ -58,9 +60,9 @@ def lost_text(labels: Sequence[tuple[str, str]]) -> str:
 class SplitEngine(RemoteEngine):
     """The engine interface for a model split over workers, served by a child process of this one."""
 
-    def __init__(self, client, model, *, proc: subprocess.Popen, links: list[Link], loaded: LoadedModel,
+    def __init__(self, remote: RemoteEngine, *, proc: subprocess.Popen, links: list[Link], loaded: LoadedModel,
                  log: Path, scratch: Path | None = None) -> None:
-        super().__init__(client, model, label=loaded.label)
+        super().__init__(remote.client, remote.model, label=loaded.label, counter=remote.counter, think=remote.think)
         self.proc, self.links, self.log, self.scratch = proc, links, log, scratch
         self._n_ctx = loaded.n_ctx
         where = ", ".join(f"{lk.machine.label} ({lk.round_trip_ms:.1f} ms round trip)" for lk in links)
@@ -69,12 +71,13 @@ class SplitEngine(RemoteEngine):
                                               "the window with it"), capabilities=self.capabilities(loaded))
 
     def capabilities(self, loaded: LoadedModel | None = None) -> Capabilities:
-        """The child's model as this side reaches it: through the remote engine's client, so counts are
-        estimates and there is no Think control here; it sees images where the child loaded a projector;
-        one request at a time from here; its settings are this machine's (the child runs the file)."""
+        """The child's model as this side reaches it: through the remote engine's client, which counts with
+        the child's model (its count route) and sets the Think control the child's model list describes; it
+        sees images where the child loaded a projector; one request at a time from here; its settings are
+        this machine's (the child runs the file)."""
         loaded = self._loaded if loaded is None else loaded
-        return Capabilities(exact_tokens=False, images=loaded.capabilities.images, think=False, batching=False,
-                            tunable=True, runs="workers")
+        return Capabilities(exact_tokens=self.counter.exact, images=loaded.capabilities.images,
+                            think=self.think is not None, batching=False, tunable=True, runs="workers")
 
     def describe(self) -> LoadedModel:
         return self._loaded
@@ -157,10 +160,9 @@ def _start_child(req: LoadRequest, links: list[Link], data_dir: Path | None, can
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE, env=env, text=True)
     log = Path(name)
     try:
-        url, loaded = _wait_ready(proc, log, cancel)
-        client = client_for(url, key, pins=MemoryPins())
-        remote = RemoteEngine.open(client, cancel=cancel)
-        return SplitEngine(client, remote.model, proc=proc, links=links, loaded=loaded, log=log, scratch=scratch)
+        ready, loaded = _wait_ready(proc, log, cancel)
+        remote = RemoteEngine.open(client_for(ready["url"], key, pins=MemoryPins()), ready["model"], cancel=cancel)
+        return SplitEngine(remote, proc=proc, links=links, loaded=loaded, log=log, scratch=scratch)
     except BaseException:
         proc.kill()
         proc.wait(10)
@@ -169,9 +171,11 @@ def _start_child(req: LoadRequest, links: list[Link], data_dir: Path | None, can
         raise
 
 
-def _wait_ready(proc: subprocess.Popen, log: Path, cancel: threading.Event | None) -> tuple[str, LoadedModel]:
-    """The child's URL and what it loaded, from its stdout lines as they come (read on a thread, so that two
-    lines arriving together are both seen; Cancel stops the wait)."""
+def _wait_ready(proc: subprocess.Popen, log: Path,
+                cancel: threading.Event | None) -> tuple[dict[str, str], LoadedModel]:
+    """Where the child serves (``{"url", "model"}``) and what it loaded, from its stdout's machine-readable
+    lines as they come (read on a thread, so that two lines arriving together are both seen; Cancel stops
+    the wait); the lines for people are passed over."""
     lines: queue.Queue[str] = queue.Queue()
 
     def read() -> None:
@@ -196,10 +200,20 @@ def _wait_ready(proc: subprocess.Popen, log: Path, cancel: threading.Event | Non
             proc.wait(10)
             raise HearthError(f"the model could not be loaded over the machines: {_tail(log)}")
         if line.startswith(LOADED):
-            d = json.loads(line[len(LOADED):])
-            loaded = LoadedModel.from_dict(d)
+            loaded = LoadedModel.from_dict(json.loads(line[len(LOADED):]))
         elif line.startswith(READY) and loaded is not None:
-            return line.rsplit(" at ", 1)[1].split(";")[0].split(" ")[0], loaded
+            return ready_line(line), loaded
+
+
+def ready_line(line: str) -> dict[str, str]:
+    """The child's ``HEARTH-READY {"url", "model"}`` line; HearthError for one that is not whole."""
+    try:
+        d = json.loads(line[len(READY):])
+    except ValueError:
+        d = None
+    if not isinstance(d, dict) or not all(isinstance(d.get(k), str) and d[k] for k in ("url", "model")):
+        raise HearthError(f"the model's process said it was ready in a line that is not whole: {line.strip()[:120]!r}")
+    return {"url": d["url"], "model": d["model"]}
 
 
 def _tail(log: Path) -> str:

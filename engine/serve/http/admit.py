@@ -13,9 +13,10 @@ from starlette.requests import Request
 from ...errors import HearthError, ToolsUnsupported
 from ...reply_formats.tools import ToolError
 from ...library.model_settings import Layered
+from ..protocols.dialect import anthropic_wire
 from ..protocols.openai import ApiError, ApiRequest
 from ..protocols.scheduling import API_CLASSES
-from ..protocols.template_vars import TemplateVarsError, check_think
+from ..protocols.template_vars import TemplateVarsError, chat_template_kwargs, check_think
 from ..runtime.requests import Priority, ServeRequest
 from ..runtime.targets import Lease, Target
 from .request_defaults import sampling_for
@@ -79,3 +80,20 @@ def serve_request(req: ApiRequest, t: Target, base: Layered | None = None, *, pr
                             max_wait_s=max_wait_s, label=label)
     except HearthError as e:
         raise ApiError(400, str(e)) from None
+
+
+def count_request(body: Any) -> ApiRequest:
+    """A ``/v1/messages/count_tokens`` body as the Messages request whose prompt it counts: without
+    ``max_tokens`` (this route takes none), and with the ``chat_template_kwargs`` the OpenAI path takes
+    (Hearth's own field here), so that a client which sends its Think choice there (another Hearth's
+    remote engine) counts the prompt its reply will read."""
+    if isinstance(body, dict) and "max_tokens" not in body:
+        body = {**body, "max_tokens": 1}
+    req = anthropic_wire().parse(body)
+    try:
+        kw = chat_template_kwargs(body.get("chat_template_kwargs"))
+    except TemplateVarsError as e:
+        raise ApiError(400, str(e), param=e.param) from None
+    if kw:
+        req.template_kwargs = {**(req.template_kwargs or {}), **kw}
+    return req

@@ -46,7 +46,7 @@ from .request_defaults import RequestDefaults
 from ..runtime.pool import ModelPool, keep_alive
 from ..protocols.responses import ResponseStore
 from ..runtime.targets import Lease, Target, Targets
-from .admit import key_defaults, lease_headers, max_wait, serve_request
+from .admit import count_request, key_defaults, lease_headers, max_wait, serve_request
 from ..metrics import ServerMetrics
 from .observe import finished_request, metrics_route, request_key, scheduler_gauges
 from ..protocols.dialect import Reply, Wire, anthropic_wire, openai_wire, responses_wire
@@ -180,9 +180,7 @@ class LocalServer:
         The body is a Messages request without ``max_tokens``; nothing is generated."""
         try:
             body = await read_json(request, self.max_body)
-            if isinstance(body, dict) and "max_tokens" not in body:
-                body = {**body, "max_tokens": 1}  # checked as a Messages body; this route takes none
-            req = anthropic_wire().parse(body)
+            req = count_request(body)
             lease = await self.targets.lease(req.model, keep_alive(body))
             try:
                 t = lease.target

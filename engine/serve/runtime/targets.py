@@ -18,6 +18,7 @@ import anyio
 
 from ...interface import LoadedModel
 from ...models.catalogue import ModelRef
+from ...reply_formats import ThinkControl
 from ..protocols.openai import ApiError
 from .pool import Held, ModelPool
 from .scheduler import Scheduler
@@ -129,11 +130,11 @@ class Targets:
         """``GET /v1/models``: the server's own model, then (with a pool) every library model,
         each marked loaded or not."""
         t = self._own
-        own = [] if t is None else [_card(t.model_id, t.created, t.n_ctx, True)]
+        own = [] if t is None else [_card(t.model_id, t.created, t.n_ctx, True, t.scheduler.engine.think)]
         if self.pool is None:
             return own
         held = {h.model_id: h for h in self.pool.held()}
-        out = own + [_card(h.model_id, h.created, h.n_ctx, True) for h in held.values()
+        out = own + [_card(h.model_id, h.created, h.n_ctx, True, h.scheduler.engine.think) for h in held.values()
                      if t is None or h.model_id != t.model_id]
         listed = {c["id"] for c in out}
         out += [_card(mid, 0, None, False) for mid in self.pool.catalog() if mid not in listed]
@@ -148,8 +149,12 @@ class Targets:
                        param="model", code="model_not_found")
 
 
-def _card(mid: str, created: int, n_ctx: int | None, loaded: bool) -> dict[str, Any]:
+def _card(mid: str, created: int, n_ctx: int | None, loaded: bool, think: ThinkControl | None = None) -> dict[str, Any]:
+    """One model's card. A loaded one says its Think control (``hearth_think``, null: none): what a client
+    may set through ``chat_template_kwargs``, and what the model does when it sets nothing."""
     c: dict[str, Any] = {"id": mid, "object": "model", "created": created, "owned_by": "hearth", "loaded": loaded}
     if n_ctx is not None:
         c["context_length"] = n_ctx
+    if loaded:
+        c["hearth_think"] = think.as_dict() if think is not None else None
     return c
