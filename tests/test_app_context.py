@@ -18,12 +18,6 @@ SHORT = "What is the capital of France?"
 
 
 @pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("HEARTH_DATA_DIR", str(tmp_path))
-    return tmp_path
-
-
-@pytest.fixture
 def make_window(qtbot, data_dir):
     """make_window(settings) -> a shown MainWindow with the model loaded (a restart: a new one, same folder)."""
     made: list[MainWindow] = []
