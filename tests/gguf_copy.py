@@ -2,6 +2,7 @@
 the weights and vocabulary stay as they were, so the copy loads and runs like the original."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +36,14 @@ def with_metadata(src: Path, dst: Path, values: dict[str, Any]) -> Path:
 QWEN3_SAMPLING = {"general.sampling.temp": 0.6, "general.sampling.top_p": 0.95, "general.sampling.top_k": 20,
                   "general.sampling.min_p": 0.0, "general.sampling.penalty_repeat": 1.05,
                   "general.sampling.penalty_last_n": 128, "general.sampling.mirostat": 2}
+
+
+def same_renamed_and_other(src: Path, where: Path) -> tuple[Path, Path, Path]:
+    """Model A (a copy of ``src``), a renamed copy of A in another folder (same content, so the same
+    model to its settings), and model B (``src`` with other metadata: other content)."""
+    a = where / "a.gguf"
+    shutil.copyfile(src, a)
+    (where / "moved").mkdir()
+    renamed = where / "moved" / "a-renamed.gguf"
+    shutil.copyfile(a, renamed)
+    return a, renamed, with_metadata(Path(src), where / "b.gguf", {"general.name": "model B"})

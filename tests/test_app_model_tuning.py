@@ -4,7 +4,6 @@ away; a settings file that kept them by A's path moves them to A when A loads.""
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,21 +12,14 @@ import pytest
 from app.core.model_defaults import with_yours, yours
 from app.core.settings import Settings, SettingsFile
 from app.window.main_window import MainWindow
-from gguf_copy import with_metadata
+from gguf_copy import same_renamed_and_other
 
 ROW = {"draft": "none", "kv_type": "q8_0", "n_threads": 1, "exactness": "fast"}
 
 
 @pytest.fixture(scope="module")
 def models(bundled_path, tmp_path_factory):
-    where = tmp_path_factory.mktemp("win-tuned")
-    a = where / "a.gguf"
-    shutil.copyfile(bundled_path, a)
-    (where / "moved").mkdir()
-    renamed = where / "moved" / "a-renamed.gguf"
-    shutil.copyfile(a, renamed)
-    b = with_metadata(Path(bundled_path), where / "b.gguf", {"general.name": "model B"})
-    return a, renamed, b
+    return same_renamed_and_other(bundled_path, tmp_path_factory.mktemp("win-tuned"))
 
 
 def switch(qtbot, w: MainWindow, model: Path) -> None:

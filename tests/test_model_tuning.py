@@ -16,7 +16,7 @@ from engine.loading.request import LoadRequest
 from app.core.model_defaults import (apply_tuning, identify, is_tuned, model_load, roll_back_tuning, with_yours,
                                      yours)
 from app.core.settings import FORMAT_VERSION, Settings, SettingsError, SettingsFile
-from gguf_copy import with_metadata
+from gguf_copy import same_renamed_and_other
 
 V3_FILE = "tests/fixtures/settings/settings-v3.json"  # version 3, "Apply best" applied to the bundled model
 
@@ -24,14 +24,7 @@ V3_FILE = "tests/fixtures/settings/settings-v3.json"  # version 3, "Apply best" 
 @pytest.fixture(scope="module")
 def models(bundled_path, tmp_path_factory):
     """Model A (a copy of the bundled file), a renamed copy of A elsewhere, and model B (other content)."""
-    where = tmp_path_factory.mktemp("tuned")
-    a = where / "a.gguf"
-    shutil.copyfile(bundled_path, a)
-    (where / "moved").mkdir()
-    renamed = where / "moved" / "a-renamed.gguf"
-    shutil.copyfile(a, renamed)
-    b = with_metadata(Path(bundled_path), where / "b.gguf", {"general.name": "model B"})
-    return a, renamed, b
+    return same_renamed_and_other(bundled_path, tmp_path_factory.mktemp("tuned"))
 
 
 def _ident(path, data_dir):
