@@ -46,7 +46,7 @@ def finished_request(ticket: Ticket, final: StreamEvent | None, key: tuple[str, 
         return FinishedRequest.from_stats(final.stats, openai_finish_reason(final.finish_reason),
                                           submitted=submitted, priority=prio, key=name, key_id=kid)
     t = ticket.times
-    queue = ticket.started - ticket.submitted if ticket.started is not None else age
+    queue = ticket.started - ticket.queued if ticket.started is not None else age  # the engine's wait, as in stats
     # No final event: it failed, or its client left before the end; a reason still unset means
     # the cancel the release just sent has not reached the scheduler yet.
     reason = t.finish_reason if t.finish_reason in ("error", "cancelled") else "cancelled"
