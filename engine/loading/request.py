@@ -16,84 +16,9 @@ from typing import Any
 from ..config import default_exactness
 from ..errors import HearthError, ModelFileError
 from ..models.hf_folder import check_hf_folder
-
-BUNDLED = "bundled"
-SOURCES = ("bundled", "gguf", "hf_dir", "hub", "remote")
-BACKENDS = ("auto", "llama_cpp", "hf")
-QUANTS = ("auto", "none", "int8", "int4")
-KV_TYPES = ("auto", "f16", "q8_0", "q4_0")  # llama.cpp's KV cache types the window offers
-HUB_PLACEHOLDER = "owner/name, owner/name:Q4_K_M or owner/name/file.gguf"
-
-
-def infer_source(model: str) -> str:
-    """The source of a model string from a settings file that does not say (older files held
-    only "bundled" or a GGUF path; a hand-edited one may hold a folder or a Hub id)."""
-    from ..models.catalogue import is_hub_id
-
-    if model in ("", BUNDLED):
-        return "bundled"
-    if is_remote(model):
-        return "remote"
-    p = Path(model).expanduser()
-    if p.is_dir():
-        return "hf_dir"
-    if not p.exists() and is_hub_id(model):
-        return "hub"
-    return "gguf"
-
-
-def is_remote(model: str) -> bool:
-    """A model on a server: ``https://host:port/v1#model-id`` (remote_model() makes one)."""
-    return model.startswith(("http://", "https://"))
-
-
-def remote_model(url: str, model_id: str) -> str:
-    """The model string of ``model_id`` on the server at ``url``."""
-    return f"{url}#{model_id}"
-
-
-def split_remote(model: str) -> tuple[str, str | None]:
-    """A remote model string as (server URL, model id; None: the server's first)."""
-    url, _, mid = model.partition("#")
-    return url, mid or None
-
-
-def check_model_string(source: str, model: str) -> None:
-    """Raise HearthError when ``model`` cannot be a model of ``source`` by its spelling alone
-    (a Hub id that is not one, a server URL that is not one); files are checked when read."""
-    if source == "hub":
-        from ..models.catalogue import is_hub_id
-
-        if not is_hub_id(model):
-            raise HearthError(f"{model!r} is not a Hub id (owner/name, owner/name:QUANT or owner/name/file.gguf)")
-    elif source == "remote":
-        from ..remote.transport import Endpoint
-
-        Endpoint.parse(split_remote(model)[0])
-
-
-def hub_is_gguf(spec: str) -> bool:
-    """A Hub id that picks one GGUF file (``owner/repo:Q4_K_M``, ``owner/repo/file.gguf``)."""
-    from ..models.catalogue import parse_hub_id
-
-    _repo, filename, quant = parse_hub_id(spec)
-    return bool(filename or quant)
-
-
-def runs_gguf(source: str, model: str) -> bool:
-    """True when the model is a GGUF file (llama.cpp by default), false for transformers checkpoints."""
-    return source in ("bundled", "gguf") or (source == "hub" and hub_is_gguf(model))
-
-
-def effective_backend(source: str, model: str, backend: str) -> str:
-    """The backend a load will use: the chosen one, or the one the model's type calls for
-    ("remote" for a model on a server: no backend of this machine runs it)."""
-    if source == "remote":
-        return "remote"
-    if backend != "auto":
-        return backend
-    return "llama_cpp" if runs_gguf(source, model) else "hf"
-
+from ..sizing.load_spec import (BACKENDS, BUNDLED, HUB_PLACEHOLDER, KV_TYPES, QUANTS, SOURCES,  # noqa: F401
+                                check_model_string, effective_backend, infer_source, is_remote, remote_model,
+                                runs_gguf, split_remote)
 
 @dataclass(slots=True, frozen=True)
 class LoadRequest:

@@ -19,17 +19,11 @@ from ..errors import HearthError
 from ..kv.disk_store import DEFAULT_DISK_BUDGET
 from ..models.catalogue import ModelRef
 from ..sizing.hardware import GPU, Hardware, cpu_only, format_size, probe
+from ..sizing.load_plan import ALL_LAYERS, PREFIX_STORE, prefix_store_dir  # noqa: F401
 from ..sizing.plan import Choices, Plan, plan_for
 from .request import BUNDLED, LoadRequest
 
-ALL_LAYERS = 1 << 20       # "all": the planner clamps it to every block plus the output head
-PREFIX_STORE = "prefix-cache"
 _VENDORS = {"cuda": "nvidia", "rocm": "amd", "metal": "apple", "rpc": "rpc"}  # ggml runtime -> the planner's overheads
-
-
-def prefix_store_dir(data_dir: Path) -> Path:
-    """The disk prefix store in a data folder: system-prompt KV snapshots that survive a restart."""
-    return Path(data_dir) / PREFIX_STORE
 
 
 def machine(fmt: str | None, *, torch_ok: bool = True) -> Hardware:
