@@ -1,10 +1,10 @@
-"""The one planned load every caller uses: LoadRequest -> plan -> open -> LoadedModel.
+"""The one planned load every caller uses: LoadSpec -> plan_load -> open -> LoadedModel.
 
 The window's engine thread, ``engine serve``/``chat``, ``bench tune`` and the
 other benchmarks load through :func:`load_model`. It resolves the request's
 model (downloading a Hub model first, with progress and cancel), plans it on
-the machine the backend sees (loading/request_plan.py), loads it, retries once with the
-next smaller plan when it runs out of memory (engine.sizing.reality.load_with_retry),
+the machine the backend sees (engine.sizing.load_plan on request_plan.machine), loads it, retries
+once with the next smaller plan when it runs out of memory (engine.sizing.reality.load_with_retry),
 keeps the GPU-crash marker while layers are on a device (loading/gpu_guard.py),
 checks the plan against what the backend allocated and appends that check to
 ``memory-plans.jsonl`` in the data folder, so drift shows over time.
@@ -24,9 +24,10 @@ from ..sizing.hardware import Hardware
 from ..sizing.plan import Plan
 from ..sizing.reality import check_against_report, describe_change, load_with_retry, smaller_plan
 from .gpu_guard import GpuGuard
+from ..sizing.load_plan import carry_out, plan_spec
+from ..sizing.load_spec import AUTO, LoadSpec
 from . import request_plan as planning  # planning.machine: tests put a simulated machine there
-from .request_plan import engine_config, plan_request, shortfall_text
-from .request import LoadRequest
+from .request_plan import shortfall_text
 
 PLAN_LOG = "memory-plans.jsonl"
 PLAN_LOG_MAX_BYTES = 1 << 20  # past this the oldest half of the records goes
@@ -46,7 +47,7 @@ class LoadResult:
     model: LoadedModel | None = None
 
 
-def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None = None,
+def load_model(req: LoadSpec, *, data_dir: Path | None, n_threads: int | None = None,
                threads_poll: int | None = None, progress: Progress | None = None,
                cancel: threading.Event | None = None, loader: Callable[..., Any] | None = None,
                hardware: Hardware | None = None) -> LoadResult:
@@ -54,8 +55,8 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
 
     ``data_dir``: where the disk prefix store, the plan log and the GPU-crash marker
     live (None: none of them, for a throwaway load). ``n_threads``: the threads when
-    the request says Auto; ``threads_poll``: the thread pool's poll level when the request
-    gives none (None: llama.cpp's own threads). ``loader``: Engine.open (tests pass a wrapper).
+    the spec says AUTO; ``threads_poll``: the thread pool's poll level when the spec says
+    AUTO (None: llama.cpp's own threads). ``loader``: Engine.open (tests pass a wrapper).
     ``hardware``: the machine to plan for (default: as the backend sees it now; the local server
     passes it less what the models it already holds take).
     Raises HearthError (DownloadCancelled for a cancelled download)."""
@@ -71,13 +72,13 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
         ref = fetch_ref(ref, progress=progress, cancel=cancel)
     if cancel is not None and cancel.is_set():
         raise Cancelled("the load was cancelled")
-    backend = req.backend or "auto"
-    if backend == "auto":
+    if req.backend is AUTO:
         from ..models.catalogue import default_backend
 
         backend = default_backend(ref)
-    poll = req.threads_poll if req.threads_poll is not None else threads_poll
-    result = load_planned(ref, req, backend, n_threads=req.n_threads or n_threads, threads_poll=poll,
+    else:
+        backend = req.backend
+    result = load_planned(ref, req, backend, n_threads=n_threads, threads_poll=threads_poll,
                           loader=loader, data_dir=data_dir, hardware=hardware)
     result.model = describe_load(result.engine, result, load_ms=(time.perf_counter() - t0) * 1e3)
     if data_dir is not None:
@@ -87,10 +88,11 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
     return result
 
 
-def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, loader: Callable[..., Any],
+def load_planned(ref, req: LoadSpec, backend: str, *, n_threads: int | None, loader: Callable[..., Any],
                  data_dir: Path | None, threads_poll: int | None = None,
                  hardware: Hardware | None = None) -> LoadResult:
-    """Plan and load a resolved ``ref`` (a local ModelRef) as ``req`` asks on ``backend``."""
+    """Plan and load a resolved ``ref`` (a local ModelRef) as ``req`` asks on ``backend``
+    (``n_threads``/``threads_poll``: what the spec's AUTO threads are)."""
     messages: list[str] = []
     plan, retried = None, False
     fmt = req.plan_format
@@ -100,7 +102,7 @@ def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, 
         hardware = replace(hardware or planning.machine(fmt), gpus=()) if fmt is not None else None
     if fmt is not None:
         try:
-            plan = plan_request(req, str(ref.path), hardware)
+            plan = plan_spec(req, hardware or planning.machine(fmt), ref)
         except HearthError as e:  # a model the planner cannot read still gets its load (and its message)
             messages.append(f"No memory plan ({e}); the model loads with the settings as chosen.")
     if plan is not None and req.retry_after:
@@ -116,7 +118,7 @@ def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, 
                         "your choices as they are.")
 
     def one(p: Plan | None):
-        config = engine_config(p, req, ref, backend, n_threads, data_dir, threads_poll)
+        config = carry_out(p, req, ref, backend, data_dir=data_dir, n_threads=n_threads, threads_poll=threads_poll)
         if req.cpu_only and backend == "hf":
             config = replace(config, device="cpu", max_memory=None)  # transformers places by device, not by layers
         if guard is not None and config.n_gpu_layers and (plan is None or plan.hardware.gpus):

@@ -39,11 +39,7 @@ def plan_load(spec: LoadSpec, hardware: Hardware | None, *, ref: ModelRef | None
     None: probed here). ``data_dir``: the disk prefix store's data folder (None: no store).
     ``n_threads``/``threads_poll``: what the spec's AUTO threads are (None: the backend's own).
     Raises HearthError when the model cannot be planned (unreadable, not downloaded yet)."""
-    plan = None
-    fmt = spec.plan_format
-    if fmt is not None:
-        target = str(ref.path) if ref is not None else None if (spec.model or BUNDLED) == BUNDLED else spec.model
-        plan = plan_for(target, hardware or probe(allow_torch=fmt == "hf"), choices(spec, fmt))
+    plan = plan_spec(spec, hardware, ref)
     if ref is None:
         ref = spec.model_ref()
     if backend is None:
@@ -52,6 +48,17 @@ def plan_load(spec: LoadSpec, hardware: Hardware | None, *, ref: ModelRef | None
         backend = default_backend(ref) if spec.backend is AUTO else spec.backend
     return carry_out(plan, spec, ref, backend, data_dir=data_dir, n_threads=n_threads,
                      threads_poll=threads_poll), plan
+
+
+def plan_spec(spec: LoadSpec, hardware: Hardware | None, ref: ModelRef | None = None) -> Plan | None:
+    """The memory plan half of :func:`plan_load` (the settings dialog's preview, the retry's first plan):
+    the plan for ``spec`` on ``hardware`` (None: probed here), of ``ref``'s file when given, else of the
+    spec's model by name; None where no planner covers the load."""
+    fmt = spec.plan_format
+    if fmt is None:
+        return None
+    target = str(ref.path) if ref is not None else None if (spec.model or BUNDLED) == BUNDLED else spec.model
+    return plan_for(target, hardware or probe(allow_torch=fmt == "hf"), choices(spec, fmt))
 
 
 def choices(spec: LoadSpec, fmt: str) -> Choices:

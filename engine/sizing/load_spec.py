@@ -24,8 +24,11 @@ from ..errors import HearthError, ModelFileError
 from ..models.hf_folder import check_hf_folder
 
 
-class Auto(enum.Enum):
-    """The one value of "let Hearth choose" (its only member is :data:`AUTO`)."""
+class Auto(enum.StrEnum):
+    """The one value of "let Hearth choose" (its only member is :data:`AUTO`).
+
+    It is the text "auto" as well (equal to it, and what JSON writes), so a settings file or a command
+    line that says "auto" means AUTO; a spec holds the member itself (test with ``is AUTO``)."""
     AUTO = "auto"
 
     def __repr__(self) -> str:
@@ -159,7 +162,7 @@ class LoadSpec:
     def __post_init__(self) -> None:
         for name in AUTO_FIELDS:
             v = getattr(self, name)
-            if v == "auto":  # AUTO as text (a command line's "--draft auto"): the same value
+            if v == AUTO:  # AUTO as text (a command line's "--draft auto") becomes the member itself
                 object.__setattr__(self, name, AUTO)
             elif v is None:
                 raise HearthError(f"{name}: None is not a choice; AUTO lets Hearth choose")
@@ -266,8 +269,13 @@ class LoadSpec:
         return ModelRef("gguf", p.resolve(), p.name)
 
 
+def or_auto(v: Any) -> Any:
+    """A value a caller may leave out (a command line's flag not given, None) as a spec takes it: AUTO."""
+    return AUTO if v is None else v
+
+
 def _plain(v: Any) -> Any:
     """A value as JSON keeps it: AUTO as "auto", a tuple as a list."""
     if v is AUTO:
-        return "auto"
+        return str(v)
     return list(v) if isinstance(v, tuple) else v
