@@ -14,8 +14,9 @@ from engine.errors import ModelLoadError
 from engine.sizing.hardware import MiB, simulated
 from engine.sizing.memory import Config, estimate, kv_cells
 from engine.sizing.plan import Choices, plan_for
+from engine.loading.load import load_with_retry
 from engine.sizing.reality import (check_against_report, compare_to_report, describe_change, is_device_failure,
-                                   is_out_of_memory, load_with_retry, smaller_plan)
+                                   is_out_of_memory, smaller_plan)
 from engine.sizing.shape import spec_from_gguf, specs_from_hf_dir
 
 

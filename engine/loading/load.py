@@ -4,7 +4,7 @@ The window's engine thread, ``engine serve``/``chat``, ``bench tune`` and the
 other benchmarks load through :func:`load_model`. It resolves the request's
 model (downloading a Hub model first, with progress and cancel), plans it on
 the machine the backend sees (engine.sizing.load_plan on request_plan.machine), loads it, retries
-once with the next smaller plan when it runs out of memory (engine.sizing.reality.load_with_retry),
+once with the next smaller plan when it runs out of memory (load_with_retry, with engine.sizing.reality's smaller_plan),
 keeps the GPU-crash marker while layers are on a device (loading/gpu_guard.py),
 checks the plan against what the backend allocated and appends that check to
 ``memory-plans.jsonl`` in the data folder, so drift shows over time.
@@ -12,17 +12,18 @@ checks the plan against what the backend allocated and appends that check to
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from ..errors import Cancelled, HearthError
+from ..errors import Cancelled, HearthError, ModelLoadError
 from ..interface import LoadedModel
 from ..sizing.hardware import Hardware
 from ..sizing.plan import Plan
-from ..sizing.reality import check_against_report, describe_change, load_with_retry, smaller_plan
+from ..sizing.reality import check_against_report, describe_change, is_out_of_memory, smaller_plan
 from .gpu_guard import GpuGuard
 from ..sizing.load_plan import carry_out, plan_spec
 from ..sizing.load_spec import AUTO, LoadSpec
@@ -33,6 +34,8 @@ PLAN_LOG = "memory-plans.jsonl"
 PLAN_LOG_MAX_BYTES = 1 << 20  # past this the oldest half of the records goes
 
 Progress = Callable[[int, int, str], None]   # bytes done, bytes total, file name (a Hub download)
+T = TypeVar("T")
+log = logging.getLogger("hearth.sizing")  # the plan's own log, as the plan-vs-reality check writes it
 
 
 @dataclass(slots=True)
@@ -144,6 +147,26 @@ def load_planned(ref, req: LoadSpec, backend: str, *, n_threads: int | None, loa
         messages.append(msg)
     check = check_against_report(plan, engine.backend.memory_report())
     return LoadResult(engine, plan, check, messages, retried or msg is not None)
+
+
+def load_with_retry(load: Callable[[Plan], T], plan: Plan) -> tuple[T, Plan, str | None]:
+    """``load(plan)``; if it runs out of memory, retry once with the next
+    smaller plan. Returns (result, the plan used, a message for the user or None)."""
+    try:
+        return load(plan), plan, None
+    except HearthError as e:
+        if not is_out_of_memory(e):
+            raise
+        smaller = smaller_plan(plan, e)
+        if smaller is None or not smaller.fits:
+            fixed = ", ".join(sorted(plan.choices.explicit()))
+            why = f"with the settings you fixed ({fixed}) there is no smaller plan" if fixed else \
+                "there is no smaller plan that fits"
+            raise ModelLoadError(f"{e}. {why}; choose a smaller context or quantization, "
+                                 "or close other programs") from e
+        msg = f"Out of memory with the first plan; loaded with {describe_change(plan, smaller)} instead."
+        log.warning("%s (first error: %s)", msg, e)
+        return load(smaller), smaller, msg
 
 
 def _no_smaller(plan: Plan) -> str:
