@@ -4,7 +4,8 @@ The window's engine thread, ``engine serve``/``chat``, ``bench tune`` and the
 other benchmarks load through :func:`load_model`. It resolves the request's
 model (downloading a Hub model first, with progress and cancel), plans it on
 the machine the backend sees (engine.sizing.load_plan on request_plan.machine), loads it, retries
-once with the next smaller plan when it runs out of memory (load_with_retry, with engine.sizing.reality's smaller_plan),
+once with the next smaller plan when it runs out of memory (load_with_retry, with
+engine.sizing.reality's smaller_plan),
 keeps the GPU-crash marker while layers are on a device (loading/gpu_guard.py),
 checks the plan against what the backend allocated and appends that check to
 ``memory-plans.jsonl`` in the data folder, so drift shows over time.
@@ -23,10 +24,10 @@ from ..errors import Cancelled, HearthError, ModelLoadError
 from ..interface import LoadedModel
 from ..sizing.hardware import Hardware
 from ..sizing.plan import Plan
-from ..sizing.reality import check_against_report, describe_change, is_out_of_memory, smaller_plan
-from .gpu_guard import GpuGuard
 from ..sizing.load_plan import carry_out, plan_spec
 from ..sizing.load_spec import AUTO, LoadSpec
+from ..sizing.reality import check_against_report, describe_change, is_out_of_memory, smaller_plan
+from .gpu_guard import GpuGuard
 from . import request_plan as planning  # planning.machine: tests put a simulated machine there
 from .request_plan import shortfall_text
 
