@@ -3,7 +3,7 @@ ones stay as chosen, an out-of-memory load or reply retries with the next smalle
 the memory figure and the plan count the same parts, and the disk prompt cache is on.
 
 The real window and the real bundled model run on the CPU. A GPU is simulated through
-the planner's Hardware (engine.loading.request_plan.machine): llama.cpp's CPU build runs the layers the
+the planner's Hardware (engine.sizing.load_machine.machine): llama.cpp's CPU build runs the layers the
 plan "offloads" on the CPU, so everything here passes without a GPU.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from engine.loading import load as loading
-from engine.loading import request_plan as plan_load
+from engine.sizing import load_machine as plan_load
 from engine.sizing import load_plan
 from engine.loading.gpu_guard import GpuGuard, crash_text
 from engine.sizing.load_spec import AUTO, LoadSpec
@@ -145,7 +145,7 @@ def test_auto_takes_the_plan_and_fixed_choices_stay_as_chosen(data_dir):
     kw = carry_out(plan, auto, ref, "llama_cpp", n_threads=1, data_dir=data_dir)
     assert (kw.n_ctx, kw.n_gpu_layers, kw.kv_type, kw.cache_budget) == \
         (plan.n_ctx, 4, "q8_0", plan.prefix_cache)
-    assert kw.disk_cache == data_dir / plan_load.PREFIX_STORE and kw.disk_cache_bytes > 0
+    assert kw.disk_cache == data_dir / load_plan.PREFIX_STORE and kw.disk_cache_bytes > 0
     assert kw.draft == "auto" and kw.backend == "llama_cpp"
 
     fixed = replace(auto, context=4096, gpu_layers=10, kv_type="f16", draft="none")
@@ -365,7 +365,7 @@ def test_the_disk_prompt_cache_is_on_and_clear_cache_frees_it(qtbot, make_window
     w.chat.input.setPlainText("Hi")
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
-    store = data_dir / plan_load.PREFIX_STORE
+    store = data_dir / load_plan.PREFIX_STORE
     saved = sum(p.stat().st_size for p in store.glob("*.kv"))
     assert saved > 0  # the system prompt's KV went to disk, for the next start
     w.show_memory_details()
@@ -381,7 +381,7 @@ def test_settings_shows_the_disk_prompt_cache_and_clears_it(qtbot, make_window, 
     from app.settings_ui.settings_dialog import SettingsDialog
     from app.core.text_utils import human_bytes
 
-    store = data_dir / plan_load.PREFIX_STORE
+    store = data_dir / load_plan.PREFIX_STORE
     store.mkdir()
     (store / "a.kv").write_bytes(b"x" * 3000)
     (store / "b.kv").write_bytes(b"x" * 2000)

@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 
 from engine.errors import Cancelled, ModelFileError
-from engine.loading import request_plan as planning
+from engine.sizing import load_machine as planning
 from engine.loading.gpu_guard import GpuGuard
 from engine.interface import LoadedModel
 from engine.loading.load import PLAN_LOG, load_model
 from engine.sizing.load_spec import AUTO, LoadSpec
-from engine.sizing.load_plan import carry_out, plan_spec
+from engine.sizing.load_plan import PREFIX_STORE, carry_out, plan_spec
 from engine.sizing.hardware import simulated
 
 
@@ -50,7 +50,7 @@ def test_an_old_settings_file_becomes_an_engine_config(tmp_path, bundled_path):
     config = carry_out(plan, req, req.model_ref(), "llama_cpp", n_threads=2, data_dir=tmp_path)
     assert isinstance(config, EngineConfig) and config.ref.is_bundled
     assert (config.n_ctx, config.n_gpu_layers, config.kv_type, config.n_threads) == (1024, 0, plan.kv_type, 2)
-    assert config.cache_budget == plan.prefix_cache and config.disk_cache == tmp_path / planning.PREFIX_STORE
+    assert config.cache_budget == plan.prefix_cache and config.disk_cache == tmp_path / PREFIX_STORE
     assert plan.to_config(config) == config  # the plan's values are already in it
     with pytest.raises(Exception, match="n_ctx must be"):
         EngineConfig(n_ctx=0)  # a bad value fails when the config is made, before any file is read

@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-import engine.loading.request_plan as planning
+import engine.sizing.load_machine as planning
 from engine.sizing.load_plan import plan_spec
 from engine.sizing.load_spec import LoadSpec
 from engine.library.local import Library

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import HearthError
-from engine.loading import request_plan as planning
+from engine.sizing import load_machine as planning
 from engine.sizing.load_spec import LoadSpec
 from engine.sizing.load_plan import choices, plan_spec
 from engine.sizing.hardware import GiB, simulated

@@ -1,6 +1,6 @@
 """``python -m engine plan``: the plan for a model on this (or a simulated) machine.
 
-The machine is the one the window plans for (engine.loading.request_plan.machine): for a
+The machine is the one the window plans for (engine.sizing.load_machine.machine): for a
 GGUF, the GPU devices llama.cpp's build registered with ggml (a Vulkan-only GPU
 included), not only what NVML sees.
 """
@@ -18,7 +18,7 @@ from ..sizing.report import plan_dict, render_table
 def cli_plan(args) -> int:
     """``python -m engine plan``: print the plan (or --json). Exit 0 when it
     fits (with or without offload), 1 when it does not."""
-    from ..loading.request_plan import machine
+    from ..sizing.load_machine import machine
     from ..sizing.load_plan import choices
     from ..sizing.load_spec import LoadSpec, or_auto
     from ..sizing.plan import plan_for

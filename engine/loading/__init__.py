@@ -1,7 +1,6 @@
 """The one planned load every caller uses: the window, ``engine serve``/``chat``/``plan``, the benchmarks.
 
 request.py      ModelCheck: what can be known about a model choice before it loads
-request_plan.py the machine a load is planned for, as the backend sees it; a plan's shortfall in words
 load.py         load_model(): resolve, plan, open, retry once on out-of-memory, check -> LoadedModel
 gpu_guard.py    the marker that says layers are on a device (a GPU that stops the process)
 estimate.py     a quick one-configuration memory estimate, for a dialog's first number
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
                                     Auto, LoadSpec, check_model_string, effective_backend, infer_source, remote_model,
                                     runs_gguf, split_remote)
     from .request import ModelCheck
-    from .request_plan import machine, shortfall_text, with_workers
+    from ..sizing.load_machine import machine, shortfall_text, with_workers
 
 _WHERE = {
     **dict.fromkeys(["ThreadChoice", "check_poll", "thread_option"], "..backends.llama.threadpool"),
@@ -39,7 +38,7 @@ _WHERE = {
                      "runs_gguf", "split_remote"], "..sizing.load_spec"),
     **dict.fromkeys(["plan_load", "plan_spec", "prefix_store_dir"], "..sizing.load_plan"),
     "ModelCheck": ".request",
-    **dict.fromkeys(["machine", "shortfall_text", "with_workers"], ".request_plan"),
+    **dict.fromkeys(["machine", "shortfall_text", "with_workers"], "..sizing.load_machine"),
 }
 __all__ = ["AUTO", "AUTO_FIELDS", "Auto", "BACKENDS", "BUNDLED", "DEFAULT_DISK_BUDGET", "GpuGuard", "HUB_PLACEHOLDER",
            "KV_TYPES", "LoadSpec", "ModelCheck", "PLAN_LOG", "QUANTS", "SOURCES", "ThreadChoice", "check_model_string",

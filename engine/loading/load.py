@@ -3,7 +3,7 @@
 The window's engine thread, ``engine serve``/``chat``, ``bench tune`` and the
 other benchmarks load through :func:`load_model`. It resolves the request's
 model (downloading a Hub model first, with progress and cancel), plans it on
-the machine the backend sees (engine.sizing.load_plan on request_plan.machine), loads it, retries
+the machine the backend sees (engine.sizing.load_plan on load_machine.machine), loads it, retries
 once with the next smaller plan when it runs out of memory (load_with_retry, with
 engine.sizing.reality's smaller_plan),
 keeps the GPU-crash marker while layers are on a device (loading/gpu_guard.py),
@@ -24,12 +24,12 @@ from ..errors import Cancelled, HearthError, ModelLoadError
 from ..interface import LoadedModel
 from ..sizing.hardware import Hardware
 from ..sizing.plan import Plan
+from ..sizing import load_machine as planning  # planning.machine: tests put a simulated machine there
+from ..sizing.load_machine import shortfall_text
 from ..sizing.load_plan import carry_out, plan_spec
 from ..sizing.load_spec import AUTO, LoadSpec
 from ..sizing.reality import check_against_report, describe_change, is_out_of_memory, smaller_plan
 from .gpu_guard import GpuGuard
-from . import request_plan as planning  # planning.machine: tests put a simulated machine there
-from .request_plan import shortfall_text
 
 PLAN_LOG = "memory-plans.jsonl"
 PLAN_LOG_MAX_BYTES = 1 << 20  # past this the oldest half of the records goes

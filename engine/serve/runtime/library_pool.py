@@ -35,9 +35,9 @@ def library_pool(data_dir: Path, *, parallel: int, queue_limit: int, n_ctx: int 
     """A pool that loads the library's models as ``engine serve``'s own model is loaded: planned
     (for the memory the held models leave), with a batch context of ``parallel`` sequences."""
     from ...config import default_exactness
-    from ...loading import request_plan as planning  # planning.machine: tests put a simulated machine there
+    from ...sizing import load_machine as planning  # planning.machine: tests put a simulated machine there
     from ...loading.load import load_model
-    from ...loading.request_plan import shortfall_text
+    from ...sizing.load_machine import shortfall_text
     from ...sizing.load_plan import plan_spec
     from ...sizing.load_spec import LoadSpec, or_auto
     from ...library.local import LIBRARY_FILE, Library

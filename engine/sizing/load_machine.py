@@ -1,6 +1,6 @@
 """The machine a load is planned for, as the backend will see it, and a plan's shortfall in words.
 
-The plan itself is engine/sizing/load_plan.py's (``plan_load``: a LoadSpec -> EngineConfig and Plan);
+The plan itself is load_plan.py's (``plan_load``: a LoadSpec -> EngineConfig and Plan);
 the window's load, its settings preview, ``engine serve``/``chat``/``plan`` and the benchmarks all plan
 on :func:`machine` (tests put a simulated one here), so the plan shown is the plan loaded.
 """
@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..sizing.hardware import GPU, Hardware, cpu_only, format_size, probe
-from ..sizing.load_plan import PREFIX_STORE, prefix_store_dir  # noqa: F401  (the loading face's names)
-from ..sizing.plan import Plan
+from .hardware import GPU, Hardware, cpu_only, format_size, probe
+from .plan import Plan
 
 _VENDORS = {"cuda": "nvidia", "rocm": "amd", "metal": "apple", "rpc": "rpc"}  # ggml runtime -> the planner's overheads
 
