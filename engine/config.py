@@ -1,10 +1,11 @@
 """EngineConfig: what one load of the engine is, as one frozen value.
 
 Every caller opens an engine from a config (``Engine.open(config)``): the window's
-planned load, ``engine serve``/``chat``, the benchmarks, the pool and the tests. A
-memory plan becomes a config only through ``Plan.to_config`` (engine/sizing/plan.py),
-which fills in what the plan decided; a load the user describes (engine/loading's
-``LoadRequest``) becomes the base config that plan starts from.
+planned load, ``engine serve``/``chat``, the benchmarks, the pool and the tests. What
+the user chose (a ``LoadSpec``, engine/sizing/load_spec.py) becomes a config in one
+place, ``plan_load`` (engine/sizing/load_plan.py): the spec as chosen is the base,
+and ``Plan.to_config`` (engine/sizing/plan.py) fills in what the plan decided.
+Here "all layers" is llama.cpp's -1 and an unset context None: the runtime's words.
 
 Fields are grouped by what they decide: the model and its runtime, where its layers
 go, the context and KV cache, the threads, exactness, speculative decoding, the

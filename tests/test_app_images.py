@@ -145,11 +145,11 @@ def test_the_projector_is_chosen_by_hand_in_settings_or_turned_off(qtbot, data_d
     assert dlg.projector.value() == "auto"
     dlg.projector.set_value(str(mmproj))  # what "Choose…" sets
     s = dlg.build()
-    assert s.mmproj == str(mmproj) and s.load_request().mmproj == str(mmproj)
+    assert s.mmproj == str(mmproj) and s.load_spec().mmproj == str(mmproj)
     SettingsFile().save(s)
     assert SettingsFile().load()[0].mmproj == str(mmproj)  # kept across a restart
     dlg.projector.set_value("none")
-    off = dlg.build().load_request()
+    off = dlg.build().load_spec()
     loaded = load_model(off, data_dir=None)
     try:
         assert off.mmproj == "none" and not loaded.model.sees_images  # text only, as chosen

@@ -175,7 +175,7 @@ def test_load_from_the_library_lists_drafts_and_recent_models(qtbot, window, dir
 
 
 def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot, window, dirs, bundled_path):
-    from engine.loading import request_plan as plan_load
+    from engine.sizing.load_plan import carry_out, plan_spec
     from app.core.settings import Settings, SettingsError
     from app.settings_ui.settings_dialog import SettingsDialog
 
@@ -190,10 +190,10 @@ def test_settings_offer_drafts_by_name_and_the_choice_reaches_engine_load(qtbot,
     s = dlg.build()
     dlg.reject()
     assert s.draft == str(draft)
-    req = s.load_request()
-    plan = plan_load.plan_request(req, hardware=HW8)
+    req = s.load_spec()
+    plan = plan_spec(req, HW8)
     assert plan.draft_source == str(draft)                    # the planner sizes the chosen draft
-    assert plan_load.engine_config(plan, req, req.model_ref(), "llama_cpp", 2, None).draft == str(draft)
+    assert carry_out(plan, req, req.model_ref(), "llama_cpp", n_threads=2, data_dir=None).draft == str(draft)
     # The window carries it to Engine.open: this header-only draft cannot run, and the load says so.
     window.apply_settings(s)
     qtbot.waitUntil(lambda: any("tiny-draft.gguf" in m for m in window.info.messages()), timeout=60_000)

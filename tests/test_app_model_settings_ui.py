@@ -14,7 +14,7 @@ import pytest
 from app.core.model_defaults import identify, reply_layers, yours
 from app.core.settings import Settings
 from engine.library.preset_files import read_preset
-from engine.loading.request import LoadRequest
+from engine.sizing.load_spec import LoadSpec
 from gguf_copy import QWEN3_SAMPLING, with_metadata
 
 PRESETS = Path(__file__).parent / "fixtures" / "presets"
@@ -30,7 +30,7 @@ def model(bundled_path, tmp_path_factory):
 def dialog(qtbot, data_dir, model):
     from app.settings_ui.settings_dialog import SettingsDialog
 
-    ident = identify(LoadRequest(model=str(model)), data_dir)
+    ident = identify(LoadSpec(model=str(model)), data_dir)
     s = Settings(model=str(model), source="gguf")
     s.sampling.update(presence_penalty=0.3)
     dlg = SettingsDialog(s, None, identity=ident)
@@ -114,7 +114,7 @@ def test_a_malformed_or_hostile_import_is_one_line_and_changes_nothing(dialog, t
 def test_this_chat_s_settings_over_its_model_s(qtbot, data_dir, model):
     from app.settings_ui.chat_settings_dialog import ChatSettingsDialog
 
-    ident = identify(LoadRequest(model=str(model)), data_dir)
+    ident = identify(LoadSpec(model=str(model)), data_dir)
     s = Settings()
     dlg = ChatSettingsDialog("Bread", {"max_tokens": 300}, lambda chat: reply_layers(s, ident, chat))
     qtbot.addWidget(dlg)

@@ -56,7 +56,7 @@ def test_apply_best_follows_model_a_and_not_model_b(qtbot, make_window, models):
     before = w.settings
     dlg.apply_best()
     assert "model's own load settings" in dlg.status.text() and dlg.rollback_button.isEnabled()
-    assert w.settings.load_request() == before.load_request()  # the settings for every model are untouched
+    assert w.settings.load_spec() == before.load_spec()  # the settings for every model are untouched
     assert yours(w.settings, ia) == ROW
     wait_loaded(qtbot, w, a)  # A reloads with its own
     assert load_of(w) == ("q8_0", "fast", 1, "none")

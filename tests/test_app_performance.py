@@ -221,7 +221,7 @@ def test_benchmark_dialog_runs_off_the_gui_thread_exports_compares_applies_and_r
     dlg.apply_button.click()
     assert ident.key in w.settings.tuning and dlg.rollback_button.isEnabled()
     assert yours(w.settings, ident) == best["settings"]  # the model's own (tests/test_model_tuning.py)
-    assert w.settings.load_request() == before.load_request()
+    assert w.settings.load_spec() == before.load_spec()
     assert SettingsFile().load()[0].tuning == w.settings.tuning  # saved through the one settings file
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
     dlg.rollback_button.click()

@@ -3,7 +3,7 @@ ones stay as chosen, an out-of-memory load or reply retries with the next smalle
 the memory figure and the plan count the same parts, and the disk prompt cache is on.
 
 The real window and the real bundled model run on the CPU. A GPU is simulated through
-the planner's Hardware (engine.loading.request_plan.machine): llama.cpp's CPU build runs the layers the
+the planner's Hardware (engine.sizing.load_machine.machine): llama.cpp's CPU build runs the layers the
 plan "offloads" on the CPU, so everything here passes without a GPU.
 """
 from __future__ import annotations
@@ -18,9 +18,11 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from engine.loading import load as loading
-from engine.loading import request_plan as plan_load
+from engine.sizing import load_machine as plan_load
+from engine.sizing import load_plan
 from engine.loading.gpu_guard import GpuGuard, crash_text
-from engine.loading.request import LoadRequest
+from engine.sizing.load_spec import AUTO, LoadSpec
+from engine.sizing.load_plan import carry_out, plan_spec
 
 from app.window.main_window import MainWindow
 from app.window.selftest import write_settings
@@ -119,8 +121,8 @@ def test_gpu_layers_and_kv_type_are_settings_with_clear_errors(tmp_path):
     f.save(s)
     again, notice = SettingsFile(tmp_path / "settings.json").load()
     assert notice is None and (again.gpu_layers, again.kv_type) == (12, "q8_0")
-    assert Settings(gpu_layers="all").validate().load_request().gpu_layers == "all"
-    assert Settings().load_request().gpu_layers is None and Settings().load_request().kv_type == "auto"
+    assert Settings(gpu_layers="all").validate().load_spec().gpu_layers == "all"
+    assert Settings().load_spec().gpu_layers is AUTO and Settings().load_spec().kv_type == "auto"
     for bad, field in (({"gpu_layers": -1}, "gpu_layers"), ({"gpu_layers": "most"}, "gpu_layers"),
                        ({"gpu_layers": True}, "gpu_layers"), ({"kv_type": "q5_1"}, "kv_type")):
         with pytest.raises(SettingsError, match=f"^{field}"):
@@ -128,33 +130,34 @@ def test_gpu_layers_and_kv_type_are_settings_with_clear_errors(tmp_path):
     with pytest.raises(SettingsError, match="^kv_type: .*GGUF"):
         Settings(model=str(tmp_path), source="hf_dir", kv_type="q8_0").validate()
     # a rollback target saved before these settings existed means Auto for both
-    back = Settings().with_load(LoadRequest.from_dict({"model": "bundled", "context": 1024}))
-    assert (back.gpu_layers, back.kv_type, back.context) == (None, "auto", 1024)
+    back = Settings().with_load(LoadSpec.from_dict({"model": "bundled", "context": 1024}))
+    assert (back.gpu_layers, back.kv_type, back.context) == (AUTO, AUTO, 1024)
 
 
 def test_auto_takes_the_plan_and_fixed_choices_stay_as_chosen(data_dir):
     hw = simulated("600MiB", "8GiB", cores=2)
-    auto = Settings().load_request()
-    plan = plan_load.plan_request(auto, hardware=hw)
+    auto = Settings().load_spec()
+    plan = plan_spec(auto, hw)
     # the plan shrank the KV, then offloaded: the output head (llama.cpp offloads it first, with its
     # ~100 MiB logits buffer) and 3 blocks
     assert plan.n_gpu_layers == 4 and plan.kv_type == "q8_0" and plan.gpu_layers_text == "3/30 + head"
     ref = auto.model_ref()
-    kw = plan_load.engine_config(plan, auto, ref, "llama_cpp", 1, data_dir)
+    kw = carry_out(plan, auto, ref, "llama_cpp", n_threads=1, data_dir=data_dir)
     assert (kw.n_ctx, kw.n_gpu_layers, kw.kv_type, kw.cache_budget) == \
         (plan.n_ctx, 4, "q8_0", plan.prefix_cache)
-    assert kw.disk_cache == data_dir / plan_load.PREFIX_STORE and kw.disk_cache_bytes > 0
+    assert kw.disk_cache == data_dir / load_plan.PREFIX_STORE and kw.disk_cache_bytes > 0
     assert kw.draft == "auto" and kw.backend == "llama_cpp"
 
     fixed = replace(auto, context=4096, gpu_layers=10, kv_type="f16", draft="none")
-    plan = plan_load.plan_request(fixed, hardware=hw)
-    kw = plan_load.engine_config(plan, fixed, ref, "llama_cpp", 1, data_dir)
+    plan = plan_spec(fixed, hw)
+    kw = carry_out(plan, fixed, ref, "llama_cpp", n_threads=1, data_dir=data_dir)
     assert (kw.n_ctx, kw.n_gpu_layers, kw.kv_type, kw.draft) == (4096, 10, "f16", "none")
-    everything = plan_load.plan_request(replace(auto, gpu_layers="all"), hardware=hw)
+    everything = plan_spec(replace(auto, gpu_layers="all"), hw)
     assert everything.config.all_on_gpu  # "all" is every block and the output head
     # with no plan (a GGUF file on transformers), the settings go through as chosen
     assert replace(auto, backend="hf").plan_format is None
-    kw = plan_load.engine_config(None, replace(auto, gpu_layers="all", context=2048), ref, "llama_cpp", 1, data_dir)
+    kw = carry_out(None, replace(auto, gpu_layers="all", context=2048), ref, "llama_cpp", n_threads=1,
+                   data_dir=data_dir)
     assert (kw.n_gpu_layers, kw.kv_type, kw.n_ctx) == (-1, "f16", 2048)
 
 
@@ -162,8 +165,8 @@ def test_a_plan_that_does_not_fit_says_why_and_keeps_the_choices():
     from app.core.plan_text import headline, refusal
 
     hw = simulated("450MiB", "8GiB", cores=2)
-    req = replace(Settings().load_request(), gpu_layers="all", kv_type="f16")
-    plan = plan_load.plan_request(req, hardware=hw)
+    req = replace(Settings().load_spec(), gpu_layers="all", kv_type="f16")
+    plan = plan_spec(req, hw)
     assert not plan.fits and plan.config.all_on_gpu and plan.kv_type == "f16"
     why = refusal(plan)
     assert why.startswith("It does not fit: GPU memory is short by ")
@@ -192,17 +195,17 @@ def test_the_planner_answers_only_the_newest_request_and_a_bug_is_a_message(qtbo
         return "new plan"
 
     monkeypatch.setattr(plan_load, "machine", lambda fmt, **_kw: simulated("1GiB", "8GiB", cores=2))
-    monkeypatch.setattr(plan_load, "plan_request", plan)
+    monkeypatch.setattr(load_plan, "plan_spec", plan)
     owner = QObject()
     runner = PlanRunner(owner)
     ready, failed = [], []
     runner.ready.connect(lambda n, p: ready.append((n, p)))
     runner.failed.connect(lambda n, m: failed.append((n, m)))
-    old = runner.request(LoadRequest(model="old.gguf", source="gguf"))
-    new = runner.request(LoadRequest(model="new.gguf", source="gguf"))
+    old = runner.request(LoadSpec(model="old.gguf", source="gguf"))
+    new = runner.request(LoadSpec(model="new.gguf", source="gguf"))
     qtbot.waitUntil(lambda: ready == [(new, "new plan")], timeout=10_000)
     release.set()
-    bug = runner.request(LoadRequest(model="bug.gguf", source="gguf"))
+    bug = runner.request(LoadSpec(model="bug.gguf", source="gguf"))
     qtbot.waitUntil(lambda: bool(failed) and runner._bg.running() == 0, timeout=10_000)  # every answer is back
     assert old < new < bug and ready == [(new, "new plan")]  # the old answer came after the new one: dropped
     assert failed == [(bug, "the memory planner failed (KeyError: 'n_layer')")]
@@ -218,7 +221,7 @@ def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbo
     assert (m.n_ctx, m.n_gpu_layers, m.kv_type) == (plan.n_ctx, plan.n_gpu_layers, plan.kv_type)
     assert m.plan["summary"] == plan.summary() and m.prefix_budget == plan.prefix_cache
     assert "GPU layers: 4, KV cache: q8_0" in w.model_label.toolTip()
-    assert (w.settings.gpu_layers, w.settings.kv_type, w.settings.context) == (None, "auto", None)  # still Auto
+    assert (w.settings.gpu_layers, w.settings.kv_type, w.settings.context) == (AUTO, AUTO, AUTO)  # still Auto
 
     dlg = SettingsDialog(w.settings, w)
     qtbot.addWidget(dlg)
@@ -288,7 +291,7 @@ def test_a_load_that_runs_out_of_memory_retries_with_a_smaller_plan(qtbot, make_
            "KV cache f16 -> q8_0 instead." in msgs
     assert w.chat.input_text() == "typed while the model loads"
     saved, _ = SettingsFile().load()
-    assert (saved.gpu_layers, saved.kv_type) == (None, "auto")  # Auto stays Auto; nothing was fixed
+    assert (saved.gpu_layers, saved.kv_type) == (AUTO, AUTO)  # Auto stays Auto; nothing was fixed
     assert log_lines(data_dir)[-1]["retried"] is True
 
 
@@ -362,7 +365,7 @@ def test_the_disk_prompt_cache_is_on_and_clear_cache_frees_it(qtbot, make_window
     w.chat.input.setPlainText("Hi")
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
-    store = data_dir / plan_load.PREFIX_STORE
+    store = data_dir / load_plan.PREFIX_STORE
     saved = sum(p.stat().st_size for p in store.glob("*.kv"))
     assert saved > 0  # the system prompt's KV went to disk, for the next start
     w.show_memory_details()
@@ -378,7 +381,7 @@ def test_settings_shows_the_disk_prompt_cache_and_clears_it(qtbot, make_window, 
     from app.settings_ui.settings_dialog import SettingsDialog
     from app.core.text_utils import human_bytes
 
-    store = data_dir / plan_load.PREFIX_STORE
+    store = data_dir / load_plan.PREFIX_STORE
     store.mkdir()
     (store / "a.kv").write_bytes(b"x" * 3000)
     (store / "b.kv").write_bytes(b"x" * 2000)
@@ -415,8 +418,8 @@ def test_a_start_after_stopping_with_the_model_on_a_gpu_runs_on_the_cpu_once_and
     bars = [b for b in w.info.bars() if "stopped unexpectedly" in b.text()]
     assert len(bars) == 1 and "was running on CUDA0" in bars[0].text() and "your chats are all here" in bars[0].text()
     assert not guard.path.exists()  # taken: the start after this one is a normal one
-    assert w.settings.gpu_layers is None and SettingsFile().load()[0].gpu_layers is None  # Auto stays Auto
-    assert SettingsFile().load()[0].load_request() == w.settings.load_request()
+    assert w.settings.gpu_layers is AUTO and SettingsFile().load()[0].gpu_layers is AUTO  # Auto stays Auto
+    assert SettingsFile().load()[0].load_spec() == w.settings.load_spec()
     # A reply that runs out of memory now reloads a smaller plan, still on the CPU.
     fail_first_reply(monkeypatch, HearthError("not enough memory to compute a batch of 8 tokens "
                                               "(llama_decode returned -2)"))
@@ -476,7 +479,7 @@ def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_
     assert w.chat.input_text() == "Hello"  # the failed send gave the text back
     qtbot.waitUntil(lambda: w.host.ready and w.host.model.n_gpu_layers == 0, timeout=60_000)
     assert "Vulkan0 failed during the reply" in " ".join(w.info.messages())
-    assert w.settings.gpu_layers is None  # Auto stays Auto
+    assert w.settings.gpu_layers is AUTO  # Auto stays Auto
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)  # now the reply comes, from the CPU
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
     assert [m.role for m in w.store.messages(w.current)] == ["user", "assistant"]

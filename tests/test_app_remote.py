@@ -16,7 +16,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
-from engine.loading.request import remote_model
+from engine.loading import remote_model
 from tests.fault_proxy import FaultProxy
 from tests.serving import hearth_process
 

@@ -232,7 +232,7 @@ def test_local_server_in_the_window(qtbot, data_dir, monkeypatch, bundled_path):
         gate = threading.Event()
         real_load = runner.load_model
         monkeypatch.setattr(runner, "load_model", lambda *a, **k: (gate.wait(60), real_load(*a, **k))[1])
-        w.load_model(w.settings.load_request())
+        w.load_model(w.settings.load_spec())
         qtbot.waitUntil(lambda: w.server_host.server.model_id is None, timeout=30_000)
         r = httpx.post(f"{url}/chat/completions", headers={"Authorization": f"Bearer {key}"},
                        json={"model": mid, "messages": [{"role": "user", "content": "hi"}]})

@@ -1,5 +1,5 @@
 """The window's model load plans for the local server's batch context while the server is on
-(LoadRequest.server_parallel: Serving.parallel sequences of the slot context), and not while it is off."""
+(LoadSpec.server_parallel: Serving.parallel sequences of the slot context), and not while it is off."""
 from __future__ import annotations
 
 import pytest
@@ -8,13 +8,13 @@ from app.bridge.generation_runner import SharedEngine
 from app.bridge.load_runner import LoadJob, LoadRunner
 from app.bridge.server_host import Serving
 from engine.errors import HearthError
-from engine.loading.request import LoadRequest
+from engine.sizing.load_spec import LoadSpec
 from engine.serve.http.server import LocalServer
 
 
 @pytest.mark.parametrize("serving, planned", [(None, 0), (3, 3)])
 def test_the_load_plans_the_servers_batch_only_while_it_serves(monkeypatch, bundled_path, serving, planned):
-    seen: list[LoadRequest] = []
+    seen: list[LoadSpec] = []
 
     def load_model(req, **_kw):
         seen.append(req)
@@ -27,6 +27,6 @@ def test_the_load_plans_the_servers_batch_only_while_it_serves(monkeypatch, bund
     worker = LoadRunner(shared)
     failures: list[str] = []
     worker.failed.connect(lambda _id, msg: failures.append(msg))
-    worker.load(LoadJob(LoadRequest(model=str(bundled_path))))
+    worker.load(LoadJob(LoadSpec(model=str(bundled_path))))
     assert [r.server_parallel for r in seen] == [planned]
     assert failures == ["stopped here: the test needs only the request"]

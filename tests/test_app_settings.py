@@ -6,6 +6,7 @@ import json
 import pytest
 
 from engine.loading.estimate import auto_context, quick_estimate
+from engine.sizing.load_spec import AUTO
 from app.core.settings import FORMAT_VERSION, Settings, SettingsError, SettingsFile
 from app.core.text_utils import code_blocks, finish_note, human_bytes, metrics_line
 
@@ -92,7 +93,7 @@ def test_bad_presets_and_a_bad_rollback_target_are_dropped_on_their_own(tmp_path
     assert s.presets == [{"name": "Good", "prompt": "x"}] and s.default_preset == "Good"
     for name in ("model", "presets", "default_preset", "last_working"):
         assert name in notice
-    assert f.last_working is None and f.rolled_back(s).context is None
+    assert f.last_working is None and f.rolled_back(s).context is AUTO
 
 
 def test_last_working_model_is_the_rollback_target(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.loading import request_plan as plan_load
+from engine.sizing import load_machine as plan_load
 from app.window.main_window import MainWindow
 from app.window.selftest import write_settings
 from app.chat.welcome import EXAMPLES

@@ -385,12 +385,12 @@ def test_changing_the_model_twice_during_a_load_ends_on_the_last_choice(qtbot, m
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
     qtbot.wait(1500)  # anything a superseded load still had queued has run by now
     assert w.host.ready and w.host.model.bundled and w.host.model.n_ctx == 1024
-    assert w.settings.load_request() == last.load_request()
+    assert w.settings.load_spec() == last.load_spec()
     assert "context 1,024" in w.model_label.text()
     f = SettingsFile()
     saved, _ = f.load()
-    assert saved.load_request() == last.load_request()
-    assert f.rolled_back(Settings()).load_request() == last.load_request()  # recorded as the one that worked
+    assert saved.load_spec() == last.load_spec()
+    assert f.rolled_back(Settings()).load_spec() == last.load_spec()  # recorded as the one that worked
     assert not any("cancelled" in m or "Went back" in m for m in w.info.messages())
 
 

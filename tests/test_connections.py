@@ -8,7 +8,7 @@ import pytest
 
 from app.core.connections import Connection, Connections
 from app.core.settings import Settings, SettingsError
-from engine.loading.request import LoadRequest, remote_model, split_remote
+from engine.sizing.load_spec import LoadSpec, remote_model, split_remote
 
 
 def test_a_connection_and_its_key_are_kept_apart_and_forgotten_together(tmp_path):
@@ -33,11 +33,11 @@ def test_a_damaged_connections_file_is_said_and_nothing_breaks(tmp_path):
 
 def test_a_remote_model_is_a_load_request_and_a_setting():
     model = remote_model("https://gpu.lan:8765/v1", "qwen2.5-32b")
-    req = LoadRequest(model=model)
+    req = LoadSpec(model=model)
     assert req.model_source == "remote" and req.effective_backend == "remote" and req.plan_format is None
     assert req.title == "qwen2.5-32b on gpu.lan:8765"
     assert split_remote(model) == ("https://gpu.lan:8765/v1", "qwen2.5-32b")
     s = Settings(model=model).validate()
-    assert s.source == "remote" and s.load_request() == req
+    assert s.source == "remote" and s.load_spec() == req
     with pytest.raises(SettingsError, match="model: "):
         Settings(model="http://bad host:x/v1#m").validate()

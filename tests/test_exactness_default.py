@@ -20,17 +20,17 @@ def unpinned(monkeypatch):
 
 def test_every_load_path_defaults_to_fast(unpinned, bundled_path):
     from app.core.settings import Settings
-    from engine.loading.request_plan import engine_config, plan_request
-    from engine.loading.request import LoadRequest
+    from engine.sizing.load_plan import carry_out, plan_spec
+    from engine.sizing.load_spec import LoadSpec
     from engine.sizing.hardware import simulated
 
     assert default_exactness() == "fast"
     assert EngineConfig(bundled_path).exactness == "fast"
-    assert LoadRequest().exactness == "fast" and Settings().exactness == "fast"
-    assert Settings().load_request().exactness == "fast"
-    req = LoadRequest()
-    plan = plan_request(req, hardware=simulated(gpu="none", ram="16GiB"))
-    assert engine_config(plan, req, req.model_ref(), "llama_cpp", 2, None).exactness == "fast"
+    assert LoadSpec().exactness == "fast" and Settings().exactness == "fast"
+    assert Settings().load_spec().exactness == "fast"
+    req = LoadSpec()
+    plan = plan_spec(req, simulated(gpu="none", ram="16GiB"))
+    assert carry_out(plan, req, req.model_ref(), "llama_cpp", n_threads=2, data_dir=None).exactness == "fast"
     # A choice is kept as made.
     assert EngineConfig(bundled_path, exactness="exact").exactness == "exact"
 

@@ -1,4 +1,4 @@
-"""engine/loading: the one planned load. A LoadRequest reads old settings files, plans on the
+"""engine/loading: the one planned load. A LoadSpec reads old settings files, plans on the
 machine the backend sees, loads the real bundled model, keeps its records in the data folder it
 is given, and the command line loads through it the way the window does."""
 from __future__ import annotations
@@ -9,25 +9,26 @@ from dataclasses import replace
 import pytest
 
 from engine.errors import Cancelled, ModelFileError
-from engine.loading import request_plan as planning
+from engine.sizing import load_machine as planning
 from engine.loading.gpu_guard import GpuGuard
 from engine.interface import LoadedModel
 from engine.loading.load import PLAN_LOG, load_model
-from engine.loading.request import LoadRequest
+from engine.sizing.load_spec import AUTO, LoadSpec
+from engine.sizing.load_plan import PREFIX_STORE, carry_out, plan_spec
 from engine.sizing.hardware import simulated
 
 
 def test_a_request_reads_what_older_settings_files_saved():
     # A first-version last_working: only the model and the context (no source, backend, quant, ...).
-    old = LoadRequest.from_dict({"model": "bundled", "context": 1024})
-    assert old == LoadRequest(context=1024)
+    old = LoadSpec.from_dict({"model": "bundled", "context": 1024})
+    assert old == LoadSpec(context=1024)
     assert (old.model_source, old.backend, old.quant, old.kv_type, old.gpu_layers, old.exactness) == \
-        ("bundled", "auto", "auto", "auto", None, "exact")
+        ("bundled", AUTO, AUTO, AUTO, AUTO, "exact")
     # nulls where a later version wrote its defaults, and a key this version does not know
-    odd = LoadRequest.from_dict({"model": "bundled", "backend": None, "kv_type": None, "future_knob": 3})
-    assert odd == LoadRequest()
-    req = LoadRequest(model="/m/x.gguf", source="gguf", gpu_layers="all", cpu_only="why", retry_after="oom")
-    assert LoadRequest.from_dict(req.as_dict()) == req.plain() and "cpu_only" not in req.as_dict()
+    odd = LoadSpec.from_dict({"model": "bundled", "backend": None, "kv_type": None, "future_knob": 3})
+    assert odd == LoadSpec()
+    req = LoadSpec(model="/m/x.gguf", source="gguf", gpu_layers="all", cpu_only="why", retry_after="oom")
+    assert LoadSpec.from_dict(req.as_dict()) == req.plain() and "cpu_only" not in req.as_dict()
     assert req.plain() == replace(req, cpu_only=None, retry_after=None)
 
 
@@ -43,13 +44,13 @@ def test_an_old_settings_file_becomes_an_engine_config(tmp_path, bundled_path):
                                 "last_working": {"model": "bundled", "context": 1024}}))
     settings, notice = SettingsFile(path).load()
     assert notice is None
-    req = settings.load_request()
+    req = settings.load_spec()
     hw = simulated("none", "16GiB", cores=2)
-    plan = planning.plan_request(req, hardware=hw)
-    config = planning.engine_config(plan, req, req.model_ref(), "llama_cpp", 2, tmp_path)
+    plan = plan_spec(req, hw)
+    config = carry_out(plan, req, req.model_ref(), "llama_cpp", n_threads=2, data_dir=tmp_path)
     assert isinstance(config, EngineConfig) and config.ref.is_bundled
     assert (config.n_ctx, config.n_gpu_layers, config.kv_type, config.n_threads) == (1024, 0, plan.kv_type, 2)
-    assert config.cache_budget == plan.prefix_cache and config.disk_cache == tmp_path / planning.PREFIX_STORE
+    assert config.cache_budget == plan.prefix_cache and config.disk_cache == tmp_path / PREFIX_STORE
     assert plan.to_config(config) == config  # the plan's values are already in it
     with pytest.raises(Exception, match="n_ctx must be"):
         EngineConfig(n_ctx=0)  # a bad value fails when the config is made, before any file is read
@@ -64,27 +65,27 @@ def test_an_old_settings_file_with_last_working_still_loads_and_rolls_back(tmp_p
     f = SettingsFile(path)
     settings, notice = f.load()
     assert notice is None and settings.context == 2048
-    assert f.last_working == LoadRequest(context=1024)
+    assert f.last_working == LoadSpec(context=1024)
     back = f.rolled_back(settings)
-    assert back.load_request() == LoadRequest(context=1024) and back.context == 1024
+    assert back.load_spec() == LoadSpec(context=1024) and back.context == 1024
     f.mark_working(back)  # saved again in this version's form, and read back the same
     again = SettingsFile(path)
     again.load()
-    assert again.last_working == back.load_request()
-    assert json.loads(path.read_text())["last_working"] == back.load_request().as_dict()
+    assert again.last_working == back.load_spec()
+    assert json.loads(path.read_text())["last_working"] == back.load_spec().as_dict()
 
 
 def test_a_request_names_its_model_and_its_planner(tmp_path):
     folder = tmp_path / "tiny"
     folder.mkdir()
-    assert LoadRequest().title == "the bundled model" and LoadRequest().plan_format == "gguf"
-    assert LoadRequest(model="owner/repo:Q4_K_M").model_source == "hub"
-    assert LoadRequest(model="owner/repo:Q4_K_M").title == "owner/repo:Q4_K_M"
-    assert LoadRequest(model=str(folder)).model_source == "hf_dir"
-    assert LoadRequest(model=str(folder)).plan_format == "hf"
-    assert LoadRequest(backend="hf").plan_format is None  # a GGUF dequantized on transformers: no planner
+    assert LoadSpec().title == "the bundled model" and LoadSpec().plan_format == "gguf"
+    assert LoadSpec(model="owner/repo:Q4_K_M").model_source == "hub"
+    assert LoadSpec(model="owner/repo:Q4_K_M").title == "owner/repo:Q4_K_M"
+    assert LoadSpec(model=str(folder)).model_source == "hf_dir"
+    assert LoadSpec(model=str(folder)).plan_format == "hf"
+    assert LoadSpec(backend="hf").plan_format is None  # a GGUF dequantized on transformers: no planner
     with pytest.raises(ModelFileError, match="not found"):
-        LoadRequest(model=str(tmp_path / "missing.gguf"), source="gguf").model_ref()
+        LoadSpec(model=str(tmp_path / "missing.gguf"), source="gguf").model_ref()
 
 
 def test_the_gpu_marker_lives_in_the_folder_it_is_given(tmp_path):
@@ -109,7 +110,7 @@ def test_the_llamacpp_machine_is_the_devices_ggml_reports():
 def test_load_model_plans_loads_and_records_in_the_data_folder(tmp_path, monkeypatch):
     hw = simulated("none", "16GiB", cores=2)
     monkeypatch.setattr(planning, "machine", lambda fmt, **_kw: hw)
-    result = load_model(LoadRequest(context=512, draft="none", n_threads=1), data_dir=tmp_path, n_threads=2)
+    result = load_model(LoadSpec(context=512, draft="none", n_threads=1), data_dir=tmp_path, n_threads=2)
     try:
         m = result.model
         assert isinstance(m, LoadedModel) and m.bundled and m.runtime == "cpu" and m.device == "CPU"
@@ -126,7 +127,7 @@ def test_load_model_plans_loads_and_records_in_the_data_folder(tmp_path, monkeyp
 
 def test_load_model_without_a_data_folder_keeps_no_records(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = load_model(LoadRequest(context=256, draft="none"), data_dir=None, n_threads=1)
+    result = load_model(LoadSpec(context=256, draft="none"), data_dir=None, n_threads=1)
     try:
         assert result.engine.kv.store is None and result.model.n_threads == 1
     finally:
@@ -140,7 +141,7 @@ def test_a_load_cancelled_before_it_opens_the_model_says_so(tmp_path):
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(Cancelled):
-        load_model(LoadRequest(), data_dir=tmp_path, cancel=cancel)
+        load_model(LoadSpec(), data_dir=tmp_path, cancel=cancel)
 
 
 def test_engine_plan_plans_for_the_machine_the_window_plans_for(monkeypatch, capsys):

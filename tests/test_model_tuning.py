@@ -11,7 +11,7 @@ import pytest
 
 from engine.library.model_settings import parse_value, value_problem
 from engine.library.model_store import FILE_NAME, ModelStore
-from engine.loading.request import LoadRequest
+from engine.sizing.load_spec import LoadSpec
 
 from app.core.model_defaults import (apply_tuning, identify, is_tuned, model_load, roll_back_tuning, with_yours,
                                      yours)
@@ -28,7 +28,7 @@ def models(bundled_path, tmp_path_factory):
 
 
 def _ident(path, data_dir):
-    return identify(LoadRequest(model=str(path)), data_dir)
+    return identify(LoadSpec(model=str(path)), data_dir)
 
 
 def test_apply_best_is_the_model_s_own_and_survives_a_restart(models, data_dir):
@@ -56,7 +56,7 @@ def test_apply_best_is_the_model_s_own_and_survives_a_restart(models, data_dir):
     assert notice is None and loaded == again
     back = roll_back_tuning(loaded, ir)  # by the renamed copy: the same model
     assert yours(back, ia) == {} and back.tuning == {} and ia.key not in back.models
-    assert model_load(back, ia) == model_load(s, ia) == s.load_request()
+    assert model_load(back, ia) == model_load(s, ia) == s.load_spec()
     with pytest.raises(SettingsError, match="nothing to roll back"):
         roll_back_tuning(back, ia)
     with pytest.raises(SettingsError, match="'prefix_cache' is not a setting a benchmark row can apply"):
@@ -121,7 +121,7 @@ def test_a_tuning_kept_by_the_model_s_path_moves_to_the_model_once_it_is_known(d
     assert json.loads(path.read_text())["version"] == FORMAT_VERSION
     assert SettingsFile(path).load()[0] == s  # kept as it is until then
     # Once the model is known by its content (a load hashes it), the next start moves it.
-    ident = identify(s.load_request(), data_dir)
+    ident = identify(s.load_spec(), data_dir)
     moved, notice = SettingsFile(path).load()
     assert notice is None and moved.tuning_by_path == {}
     assert yours(moved, ident) == {"kv_type": "q8_0", "exactness": "exact", "n_threads": 2}
@@ -129,7 +129,7 @@ def test_a_tuning_kept_by_the_model_s_path_moves_to_the_model_once_it_is_known(d
                                         "previous": {}}}
     # what "Apply best" replaced is the setting for every model again; the bundled model loads as it did
     assert (moved.kv_type, moved.exactness, moved.n_threads) == ("f16", "fast", 4)
-    assert model_load(moved, ident) == s.load_request()
+    assert model_load(moved, ident) == s.load_spec()
     # every other value is kept
     for key, value in before.items():
         if key not in ("version", "tuning", "kv_type", "exactness", "n_threads", "last_working"):
@@ -137,7 +137,7 @@ def test_a_tuning_kept_by_the_model_s_path_moves_to_the_model_once_it_is_known(d
     SettingsFile(path).save(moved)
     assert SettingsFile(path).load() == (moved, None)  # survives a restart
     back = roll_back_tuning(moved, ident)
-    assert yours(back, ident) == {} and model_load(back, ident) == back.load_request()
+    assert yours(back, ident) == {} and model_load(back, ident) == back.load_spec()
 
 
 def test_a_chain_of_path_records_gives_back_the_setting_from_before_the_first(models, data_dir):

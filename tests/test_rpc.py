@@ -56,7 +56,7 @@ from engine.backends.llama.rpc import add_worker
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.loading.load import load_model
-from engine.loading.request import LoadRequest
+from engine.sizing.load_spec import AUTO, LoadSpec
 from engine.sizing.reality import device_errors
 from engine import Message, SamplingParams
 p = SamplingParams(temperature=0.0, max_tokens=16)
@@ -65,7 +65,7 @@ local = Engine.open(EngineConfig({str(bundled_path)!r}, n_ctx=2048, n_threads=1,
 a = list(local.stream(m, p))[-1].text
 local.close()
 names = [add_worker(w) for w in {two_workers!r}]
-r = load_model(LoadRequest(model={str(bundled_path)!r}, context=2048, gpu_layers="all", exactness="exact"),
+r = load_model(LoadSpec(model={str(bundled_path)!r}, context=2048, gpu_layers="all", exactness="exact"),
                data_dir=None, n_threads=1)
 b = list(r.engine.stream(m, p))[-1].text
 memory = r.engine.describe().memory

@@ -15,9 +15,9 @@ import httpx
 import openai
 import pytest
 
-import engine.loading.request_plan as planning
-from engine.loading.request_plan import plan_request
-from engine.loading.request import LoadRequest
+import engine.sizing.load_machine as planning
+from engine.sizing.load_plan import plan_spec
+from engine.sizing.load_spec import LoadSpec
 from engine.library.local import Library
 from engine.serve.runtime.library_pool import library_pool
 from engine.serve.runtime.pool import keep_alive
@@ -85,8 +85,7 @@ def test_a_request_names_a_library_model_and_it_is_loaded_once(engine, library, 
 
 def least_ram(path) -> int:
     """The least RAM the planner gives a model as the pool loads it (on a machine too small for it)."""
-    plan = plan_request(LoadRequest(model=str(path), context=1024, server_parallel=2),
-                        hardware=simulated("none", "64MiB"))
+    plan = plan_spec(LoadSpec(model=str(path), context=1024, server_parallel=2), simulated("none", "64MiB"))
     assert plan is not None and not plan.fits
     return plan.breakdown.ram.total
 

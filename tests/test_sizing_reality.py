@@ -14,8 +14,9 @@ from engine.errors import ModelLoadError
 from engine.sizing.hardware import MiB, simulated
 from engine.sizing.memory import Config, estimate, kv_cells
 from engine.sizing.plan import Choices, plan_for
+from engine.loading.load import load_with_retry
 from engine.sizing.reality import (check_against_report, compare_to_report, describe_change, is_device_failure,
-                                   is_out_of_memory, load_with_retry, smaller_plan)
+                                   is_out_of_memory, smaller_plan)
 from engine.sizing.shape import spec_from_gguf, specs_from_hf_dir
 
 
@@ -221,9 +222,9 @@ def test_the_planned_load_plans_loads_and_checks(bundled_path, caplog, exactness
     sequences (today opened in a context of their own after the load: the check compares the
     context that was opened)."""
     from engine.loading.load import load_model
-    from engine.loading.request import LoadRequest
+    from engine.sizing.load_spec import LoadSpec
 
-    req = LoadRequest(model=str(bundled_path), context=8192, draft="none", exactness=exactness,
+    req = LoadSpec(model=str(bundled_path), context=8192, draft="none", exactness=exactness,
                       server_parallel=parallel)
     with caplog.at_level(logging.WARNING, logger="hearth.sizing"):
         result = load_model(req, data_dir=None, n_threads=2, hardware=simulated("none", "16GiB", cores=2))
@@ -265,10 +266,10 @@ def test_the_planned_load_carries_out_a_transformers_plan(tmp_path):
     from tiny_hf import make_tiny_model
 
     from engine.loading.load import load_model
-    from engine.loading.request import LoadRequest
+    from engine.sizing.load_spec import LoadSpec
 
     folder = make_tiny_model(tmp_path / "tiny", layers=2, hidden=128)
-    req = LoadRequest(model=str(folder), source="hf_dir", quant="none", context=256, draft="none")
+    req = LoadSpec(model=str(folder), source="hf_dir", quant="none", context=256, draft="none")
     result = load_model(req, data_dir=None, n_threads=2, hardware=simulated("none", "16GiB", cores=2))
     engine, plan = result.engine, result.plan
     try:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import HearthError
-from engine.loading import request_plan as planning
-from engine.loading.request import LoadRequest
+from engine.sizing import load_machine as planning
+from engine.sizing.load_spec import LoadSpec
+from engine.sizing.load_plan import choices, plan_spec
 from engine.sizing.hardware import GiB, simulated
 from engine.sizing.memory import MARGIN, Config, attention_peak, estimate, kv_cells, kv_layer_bytes
 from engine.sizing.shape import spec_from_gguf
@@ -56,8 +57,8 @@ def test_on_a_split_model_each_pool_holds_its_own_layers_streams(spec):
 def test_a_load_request_plans_its_server_parallel(monkeypatch, bundled_path, spec):
     hw = simulated("none", "16GiB", cores=2)
     monkeypatch.setattr(planning, "machine", lambda fmt, **_kw: hw)
-    base = planning.plan_request(LoadRequest(context=2048, draft="none"))
-    served = planning.plan_request(LoadRequest(context=2048, draft="none", server_parallel=4))
+    base = plan_spec(LoadSpec(context=2048, draft="none"), planning.machine("gguf"))
+    served = plan_spec(LoadSpec(context=2048, draft="none", server_parallel=4), planning.machine("gguf"))
     assert base is not None and served is not None
     assert served.config.parallel == 4 and base.config.parallel == 0 and served.config.n_seq == 5
     kv = 4 * kv_layer_bytes(spec, 2048, "f16") * spec.n_layers
@@ -77,8 +78,8 @@ def test_a_load_request_plans_its_server_parallel(monkeypatch, bundled_path, spe
 def test_too_little_memory_for_the_batch_gives_up_context_first(monkeypatch, spec):
     hw = simulated("none", "1GiB", cores=2)
     monkeypatch.setattr(planning, "machine", lambda fmt, **_kw: hw)
-    alone = planning.plan_request(LoadRequest(draft="none"))
-    served = planning.plan_request(LoadRequest(draft="none", server_parallel=8))
+    alone = plan_spec(LoadSpec(draft="none"), planning.machine("gguf"))
+    served = plan_spec(LoadSpec(draft="none", server_parallel=8), planning.machine("gguf"))
     assert alone is not None and served is not None and alone.fits and served.fits
     assert served.n_ctx < alone.n_ctx  # 8 streams of the whole context do not fit in 1 GiB beside the model
     assert served.breakdown.ram.total <= 1 * GiB
@@ -86,10 +87,10 @@ def test_too_little_memory_for_the_batch_gives_up_context_first(monkeypatch, spe
 
 def test_server_parallel_is_checked_and_not_a_saved_setting():
     with pytest.raises(HearthError, match="server_parallel"):
-        LoadRequest(server_parallel=-1)
-    req = LoadRequest(server_parallel=2)
+        LoadSpec(server_parallel=-1)
+    req = LoadSpec(server_parallel=2)
     assert "server_parallel" not in req.as_dict() and req.plain().server_parallel == 2
-    assert planning.choices_for(req, "gguf").parallel == 2
+    assert choices(req, "gguf").parallel == 2
 
 
 @pytest.mark.parametrize("exactness", ["exact", "fast"])
@@ -131,7 +132,7 @@ def test_engine_serve_plans_with_its_parallel(monkeypatch):
     from engine.cli import main
     from engine.loading import load
 
-    asked: list[LoadRequest] = []
+    asked: list[LoadSpec] = []
 
     def fake_load(req, **_kw):
         asked.append(req)

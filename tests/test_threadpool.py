@@ -14,8 +14,8 @@ from engine.backends.llama.backend import LlamaCppBackend
 from engine.engine import Engine
 from engine.config import EngineConfig
 from engine.loading.load import load_model
-from engine.loading.request_plan import engine_config
-from engine.loading.request import LoadRequest
+from engine.sizing.load_spec import AUTO, LoadSpec
+from engine.sizing.load_plan import carry_out
 from engine.prompt.messages import Message
 from engine.types import SamplingParams
 from app.core.settings import Settings, SettingsFile
@@ -155,18 +155,18 @@ def test_thread_options_and_the_windows_rule():
 
 
 def test_load_request_carries_the_poll_level(bundled_path):
-    req = LoadRequest(threads_poll=0, n_threads=1)
-    assert LoadRequest.from_dict(json.loads(json.dumps(req.as_dict()))) == req
+    req = LoadSpec(threads_poll=0, n_threads=1)
+    assert LoadSpec.from_dict(json.loads(json.dumps(req.as_dict()))) == req
     old = {k: v for k, v in req.as_dict().items() if k != "threads_poll"}  # a file from before the field
-    assert LoadRequest.from_dict(old).threads_poll is None
-    assert engine_config(None, req, req.model_ref(), "llama_cpp", 1, None, 0).threads_poll == 0
+    assert LoadSpec.from_dict(old).threads_poll is AUTO
+    assert carry_out(None, req, req.model_ref(), "llama_cpp", n_threads=1, threads_poll=0).threads_poll == 0
     # the request's own level wins over the caller's Auto; without one, the caller's applies
     loaded = load_model(req, data_dir=None, threads_poll=7)
     try:
         assert loaded.engine.backend.threads_poll == 0 and loaded.model.threads_poll == 0
     finally:
         loaded.engine.close()
-    loaded = load_model(LoadRequest(n_threads=1), data_dir=None, threads_poll=7)
+    loaded = load_model(LoadSpec(n_threads=1), data_dir=None, threads_poll=7)
     try:
         assert loaded.engine.backend.threads_poll == 7 and loaded.engine.backend._pool.poll == 7
     finally:
@@ -178,13 +178,13 @@ def test_settings_round_trip_and_a_bad_value(tmp_path):
     s = Settings(threads_poll=0, n_threads=2)
     f.save(s)
     again, notice = SettingsFile(tmp_path / "settings.json").load()
-    assert notice is None and again == s and again.load_request().threads_poll == 0
-    assert Settings().with_load(again.load_request()).threads_poll == 0
+    assert notice is None and again == s and again.load_spec().threads_poll == 0
+    assert Settings().with_load(again.load_spec()).threads_poll == 0
     for bad in (150, -1, "low", True):
         path = tmp_path / f"bad-{bad}.json"
         path.write_text(json.dumps({**s.to_dict(), "threads_poll": bad}))
         loaded, notice = SettingsFile(path).load()
-        assert loaded.threads_poll is None and loaded.n_threads == 2  # the others are kept
+        assert loaded.threads_poll is AUTO and loaded.n_threads == 2  # the others are kept
         assert notice is not None and "threads_poll: must be Auto or a whole number from 0" in notice
 
 

@@ -12,7 +12,7 @@ import pytest
 from engine import HearthError, Message, SamplingParams
 from engine.backends.llama.rpc import probe_worker
 from engine.interface import Capabilities
-from engine.loading.request import LoadRequest
+from engine.sizing.load_spec import LoadSpec
 from engine.workers.child import WorkerLost, open_split, ready_line
 from engine.workers.connect import open_machine
 from engine.workers.machines import WorkerMachine, check_address
@@ -35,7 +35,7 @@ def test_a_model_on_a_worker_and_an_ssh_machine_runs_apart_and_names_the_worker_
     direct, proc = start_worker(tmp_path, "direct")
     with sshd(tmp_path / "ssh") as (addr, key):
         laptop = ssh_machine(addr, key, tmp_path)
-        eng = open_split(LoadRequest(model=str(bundled_path), context=2048, exactness="exact"),
+        eng = open_split(LoadSpec(model=str(bundled_path), context=2048, exactness="exact"),
                          [WorkerMachine(direct), laptop], data_dir=tmp_path, n_threads=1)
         try:
             m = eng.describe()
@@ -135,7 +135,7 @@ def test_a_model_the_child_cannot_load_says_why_and_leaves_the_worker_ready(tmp_
     direct, proc = start_worker(tmp_path, "direct")
     try:
         with pytest.raises(HearthError, match="could not be loaded over the machines: .*not found"):
-            open_split(LoadRequest(model=str(tmp_path / "missing.gguf"), source="gguf"), [WorkerMachine(direct)],
+            open_split(LoadSpec(model=str(tmp_path / "missing.gguf"), source="gguf"), [WorkerMachine(direct)],
                        data_dir=tmp_path, n_threads=1)
         assert probe_worker(direct).major == 7  # the worker is untouched, ready for the next load
     finally:
@@ -147,7 +147,7 @@ def test_the_child_ends_when_the_window_that_started_it_does(tmp_path, bundled_p
     """Its stdin is the window's: a window that crashes (and so closes it) takes the child and its model along."""
     direct, proc = start_worker(tmp_path, "direct")
     try:
-        eng = open_split(LoadRequest(model=str(bundled_path), context=1024, exactness="exact"),
+        eng = open_split(LoadSpec(model=str(bundled_path), context=1024, exactness="exact"),
                          [WorkerMachine(direct)], data_dir=tmp_path, n_threads=1)
         try:
             assert eng.proc.poll() is None
@@ -176,7 +176,7 @@ def test_a_split_models_think_control_and_counts_come_through_the_childs_api(tmp
     model = with_metadata(bundled_path, tmp_path / "smol-qwen3.gguf", {"tokenizer.chat_template": QWEN3})
     direct, proc = start_worker(tmp_path, "direct")
     try:
-        eng = open_split(LoadRequest(model=str(model), context=1024, exactness="exact"), [WorkerMachine(direct)],
+        eng = open_split(LoadSpec(model=str(model), context=1024, exactness="exact"), [WorkerMachine(direct)],
                          data_dir=tmp_path, n_threads=1)
         try:
             assert eng.think == thinking_engine.think and eng.think.variable == "enable_thinking"

@@ -11,7 +11,7 @@ from PySide6.QtCore import QObject, QThread, Signal
 from engine import HearthError, LoadedModel
 from engine.reply_formats import ThinkControl
 from engine.library import ModelEntry
-from engine.loading import LoadRequest
+from engine.loading import LoadSpec
 
 from app.bridge.generation_runner import GenerationJob, GenerationRunner, SharedEngine
 from app.bridge.load_runner import LoadJob, LoadRunner, Opener, open_model
@@ -116,7 +116,7 @@ class EngineHost(QObject):
 
     # -- loading ------------------------------------------------------------
 
-    def load(self, req: LoadRequest, models: dict[str, ModelEntry] | None = None) -> None:
+    def load(self, req: LoadSpec, models: dict[str, ModelEntry] | None = None) -> None:
         """Load ``req`` on the engine thread (``models``: each model's own settings, Settings.models)."""
         if self._load is not None:
             self._load.cancel.set()

@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine import ChatEngine, HearthError, LoadedModel
-from engine.loading import GpuGuard, LoadRequest, ThreadChoice, load_model, thread_option
+from engine.loading import GpuGuard, LoadSpec, ThreadChoice, load_model, thread_option
 from engine.library import ModelEntry
 
 from app.bridge.generation_runner import SharedEngine
@@ -37,7 +37,7 @@ class LoadJob:
     superseded load's late answers from the newest one's. ``models``: each model's own settings
     (Settings.models, a copy): the loaded model's own load settings (its context, what "Apply best" chose)
     apply over the request's."""
-    request: LoadRequest
+    request: LoadSpec
     cancel: threading.Event = field(default_factory=threading.Event)
     id: int = field(default_factory=lambda: next(_JOB_IDS))
     models: dict[str, ModelEntry] = field(default_factory=dict)
@@ -70,11 +70,11 @@ class Opener(Protocol):
     """How the window gets an engine for a load request: any implementation of the engine
     interface, and what it says it is. Raises HearthError with the reason it cannot."""
 
-    def __call__(self, req: LoadRequest, *, cancel: threading.Event,
+    def __call__(self, req: LoadSpec, *, cancel: threading.Event,
                  progress: Progress) -> tuple[ChatEngine, LoadedModel]: ...
 
 
-def open_local(req: LoadRequest, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+def open_local(req: LoadSpec, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, LoadedModel]:
     """The local engine, by the planned load: Auto settings come from the memory plan, and an
     out-of-memory load retries with a smaller one."""
     threads = app_threads()
@@ -84,7 +84,7 @@ def open_local(req: LoadRequest, *, cancel: threading.Event, progress: Progress)
     return result.engine, result.model
 
 
-def open_server_model(req: LoadRequest, *, cancel: threading.Event,
+def open_server_model(req: LoadSpec, *, cancel: threading.Event,
                       progress: Progress) -> tuple[ChatEngine, LoadedModel]:
     """A model on a server (``req.model`` is ``url#id``): the remote engine, with the key the
     user stored for that server and the certificate pins of the data folder."""
@@ -98,7 +98,7 @@ def open_server_model(req: LoadRequest, *, cancel: threading.Event,
     return engine, engine.describe()
 
 
-def open_split_model(req: LoadRequest, *, cancel: threading.Event,
+def open_split_model(req: LoadSpec, *, cancel: threading.Event,
                      progress: Progress) -> tuple[ChatEngine, LoadedModel]:
     """A model with layers on other machines (``req.workers``, as Settings → Machines saved them): planned
     and loaded in a private child process, which a machine lost mid-reply cannot take the window with."""
@@ -112,7 +112,7 @@ def open_split_model(req: LoadRequest, *, cancel: threading.Event,
     return engine, engine.describe()
 
 
-def open_model(req: LoadRequest, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+def open_model(req: LoadSpec, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, LoadedModel]:
     """The engine for ``req``: on a server for a remote model, in a child process for one that uses other
     machines, else here (open_local)."""
     if req.model_source == "remote":
@@ -137,7 +137,7 @@ class LoadRunner(QObject):
         self._shared = shared
         self._open = opener
         # what the engine loaded: its request, what it is, and its identity
-        self._current: tuple[LoadRequest, LoadedModel, ModelIdentity] | None = None
+        self._current: tuple[LoadSpec, LoadedModel, ModelIdentity] | None = None
         self._kept = False  # a server model failed to open and the model before it is still loaded
 
     @Slot(object)

@@ -2,7 +2,7 @@
 
 ``engine.sizing.plan.plan_for`` reads the model file and searches the memory
 model (most of a second for a small GGUF), too slow for the GUI thread. It
-plans a LoadRequest the way the load itself will (engine.loading.request_plan), on the same
+plans a LoadSpec the way the load itself will (engine.loading's plan_spec), on the same
 machine view, so the dialog shows the plan that is carried out.
 Each request gets a number; a newer request supersedes the older ones
 (app/bridge/background.py), and the dialog shows only the newest answer.
@@ -13,8 +13,8 @@ import threading
 
 from PySide6.QtCore import QObject, Signal
 
-import engine.loading as plan_load
-from engine.loading import LoadRequest
+import engine.loading as loading  # its machine() is read each time: tests put a simulated one there
+from engine.loading import LoadSpec
 from engine.sizing import Hardware
 
 from app.bridge.background import Background
@@ -28,7 +28,7 @@ class _Machines:
         self._hardware: dict[str, Hardware] = {}
         self._lock = threading.Lock()
 
-    def plan(self, req: LoadRequest):
+    def plan(self, req: LoadSpec):
         """On a worker thread: the plan for a load, as the load will make it."""
         from engine import HearthError
 
@@ -38,7 +38,7 @@ class _Machines:
                               "a GGUF file on transformers is dequantized, which it does not plan")
         with self._lock:
             if fmt not in self._hardware:
-                self._hardware[fmt] = plan_load.machine(fmt, torch_ok=False)
+                self._hardware[fmt] = loading.machine(fmt, torch_ok=False)
             hw = self._hardware[fmt]
         if req.workers and fmt == "gguf":  # other machines' devices, as their last check found them
             from app.core.machine_list import MachineList
@@ -46,8 +46,8 @@ class _Machines:
 
             rows = {r.address: r for r in MachineList(data_dir()).all()}  # one read of the file
             found = [(a, rows.get(a)) for a in req.workers]
-            hw = plan_load.with_workers(hw, [(r.machine.label if r else a, r.memory if r else ()) for a, r in found])
-        return plan_load.plan_request(req, hardware=hw)
+            hw = loading.with_workers(hw, [(r.machine.label if r else a, r.memory if r else ()) for a, r in found])
+        return loading.plan_spec(req, hw)
 
 
 class PlanRunner(QObject):
@@ -62,8 +62,8 @@ class PlanRunner(QObject):
         self._machines = _Machines()
         self._bg = Background(self)
 
-    def request(self, req: LoadRequest) -> int:
-        """Plan a load (engine.loading.request_plan.plan_request, as the load will); returns the request number."""
+    def request(self, req: LoadSpec) -> int:
+        """Plan a load (engine.loading.plan_spec, as the load will); returns the request number."""
         self._n += 1
         n, machines = self._n, self._machines
         self._bg.run(lambda: machines.plan(req), on_done=lambda plan: self.ready.emit(n, plan),

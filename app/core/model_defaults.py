@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.library import (CHAT_KEYS, LOAD_KEYS, NO_RECOMMENDATION, TUNED_KEYS, Layered, ModelEntry, Recommended,
                             layered, memo_dir, settings_for_model, values_problem)
-from engine.loading import LoadRequest
+from engine.loading import LoadSpec
 
 from app.core.settings import Settings, SettingsError
 from app.core.tuning_records import moved
@@ -38,7 +38,7 @@ class ModelIdentity:
 NO_MODEL = ModelIdentity(None, "")
 
 
-def identify(req: LoadRequest, data_dir: Path) -> ModelIdentity:
+def identify(req: LoadSpec, data_dir: Path) -> ModelIdentity:
     """``req``'s model's identity. May hash the model file the first time: call it off the GUI thread."""
     got = settings_for_model(req.model_source, req.model, {}, memo_dir(data_dir))
     return ModelIdentity(got.key, got.name, got.recommended)
@@ -82,7 +82,7 @@ def own_load(models: dict[str, ModelEntry], ident: ModelIdentity) -> dict[str, A
     return {k: v for k, v in entry.values.items() if k in LOAD_KEYS} if entry is not None else {}
 
 
-def with_model_load(req: LoadRequest, models: dict[str, ModelEntry], ident: ModelIdentity) -> LoadRequest:
+def with_model_load(req: LoadSpec, models: dict[str, ModelEntry], ident: ModelIdentity) -> LoadSpec:
     """``req`` with the model's own load settings (its context and tuned settings; ``models``:
     Settings.models) over the ones for every model."""
     own = own_load(models, ident)
@@ -99,9 +99,9 @@ def own_load_note(own: dict[str, Any]) -> str:
             "or clears them (Performance → Benchmark this model → Roll back undoes \"Apply best\").")
 
 
-def model_load(settings: Settings, ident: ModelIdentity) -> LoadRequest:
+def model_load(settings: Settings, ident: ModelIdentity) -> LoadSpec:
     """How the model ``ident`` loads with ``settings``: the load settings with its own over them."""
-    return with_model_load(settings.load_request(), settings.models, ident)
+    return with_model_load(settings.load_spec(), settings.models, ident)
 
 
 def load_changed(old: Settings, new: Settings, ident: ModelIdentity) -> bool:

@@ -11,6 +11,7 @@ so a failed load can roll back.
 
 Files written before a field existed still load: a missing ``source`` is worked out from ``model`` (older
 files hold only "bundled" or a GGUF path), a missing field means its default (Auto, drop the oldest turns).
+A load setting left to Hearth holds the engine's one ``AUTO`` (a LoadSpec's), written "auto" in the file.
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ from typing import Any
 from engine import EXACTNESS, HearthError, SamplingParams, atomic_write, default_exactness
 from engine.library import (MODEL_SETTINGS_FILE, SAMPLING_KEYS, TUNED_KEYS, ModelEntry, ModelStore, budget_problem,
                             default_sampling as _default_sampling, values_problem)
-from engine.loading import (BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, check_poll,
-                            effective_backend, infer_source, runs_gguf)
+from engine.loading import (AUTO, AUTO_FIELDS, BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, Auto, LoadSpec,
+                            check_model_string, check_poll, effective_backend, infer_source, runs_gguf)
 from engine.prompt import CONTEXT_POLICIES
 from engine.workers import is_address
 
@@ -36,7 +37,7 @@ from app.core.settings_upgrade import upgraded, valid_sampling
 from app.core.tuning_records import memoised, invalid_records, settled
 
 FILE_NAME = "settings.json"
-FORMAT_VERSION = 4  # what each version changed: app/core/settings_upgrade.py
+FORMAT_VERSION = 5  # what each version changed: app/core/settings_upgrade.py
 THEMES = ("system", "light", "dark")
 DRAFTS = ("auto", "none")
 MAX_CONTEXT = 1 << 20
@@ -59,17 +60,18 @@ class SettingsError(ValueError):
 
 @dataclass(slots=True)
 class Settings:
+    # The load (a LoadSpec's fields, LOAD_KEYS); AUTO: Hearth chooses (the memory plan, the thread option).
     model: str = BUNDLED            # "bundled", a .gguf path, a transformers folder or a Hub id
     source: str | None = None       # "bundled" | "gguf" | "hf_dir" | "hub"; None: worked out from model
-    backend: str = "auto"           # "auto" (follows the model's type) | "llama_cpp" | "hf"
-    quant: str = "auto"             # transformers only: "auto" | "none" | "int8" | "int4"
-    context: int | None = None      # None = Auto (the engine picks)
-    draft: str = "auto"             # "auto" | "none" | the path of a draft GGUF (the library's compatible ones)
-    mmproj: str = "auto"            # a GGUF's vision projector: "auto" (the one beside it) | "none" | a .gguf path
-    n_threads: int | None = None    # None = the engine's default
-    threads_poll: int | None = None  # llama.cpp's thread-pool poll level 0-100; None = llama.cpp's default threads
-    gpu_layers: int | str | None = None  # None = Auto (the memory plan), "all", or blocks on the GPU
-    kv_type: str = "auto"           # "auto" (the memory plan) | "f16" | "q8_0" | "q4_0"
+    backend: str | Auto = AUTO      # AUTO (follows the model's type) | "llama_cpp" | "hf"
+    quant: str | Auto = AUTO        # transformers only: AUTO | "none" | "int8" | "int4"
+    context: int | Auto = AUTO
+    draft: str | Auto = AUTO        # AUTO | "none" | the path of a draft GGUF (the library's compatible ones)
+    mmproj: str | Auto = AUTO       # a GGUF's vision projector: AUTO (the one beside it) | "none" | a .gguf path
+    n_threads: int | Auto = AUTO
+    threads_poll: int | Auto = AUTO  # llama.cpp's thread-pool poll level 0-100; AUTO = llama.cpp's default threads
+    gpu_layers: int | str | Auto = AUTO  # AUTO (the memory plan), "all", or blocks on the GPU
+    kv_type: str | Auto = AUTO      # AUTO (the memory plan) | "f16" | "q8_0" | "q4_0"
     exactness: str = field(default_factory=default_exactness)  # "exact" | "fast" (see EXACTNESS)
     workers: tuple[str, ...] = ()   # machines whose devices take layers (Settings → Machines; host:port, user@host)
     # model's key -> {"applied": {...}, "previous": {...}}: what "Apply best" set as the model's own settings
@@ -107,6 +109,9 @@ class Settings:
     def __post_init__(self) -> None:
         if self.source is None and isinstance(self.model, str):
             self.source = infer_source(self.model)
+        for k in AUTO_FIELDS:
+            if getattr(self, k, None) == AUTO:  # the file's "auto": the member itself
+                setattr(self, k, AUTO)
         self.workers = tuple(self.workers) if isinstance(self.workers, (list, tuple)) else self.workers
         if isinstance(self.models, dict):  # to_dict's copy of them: entries again (validate checks the rest)
             self.models = {k: ModelEntry(**e) if isinstance(e, dict) and set(e) == {"name", "values"} else e
@@ -136,7 +141,7 @@ class Settings:
         if self.quant in ("int8", "int4") and self.effective_backend == "llama_cpp":
             raise SettingsError("quant: int8/int4 are transformers choices; a GGUF file on llama.cpp "
                                 "carries its own quantization")
-        if self.context is not None:
+        if self.context is not AUTO:
             if not isinstance(self.context, int) or isinstance(self.context, bool) or \
                     not 256 <= self.context <= MAX_CONTEXT:
                 raise SettingsError(f"context: must be Auto or a whole number from 256 to {MAX_CONTEXT}, "
@@ -147,16 +152,17 @@ class Settings:
         if self.draft not in DRAFTS and not is_draft_file(self.draft):
             raise SettingsError(f"draft: must be {', '.join(DRAFTS)} or a draft model's .gguf file that exists, "
                                 f"got {self.draft!r}")
-        if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
+        if self.n_threads is not AUTO and (not isinstance(self.n_threads, int) or isinstance(self.n_threads, bool)
+                                           or self.n_threads < 1):
             raise SettingsError(f"n_threads: must be a positive whole number, got {self.n_threads!r}")
         try:
-            if self.threads_poll is not None:
+            if self.threads_poll is not AUTO:
                 check_poll(self.threads_poll)
         except HearthError:
             raise SettingsError(f"threads_poll: must be Auto or a whole number from 0 (no polling) to 100, "
                                 f"got {self.threads_poll!r}") from None
         gl = self.gpu_layers
-        if gl is not None and gl != "all" and (not isinstance(gl, int) or isinstance(gl, bool) or gl < 0):
+        if gl is not AUTO and gl != "all" and (not isinstance(gl, int) or isinstance(gl, bool) or gl < 0):
             raise SettingsError(f"gpu_layers: must be Auto, all or a whole number from 0, got {gl!r}")
         if self.kv_type not in KV_TYPES:
             raise SettingsError(f"kv_type: must be one of {', '.join(KV_TYPES)}, got {self.kv_type!r}")
@@ -219,13 +225,13 @@ class Settings:
     def preset_prompt(self, name: str) -> str | None:
         return next((p["prompt"] for p in self.presets if p["name"] == name), None)
 
-    def load_request(self) -> LoadRequest:
-        """The part of the settings that decides which model is loaded and how."""
-        return LoadRequest(**{k: getattr(self, k) for k in LOAD_KEYS})
+    def load_spec(self) -> LoadSpec:
+        """The part of the settings that decides which model is loaded and how, as the engine plans it."""
+        return LoadSpec(**{k: getattr(self, k) for k in LOAD_KEYS})
 
-    def with_load(self, req: LoadRequest) -> "Settings":
-        """These settings with another model set-up (the retry notes of ``req`` are not settings)."""
-        return replace(self, **{k: getattr(req, k) for k in LOAD_KEYS})
+    def with_load(self, spec: LoadSpec) -> "Settings":
+        """These settings with another model set-up (the retry notes of ``spec`` are not settings)."""
+        return replace(self, **{k: getattr(spec, k) for k in LOAD_KEYS})
 
     @property
     def effective_backend(self) -> str:
@@ -237,7 +243,8 @@ class Settings:
         return self.model == BUNDLED
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field as plain data (AUTO as "auto"; a dataclass as a dict)."""
+        return {k: str(v) if v is AUTO else v for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: Any) -> "Settings":
@@ -282,7 +289,7 @@ class SettingsFile:
 
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else config_dir() / FILE_NAME
-        self.last_working: LoadRequest | None = None
+        self.last_working: LoadSpec | None = None
         self.models = ModelStore(self.path.with_name(MODEL_SETTINGS_FILE))  # each model's own settings
         self._models_on_disk: dict[str, ModelEntry] = {}  # what the last load or save left in it
 
@@ -327,7 +334,7 @@ class SettingsFile:
             try:
                 if not isinstance(raw_lw, dict):
                     raise SettingsError("not a model set-up")
-                lw = LoadRequest.from_dict(raw_lw)  # a set-up saved before a field existed: its default
+                lw = LoadSpec.from_dict(raw_lw)  # a set-up saved before a field existed: its default
                 Settings().with_load(lw).validate()
             except (ValueError, TypeError) as e:
                 problems.append(f"last_working: {e} (a failed load now goes back to the bundled model)")
@@ -356,9 +363,9 @@ class SettingsFile:
 
     def mark_working(self, settings: Settings) -> None:
         """Record that ``settings``' model set-up loaded successfully."""
-        self.last_working = settings.load_request()
+        self.last_working = settings.load_spec()
         self.save(settings)
 
     def rolled_back(self, settings: Settings) -> Settings:
         """``settings`` with the model set-up that last worked (the bundled model if none did)."""
-        return settings.with_load(self.last_working or Settings().load_request())
+        return settings.with_load(self.last_working or Settings().load_spec())

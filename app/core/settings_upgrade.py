@@ -6,6 +6,8 @@ Versions of settings.json (app/core/settings.py writes FORMAT_VERSION):
 - 3: a reply's length has no cap by default: it ends when the model stops or the context is full.
 - 4: "Apply best" sets a model's own load settings, kept by the model's content; the records of what it
   applied, kept by the model's path, wait in ``tuning_by_path`` (app/core/tuning_records.py moves them).
+- 5: Auto is one value, "auto", for every load setting (the engine's LoadSpec AUTO): the context, threads,
+  poll level and GPU layers, which wrote Auto as null before, in the settings and in ``last_working``.
 Every version saved every field, so a value equal to the old default was the default, not a choice.
 """
 from __future__ import annotations
@@ -16,12 +18,14 @@ from engine import HearthError, SamplingParams
 from engine.library import SAMPLING_KEYS, budget_problem, default_sampling
 
 OLD_MAX_TOKENS = 512  # the reply length cap before version 3, written into every file
+NULL_WAS_AUTO = ("context", "n_threads", "threads_poll", "gpu_layers")  # Auto as null before version 5
 
 
 def upgraded(raw: dict[str, Any]) -> dict[str, Any]:
     """A settings file's dict as this version reads it: version 1's "exact" profile (unless "Apply best"
     chose it) and version 2's reply length cap of 512 tokens become the new defaults; version 3's "Apply best"
-    records, kept by the model's path, move to ``tuning_by_path``; every other value is kept as it was."""
+    records, kept by the model's path, move to ``tuning_by_path``; version 4's null for Auto becomes "auto";
+    every other value is kept as it was."""
     version = raw.get("version", 1) if isinstance(raw.get("version", 1), int) else 1
     tuning = raw.get("tuning") if isinstance(raw.get("tuning"), dict) else {}
     applied = any(isinstance(t, dict) and "exactness" in (t.get("applied") or {}) for t in tuning.values())
@@ -33,6 +37,11 @@ def upgraded(raw: dict[str, Any]) -> dict[str, Any]:
         out["sampling"] = {k: v for k, v in sampling.items() if k != "max_tokens"}
     if version < 4 and "tuning" in raw:
         out["tuning_by_path"], out["tuning"] = raw["tuning"], {}
+    if version < 5:
+        out.update({k: "auto" for k in NULL_WAS_AUTO if k in raw and raw[k] is None})
+        lw = raw.get("last_working")
+        if isinstance(lw, dict):
+            out["last_working"] = {**lw, **{k: "auto" for k in NULL_WAS_AUTO if k in lw and lw[k] is None}}
     return out
 
 

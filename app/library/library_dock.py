@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QDockWidget, QMenu, QTabWidget
 
 from engine.library import ORIGIN_BUNDLED, Library, LibraryModel, bundled_model_path
 from engine.voice import voice_installed
+from engine.loading import AUTO
 
 from app.library.downloads import DownloadQueue
 from app.library.hub_browser import HubBrowser
@@ -104,7 +105,7 @@ class ModelsDock(QDockWidget):
         draft = w.settings.draft if w.settings.draft in ("auto", "none") else "auto"  # a draft belongs to its target
         try:
             new = replace(w.settings, model=model, source=source, backend="auto", quant="auto", draft=draft,
-                          context=None, gpu_layers=None, kv_type="auto").validate()
+                          context=AUTO, gpu_layers=AUTO, kv_type=AUTO).validate()
         except SettingsError as e:
             w.info.show_message(f"Cannot load {m.name}: {e}", "error")
             return
@@ -129,7 +130,7 @@ class ModelsDock(QDockWidget):
         w = self.window_
         try:
             new = replace(w.settings, model=model, source="remote", backend="auto", quant="auto", draft="none",
-                          mmproj="auto", context=None, gpu_layers=None, kv_type="auto").validate()
+                          mmproj=AUTO, context=AUTO, gpu_layers=AUTO, kv_type=AUTO).validate()
         except SettingsError as e:
             w.info.show_message(f"Cannot use {model}: {e}", "error")
             return

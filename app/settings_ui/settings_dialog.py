@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout
 
 from engine import HearthError
 from engine.reply_formats import ThinkControl
+from engine.loading import AUTO
 
 from app.core import model_defaults
 from app.core.model_defaults import NO_MODEL, ModelIdentity
@@ -105,7 +106,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
         sampling = self.sampling_form.values()
         s = Settings(model=self.chosen_model(), source=self.chosen_source(), backend=self.chosen_backend(),
                      quant=self.chosen_quant(),
-                     context=None if self.ctx_auto.isChecked() else self.ctx.value(),
+                     context=AUTO if self.ctx_auto.isChecked() else self.ctx.value(),
                      draft=self.chosen_draft(), mmproj=self.projector.value(), n_threads=self._orig.n_threads,
                      threads_poll=self._orig.threads_poll,
                      gpu_layers=self.chosen_gpu_layers(), kv_type=self.chosen_kv_type(),
@@ -140,7 +141,7 @@ class SettingsDialog(ModelTabMixin, QDialog):
             return
         est = self._estimate
         too_big = (not self.plan.fits) if self.plan is not None else (est is not None and not est.fits)
-        if too_big and s.load_request() != self._orig.load_request():
+        if too_big and s.load_spec() != self._orig.load_spec():
             if self.plan is not None:
                 why = refusal(self.plan)
             else:

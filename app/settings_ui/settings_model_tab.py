@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, 
 
 from engine import HearthError, default_exactness
 from engine.library import BUNDLED_NAME, parse_hub_id
-from engine.loading import (HUB_PLACEHOLDER, KV_TYPES, QUANTS, LoadRequest, ModelCheck, effective_backend,
+from engine.loading import (AUTO, HUB_PLACEHOLDER, KV_TYPES, QUANTS, Auto, LoadSpec, ModelCheck, effective_backend,
                             quick_estimate, runs_gguf)
 
 from app.bridge.plan_runner import PlanRunner
@@ -123,7 +123,7 @@ class ModelTabMixin:
         self.quant_combo = QComboBox()
         for q in QUANTS:
             self.quant_combo.addItem(q.title() if q == "auto" else q, q)
-        self.quant_combo.setCurrentIndex(QUANTS.index(s.quant))
+        self.quant_combo.setCurrentIndex(QUANTS.index(str(s.quant)))
         self.quant_combo.setToolTip("transformers: none loads 16-bit on a GPU and float32 on the CPU; int8 "
                                     "and int4 are bitsandbytes. Auto uses what the memory plan chooses.")
         self.quant_label = QLabel()
@@ -134,21 +134,21 @@ class ModelTabMixin:
         form.addRow("Quantization", quant_row)
         self.draft = QComboBox()
         self.draft_list = DraftList(self.draft, self, self.refresh_model)
-        self.fill_drafts(s.model, s.draft)
+        self.fill_drafts(s.model, str(s.draft))  # AUTO is "auto" in the box
         self.draft.setToolTip("Speculative decoding. Auto drafts with a compatible smaller local GGUF "
                               "when there is one, and with n-gram lookup; it switches itself off where "
                               "it does not pay. The output is the same either way.")
         form.addRow("Draft model", self.draft)
-        self.projector = ProjectorBox(s.mmproj)
+        self.projector = ProjectorBox(str(s.mmproj))
         form.addRow("Vision projector", self.projector)
         ctx_row = QHBoxLayout()
         self.ctx_auto = QCheckBox("Auto")
-        self.ctx_auto.setChecked(s.context is None)
+        self.ctx_auto.setChecked(s.context is AUTO)
         self.ctx = QSpinBox()
         self.ctx.setRange(256, MAX_CONTEXT)
         self.ctx.setSingleStep(256)
-        self.ctx.setValue(s.context or 4096)
-        self.ctx.setEnabled(s.context is not None)
+        self.ctx.setValue(4096 if s.context is AUTO else int(s.context))
+        self.ctx.setEnabled(s.context is not AUTO)
         self.ctx_auto.toggled.connect(lambda on: self.ctx.setEnabled(not on))
         ctx_row.addWidget(self.ctx_auto)
         ctx_row.addWidget(self.ctx, 1)
@@ -158,7 +158,7 @@ class ModelTabMixin:
         for label, data in (("Auto", "auto"), ("All", "all"), ("Number", "number")):
             self.gpu_mode.addItem(label, data)
         gl = s.gpu_layers
-        self.gpu_mode.setCurrentIndex(self.gpu_mode.findData("auto" if gl is None else "all" if gl == "all"
+        self.gpu_mode.setCurrentIndex(self.gpu_mode.findData("auto" if gl is AUTO else "all" if gl == "all"
                                                              else "number"))
         self.gpu_mode.setToolTip(GPU_TIP)
         self.gpu_layers = QSpinBox()
@@ -174,7 +174,7 @@ class ModelTabMixin:
         self.kv_combo = QComboBox()
         for k in KV_TYPES:
             self.kv_combo.addItem("Auto" if k == "auto" else k, k)
-        self.kv_combo.setCurrentIndex(KV_TYPES.index(s.kv_type))
+        self.kv_combo.setCurrentIndex(KV_TYPES.index(str(s.kv_type)))
         self.kv_combo.setToolTip(KV_TIP)
         form.addRow("KV cache type", self.kv_combo)
         exact_row = QHBoxLayout()
@@ -249,10 +249,10 @@ class ModelTabMixin:
         backend = effective_backend(self.chosen_source(), self.chosen_model(), self.chosen_backend())
         return self.quant_combo.currentData() if backend == "hf" else "auto"
 
-    def chosen_gpu_layers(self) -> int | str | None:
-        """None (Auto), "all" or a number of blocks."""
+    def chosen_gpu_layers(self) -> int | str | Auto:
+        """AUTO, "all" or a number of blocks."""
         mode = self.gpu_mode.currentData()
-        return None if mode == "auto" else "all" if mode == "all" else self.gpu_layers.value()
+        return AUTO if mode == "auto" else "all" if mode == "all" else self.gpu_layers.value()
 
     def chosen_kv_type(self) -> str:
         backend = effective_backend(self.chosen_source(), self.chosen_model(), self.chosen_backend())
@@ -261,10 +261,10 @@ class ModelTabMixin:
     def chosen_exactness(self) -> str:
         return self.exactness.currentData() if self.exactness.isEnabled() else default_exactness()
 
-    def chosen_request(self) -> LoadRequest:
+    def chosen_request(self) -> LoadSpec:
         """The load the dialog's choices stand for (what the plan and the load both see)."""
-        return LoadRequest(model=self.chosen_model(), source=self.chosen_source(), backend=self.chosen_backend(),
-                           quant=self.chosen_quant(), context=None if self.ctx_auto.isChecked() else self.ctx.value(),
+        return LoadSpec(model=self.chosen_model(), source=self.chosen_source(), backend=self.chosen_backend(),
+                           quant=self.chosen_quant(), context=AUTO if self.ctx_auto.isChecked() else self.ctx.value(),
                            draft=self.chosen_draft(), gpu_layers=self.chosen_gpu_layers(),
                            kv_type=self.chosen_kv_type(), exactness=self.chosen_exactness(),
                            workers=self.chosen_workers())

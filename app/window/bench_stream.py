@@ -31,6 +31,7 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from PySide6.QtTest import QTest
 
 from engine import Message, SamplingParams
+from engine.loading import AUTO
 
 from app.core.settings import Settings, SettingsFile
 from app.window.selftest import _start_window, wait_until
@@ -40,7 +41,7 @@ SETTLE_S = 0.1  # after each window reply: the monitor's phase lingers a few tic
 
 
 def _settings(model: str, tokens: int, threads: int, poll: int | None) -> Settings:
-    s = Settings(model=model, draft="none", n_threads=threads, threads_poll=poll)
+    s = Settings(model=model, draft="none", n_threads=threads, threads_poll=AUTO if poll is None else poll)
     s.sampling.update({"temperature": 0.0, "seed": 0, "max_tokens": tokens})
     return s
 

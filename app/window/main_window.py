@@ -291,7 +291,7 @@ class MainWindow(QMainWindow):
         if self.voice is not None:
             self.voice.apply(new)
         if reload:
-            self.load_model(new.load_request())
+            self.load_model(new.load_spec())
 
     def save_settings(self) -> None:
         """Write the settings the window holds; a failure is shown, never silent."""

@@ -19,7 +19,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QProgressBar, QPushButton, QStatusBar, QWidget
 
 from engine import LoadedModel, default_exactness
-from engine.loading import GpuGuard, LoadRequest, crash_text
+from engine.loading import GpuGuard, LoadSpec, crash_text
 from engine.sizing import is_device_failure, is_out_of_memory
 
 from app.bridge.engine_host import EngineHost
@@ -42,7 +42,7 @@ MODEL_TAG = "model"  # the info bars a load said: the next load takes them away 
 class LoadState:
     """Where the window's model loading stands."""
 
-    req: LoadRequest | None = None  # the load in flight (or the last one)
+    req: LoadSpec | None = None  # the load in flight (or the last one)
     what: str = ""  # its title, as the status bar shows it
     started: float = 0.0  # time.monotonic() when it began
     downloading: bool = False  # a Hub download comes first; the bar shows bytes meanwhile
@@ -87,17 +87,17 @@ class LoadingController:
         says why; "Use the GPU again" loads the settings as they are."""
         crashed = GpuGuard(data_dir()).take()
         if crashed is None:
-            self.load_model(self._settings().load_request())
+            self.load_model(self._settings().load_spec())
             return
         text = crash_text(crashed)
         self.info.show_message(text, "error", action=("Use the GPU again", self.reload_on_gpu))
-        self.load_model(replace(self._settings().load_request(), cpu_only=text))
+        self.load_model(replace(self._settings().load_spec(), cpu_only=text))
 
     def reload_on_gpu(self) -> None:
         """Load the settings as they are (GPU layers included), after a CPU-only load."""
-        self.load_model(self._settings().load_request())
+        self.load_model(self._settings().load_spec())
 
-    def load_model(self, req: LoadRequest) -> None:
+    def load_model(self, req: LoadSpec) -> None:
         """Load ``req`` on the engine thread (a reply being written stops first)."""
         st = self.state
         if self.host.job is not None:
@@ -223,7 +223,7 @@ class LoadingController:
         st = self.state
         st.oom_retried = st.req is not None and st.req.retry_after is not None
         settings = self._settings()
-        if self._plain_req() == settings.load_request():
+        if self._plain_req() == settings.load_spec():
             # An "Apply best" record kept by this model's path (an older settings file) moves to its key.
             settled = settle_tuning(settings, self.host.identity)
             if settled is not settings:
@@ -263,14 +263,14 @@ class LoadingController:
         st = self.state
         self.model_label.setText("No model loaded")
         target = self.settings_file.rolled_back(self._settings())
-        if not st.rolling_back and target.load_request() != self._plain_req():
+        if not st.rolling_back and target.load_spec() != self._plain_req():
             # Go back to what last worked, and make that the saved choice again.
             st.rolling_back = True
             self._adopt(target)
-            self.info.show_message(f"{text} Went back to {target.load_request().title}, "
+            self.info.show_message(f"{text} Went back to {target.load_spec().title}, "
                                    "the last model that worked.", "error")
             cpu_only = st.req.cpu_only if st.req is not None else None  # still off a GPU that failed
-            self.load_model(replace(target.load_request(), cpu_only=cpu_only))
+            self.load_model(replace(target.load_spec(), cpu_only=cpu_only))
             return
         st.rolling_back = False
         self.info.show_message(f"{text} No model is loaded; choose one in Settings.", "error",
@@ -279,7 +279,7 @@ class LoadingController:
     def _load_title(self) -> str:
         return self.state.req.title if self.state.req is not None else "the model"
 
-    def _plain_req(self) -> LoadRequest | None:
+    def _plain_req(self) -> LoadSpec | None:
         """The load in flight without the retries' notes (out of memory, CPU only): the settings' own."""
         return self.state.req.plain() if self.state.req is not None else None
 
@@ -317,7 +317,7 @@ class LoadingController:
         # after the reply's failure is shown
         QTimer.singleShot(0, lambda: self.load_model(replace(req, retry_after=msg)))
 
-    def _offer_without_lost(self, req: LoadRequest, msg: str, mid: int) -> bool:
+    def _offer_without_lost(self, req: LoadSpec, msg: str, mid: int) -> bool:
         """A machine the model's layers were on went away mid-reply (the error names it): offer to load the
         model without it. The reply's own failure handling has kept the message and the partial reply."""
         from app.core.machine_list import MachineList

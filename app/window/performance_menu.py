@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # both import QtCharts: only loaded when asked for
     from app.performance.tune_dialog import TuneDialog
 
 from engine import has_timeline
+from engine.loading import AUTO
 
 
 class PerformanceMenu:
@@ -130,6 +131,7 @@ class PerformanceMenu:
         if self.tune_dialog is not None:
             self.tune_dialog.close()
         threads = model_load(self._settings(), self.host.identity).n_threads  # the model's own, once tuned
+        threads = None if threads is AUTO else threads
         self.tune_dialog = TuneDialog(model.path, model.label, self._settings, self._apply_settings,
                                       self.window, identity=self.host.identity, threads=threads,
                                       before_run=self.host.release_compute_threads)

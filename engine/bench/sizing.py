@@ -83,7 +83,7 @@ def bench_sizing(a: argparse.Namespace) -> dict[str, Any]:
     modes: list[tuple[str, int, Hardware | None]] = [("cpu", 0, None)]
     gpu_note = None
     if a.gpu_check:
-        from ..loading.request_plan import machine as ggml_machine
+        from ..sizing.load_machine import machine as ggml_machine
 
         hw = ggml_machine("gguf")  # the devices llama.cpp's build registered with ggml, as the window plans for
         if hw.gpus:

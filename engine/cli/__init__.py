@@ -184,7 +184,7 @@ def _serve_parser(sub) -> None:
     p.add_argument("--tls-key", default=None, help="--listen: the key of --tls-cert")
     p.add_argument("--rpc", action="append", default=[], metavar="HOST:PORT",
                    help="a llama.cpp RPC worker (engine worker) to put the model's layers on (repeatable)")
-    # The window's private child for a model on other machines' workers: the load as JSON (LoadRequest.as_dict),
+    # The window's private child for a model on other machines' workers: the load as JSON (LoadSpec.as_dict),
     # its key in $HEARTH_CHILD_KEY (not on the command line, where other users of the machine could read it).
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)
     p.add_argument("--rate-limit", type=int, default=None, metavar="N",
@@ -305,10 +305,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
     import json
     import os
 
-    from ..loading.request import LoadRequest
+    from ..sizing.load_spec import LoadSpec
     from .serve import serve  # engine/serve/headless.py
 
-    request = LoadRequest.from_dict(json.loads(a.load)) if a.load else None
+    request = LoadSpec.from_dict(json.loads(a.load)) if a.load else None
     if request is not None:  # a window's private child: it ends when the window's end of its stdin does
         import threading
 

@@ -91,7 +91,7 @@ def chat(a: argparse.Namespace, flags: dict) -> int:
     under the command line's sampling flags (``flags``)."""
     from ..config import default_exactness
     from ..loading.load import load_model
-    from ..loading.request import LoadRequest
+    from ..sizing.load_spec import LoadSpec, or_auto
     from ..paths import data_dir
 
     _ms, got = chat_settings(a, flags)
@@ -103,12 +103,12 @@ def chat(a: argparse.Namespace, flags: dict) -> int:
     # The window's planned load: what is left on Auto comes from the memory plan for this machine. The model's
     # own load settings (its context, what "Apply best" chose) come under the flags.
     own = got.values
-    req = LoadRequest(model=a.model or "bundled", backend=a.backend or "auto", quant=a.quant,
-                      context=a.ctx if a.ctx is not None else own.get("context"),
-                      draft=a.draft or own.get("draft", "auto"), mmproj=a.mmproj or "auto",
-                      n_threads=a.threads if a.threads is not None else own.get("n_threads"),
-                      gpu_layers=own.get("gpu_layers"), kv_type=own.get("kv_type", "auto"),
-                      exactness=a.exactness or own.get("exactness") or default_exactness())
+    req = LoadSpec(model=a.model or "bundled", backend=or_auto(a.backend), quant=or_auto(a.quant),
+                   context=or_auto(a.ctx if a.ctx is not None else own.get("context")),
+                   draft=or_auto(a.draft or own.get("draft")), mmproj=or_auto(a.mmproj),
+                   n_threads=or_auto(a.threads if a.threads is not None else own.get("n_threads")),
+                   gpu_layers=or_auto(own.get("gpu_layers")), kv_type=or_auto(own.get("kv_type")),
+                   exactness=a.exactness or own.get("exactness") or default_exactness())
     loaded = load_model(req, data_dir=data_dir(), progress=_download_progress())
     assert loaded.model is not None  # load_model describes what it loaded
     for note in loaded.model.notes:

@@ -1,6 +1,6 @@
 """``python -m engine plan``: the plan for a model on this (or a simulated) machine.
 
-The machine is the one the window plans for (engine.loading.request_plan.machine): for a
+The machine is the one the window plans for (engine.sizing.load_machine.machine): for a
 GGUF, the GPU devices llama.cpp's build registered with ggml (a Vulkan-only GPU
 included), not only what NVML sees.
 """
@@ -18,8 +18,9 @@ from ..sizing.report import plan_dict, render_table
 def cli_plan(args) -> int:
     """``python -m engine plan``: print the plan (or --json). Exit 0 when it
     fits (with or without offload), 1 when it does not."""
-    from ..loading.request_plan import choices_for, machine
-    from ..loading.request import LoadRequest
+    from ..sizing.load_machine import machine
+    from ..sizing.load_plan import choices
+    from ..sizing.load_spec import LoadSpec, or_auto
     from ..sizing.plan import plan_for
 
     try:
@@ -28,12 +29,11 @@ def cli_plan(args) -> int:
         raise HearthError(str(e)) from None
     if args.parallel < 0:
         raise HearthError(f"--parallel must be 0 or more, not {args.parallel}")
-    req = LoadRequest(model=args.model or "bundled", context=args.ctx, draft=args.draft or "auto",
-                      server_parallel=args.parallel, exactness=args.exactness or default_exactness())
-    fmt = req.plan_format or "gguf"
-    # --quant picks a catalogue model's GGUF quantization too, which a window request never does.
-    choices = replace(choices_for(req, fmt), quant=args.quant)
-    plan = plan_for(args.model, hw or machine(fmt), choices)
+    spec = LoadSpec(model=args.model or "bundled", context=or_auto(args.ctx), draft=or_auto(args.draft),
+                    server_parallel=args.parallel, exactness=args.exactness or default_exactness())
+    fmt = spec.plan_format or "gguf"
+    # --quant picks a catalogue model's GGUF quantization too, which a window's spec never does.
+    plan = plan_for(args.model, hw or machine(fmt), replace(choices(spec, fmt), quant=args.quant))
     if args.json:
         print(json.dumps(plan_dict(plan), indent=2))
     else:

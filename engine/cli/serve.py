@@ -11,11 +11,12 @@ import json
 import signal
 import sys
 import threading
+from typing import Literal
 from dataclasses import asdict, replace
 
 from ..library.model_defaults import ServedDefaults
 from ..library.model_store import memo_dir
-from ..loading.request import LoadRequest
+from ..sizing.load_spec import AUTO, Auto, LoadSpec, or_auto
 
 from ..remote.errors import fingerprint_text
 from ..serve.http.other_devices import exposure
@@ -61,7 +62,7 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
           cors_origins: tuple[str, ...] = (), idle_unload: float | None = 600.0, mmproj: str | None = None,
           exactness: str | None = None, listen: str | None = None, tls_cert: str | None = None,
           tls_key: str | None = None, rate_limit: int | None = None, rpc: tuple[str, ...] = (),
-          request: LoadRequest | None = None, max_queue_wait: float = 120.0, draft: str = "auto") -> int:
+          request: LoadSpec | None = None, max_queue_wait: float = 120.0, draft: str = "auto") -> int:
     """Load ``model`` through the window's planned load (every setting on Auto but the context
     and threads given), serve it on 127.0.0.1:``port`` until interrupted; the exit status.
     ``idle_unload``: a request naming another model of the library loads it the same way, and
@@ -84,7 +85,7 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
         default_ttl=idle_unload, exactness=exactness)
     server = LocalServer(port=port, api_key=api_key, cors_origins=cors_origins, pool=pool, defaults=_defaults(),
                          max_queue_wait=max_queue_wait, **exposure(data_dir(), listen, tls_cert, tls_key, rate_limit))
-    gpu_layers = "all" if rpc else None  # RPC workers' devices take every layer
+    gpu_layers: Literal["all"] | Auto = "all" if rpc else AUTO  # RPC workers' devices take every layer
     if rpc:
         from ..backends.llama.rpc import add_worker
 
@@ -95,9 +96,9 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     if request is not None:
         req = replace(request, server_parallel=parallel, workers=())
     else:
-        req = LoadRequest(model=model or "bundled", context=n_ctx, n_threads=n_threads, server_parallel=parallel,
-                          mmproj=mmproj or "auto", gpu_layers=gpu_layers, exactness=exactness or default_exactness(),
-                          draft=draft)
+        req = LoadSpec(model=model or "bundled", context=or_auto(n_ctx), n_threads=or_auto(n_threads),
+                       server_parallel=parallel, mmproj=or_auto(mmproj), gpu_layers=gpu_layers,
+                       exactness=exactness or default_exactness(), draft=draft)
     loaded = load_model(req, data_dir=data_dir(), n_threads=n_threads)
     m = loaded.model
     assert m is not None  # load_model describes what it loaded

@@ -49,8 +49,8 @@ def model_settings(source: str, model: str, entries: Mapping[str, ModelEntry], m
 
 
 def source_of(model: str) -> str:
-    """A model string's source, as LoadRequest works it out (a path, a folder, a Hub id, a server's model)."""
-    from ..loading.request import infer_source
+    """A model string's source, as LoadSpec works it out (a path, a folder, a Hub id, a server's model)."""
+    from ..sizing.load_spec import infer_source
 
     return infer_source(model)
 

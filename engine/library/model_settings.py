@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from ..config import EXACTNESS
 from ..errors import HearthError
-from ..loading.request import KV_TYPES
+from ..sizing.load_spec import KV_TYPES
 from ..models.recommended import NONE, Recommended
 from ..types import SamplingParams
 

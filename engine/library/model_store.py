@@ -41,7 +41,7 @@ class ModelEntry:
 
 def memo_dir(data_dir: Path) -> Path:
     """Where model hashes are memoised: the prefix store's folder, which a load's hashing fills."""
-    from ..loading.request_plan import prefix_store_dir
+    from ..sizing.load_plan import prefix_store_dir
 
     return prefix_store_dir(data_dir)
 

@@ -1,10 +1,11 @@
-"""The one planned load every caller uses: LoadRequest -> plan -> open -> LoadedModel.
+"""The one planned load every caller uses: LoadSpec -> plan_load -> open -> LoadedModel.
 
 The window's engine thread, ``engine serve``/``chat``, ``bench tune`` and the
 other benchmarks load through :func:`load_model`. It resolves the request's
 model (downloading a Hub model first, with progress and cancel), plans it on
-the machine the backend sees (loading/request_plan.py), loads it, retries once with the
-next smaller plan when it runs out of memory (engine.sizing.reality.load_with_retry),
+the machine the backend sees (engine.sizing.load_plan on load_machine.machine), loads it, retries
+once with the next smaller plan when it runs out of memory (load_with_retry, with
+engine.sizing.reality's smaller_plan),
 keeps the GPU-crash marker while layers are on a device (loading/gpu_guard.py),
 checks the plan against what the backend allocated and appends that check to
 ``memory-plans.jsonl`` in the data folder, so drift shows over time.
@@ -12,26 +13,30 @@ checks the plan against what the backend allocated and appends that check to
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from ..errors import Cancelled, HearthError
+from ..errors import Cancelled, HearthError, ModelLoadError
 from ..interface import LoadedModel
 from ..sizing.hardware import Hardware
 from ..sizing.plan import Plan
-from ..sizing.reality import check_against_report, describe_change, load_with_retry, smaller_plan
+from ..sizing import load_machine as planning  # planning.machine: tests put a simulated machine there
+from ..sizing.load_machine import shortfall_text
+from ..sizing.load_plan import carry_out, plan_spec
+from ..sizing.load_spec import AUTO, LoadSpec
+from ..sizing.reality import check_against_report, describe_change, is_out_of_memory, smaller_plan
 from .gpu_guard import GpuGuard
-from . import request_plan as planning  # planning.machine: tests put a simulated machine there
-from .request_plan import engine_config, plan_request, shortfall_text
-from .request import LoadRequest
 
 PLAN_LOG = "memory-plans.jsonl"
 PLAN_LOG_MAX_BYTES = 1 << 20  # past this the oldest half of the records goes
 
 Progress = Callable[[int, int, str], None]   # bytes done, bytes total, file name (a Hub download)
+T = TypeVar("T")
+log = logging.getLogger("hearth.sizing")  # the plan's own log, as the plan-vs-reality check writes it
 
 
 @dataclass(slots=True)
@@ -46,7 +51,7 @@ class LoadResult:
     model: LoadedModel | None = None
 
 
-def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None = None,
+def load_model(req: LoadSpec, *, data_dir: Path | None, n_threads: int | None = None,
                threads_poll: int | None = None, progress: Progress | None = None,
                cancel: threading.Event | None = None, loader: Callable[..., Any] | None = None,
                hardware: Hardware | None = None) -> LoadResult:
@@ -54,8 +59,8 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
 
     ``data_dir``: where the disk prefix store, the plan log and the GPU-crash marker
     live (None: none of them, for a throwaway load). ``n_threads``: the threads when
-    the request says Auto; ``threads_poll``: the thread pool's poll level when the request
-    gives none (None: llama.cpp's own threads). ``loader``: Engine.open (tests pass a wrapper).
+    the spec says AUTO; ``threads_poll``: the thread pool's poll level when the spec says
+    AUTO (None: llama.cpp's own threads). ``loader``: Engine.open (tests pass a wrapper).
     ``hardware``: the machine to plan for (default: as the backend sees it now; the local server
     passes it less what the models it already holds take).
     Raises HearthError (DownloadCancelled for a cancelled download)."""
@@ -71,13 +76,13 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
         ref = fetch_ref(ref, progress=progress, cancel=cancel)
     if cancel is not None and cancel.is_set():
         raise Cancelled("the load was cancelled")
-    backend = req.backend or "auto"
-    if backend == "auto":
+    if req.backend is AUTO:
         from ..models.catalogue import default_backend
 
         backend = default_backend(ref)
-    poll = req.threads_poll if req.threads_poll is not None else threads_poll
-    result = load_planned(ref, req, backend, n_threads=req.n_threads or n_threads, threads_poll=poll,
+    else:
+        backend = req.backend
+    result = load_planned(ref, req, backend, n_threads=n_threads, threads_poll=threads_poll,
                           loader=loader, data_dir=data_dir, hardware=hardware)
     result.model = describe_load(result.engine, result, load_ms=(time.perf_counter() - t0) * 1e3)
     if data_dir is not None:
@@ -87,10 +92,11 @@ def load_model(req: LoadRequest, *, data_dir: Path | None, n_threads: int | None
     return result
 
 
-def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, loader: Callable[..., Any],
+def load_planned(ref, req: LoadSpec, backend: str, *, n_threads: int | None, loader: Callable[..., Any],
                  data_dir: Path | None, threads_poll: int | None = None,
                  hardware: Hardware | None = None) -> LoadResult:
-    """Plan and load a resolved ``ref`` (a local ModelRef) as ``req`` asks on ``backend``."""
+    """Plan and load a resolved ``ref`` (a local ModelRef) as ``req`` asks on ``backend``
+    (``n_threads``/``threads_poll``: what the spec's AUTO threads are)."""
     messages: list[str] = []
     plan, retried = None, False
     fmt = req.plan_format
@@ -100,7 +106,7 @@ def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, 
         hardware = replace(hardware or planning.machine(fmt), gpus=()) if fmt is not None else None
     if fmt is not None:
         try:
-            plan = plan_request(req, str(ref.path), hardware)
+            plan = plan_spec(req, hardware or planning.machine(fmt), ref)
         except HearthError as e:  # a model the planner cannot read still gets its load (and its message)
             messages.append(f"No memory plan ({e}); the model loads with the settings as chosen.")
     if plan is not None and req.retry_after:
@@ -116,7 +122,7 @@ def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, 
                         "your choices as they are.")
 
     def one(p: Plan | None):
-        config = engine_config(p, req, ref, backend, n_threads, data_dir, threads_poll)
+        config = carry_out(p, req, ref, backend, data_dir=data_dir, n_threads=n_threads, threads_poll=threads_poll)
         if req.cpu_only and backend == "hf":
             config = replace(config, device="cpu", max_memory=None)  # transformers places by device, not by layers
         if guard is not None and config.n_gpu_layers and (plan is None or plan.hardware.gpus):
@@ -142,6 +148,26 @@ def load_planned(ref, req: LoadRequest, backend: str, *, n_threads: int | None, 
         messages.append(msg)
     check = check_against_report(plan, engine.backend.memory_report())
     return LoadResult(engine, plan, check, messages, retried or msg is not None)
+
+
+def load_with_retry(load: Callable[[Plan], T], plan: Plan) -> tuple[T, Plan, str | None]:
+    """``load(plan)``; if it runs out of memory, retry once with the next
+    smaller plan. Returns (result, the plan used, a message for the user or None)."""
+    try:
+        return load(plan), plan, None
+    except HearthError as e:
+        if not is_out_of_memory(e):
+            raise
+        smaller = smaller_plan(plan, e)
+        if smaller is None or not smaller.fits:
+            fixed = ", ".join(sorted(plan.choices.explicit()))
+            why = f"with the settings you fixed ({fixed}) there is no smaller plan" if fixed else \
+                "there is no smaller plan that fits"
+            raise ModelLoadError(f"{e}. {why}; choose a smaller context or quantization, "
+                                 "or close other programs") from e
+        msg = f"Out of memory with the first plan; loaded with {describe_change(plan, smaller)} instead."
+        log.warning("%s (first error: %s)", msg, e)
+        return load(smaller), smaller, msg
 
 
 def _no_smaller(plan: Plan) -> str:

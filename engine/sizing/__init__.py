@@ -2,6 +2,7 @@
 
 One job per module; each imports only modules listed above it, so there are no cycles:
 
+- ``load_spec``: LoadSpec, what the user chose for a load, with one AUTO for "let Hearth choose".
 - ``hardware``: what this machine has (GPUs, RAM, cores), or a simulated machine.
 - ``spec``: the memory-relevant shape of a model (GGUF header, safetensors headers, catalogue).
 - ``memory``: bytes per pool for one concrete configuration.
@@ -9,7 +10,8 @@ One job per module; each imports only modules listed above it, so there are no c
   knob it did not set to its best, the better value and that value's shortfall.
 - ``plan``: ``plan_for(model, hardware, choices)`` -> ``Plan``, the search's result as plain data.
 - ``report``: rendering only: one-line reasons, the breakdown table, JSON.
-- ``reality``: the plan against what the backend allocated; the out-of-memory retry.
+- ``reality``: the plan against what the backend allocated; the next smaller plan after out-of-memory.
+- ``load_plan``: ``plan_load(spec, hardware)`` -> (EngineConfig, Plan): the one shape change of a load.
 - ``cli``: ``python -m engine plan``.
 
 Inside the engine, import from the module that defines a name (``from engine.sizing.plan import

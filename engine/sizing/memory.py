@@ -107,7 +107,9 @@ class Usage:
 
 @dataclass(slots=True, frozen=True)
 class Config:
-    """One concrete way to load a model; the planner searches over these."""
+    """One concrete way to load a model, every knob set (no AUTO): a candidate the search prices.
+
+    Not a LoadSpec: the search makes many of these for one spec and keeps one, the plan's."""
 
     spec: ModelSpec
     n_ctx: int

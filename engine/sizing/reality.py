@@ -1,18 +1,17 @@
 """The plan checked against reality: what the backend really allocated, and the
-out-of-memory retry.
+next smaller plan after an out-of-memory failure.
 
 ``check_against_report`` compares a plan with what the backend actually
-allocated; ``load_with_retry`` retries an out-of-memory load once with the
-next smaller plan and says what changed. The planned load that uses both is
-engine/loading/load.py's ``load_model``.
+allocated; ``smaller_plan`` is the plan to retry with and ``describe_change``
+says what changed. The retry itself is engine/loading/load.py's (``load_with_retry``):
+sizing never calls back into loading.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Callable, TypeVar
+from typing import Any
 
-from ..errors import HearthError, ModelLoadError
 from .hardware import format_size
 from .memory import MARGIN, Breakdown, estimate
 from .plan import Plan, plan_for
@@ -20,8 +19,6 @@ from .report import knob_values
 from .resolve import Resolved
 
 log = logging.getLogger("hearth.sizing")
-
-T = TypeVar("T")
 
 
 def actual_buffers(report: dict[str, int]) -> dict[str, int]:
@@ -151,26 +148,6 @@ def describe_change(old: Plan, new: Plan) -> str:
     a, b = knob_values(old), knob_values(new)
     diffs = [f"{k} {a[k]} -> {b[k]}" for k in a if a[k] != b[k]]
     return ", ".join(diffs) or "nothing"
-
-
-def load_with_retry(load: Callable[[Plan], T], plan: Plan) -> tuple[T, Plan, str | None]:
-    """``load(plan)``; if it runs out of memory, retry once with the next
-    smaller plan. Returns (result, the plan used, a message for the user or None)."""
-    try:
-        return load(plan), plan, None
-    except HearthError as e:
-        if not is_out_of_memory(e):
-            raise
-        smaller = smaller_plan(plan, e)
-        if smaller is None or not smaller.fits:
-            fixed = ", ".join(sorted(plan.choices.explicit()))
-            why = f"with the settings you fixed ({fixed}) there is no smaller plan" if fixed else \
-                "there is no smaller plan that fits"
-            raise ModelLoadError(f"{e}. {why}; choose a smaller context or quantization, "
-                                 "or close other programs") from e
-        msg = f"Out of memory with the first plan; loaded with {describe_change(plan, smaller)} instead."
-        log.warning("%s (first error: %s)", msg, e)
-        return load(smaller), smaller, msg
 
 
 def buffers_total(report: dict[str, int]) -> int:

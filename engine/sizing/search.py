@@ -47,7 +47,12 @@ KV_AUTO = ("f16", "q8_0")   # q4_0 costs visible quality; only by explicit choic
 
 @dataclass(slots=True, frozen=True)
 class Choices:
-    """What the user fixed; None means Auto."""
+    """The search's knobs that a LoadSpec fixed, for one planner format; None: the search decides.
+
+    Not a second spelling of the user's choice: ``load_plan.choices(spec, fmt)`` makes it from the spec
+    and holds what the search works in: llama.cpp's layer count ("all" is a count the search clamps), a
+    quantization as a variant's label (a GGUF's Q4_K_M as well, for ``engine plan --quant``), no model
+    draft on transformers. A plan keeps it so the retry can plan again with the same fixed knobs."""
 
     quant: str | None = None
     n_ctx: int | None = None

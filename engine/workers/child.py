@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import Cancelled, HearthError
 from ..interface import Capabilities, LoadedModel
-from ..loading.request import LoadRequest
+from ..sizing.load_spec import LoadSpec
 from ..prompt.messages import Message
 from ..remote.connect import client_for
 from ..remote.engine import RemoteEngine
@@ -124,7 +124,7 @@ class SplitEngine(RemoteEngine):
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def open_split(req: LoadRequest, machines: Sequence[WorkerMachine], *, data_dir: Path | None,
+def open_split(req: LoadSpec, machines: Sequence[WorkerMachine], *, data_dir: Path | None,
                cancel: threading.Event | None = None, n_threads: int | None = None) -> SplitEngine:
     """Open every machine, then load ``req`` over their workers in a child ``engine serve``."""
     links: list[Link] = []
@@ -138,7 +138,7 @@ def open_split(req: LoadRequest, machines: Sequence[WorkerMachine], *, data_dir:
         raise
 
 
-def _start_child(req: LoadRequest, links: list[Link], data_dir: Path | None, cancel: threading.Event | None,
+def _start_child(req: LoadSpec, links: list[Link], data_dir: Path | None, cancel: threading.Event | None,
                  n_threads: int | None) -> SplitEngine:
     key = secrets.token_urlsafe(32)
     scratch = None if data_dir is not None else Path(tempfile.mkdtemp(prefix="hearth-split-"))

@@ -19,7 +19,7 @@ CATALOG_TTL_S = 5.0   # a scan reads every model's header: /v1/models and a burs
 
 
 def library_ids(models: Iterable) -> dict[str, str]:
-    """{API model id: the model as a LoadRequest names it} for the library's models."""
+    """{API model id: the model as a LoadSpec names it} for the library's models."""
     out: dict[str, str] = {}
     for m in models:
         if m.error:
@@ -35,10 +35,11 @@ def library_pool(data_dir: Path, *, parallel: int, queue_limit: int, n_ctx: int 
     """A pool that loads the library's models as ``engine serve``'s own model is loaded: planned
     (for the memory the held models leave), with a batch context of ``parallel`` sequences."""
     from ...config import default_exactness
-    from ...loading import request_plan as planning  # planning.machine: tests put a simulated machine there
+    from ...sizing import load_machine as planning  # planning.machine: tests put a simulated machine there
     from ...loading.load import load_model
-    from ...loading.request_plan import plan_request, shortfall_text
-    from ...loading.request import LoadRequest
+    from ...sizing.load_machine import shortfall_text
+    from ...sizing.load_plan import plan_spec
+    from ...sizing.load_spec import LoadSpec, or_auto
     from ...library.local import LIBRARY_FILE, Library
     from .scheduler import Scheduler
 
@@ -50,14 +51,14 @@ def library_pool(data_dir: Path, *, parallel: int, queue_limit: int, n_ctx: int 
             cached[:] = [time.monotonic(), library_ids(lib.scan())]
         return cached[1]
 
-    def request(model: str) -> LoadRequest:
-        return LoadRequest(model=model, context=n_ctx, n_threads=n_threads, server_parallel=parallel,
-                           exactness=exactness or default_exactness())
+    def request(model: str) -> LoadSpec:
+        return LoadSpec(model=model, context=or_auto(n_ctx), n_threads=or_auto(n_threads), server_parallel=parallel,
+                        exactness=exactness or default_exactness())
 
     def fits(model: str, held: int) -> str | None:
         req = request(model)
         try:
-            plan = plan_request(req, hardware=reduced(planning.machine(req.plan_format), held))
+            plan = plan_spec(req, reduced(planning.machine(req.plan_format), held))
         except HearthError:
             return None  # a model the planner cannot read: its load says why
         return None if plan is None or plan.fits else shortfall_text(plan)

@@ -79,7 +79,7 @@ class Opened:
 class ModelPool:
     """The server's models: its own (pinned) and those requests loaded, by API model id.
 
-    ``catalog()``: the library as {API model id: model string for a LoadRequest}.
+    ``catalog()``: the library as {API model id: model string for a LoadSpec}.
     ``fits(model, held_bytes)``: None when the model fits beside ``held_bytes`` of models
     already held, or the sentence that says why not. ``open_model(model, held_bytes)``:
     load it (planned for the memory left) as an Opened. All three may block; the server
