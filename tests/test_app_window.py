@@ -16,7 +16,6 @@ from app.core.settings import Settings, SettingsFile
 
 LONG = "Write a very long story about a dragon who learns to bake bread."
 SHORT = "What is the capital of France?"
-GUI_THREAD_WORK_MS = 250.0
 
 
 def type_and_enter(w: MainWindow, text: str) -> None:
@@ -59,7 +58,19 @@ def test_enter_sends_and_shift_enter_adds_a_line(qtbot, make_window):
 
 
 def test_text_streams_into_the_view_and_metrics_are_kept(qtbot, make_window):
+    import threading
+
+    from PySide6.QtCore import QThread
+
     w = make_window(max_tokens=64)
+    engine, asked_from = w.host.shared.engine, []
+    stream = engine.stream
+
+    def spy(*a, **k):  # who asks the engine for the reply: never the window's thread
+        asked_from.append(threading.current_thread())
+        return stream(*a, **k)
+
+    engine.stream = spy
     lengths: list[int] = []
     rendered_mid_stream: list[str] = []
 
@@ -84,12 +95,14 @@ def test_text_streams_into_the_view_and_metrics_are_kept(qtbot, make_window):
     view.btn_details.click()
     assert view.details.isVisible() and "64 tokens" in view.details.text()
     wait_until(lambda: False, 0.1)  # the final render is measured too
-    gaps = w.monitor.worst_ms
-    assert w.monitor.ticks["streaming"] > 10
-    # Timings are not test assertions on a shared CI box: the 100 ms budget is
-    # enforced by `python -m app --self-test`. This bound catches the window
-    # thread doing the engine's work (a model load alone takes 500+ ms).
-    assert gaps["loading"] < GUI_THREAD_WORK_MS and gaps["streaming"] < GUI_THREAD_WORK_MS, gaps
+    assert w.monitor.ticks["streaming"] > 10 and set(w.monitor.worst_ms) >= {"loading", "streaming"}
+    # The window's thread does none of the engine's work: the load and the reply run on the host's
+    # own thread. (How late the loop ran is a timing, not a test's: `python -m app --self-test`
+    # holds it to the 100 ms budget; under a shared CI box's load it once read 250+ ms here.)
+    del engine.stream
+    gui = QThread.currentThread()
+    assert w.host._loader.thread() is w.host._thread is not gui and w.host._generator.thread() is w.host._thread
+    assert asked_from and threading.main_thread() not in asked_from
 
 
 def test_stop_ends_the_reply_quickly_and_keeps_partial_text(qtbot, make_window):
