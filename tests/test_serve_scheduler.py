@@ -59,6 +59,19 @@ def test_times_are_recorded(sched):
     assert sched.stats()["served"] >= 1
 
 
+def test_a_reader_that_stops_at_the_final_event_still_ends_its_request(sched):
+    # The API's reader thread stops as soon as the reply is counted, without asking for more after the
+    # final event: the request must end there (served, its slot free), not hang as if still running.
+    served = sched.stats()["served"]
+    t = sched.submit(chat("Say hello.", SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)))
+    events = t.events()
+    final = next(ev for ev in events if ev.kind == "final")
+    assert not t.done  # the reader may still ask for the end...
+    events.close()     # ...but it leaves here
+    assert t.done and t.times.finish_reason == "length" and final.stats.generated_tokens == 4
+    assert t.wait(5) and sched.stats()["served"] == served + 1
+
+
 def test_queue_limit_raises_queue_full_with_retry_after(sched):
     blocker, rest = start_blocker(sched)
     waiting = [sched.submit(chat(f"Question {i}")) for i in range(2)]

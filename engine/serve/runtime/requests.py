@@ -133,8 +133,10 @@ class Ticket:
                 if ev.kind == "final":
                     self._record(ev)
                     finished = self._replied = True
-                    yield ev
-                    self.finish(openai_finish_reason(ev.finish_reason))
+                    try:
+                        yield ev
+                    finally:  # also when the reader closes the events right after this one, never resuming
+                        self.finish(openai_finish_reason(ev.finish_reason))
                     return
                 yield ev
         except HearthError as e:
