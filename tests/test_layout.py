@@ -196,7 +196,7 @@ def test_the_app_asks_a_capability_never_the_backends_name():
     assert _backend_checks(ast.parse('if s.backend == "hf": pass')) == []
     bad = {name: found for name in MODULES if name.startswith("app")
            if (found := _backend_checks(ast.parse(MODULES[name].read_text())))}
-    assert bad == {}, "ask LoadedModel.capabilities instead"
+    assert bad == {}, "ask ModelInfo.capabilities instead"
 
 
 def test_feature_packages_never_import_the_window():
