@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _poll(text: str) -> int:
     from engine import HearthError
-    from engine.backends.llama.threadpool import check_poll  # the one 0-100 rule
+    from engine.loading import check_poll  # the one 0-100 rule
 
     try:
         n = int(text)

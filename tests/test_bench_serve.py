@@ -140,8 +140,28 @@ def test_the_rows_the_flags_pick_and_the_levels_and_models_they_take(bundled_pat
 
 
 def quick(tmp_path: Path, bundled_path: Path, server: Path | None) -> Setup:
-    return Setup(model=bundled_path, threads=1, exactness="fast", tokens=16, rounds=1, levels=(2,), per_stream=1,
-                 n_ctx_seq=512, workdir=tmp_path, llama_server=server, quick=True)
+    return Setup(model=bundled_path, threads=1, exactness="fast", tokens=16, spec_tokens=16, rounds=1, levels=(2,),
+                 per_stream=1, n_ctx_seq=512, workdir=tmp_path, llama_server=server, quick=True)
+
+
+def test_the_default_run_sends_shorter_throughput_replies_and_a_given_length_goes_to_every_row(tmp_path, bundled_path):
+    import argparse
+
+    from engine.bench import TOKENS, bench_tokens
+
+    def setup(tokens):
+        a = argparse.Namespace(model=None, threads=1, exactness="fast", tokens=tokens, rounds=5, streams=None,
+                               ctx=None, quick=False)
+        return concurrency.setup_for(a, tmp_path, ("hol",))
+
+    s = setup(None)  # what the CLI passes when --tokens is not given
+    assert (s.tokens, s.spec_tokens, s.rounds, s.levels) == (concurrency.THROUGHPUT_TOKENS, concurrency.SPEC_TOKENS,
+                                                             5, concurrency.LEVELS)
+    assert concurrency.THROUGHPUT_TOKENS < concurrency.SPEC_TOKENS
+    assert (setup(300).tokens, setup(300).spec_tokens) == (300, 300)
+    # Every other benchmark still gets the one default length.
+    assert bench_tokens("prefix", None) == TOKENS and bench_tokens("serve", None) is None
+    assert bench_tokens("prefix", 40) == 40
 
 
 @pytest.mark.timeout(1800)  # the first run on a machine builds llama-server (scripts/test.sh does it at set-up)

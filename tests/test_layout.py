@@ -130,8 +130,8 @@ def _cycles(graph: dict[str, set[str]] | None = None) -> list[list[str]]:
 def test_the_import_graph_reader_sees_lazy_relative_and_package_imports():
     # The rules below are only as good as this reader: check it on modules whose imports are known.
     assert "engine.models.catalogue" in imports_of("engine.loading.request")  # lazy and relative
-    lazy = imports_of("app.library.library_view")          # draft_choices imports inside the function
-    assert "app.core.paths" in lazy and "engine.models.catalogue" in lazy
+    assert "app.core.paths" in imports_of("app.library.library_view")  # draft_choices imports inside the function
+    assert "engine.sizing" in imports_of("app.library.speech_list")    # probe, imported inside a function
     assert "PySide6" in imports_of("app.ui.theme")
 
 
@@ -197,6 +197,113 @@ def test_the_app_asks_a_capability_never_the_backends_name():
     bad = {name: found for name in MODULES if name.startswith("app")
            if (found := _backend_checks(ast.parse(MODULES[name].read_text())))}
     assert bad == {}, "ask ModelInfo.capabilities instead"
+
+
+# The engine's face: the only engine modules app/ imports, and only the names in their __all__
+# (docs/layout.md, "The engine's face"). Each public package imports a name from its module when it is asked.
+PUBLIC = (
+    ("engine", "the engine, its interface (ChatEngine, ModelInfo), config, types, errors, a reply's record, "
+               "atomic writes, the data folders"),
+    ("engine.library", "the models on disk, their files and downloads, each model's own settings"),
+    ("engine.loading", "one load: what the user chose, its plan, the open, the GPU guard, threads, the disk cache"),
+    ("engine.sizing", "whether a model fits: this machine, a plan and its words, why a load failed"),
+    ("engine.prompt", "a message and its parts, what of a long conversation the model sees"),
+    ("engine.inputs", "the documents and images a user attaches"),
+    ("engine.reply_formats", "what a model family writes: the Think control, a tool and its schema"),
+    ("engine.remote", "a model on a server: open it, list its models, its address, its pinned certificates"),
+    ("engine.workers", "other machines' devices: add one, check it, open a model on them"),
+    ("engine.voice", "dictation and read-aloud, their models"),
+    ("engine.serve", "the local server, its metrics, the coding agents pointed at it"),
+    ("engine.tuning", '"Benchmark this model" and the exactness check'),
+)
+
+
+def _public_all(module: str) -> list[str]:
+    """A public module's ``__all__``, read from its source (a literal list)."""
+    for node in ast.parse(MODULES[module].read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+def _off_the_face(tree: ast.AST) -> list[str]:
+    """The engine imports in a file that reach past the face: every ``import engine.x`` and ``from engine.x
+    import y`` (under ``if TYPE_CHECKING:`` too) of a module not in PUBLIC or a name not in its ``__all__``,
+    and every ``alias.name`` read through ``import engine.x as alias`` that is not in its ``__all__``."""
+    public = {name: set(_public_all(name)) for name, _ in PUBLIC}
+    found, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "engine":
+                    if a.name not in public:
+                        found.append(f"{node.lineno}: import {a.name}")
+                    elif a.asname:
+                        aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "engine":
+            if node.module not in public:
+                found.append(f"{node.lineno}: from {node.module}")
+            else:
+                found += [f"{node.lineno}: {node.module}.{a.name}" for a in node.names
+                          if a.name not in public[node.module]]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases and \
+                node.attr not in public[aliases[node.value.id]]:
+            found.append(f"{node.lineno}: {aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_the_app_uses_the_engines_public_face_only():
+    # The reader catches each way past the face: an internal module (type-only too), a name outside
+    # __all__ (a submodule), an internal name read through a public module's alias.
+    assert _off_the_face(ast.parse("from engine.kv.disk_store import store_usage")) != []
+    assert _off_the_face(ast.parse("if TYPE_CHECKING:\n    from engine.interface import ChatEngine")) != []
+    assert _off_the_face(ast.parse("import engine.backends.openmp")) != []
+    assert _off_the_face(ast.parse("from engine.library import model_store")) != []
+    assert _off_the_face(ast.parse("import engine.loading as p\np.request_plan.machine()")) != []
+    assert _off_the_face(ast.parse("import engine.loading as p\nfrom engine import ChatEngine\np.machine()")) == []
+    bad = {name: found for name in MODULES if name.startswith("app")
+           if (found := _off_the_face(ast.parse(MODULES[name].read_text())))}
+    assert bad == {}, "import it from engine or a public package (PUBLIC), adding it to that package's __all__"
+
+
+def test_each_public_name_exists_and_a_lazy_one_comes_from_where_it_says():
+    import importlib
+    import importlib.util
+
+    for name, _ in PUBLIC:
+        module = importlib.import_module(name)
+        names = _public_all(name)
+        assert names and sorted(names) == sorted(module.__all__) and len(set(names)) == len(names), name
+        for n in names:
+            assert getattr(module, n) is not None, f"{name}.{n}"
+        where = getattr(module, "_WHERE", {})
+        # a submodule of the same name, once imported, would hide a lazy export
+        assert not {f"{name}.{n}" for n in where} & set(MODULES), name
+        # the lazy table, the TYPE_CHECKING imports mypy reads and __all__ say the same
+        typed = {}
+        for node in ast.walk(ast.parse(MODULES[name].read_text())):
+            if isinstance(node, ast.If) and _is_type_checking(node):
+                for imp in (x for x in node.body if isinstance(x, ast.ImportFrom)):
+                    for a in imp.names:
+                        typed[a.asname or a.name] = (importlib.util.resolve_name("." * imp.level + (imp.module or ""),
+                                                                                 name), a.name)
+        table = {}
+        for n, loc in where.items():
+            mod, _, attr = loc.partition(":")
+            table[n] = (importlib.util.resolve_name(mod, name), attr or n)
+        assert typed == table and set(table) <= set(names), name
+        for n, (mod, attr) in table.items():
+            assert getattr(module, n) is getattr(importlib.import_module(mod), attr), f"{name}.{n}"
+
+
+def test_a_public_packages_lazy_exports_keep_the_ladder():
+    """A lazy export is an import the package makes when asked: with them, the ladder still has no circle."""
+    graph = unit_graph()
+    for name, _ in PUBLIC:
+        if name != "engine":  # the face itself stands above every rung
+            graph[name] |= {v for d in imports_of(name, typing_too=True) if (v := unit_of(d)) and v != name}
+    assert _circles(graph) == []
 
 
 def test_feature_packages_never_import_the_window():

@@ -294,10 +294,11 @@ def test_disk_store_rejects_stale_identity_and_truncation(tmp_path):
         assert s1.load([1, 2, 3]) is None and s1.rejected == rejected + 1 and not path.exists()
 
 
-def test_disk_store_checks_a_crc32_and_still_reads_entries_written_with_a_sha256(tmp_path):
+def test_disk_store_checks_an_xxh3_and_still_reads_entries_written_with_a_crc32_or_a_sha256(tmp_path):
     import hashlib
     import json
     import struct
+    import zlib
 
     from engine.kv.disk_store import MAGIC, PrefixStore
 
@@ -307,18 +308,19 @@ def test_disk_store_checks_a_crc32_and_still_reads_entries_written_with_a_sha256
     raw = path.read_bytes()
     (hlen,) = struct.unpack_from("<I", raw, len(MAGIC))
     header = json.loads(raw[len(MAGIC) + 4:len(MAGIC) + 4 + hlen])
-    assert isinstance(header["crc32"], int) and "sha256" not in header
+    assert isinstance(header["xxh3_64"], int) and "crc32" not in header and "sha256" not in header
     # One flipped byte in the state: refused, dropped.
     data = bytearray(path.read_bytes())
     data[-7] ^= 0x01
     path.write_bytes(bytes(data))
     assert store.load([5, 6, 7]) is None and store.rejected == 1 and not path.exists()
-    # An entry of the release before (a SHA-256 in its header) is read as it was written, and checked.
+    # Entries of earlier releases (a CRC-32 or a SHA-256 in the header) are read as written, and checked.
     tokens = np.asarray([5, 6, 7], dtype=np.int32)
     payload = tokens.tobytes() + bytes(state)
-    for digest, ok in ((hashlib.sha256(payload).hexdigest(), True), ("0" * 64, False)):
+    for key, digest, ok in (("sha256", hashlib.sha256(payload).hexdigest(), True), ("sha256", "0" * 64, False),
+                            ("crc32", zlib.crc32(payload), True), ("crc32", zlib.crc32(payload) ^ 1, False)):
         old = json.dumps({"identity": store.identity, "n_tokens": 3, "state_len": len(state), "images": [],
-                          "sha256": digest}).encode()
+                          key: digest}).encode()
         path.write_bytes(MAGIC + struct.pack("<I", len(old)) + old + payload)
         assert (store.load([5, 6, 7]) == state) is ok
 

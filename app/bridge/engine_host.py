@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, QThread, Signal
 
-from engine import HearthError
+from engine import HearthError, ModelInfo, count_image_tokens
 from engine.reply_formats import ThinkControl
-from engine.interface import ModelInfo, count_image_tokens
-from engine.library.model_store import ModelEntry
-from engine.loading.request import LoadRequest
+from engine.library import ModelEntry
+from engine.loading import LoadRequest
 
 from app.bridge.generation_runner import GenerationJob, GenerationRunner, SharedEngine
 from app.bridge.load_runner import LoadJob, LoadRunner, Opener, open_model

@@ -19,12 +19,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine import HearthError, Message, SamplingParams
-from engine.backends import openmp
-from engine.errors import ToolsUnsupported
-from engine.interface import ChatEngine, plan_tools
-from engine.reply_formats.tools import Tool, ToolPlan
-from engine.decode.metrics import is_complete
+from engine import (ChatEngine, HearthError, Message, SamplingParams, ToolsUnsupported, is_complete, plan_tools,
+                    release_openmp)
+from engine.reply_formats import Tool, ToolPlan
 
 from app.core.context_meter import covered
 from app.core.store import Store
@@ -185,7 +182,7 @@ class GenerationRunner(QObject):
     def release_threads(self) -> None:
         """Give back this thread's idle OpenMP team: another thread is about to compute
         (engine/openmp.py says why two teams slow both)."""
-        openmp.release()
+        release_openmp()
 
     @Slot()
     def close_stores(self) -> None:

@@ -20,13 +20,9 @@ from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine import HearthError
-from engine.backends.llama.threadpool import ThreadChoice, thread_option
-from engine.interface import ChatEngine, ModelInfo
-from engine.loading.gpu_guard import GpuGuard
-from engine.loading.load import load_model
-from engine.library.model_store import ModelEntry
-from engine.loading.request import LoadRequest
+from engine import ChatEngine, HearthError, ModelInfo
+from engine.loading import GpuGuard, LoadRequest, ThreadChoice, load_model, thread_option
+from engine.library import ModelEntry
 
 from app.bridge.generation_runner import SharedEngine
 from app.core.model_defaults import ModelIdentity, identify, own_load, own_load_note, with_model_load
@@ -92,8 +88,8 @@ def open_server_model(req: LoadRequest, *, cancel: threading.Event,
                       progress: Progress) -> tuple[ChatEngine, ModelInfo]:
     """A model on a server (``req.model`` is ``url#id``): the remote engine, with the key the
     user stored for that server and the certificate pins of the data folder."""
-    from engine.loading.request import split_remote
-    from engine.remote.connect import open_remote
+    from engine.loading import split_remote
+    from engine.remote import open_remote
 
     from app.core.connections import Connections
 
@@ -106,7 +102,7 @@ def open_split_model(req: LoadRequest, *, cancel: threading.Event,
                      progress: Progress) -> tuple[ChatEngine, ModelInfo]:
     """A model with layers on other machines (``req.workers``, as Settings → Machines saved them): planned
     and loaded in a private child process, which a machine lost mid-reply cannot take the window with."""
-    from engine.workers.child import open_split
+    from engine.workers import open_split
 
     from app.core.machine_list import MachineList
 

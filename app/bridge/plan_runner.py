@@ -13,9 +13,9 @@ import threading
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.loading import request_plan as plan_load
-from engine.loading.request import LoadRequest
-from engine.sizing.hardware import Hardware
+import engine.loading as plan_load
+from engine.loading import LoadRequest
+from engine.sizing import Hardware
 
 from app.bridge.background import Background
 

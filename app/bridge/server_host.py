@@ -20,17 +20,10 @@ from typing import Callable
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QLabel
 
-from engine import HearthError, StreamEvent
-from engine.decode.metrics import openai_finish_reason
-from engine.serve import Scheduler
-from engine.library.model_defaults import ServedDefaults
-from engine.library.model_store import memo_dir
-from engine.serve.runtime.library_pool import library_pool
-from engine.serve.http.audio_routes import AudioRoutes
-from engine.serve.http.other_devices import exposure
-from engine.serve.metrics import FinishedRequest, ServerMetrics
-from engine.serve.http.server import LocalServer
-from engine.voice.kit import VoiceKit
+from engine import HearthError, StreamEvent, openai_finish_reason
+from engine.serve import AudioRoutes, FinishedRequest, LocalServer, Scheduler, ServerMetrics, exposure, library_pool
+from engine.library import ServedDefaults, memo_dir
+from engine.voice import VoiceKit
 
 from app.bridge.engine_host import EngineHost
 from app.core.paths import data_dir

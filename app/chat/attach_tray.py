@@ -18,8 +18,7 @@ from app.bridge.background import Background, error_text
 from app.chat.image_strip import thumbnail
 from app.core.attached_docs import Pending, PendingImage, estimate_tokens
 from app.ui import theme
-from engine.inputs.documents import document_block, read_file, read_folder
-from engine.inputs.images import ImageError, decode
+from engine.inputs import ImageError, decode, document_block, read_file, read_folder
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif")
 

@@ -23,7 +23,7 @@ from app.core import tool_steps
 from app.core.context_meter import Divider
 from app.chat.welcome import WelcomePanel
 from app.core.store import StoredMessage
-from engine.prompt.messages import ToolCall
+from engine.prompt import ToolCall
 
 BATCH = 20  # messages built at a time: about a screenful; earlier ones are built when scrolled to
 

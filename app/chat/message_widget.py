@@ -16,7 +16,7 @@ import time
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
-from engine.decode.metrics import has_timeline
+from engine import has_timeline
 
 from app.chat.image_strip import ImageStrip, ReadFn
 from app.chat.reasoning_block import ReasoningBlock

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.serve.agents import AGENTS, agent_command, find_agent, install_hint
+from engine.serve import AGENTS, agent_command, find_agent, install_hint
 
 # Terminals tried in order on Linux and the BSDs, each with how it runs one command.
 TERMINALS: tuple[tuple[str, tuple[str, ...]], ...] = (

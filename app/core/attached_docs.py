@@ -16,9 +16,8 @@ from typing import Sequence
 
 from app.core.attachments import AttachmentError, Attachments
 from app.core.store_rows import StoredMessage
-from engine.inputs.documents import Document, DocumentError, read_document, system_with_documents
-from engine.prompt.messages import DocumentPart, ImagePart, Message, Part, TextPart
-from engine.inputs.retrieval import Index, system_with_passages
+from engine.inputs import Document, DocumentError, Index, read_document, system_with_documents, system_with_passages
+from engine.prompt import DocumentPart, ImagePart, Message, Part, TextPart
 
 # The estimate before a model counts (BPE vocabularies average 3-4 bytes of text a token): it decides
 # whole or retrieval (the engine's count is the backstop) and the chips' "≈" figures.

@@ -20,7 +20,7 @@ import sqlite3
 from pathlib import Path
 from typing import BinaryIO
 
-from engine.atomic import atomic_write
+from engine import atomic_write
 
 from .paths import data_dir
 

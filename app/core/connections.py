@@ -16,10 +16,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.atomic import atomic_write
-from engine.errors import HearthError
-from engine.loading.request import remote_model
-from engine.remote.transport import Endpoint
+from engine import HearthError, atomic_write
+from engine.loading import remote_model
+from engine.remote import Endpoint
 
 KEYRING_SERVICE = "Hearth remote servers"
 
@@ -156,8 +155,7 @@ class Connections:
 
     def remove(self, url: str) -> None:
         """Forget a server: its entry, its key and its certificate pin."""
-        from engine.remote.connect import pins_for
-        from engine.remote.pins import PinStore
+        from engine.remote import PinStore, pins_for
 
         self._write([c for c in self.all() if c.url != url])
         self.keys.set(url, None)

@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from app.core.store import StoredMessage, Summary
-from engine.prompt.messages import Message
-from engine.prompt.summary import summary_message
-from engine.prompt.view import pinned_turns
+from engine.prompt import Message, pinned_turns, summary_message
 
 POLICY_WORDS = {"drop_oldest": "dropped in steps", "shift": "shifted (moved in the KV cache, not read again)",
                 "compact": "summarized by the model"}

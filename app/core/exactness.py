@@ -21,8 +21,8 @@ def exactness_note(profile: str, llama: bool, measured: str = "") -> str:
 
 def measured_difference(source: str, model: str) -> str:
     """The exact-vs-fast figures of this GGUF's last saved benchmark run, or how to get them."""
-    from engine.models.catalogue import resolve
-    from engine.tuning.report import profile_difference
+    from engine.library import resolve
+    from engine.tuning import profile_difference
 
     if source not in ("bundled", "gguf"):
         return ""

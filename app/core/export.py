@@ -18,8 +18,8 @@ import json
 from app.core.store import ROLES, Store
 from app.core.store_rows import StoredMessage
 from app.core.store_schema import split_think
-from engine.errors import HearthError
-from engine.prompt.messages import Message
+from engine import HearthError
+from engine.prompt import Message
 
 FORMAT = "hearth-conversation"
 VERSION = 2

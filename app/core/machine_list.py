@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from engine.atomic import atomic_write
-from engine.errors import HearthError
-from engine.sizing.hardware import format_size
-from engine.workers.machines import ROUND_TRIPS_PER_TOKEN, WorkerMachine
+from engine import HearthError, atomic_write
+from engine.sizing import format_size
+from engine.workers import ROUND_TRIPS_PER_TOKEN, WorkerMachine
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +95,7 @@ def check_machine(machine: WorkerMachine, data_dir: Path, previous: MachineRow |
     """Reach ``machine`` (over SSH: start its worker), measure the link and its devices, let it go again.
     A check that fails keeps what the ``previous`` one found (a worker busy with the loaded model does not
     answer, but its devices are still there), with the reason."""
-    from engine.workers.connect import open_machine
+    from engine.workers import open_machine
 
     try:
         link = open_machine(machine, data_dir, timeout=60)

@@ -18,11 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.library.model_defaults import model_settings
-from engine.library.model_settings import CHAT_KEYS, LOAD_KEYS, TUNED_KEYS, Layered, layered, values_problem
-from engine.library.model_store import ModelEntry, memo_dir
-from engine.loading.request import LoadRequest
-from engine.models.recommended import NONE, Recommended
+from engine.library import (CHAT_KEYS, LOAD_KEYS, NO_RECOMMENDATION, TUNED_KEYS, Layered, ModelEntry, Recommended,
+                            layered, memo_dir, settings_for_model, values_problem)
+from engine.loading import LoadRequest
 
 from app.core.settings import Settings, SettingsError
 from app.core.tuning_records import moved
@@ -34,7 +32,7 @@ class ModelIdentity:
     its settings are shown under, and what it recommends."""
     key: str | None
     name: str
-    recommended: Recommended = NONE
+    recommended: Recommended = NO_RECOMMENDATION
 
 
 NO_MODEL = ModelIdentity(None, "")
@@ -42,7 +40,7 @@ NO_MODEL = ModelIdentity(None, "")
 
 def identify(req: LoadRequest, data_dir: Path) -> ModelIdentity:
     """``req``'s model's identity. May hash the model file the first time: call it off the GUI thread."""
-    got = model_settings(req.model_source, req.model, {}, memo_dir(data_dir))
+    got = settings_for_model(req.model_source, req.model, {}, memo_dir(data_dir))
     return ModelIdentity(got.key, got.name, got.recommended)
 
 

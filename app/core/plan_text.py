@@ -9,10 +9,9 @@ before anything loads.
 """
 from __future__ import annotations
 
-from engine.sizing.plan import Plan
-from engine.sizing.report import knob_values
+from engine.sizing import Plan, knob_values
 
-from engine.loading.request_plan import shortfall_text
+from engine.loading import shortfall_text
 from app.core.text_utils import human_bytes
 
 WARN = "#d9480f"

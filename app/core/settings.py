@@ -21,19 +21,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from engine import HearthError, SamplingParams
-from engine.atomic import atomic_write
-from engine.backends.llama.threadpool import check_poll
-from engine.config import EXACTNESS, default_exactness
-from engine.library import model_store
-from engine.library.model_settings import values_problem
-from engine.library.model_store import ModelEntry, ModelStore
-from engine.library.model_settings import SAMPLING_KEYS, TUNED_KEYS, budget_problem, \
-    default_sampling as _default_sampling
-from engine.loading.request import BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, \
-    effective_backend, infer_source, runs_gguf
-from engine.prompt.view import CONTEXT_POLICIES
-from engine.workers.machines import is_address
+from engine import EXACTNESS, HearthError, SamplingParams, atomic_write, default_exactness
+from engine.library import (MODEL_SETTINGS_FILE, SAMPLING_KEYS, TUNED_KEYS, ModelEntry, ModelStore, budget_problem,
+                            default_sampling as _default_sampling, values_problem)
+from engine.loading import (BACKENDS, BUNDLED, KV_TYPES, QUANTS, SOURCES, LoadRequest, check_model_string, check_poll,
+                            effective_backend, infer_source, runs_gguf)
+from engine.prompt import CONTEXT_POLICIES
+from engine.workers import is_address
 
 from app.core import mcp_servers as mcp, server_settings, voice_settings
 from app.core.paths import config_dir, data_dir, move_aside
@@ -289,7 +283,7 @@ class SettingsFile:
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else config_dir() / FILE_NAME
         self.last_working: LoadRequest | None = None
-        self.models = ModelStore(self.path.with_name(model_store.FILE_NAME))  # each model's own settings
+        self.models = ModelStore(self.path.with_name(MODEL_SETTINGS_FILE))  # each model's own settings
         self._models_on_disk: dict[str, ModelEntry] = {}  # what the last load or save left in it
 
     def load(self) -> tuple[Settings, str | None]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine import HearthError, SamplingParams
-from engine.library.model_settings import SAMPLING_KEYS, budget_problem, default_sampling
+from engine.library import SAMPLING_KEYS, budget_problem, default_sampling
 
 OLD_MAX_TOKENS = 512  # the reply length cap before version 3, written into every file
 

@@ -31,7 +31,7 @@ from app.core.store_context import ContextRows, Summary
 from app.core.store_rows import DEFAULT_TITLE, StoredMessage, messages_from, text_of, title_from, tool_calls_json, \
     write_parts
 from app.core.store_schema import SCHEMA_VERSION, run_step
-from engine.prompt.messages import ImagePart, Part, TextPart, ToolCall
+from engine.prompt import ImagePart, Part, TextPart, ToolCall
 
 __all__ = ["SCHEMA_VERSION", "Conversation", "Store", "StoreError", "StoredMessage", "Summary", "title_from"]
 

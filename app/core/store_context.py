@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from engine.prompt.view import CONTEXT_POLICIES
+from engine.prompt import CONTEXT_POLICIES
 
 
 @dataclass(slots=True, frozen=True)

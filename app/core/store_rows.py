@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Sequence
 
-from engine.prompt.messages import DocumentPart, ImagePart, Message, Part, TextPart, ToolCall
+from engine.prompt import DocumentPart, ImagePart, Message, Part, TextPart, ToolCall
 
 
 @dataclass(slots=True, frozen=True)

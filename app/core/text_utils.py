@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from app.core.md_segments import Segmenter, closes, opens
-from engine.decode.metrics import from_server
+from engine import from_server
 
 _EOL = re.compile(r"\r\n|\r|\n")
 

@@ -14,9 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from engine.reply_formats.json_grammar import Grammar, SchemaError, check_schema
-from engine.reply_formats.tools import NAME_RE, Tool
-from engine.prompt.messages import ToolCall
+from engine.reply_formats import NAME_RE, Grammar, SchemaError, Tool, check_schema
+from engine.prompt import ToolCall
 
 # How a call ended, as its tool message's finish_reason (the card's state when drawn again).
 DONE, FAILED, DENIED, STOPPED, UNKNOWN = "tool_done", "tool_error", "tool_denied", "tool_stopped", "tool_unknown"

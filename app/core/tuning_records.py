@@ -16,10 +16,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Protocol, TypeVar
 
-from engine.errors import HearthError
-from engine.library.model_settings import TUNED_KEYS
-from engine.library.model_store import ModelEntry, memo_dir, model_key, model_path
-from engine.loading.request import infer_source
+from engine import HearthError
+from engine.library import TUNED_KEYS, ModelEntry, memo_dir, model_key, model_path
+from engine.loading import infer_source
 
 
 class Tuned(Protocol):

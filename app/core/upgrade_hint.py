@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.sizing.hardware import Hardware, format_size
-from engine.sizing.plan import STATUS_FITS, Choices, plan_for
-from engine.sizing.resolve import Resolved, known_models
+from engine.sizing import STATUS_FITS, Choices, Hardware, Resolved, format_size, known_models, plan_for
 
 QUANT = "Q4_K_M"
 MIN_GAIN = 3.0
@@ -62,7 +60,7 @@ def larger_model(hw: Hardware, loaded_params: int) -> Upgrade | None:
 
 def hint_for(model_path: str, hw: Hardware) -> str | None:
     """The welcome page's hint for the model loaded from ``model_path`` (None: no hint)."""
-    from engine.sizing.resolve import resolve_spec
+    from engine.sizing import resolve_spec
 
     spec = resolve_spec(model_path).variants[0]
     up = larger_model(hw, spec.n_params)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.voice.kit import VoiceChoice
+from engine.voice import VoiceChoice
 
 # Whisper's language codes people pick most; "auto" detects (on a multilingual model).
 LANGUAGES = {"auto": "Detect", "en": "English", "zh": "Chinese (Simplified)", "zh-Hant": "Chinese (Traditional)",

@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QProgressBar, QPushButton, QTableWidget,
                                QTableWidgetItem, QWidget)
 
-from engine.library.hub_search import HubFile
+from engine.library import HubFile
 
 from app.bridge.background import Background, error_text
 from app.core.text_utils import human_bytes
@@ -106,7 +106,7 @@ class DownloadQueue(QObject):
             self.pause(self.active)
 
     def _discard(self, d: Download) -> None:
-        from engine.models.hub import discard_partial
+        from engine.library import discard_partial
 
         discard_partial(d.repo_id, list(d.file.etags.values()))
         d.done = 0
@@ -130,7 +130,7 @@ class DownloadQueue(QObject):
                      cancel=cancel, name="hearth-download")
 
     def _ended_by(self, i: int, e: BaseException) -> None:
-        from engine.models.hub import DownloadCancelled
+        from engine.library import DownloadCancelled
 
         if isinstance(e, DownloadCancelled):  # Pause or Cancel: which one is read here, on the GUI thread
             self._on_ended(i, CANCELLED if self.items[i].discard else PAUSED, "", None)
@@ -156,7 +156,7 @@ class DownloadQueue(QObject):
 
 def _transfer(repo_id: str, name: str | None, cancel: threading.Event, report) -> Path:
     """On the worker thread: the transfer (a window that closes meanwhile keeps the partial file)."""
-    from engine.models.hub import download
+    from engine.library import download
 
     return download(repo_id, filename=name, progress=lambda done, total, _n: report(done, total), cancel=cancel)
 

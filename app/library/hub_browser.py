@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeade
                                QListWidget, QListWidgetItem, QPushButton, QSplitter, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget)
 
-from engine.library.hub_search import HubFile, HubOffline
+from engine.library import HubFile, HubOffline
 
 from app.bridge.background import Background, error_text
 from app.library.downloads import DownloadQueue, DownloadsView
@@ -100,7 +100,7 @@ class HubBrowser(QWidget):
     # -- search ---------------------------------------------------------------
 
     def search(self) -> None:
-        from engine.library.hub_search import search
+        from engine.library import search
 
         text, kind = self.query.text(), self.kind.currentData()
         self.status.setText("Searching…")
@@ -118,7 +118,7 @@ class HubBrowser(QWidget):
 
     def open_repo(self, repo_id: str) -> None:
         """List the repository's model files; their fit badges follow."""
-        from engine.library.hub_search import repo_files
+        from engine.library import repo_files
 
         self.repo = repo_id
         self._request += 1
@@ -149,9 +149,9 @@ class HubBrowser(QWidget):
             self._plan(rid, repo_id, f, kind)
 
     def _plan(self, rid: int, repo_id: str, f: HubFile, kind: str) -> None:
-        from engine.library.hub_search import fit
+        from engine.library import fit
 
-        from engine.loading import request_plan as plan_load
+        import engine.loading as plan_load
 
         hw = self.hardware
 

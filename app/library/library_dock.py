@@ -17,8 +17,7 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDockWidget, QMenu, QTabWidget
 
-from engine.models.catalogue import bundled_model_path
-from engine.library.local import ORIGIN_BUNDLED, Library, LibraryModel
+from engine.library import ORIGIN_BUNDLED, Library, LibraryModel, bundled_model_path
 from engine.voice import voice_installed
 
 from app.library.downloads import DownloadQueue

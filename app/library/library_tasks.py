@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine import HearthError
-from engine.library.local import FIT_NO, Library, LibraryModel, badge_for_plan, compatible_drafts
+from engine.library import FIT_NO, Library, LibraryModel, badge_for_plan, compatible_drafts
 
 
 def scan(library: Library, loaded: str | None) -> tuple[list[LibraryModel], list[LibraryModel]]:
@@ -16,14 +16,13 @@ def scan(library: Library, loaded: str | None) -> tuple[list[LibraryModel], list
 def own_settings(models: list[LibraryModel], entries: dict, memo: Path) -> dict[str, str]:
     """{model's key: one line on its own settings}: what it recommends and yours for it (a model never
     hashed is not hashed here: its own settings are found once it has been loaded)."""
-    from engine.library.model_defaults import model_settings
-    from engine.library.model_settings import LAYER_LABELS
+    from engine.library import LAYER_LABELS, settings_for_model
 
     out: dict[str, str] = {}
     for m in models:
         if m.error:
             continue
-        got = model_settings(m.kind, str(m.path), entries, memo, memo_only=True).layered()
+        got = settings_for_model(m.kind, str(m.path), entries, memo, memo_only=True).layered()
         parts = [f"{k} {v} ({LAYER_LABELS[got.layers[k]]})" for k, v in got.values.items()
                  if got.layers[k] in ("model", "yours") and k not in ("system_prompt", "messages")]
         if "system_prompt" in got.values:
@@ -35,9 +34,9 @@ def own_settings(models: list[LibraryModel], entries: dict, memo: Path) -> dict[
 
 def plan_all(models: list[LibraryModel], hardware, report) -> None:
     """The planner's verdict for each model, reported one by one as (key, badge, summary)."""
-    from engine.sizing.plan import plan_for
+    from engine.sizing import plan_for
 
-    from engine.loading import request_plan as plan_load
+    import engine.loading as plan_load
 
     machines: dict[str, object] = {}
     for m in models:

@@ -18,9 +18,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHea
                                QMessageBox, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from engine import HearthError
-from engine.library.local import Library, LibraryModel, compatible_drafts
-from engine.library.model_store import memo_dir
-from engine.loading.request import remote_model
+from engine.library import Library, LibraryModel, compatible_drafts, memo_dir
+from engine.loading import remote_model
 
 from app.bridge.background import Background, error_text
 from app.library.library_tasks import import_files, own_settings, plan_all, scan
@@ -48,7 +47,7 @@ def when_text(t: float | None) -> str:
 def draft_choices(model: str) -> list[tuple[str, str]]:
     """(label, path) of the draft models on disk for the Settings choice: same vocabulary as
     ``model`` ("bundled" or a GGUF path) and at most half its size, smallest first."""
-    from engine.models.catalogue import bundled_model_path
+    from engine.library import bundled_model_path
 
     from app.core.paths import LIBRARY_FILE, data_dir
 

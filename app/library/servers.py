@@ -15,8 +15,8 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit, QTableWidget,
                                QTableWidgetItem, QWidget)
 
-from engine.loading.request import remote_model
-from engine.remote.connect import list_models
+from engine.loading import remote_model
+from engine.remote import list_models
 
 from app.bridge.background import Background, error_text
 from app.core.connections import Connection, Connections, listed
@@ -63,7 +63,7 @@ class ServerList(QObject):
         cancel = threading.Event()
 
         def ask() -> Connection:
-            from engine.remote.transport import Endpoint
+            from engine.remote import Endpoint
 
             normal = Endpoint.parse(url).url
             return listed(normal, list_models(normal, key or None, data_dir=data, cancel=cancel), name.strip(),

@@ -14,8 +14,8 @@ from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLab
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from engine import HearthError
-from engine.library.local import ORIGIN_HF
-from engine.voice.models import SpeechModel
+from engine.library import ORIGIN_HF
+from engine.voice import SpeechModel
 
 from app.bridge.background import Background, error_text
 from app.core.text_utils import human_bytes
@@ -27,8 +27,8 @@ USES = {"whisper": "Dictation", "piper": "Read-aloud"}
 
 def _listed(chosen: tuple[str, str], hardware) -> list[tuple[SpeechModel, str, str]]:
     """On a worker: each speech model on disk with its fit badge and line (the machine probed once)."""
-    from engine.sizing.hardware import probe
-    from engine.voice.on_disk import speech_fit, speech_models_on_disk
+    from engine.sizing import probe
+    from engine.voice import speech_fit, speech_models_on_disk
 
     hw = hardware or probe()
     return [(m, *speech_fit(m, hw)) for m in speech_models_on_disk(chosen=chosen)]
@@ -147,7 +147,7 @@ class SpeechList(QWidget):
                                      f"from {where}?\n{m.path}", lambda yes, m=m: self._delete_answered(m, yes))
 
     def _delete_answered(self, m: SpeechModel, yes: bool) -> None:
-        from engine.voice.on_disk import delete_speech_model
+        from engine.voice import delete_speech_model
 
         self.confirm = None
         if not yes:

@@ -21,7 +21,7 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QDialog, QGridLayout, QLabel, QVBoxLayout
 
-from engine.decode.metrics import GenerationStats, has_timeline
+from engine import GenerationStats, has_timeline
 
 from app.bridge.background import Background, error_text
 
@@ -247,7 +247,7 @@ class PerformancePanel(QDialog):
 def _measure(threads: int) -> float:
     """On a worker thread: this machine's read bandwidth, kept for the next panel (even when the
     one that asked was closed while measuring)."""
-    from engine.sizing.bandwidth import measure_read_bandwidth
+    from engine.sizing import measure_read_bandwidth
 
     bw = measure_read_bandwidth(max(1, threads), mib=BANDWIDTH_MIB)
     _BANDWIDTH[:] = [bw]

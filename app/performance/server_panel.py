@@ -16,8 +16,7 @@ from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (QComboBox, QDialog, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QTableWidget,
                                QTableWidgetItem, QVBoxLayout)
 
-from engine.serve.metrics import ServerMetrics
-from engine.serve.metrics_window import MetricsWindow
+from engine.serve import MetricsWindow, ServerMetrics
 
 SPANS_MIN = (1, 5, 15)   # the spans offered, in minutes (the registry keeps 15)
 BUCKETS = 30             # slices of the span in the request and latency charts

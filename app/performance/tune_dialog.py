@@ -20,8 +20,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QPainter
 from PySide6.QtWidgets import (QDialog, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSpinBox,
                                QTableWidget, QTableWidgetItem, QVBoxLayout)
 
-from engine import HearthError
-from engine.errors import Cancelled
+from engine import Cancelled, HearthError
 from engine.tuning import report, run_tune
 
 from app.core.model_defaults import ModelIdentity, apply_tuning, is_tuned, roll_back_tuning

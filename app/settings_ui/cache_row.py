@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 
-from engine.kv.disk_store import DEFAULT_DISK_BUDGET, store_usage
+from engine.loading import DEFAULT_DISK_BUDGET, store_usage
 
 from app.core.paths import prefix_store_dir
 from app.core.text_utils import human_bytes

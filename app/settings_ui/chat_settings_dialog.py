@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QVBoxLayout, QWidget
 
-from engine.library.model_settings import SAMPLING_KEYS, Layered
+from engine.library import SAMPLING_KEYS, Layered
 
 from app.settings_ui.layer_rows import LayerRow, label_of
 

@@ -15,8 +15,8 @@ from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from engine.kv.disk_store import DEFAULT_DISK_BUDGET, clear_store, store_usage
-from engine.interface import LocalDetails, ModelInfo
+from engine.loading import DEFAULT_DISK_BUDGET, clear_store, store_usage
+from engine import LocalDetails, ModelInfo
 
 from app.core.paths import plan_log_path, prefix_store_dir
 from app.core.text_utils import human_bytes

@@ -9,7 +9,7 @@ from typing import Any
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
                                QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
-from engine.library.model_settings import CONTEXT_MAX, CONTEXT_MIN, TUNED_KEYS
+from engine.library import CONTEXT_MAX, CONTEXT_MIN, TUNED_KEYS
 from engine.reply_formats import ThinkControl
 
 THINK_DEFAULT = "the model's own default"

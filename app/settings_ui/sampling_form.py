@@ -15,10 +15,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QButtonGroup, QComboBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QPushButton,
                                QRadioButton, QVBoxLayout, QWidget)
 
-from engine.atomic import atomic_write
-from engine.errors import HearthError
-from engine.library.model_settings import LAYER_LABELS, SAMPLING_KEYS, default_sampling, layered
-from engine.library.preset_files import export_preset, read_preset_file
+from engine import HearthError, atomic_write
+from engine.library import LAYER_LABELS, SAMPLING_KEYS, default_sampling, export_preset, layered, read_preset_file
 from engine.reply_formats import ThinkControl
 
 from app.core.context_costs import POLICY_LABELS, policy_cost

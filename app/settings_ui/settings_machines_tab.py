@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayo
                                QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget)
 
 from engine import HearthError
-from engine.workers.machines import WORKER_COMMAND, WorkerMachine
+from engine.workers import WORKER_COMMAND, WorkerMachine
 
 from app.bridge.background import Background
 from app.core.machine_list import MachineList, MachineRow, check_machine

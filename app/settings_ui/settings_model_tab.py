@@ -17,12 +17,11 @@ from PySide6.QtWidgets import (QButtonGroup, QCheckBox, QComboBox, QFileDialog, 
                                QLabel, QLineEdit, QPlainTextEdit, QPushButton, QRadioButton, QSpinBox,
                                QVBoxLayout, QWidget)
 
-from engine import HearthError
-from engine.models.catalogue import BUNDLED_NAME, parse_hub_id
+from engine import HearthError, default_exactness
+from engine.library import BUNDLED_NAME, parse_hub_id
+from engine.loading import (HUB_PLACEHOLDER, KV_TYPES, QUANTS, LoadRequest, ModelCheck, effective_backend,
+                            quick_estimate, runs_gguf)
 
-from engine.loading.estimate import quick_estimate
-from engine.loading.request import HUB_PLACEHOLDER, KV_TYPES, QUANTS, LoadRequest, ModelCheck, \
-    effective_backend, runs_gguf
 from app.bridge.plan_runner import PlanRunner
 from app.settings_ui.cache_row import CacheRow
 from app.settings_ui.draft_list import DraftList
@@ -30,7 +29,6 @@ from app.settings_ui.projector_box import ProjectorBox
 from app.core.exactness import exactness_note, measured_difference
 from app.core.plan_text import headline
 from app.core.settings import BUNDLED, EXACTNESS, MAX_CONTEXT, Settings
-from engine.config import default_exactness
 from app.core.text_utils import human_bytes
 
 HUB_TIP = ("A model on the Hugging Face Hub. It is downloaded into the Hugging Face cache when it loads, "
@@ -384,7 +382,7 @@ class ModelTabMixin:
         self._show_auto(self.gpu_layers, self.gpu_mode.currentData() == "auto", plan.n_gpu_layers)
         if self.kv_combo.isEnabled():
             self.kv_combo.setItemText(0, f"Auto ({plan.kv_type})")
-        from engine.sizing.report import render_table
+        from engine.sizing import render_table
 
         self.plan_view.setPlainText(render_table(plan))
 

@@ -20,8 +20,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QHBoxLayout, Q
                                QListWidgetItem, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from engine import HearthError
-from engine.serve.http.keys import PRIORITIES
-from engine.serve.http.other_devices import key_ring
+from engine.serve import PRIORITIES, key_ring
 
 from app.core import server_settings
 from app.core.paths import data_dir

@@ -8,8 +8,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
                                QPushButton, QWidget)
 
 from engine import HearthError
-from engine.voice import voice_installed
-from engine.voice.models import SETUP_HINT, BUNDLED, on_hub, piper_voice, whisper_model
+from engine.voice import BUNDLED, SETUP_HINT, on_hub, piper_voice, voice_installed, whisper_model
 
 from app.core import voice_settings
 from app.core.settings import Settings, SettingsError

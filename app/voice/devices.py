@@ -14,7 +14,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtMultimedia import QAudio, QAudioDevice, QAudioFormat, QAudioSink, QAudioSource, QMediaDevices
 
-from engine.voice.audio import SAMPLE_RATE, level_dbfs, pcm16_to_float
+from engine.voice import SAMPLE_RATE, level_dbfs, pcm16_to_float
 
 PUSH_MS = 20          # how often the speaker's buffer is topped up
 SILENT_DEVICE_S = 2.0  # a microphone that hands over nothing this long has stopped (unplugged, taken away)

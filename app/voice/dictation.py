@@ -9,8 +9,7 @@ from typing import Callable
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from engine.voice.kit import VoiceKit
-from engine.voice.listen import Dictation
+from engine.voice import Dictation, VoiceKit
 
 from app.bridge.background import Background, error_text
 

@@ -9,8 +9,7 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.voice.kit import VoiceKit
-from engine.voice.sentences import SentenceCutter
+from engine.voice import SentenceCutter, VoiceKit
 
 from app.bridge.background import Background, error_text
 from app.voice.devices import Speaker

@@ -20,7 +20,7 @@ from typing import Callable
 from PySide6.QtCore import QEvent, QLocale, QObject, Qt, QTimer
 from PySide6.QtWidgets import QProgressBar, QToolButton
 
-from engine.voice.kit import VoiceKit
+from engine.voice import VoiceKit
 
 from app.bridge.engine_host import EngineHost
 from app.chat.chat_view import ChatView

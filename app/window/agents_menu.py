@@ -19,8 +19,7 @@ from app.core.agent_terminal import context_warning, start_agent
 from app.core.settings import Settings
 from app.ui.info_bar import InfoArea
 from app.window.menus import add_action
-from engine.serve.agents import AGENTS
-from engine.serve.runtime.targets import loaded_model_id
+from engine.serve import AGENTS, loaded_model_id
 
 LOCAL_KEY = "hearth-local"  # what the agent sends when the server asks for no key
 

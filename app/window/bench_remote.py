@@ -81,7 +81,7 @@ def run_remote(model: str, tokens: int = 128, rounds: int = 3, prompt: str = PRO
     """Warm up, then alternate window and client replies ``rounds`` times; the figures as a dict."""
     import openai
 
-    from engine.loading.request import split_remote
+    from engine.loading import split_remote
 
     url, model_id = split_remote(model)
     s = Settings(model=model, draft="none")

@@ -12,7 +12,7 @@ from typing import Callable
 
 from PySide6.QtWidgets import QLabel
 
-from engine.prompt.messages import Message
+from engine.prompt import Message
 
 from app.bridge.engine_host import EngineHost
 from app.chat.chat_view import ChatView

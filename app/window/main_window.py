@@ -27,7 +27,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
-from engine.loading.gpu_guard import GpuGuard
+from engine.loading import GpuGuard
 from engine.voice import voice_installed
 
 from app.core.paths import data_dir

@@ -18,11 +18,9 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QProgressBar, QPushButton, QStatusBar, QWidget
 
-from engine.config import default_exactness
-from engine.loading.gpu_guard import GpuGuard, crash_text
-from engine.interface import ModelInfo
-from engine.loading.request import LoadRequest
-from engine.sizing.reality import is_device_failure, is_out_of_memory
+from engine import ModelInfo, default_exactness
+from engine.loading import GpuGuard, LoadRequest, crash_text
+from engine.sizing import is_device_failure, is_out_of_memory
 
 from app.bridge.engine_host import EngineHost
 from app.core.model_defaults import settle_tuning

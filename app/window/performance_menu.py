@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # both import QtCharts: only loaded when asked for
     from app.performance.server_panel import ServerPanel
     from app.performance.tune_dialog import TuneDialog
 
-from engine.decode.metrics import has_timeline
+from engine import has_timeline
 
 
 class PerformanceMenu:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from PySide6.QtWidgets import QLabel
 
 from engine import Message
-from engine.prompt.messages import Part
+from engine.prompt import Part
 
 from app.window.tool_turns import ToolTurns
 from app.core.tool_steps import Offer, first_step

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine import Message, SamplingParams
-from engine.library.model_settings import Layered
+from engine.library import Layered
 
 from app.bridge.engine_host import EngineHost
 from app.chat.chat_view import ChatView

@@ -141,7 +141,7 @@ def show_models(win, page: str, search: str = "GGUF", timeout_s: float = 120.0) 
     if not wait_until(lambda: hub.busy == 0 and _badges_done([f.name for f in hub.files], hub.badge_of),
                       timeout_s):
         raise RuntimeError(f"the repository's files did not fill: {hub.status.text()}")
-    from engine.library.local import FIT_GPU
+    from engine.library import FIT_GPU
 
     best = next((f for f in hub.files if hub.badge_of(f.name) == FIT_GPU), hub.files[0])
     hub.select_file(best.name)  # the one a user would pick

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.prompt.messages import ToolCall
+from engine.prompt import ToolCall
 
 from app.bridge.mcp_client import McpClient, ServerState, ToolResult
 from app.chat.chat_view import ChatView

@@ -12,7 +12,7 @@ import sys
 
 from PySide6.QtCore import QObject
 
-from engine.interface import ModelInfo
+from engine import ModelInfo
 
 from app.bridge.background import Background
 from app.chat.welcome import WelcomePanel
@@ -20,7 +20,7 @@ from app.chat.welcome import WelcomePanel
 
 def work_out_hint(model_path: str) -> str | None:
     """On a worker thread: the hint's text, or None when there is nothing larger to suggest."""
-    from engine.loading import request_plan as plan_load
+    import engine.loading as plan_load
     from app.core.upgrade_hint import hint_for
 
     return hint_for(model_path, plan_load.machine("gguf"))

@@ -31,6 +31,10 @@ from .serve_sides import Server, Setup, check_matched, per_sequence, say, start_
 
 LEVELS = (1, 2, 4, 8)
 PER_STREAM = 2            # requests each stream sends one after another in a round
+# Tokens per request unless --tokens says: 128 keeps the default run within 10 minutes on two cores
+# (at 256 its throughput waves alone took 8.9 of 12.7 minutes); speculation's replies stay longer.
+THROUGHPUT_TOKENS = 128
+SPEC_TOKENS = 256
 THROUGHPUT_BAR = 1.0      # Hearth's throughput over llama-server's, at least
 TTFT_BAR = 1.0            # Hearth's p99 TTFT over llama-server's, at most
 HEARTH, LLAMA = "hearth", "llama-server"
@@ -153,7 +157,7 @@ def setup_for(a: argparse.Namespace, workdir: Path, rows: tuple[str, ...]) -> Se
     from ..config import default_exactness
 
     quick = bool(getattr(a, "quick", False))
-    tokens = 32 if quick else max(8, a.tokens)
+    tokens = 32 if quick else max(8, a.tokens or THROUGHPUT_TOKENS)
     server = None
     if "throughput" in rows:
         from .llama_tools import SERVER, ensure_tools
@@ -161,6 +165,7 @@ def setup_for(a: argparse.Namespace, workdir: Path, rows: tuple[str, ...]) -> Se
         server = ensure_tools(targets=(SERVER,)) / SERVER
     return Setup(model=resolve_model(a.model), threads=a.threads or default_threads(),
                  exactness=a.exactness or default_exactness(), tokens=tokens,
+                 spec_tokens=64 if quick else max(8, a.tokens or SPEC_TOKENS),
                  rounds=1 if quick else max(1, a.rounds), levels=parse_levels(getattr(a, "streams", None)),
                  per_stream=1 if quick else PER_STREAM, n_ctx_seq=per_sequence(a.ctx or tokens + 256),
                  workdir=workdir, llama_server=server, quick=quick)

@@ -141,7 +141,7 @@ def mean_decode(replies: list[StreamedReply]) -> float:
 def spec_row(s: Setup) -> dict[str, Any]:
     """Speculation inside the batch: four rewrite requests at once, n-gram drafts against none."""
     text = rewrite_prompt()
-    tokens = 64 if s.quick else max(8, s.tokens)
+    tokens = s.spec_tokens
     names = ("plain", "ngram")
     servers: dict[str, Server] = {}
     try:

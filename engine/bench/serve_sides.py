@@ -72,6 +72,7 @@ class Setup:
     threads: int
     exactness: str
     tokens: int                 # max_tokens of a throughput request
+    spec_tokens: int            # max_tokens of a speculation row's request (drafts pay more in longer replies)
     rounds: int
     levels: tuple[int, ...]     # the throughput row's concurrent streams
     per_stream: int             # requests each stream sends one after another in a round

@@ -102,7 +102,8 @@ def _bench_parser(sub) -> None:
     _model_flags(p)
     p.add_argument("--json", action="store_true", help="one-line JSON")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--tokens", type=int, default=256)
+    p.add_argument("--tokens", type=int, default=None,
+                   help="tokens per reply (default 256; serve: 128 for its throughput rows, 256 for speculation)")
     p.add_argument("--prompts", type=int, default=None,
                    help="tune: how many of the fixed prompts (default 4); voice: questions (default 10)")
     p.add_argument("--ppl-tokens", type=int, default=None, help="tune: quality-text tokens for perplexity")

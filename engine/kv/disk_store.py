@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import xxhash
 
 from ..atomic import atomic_write
 
@@ -74,7 +75,7 @@ class PrefixStore:
         arr = np.asarray(tokens, dtype=np.int32)
         payload = arr.tobytes() + bytes(state)
         header = json.dumps({"identity": self.identity, "n_tokens": len(arr), "state_len": len(state),
-                             "images": list(images), "crc32": zlib.crc32(payload)}).encode()
+                             "images": list(images), "xxh3_64": xxhash.xxh3_64_intdigest(payload)}).encode()
         path = self._path(arr, images)
         blob = MAGIC + struct.pack("<I", len(header)) + header + payload
         if self.max_bytes is not None and len(blob) > self.max_bytes:
@@ -169,9 +170,12 @@ class PrefixStore:
 
 
 def _sound(payload: memoryview, header: dict) -> bool:
-    """Whether ``payload`` is what was written: a CRC-32 (what the store writes: it guards against a
-    damaged or half-copied file, not an attacker, and costs half a SHA-256 of tens of MB inside a
-    restart's first reply), or the SHA-256 that older entries carry."""
+    """Whether ``payload`` is what was written: an XXH3-64 digest (what the store writes: it guards
+    against a damaged or half-copied file, not an attacker, and a restart's first reply waits on it;
+    35 MB take about 1.3 ms here against 23 ms for a CRC-32), or the CRC-32 or SHA-256 that entries
+    of earlier releases carry."""
+    if isinstance(header.get("xxh3_64"), int):
+        return xxhash.xxh3_64_intdigest(payload) == header["xxh3_64"]
     if isinstance(header.get("crc32"), int):
         return zlib.crc32(payload) == header["crc32"]
     if isinstance(header.get("sha256"), str):

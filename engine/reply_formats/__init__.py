@@ -18,10 +18,25 @@ How a caller uses it, once per model and once per reply::
 
 Qt-free and engine-free: the engine, the window, the API and the store consume
 the events; none of them parses reply text.
+
+This package is public: the app uses ThinkControl and the tool names (tools.py: a tool and a
+reply's tool plan; json_grammar.py: a tool's schema checked), these imported when first asked
+(docs/layout.md, "The engine's face").
 """
+from typing import TYPE_CHECKING
+
+from ..exports import lazy_exports
 from .detect import detect, template_variables
 from .layouts import FAMILIES, Family, Layout, ThinkControl, layout_by_name
 from .parser import Event, ReasoningParser, ReplySummary, force_close, opens_in_prompt, parse_reply
 
-__all__ = ["FAMILIES", "Event", "Family", "Layout", "ReasoningParser", "ReplySummary", "ThinkControl",
-           "detect", "force_close", "layout_by_name", "opens_in_prompt", "parse_reply", "template_variables"]
+if TYPE_CHECKING:
+    from .json_grammar import Grammar, SchemaError, check_schema
+    from .tools import NAME_RE, Tool, ToolPlan
+
+_WHERE = {**dict.fromkeys(["Grammar", "SchemaError", "check_schema"], ".json_grammar"),
+          **dict.fromkeys(["NAME_RE", "Tool", "ToolPlan"], ".tools")}
+__all__ = ["FAMILIES", "Event", "Family", "Grammar", "Layout", "NAME_RE", "ReasoningParser", "ReplySummary",
+           "SchemaError", "ThinkControl", "Tool", "ToolPlan", "check_schema", "detect", "force_close",
+           "layout_by_name", "opens_in_prompt", "parse_reply", "template_variables"]
+__getattr__ = lazy_exports(__name__, _WHERE)

@@ -4,6 +4,9 @@
 the same run, then the baseline again (the noise). ``python -m engine bench
 tune`` and the window's dialog both call it; ``report`` judges, saves,
 exports and compares runs.
+
+This package is public: the app's "Benchmark this model" dialog uses ``run_tune`` and ``report``, and the
+exactness check ``profile_difference`` (docs/layout.md, "The engine's face").
 """
 from __future__ import annotations
 
@@ -15,9 +18,10 @@ from typing import Any, Callable, Sequence
 from ..errors import Cancelled, HearthError
 from . import report
 from .measure import SYSTEM_PROMPT, measure_row, open_engine, prompt_set
+from .report import profile_difference
 from .rows import BASELINE, Variant, baseline_load, select, variants
 
-__all__ = ["BASELINE", "SYSTEM_PROMPT", "Variant", "report", "run_tune"]
+__all__ = ["BASELINE", "SYSTEM_PROMPT", "Variant", "profile_difference", "report", "run_tune"]
 
 # progress(rows done, rows in all, the row starting now or "" at the end)
 Progress = Callable[[int, int, str], None]
