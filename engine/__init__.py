@@ -9,8 +9,9 @@ Public API::
 
 This module is public: with the public packages named in docs/layout.md ("The engine's face": library,
 loading, sizing, prompt, inputs, reply_formats, remote, workers, voice, serve, tuning) it is all the app
-imports of the engine (tests/test_layout.py). Here: the engine, its interface (ChatEngine, LoadedModel,
-Capabilities), its config, types, errors, a reply's record (GenerationStats), atomic writes and the data folders.
+imports of the engine (tests/test_layout.py). Here: the engine, its interface (ChatEngine, ModelInfo with
+LocalDetails, Capabilities; plan_tools and count_image_tokens, which ask a capability), its config, types,
+errors, a reply's record (GenerationStats), atomic writes and the data folders.
 """
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,7 @@ from .engine import Engine
 from .errors import (Cancelled, HearthError, ModelFileError, ModelLoadError, PromptTooLongError, ToolsUnsupported,
                      UnsupportedModelError)
 from .exports import lazy_exports
-from .interface import Capabilities, ChatEngine, LoadedModel
+from .interface import Capabilities, ChatEngine, LocalDetails, ModelInfo, count_image_tokens, plan_tools
 from .prompt.messages import Message
 from .types import SamplingParams, StreamEvent
 
@@ -30,10 +31,10 @@ if TYPE_CHECKING:
     from .paths import config_dir, data_dir
 
 __all__ = ["EXACTNESS", "Cancelled", "Capabilities", "ChatEngine", "Engine", "EngineConfig", "GenerationStats",
-           "HearthError", "LoadedModel", "Message", "ModelFileError", "ModelLoadError", "PromptTooLongError",
-           "SamplingParams", "StreamEvent", "ToolsUnsupported", "UnsupportedModelError", "atomic_write",
-           "config_dir", "data_dir", "default_exactness", "from_server", "has_timeline", "is_complete",
-           "move_aside", "openai_finish_reason", "release_openmp"]
+           "HearthError", "LocalDetails", "Message", "ModelFileError", "ModelInfo", "ModelLoadError",
+           "PromptTooLongError", "SamplingParams", "StreamEvent", "ToolsUnsupported", "UnsupportedModelError",
+           "atomic_write", "config_dir", "count_image_tokens", "data_dir", "default_exactness", "from_server",
+           "has_timeline", "is_complete", "move_aside", "openai_finish_reason", "plan_tools", "release_openmp"]
 
 # The data folders' module is not imported by the engine itself: it loads when first asked.
 _WHERE = {"config_dir": ".paths", "data_dir": ".paths"}

@@ -30,7 +30,7 @@ from .core.reply import ReplyRequest, reply_pipeline
 from .decode.prepare import Compaction, prepare_request
 from .decode.timeline import NO_TIMELINE, Recorder
 from .errors import HearthError, PromptTooLongError, ToolsUnsupported
-from .interface import Capabilities, LoadedModel
+from .interface import Capabilities, LocalDetails, ModelInfo
 from .kv.disk_store import PrefixStore
 from .kv.prefix_cache import DEFAULT_BUDGET, PrefixCache
 from .kv.reuse import KVReuse, ProgressFn
@@ -78,6 +78,10 @@ class Engine:
         # OpenMP team back, since from now on the core's thread computes (engine/backends/openmp.py).
         openmp.release()
         self.core = EngineCore(backend, self.kv)
+        sees = bool(backend.describe().projector)  # what it can do is fixed at load: asked per request, built once
+        self._capabilities = Capabilities(
+            exact_tokens=True, images=sees, think=self.think is not None, batching=self.kv.pool.max_seq > 1,
+            tunable=True, runs="here", schedules=True, completion=True, tools=True, image_tokens=sees)
 
     @classmethod
     def open(cls, config: EngineConfig | None = None, *,
@@ -149,26 +153,31 @@ class Engine:
     def n_ctx(self) -> int:
         return self.backend.n_ctx
 
-    def describe(self) -> LoadedModel:
+    def describe(self) -> ModelInfo:
         """What this engine runs and where (no plan: the planned load adds its own)."""
         b = self.backend
         info = b.describe()
         report = b.memory_report()
         draft = self.draft
-        return LoadedModel(
+        return ModelInfo(
             label=self.model.label if self.model else info.name,
             path=str(self.model.path) if self.model else "",
             bundled=bool(self.model and self.model.is_bundled),
-            backend=info.backend, quant=info.quant, n_ctx=info.n_ctx, n_threads=info.threads,
-            runtime=info.runtime, device=info.device, n_gpu_layers=info.n_gpu_layers, kv_type=info.kv_type,
-            exactness=info.exactness, draft=self.spec_kind,
-            draft_model=Path(draft.backend.describe().path).name if draft is not None else None,
-            draft_memory=buffers_total(draft.backend.memory_report()) if draft is not None else 0,
-            memory=report, memory_total=buffers_total(report),
-            prefix_budget=int(self.cache_stats()["budget_bytes"]), devices=_device_memory(),
-            threads_poll=info.threads_poll, projector=Path(info.projector).name if info.projector else None,
-            capabilities=Capabilities(exact_tokens=True, images=bool(info.projector), think=self.think is not None,
-                                      batching=self.kv.pool.max_seq > 1, tunable=True, runs="here"))
+            backend=info.backend, quant=info.quant, n_ctx=info.n_ctx, runtime=info.runtime, device=info.device,
+            think=self.think, capabilities=self.capabilities(),
+            local=LocalDetails(
+                n_threads=info.threads, n_gpu_layers=info.n_gpu_layers, kv_type=info.kv_type,
+                exactness=info.exactness, draft=self.spec_kind,
+                draft_model=Path(draft.backend.describe().path).name if draft is not None else None,
+                draft_memory=buffers_total(draft.backend.memory_report()) if draft is not None else 0,
+                memory=report, memory_total=buffers_total(report),
+                prefix_budget=int(self.cache_stats()["budget_bytes"]), devices=_device_memory(),
+                threads_poll=info.threads_poll, projector=Path(info.projector).name if info.projector else None))
+
+    def capabilities(self) -> Capabilities:
+        """Exact counts, its own queue (several requests in one batch where the backend holds several
+        sequences), raw-text continuation, tool planning, and images where a projector is loaded."""
+        return self._capabilities
 
     # -- prompt -------------------------------------------------------------
 

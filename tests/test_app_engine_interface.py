@@ -4,71 +4,60 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from engine.decode.metrics import GenerationStats
-from engine.errors import NoVisionError, ToolsUnsupported
-from engine.interface import ChatEngine, LoadedModel
+from engine.errors import ToolsUnsupported
+from engine.interface import (OPTIONAL, Capabilities, ChatEngine, ModelInfo, count_image_tokens, plan_tools,
+                              scheduling)
 from engine.types import SamplingParams, StreamEvent
 
 WORDS = ["Hello", " from", " the", " fake", " engine."]
 
 
 class FakeEngine:
-    """The engine interface in plain Python: every reply is WORDS, one event each."""
-
-    think = None
-    n_ctx = 4096
+    """The engine interface in plain Python, its five members and no optional protocol: every reply is WORDS,
+    one event each."""
 
     def __init__(self) -> None:
         self.asked: list[list] = []
         self.closed = False
 
-    def describe(self) -> LoadedModel:
-        return LoadedModel(label="Fake model", path="", bundled=False, backend="fake", quant="none", n_ctx=self.n_ctx,
-                           n_threads=1, runtime="cpu", device="CPU", n_gpu_layers=0, kv_type="f16", exactness="exact",
-                           draft="none", draft_model=None, draft_memory=0, memory={}, memory_total=0, prefix_budget=0)
+    def describe(self) -> ModelInfo:
+        return ModelInfo(label="Fake model", path="", bundled=False, backend="fake", quant="none", n_ctx=4096,
+                         runtime="cpu", device="CPU", capabilities=self.capabilities())
 
-    def plan_tools(self, tools, choice="auto", parallel=True):
-        raise ToolsUnsupported("this model cannot call tools: it is a fake")
+    def capabilities(self) -> Capabilities:
+        return Capabilities(exact_tokens=False)
 
     def count_tokens(self, messages, template_kwargs=None) -> int:
         return sum(len(str(getattr(m, "content", m)).split()) for m in messages)
-
-    def count_image_tokens(self, data: bytes) -> int:
-        raise NoVisionError("the fake sees no images")
 
     def stream(self, messages, params: SamplingParams | None = None, *, cancel: threading.Event | None = None,
                progress=None, context_policy: str = "drop_oldest", template_kwargs=None, tools=None,
                priority: int = 0, max_wait_s=None, label: str = ""):
         self.asked.append(list(messages))
-        stats = GenerationStats(backend="fake", n_ctx=self.n_ctx)
+        stats = GenerationStats(backend="fake", n_ctx=4096)
         for w in WORDS:
             stats.generated_tokens += 1
             yield StreamEvent("delta", w, stats=stats)
         stats.finish_reason = "eos"
         yield StreamEvent("final", "".join(WORDS), finish_reason="eos", stats=stats)
 
-    def complete(self, text: str, params: SamplingParams | None = None, *, cancel=None, priority: int = 0,
-                 max_wait_s=None, label: str = ""):
-        return self.stream([text], params, cancel=cancel)
-
-    def capacity(self) -> int:
-        return 1
-
-    def load(self) -> dict:
-        return {}
-
-    def set_parallel(self, parallel: int, *, window: bool = True) -> None:
-        pass
-
     def close(self) -> None:
         self.closed = True
 
 
-def test_the_fake_implements_the_interface():
-    assert isinstance(FakeEngine(), ChatEngine)
+def test_the_fake_implements_the_interface_and_no_optional_protocol():
+    fake = FakeEngine()
+    assert isinstance(fake, ChatEngine)
+    assert not any(isinstance(fake, p) for p in OPTIONAL.values())
+    with pytest.raises(ToolsUnsupported):
+        plan_tools(fake, [])
+    assert count_image_tokens(fake, b"") is None and scheduling(fake) is None
 
 
 def test_a_fake_engine_drives_a_window_reply_end_to_end(qtbot, data_dir):

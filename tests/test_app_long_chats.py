@@ -192,7 +192,7 @@ def test_a_long_prompt_shows_reading_progress_and_stop_works_while_it_is_read(qt
     assert reply.metrics["prompt_tokens"] > 1400
     *history, last = w.replies.history(cid, w.store.conversation(cid).system_prompt)
     assert [m.role for m in history] == ["system", "user", "user"] and last.content == reply.content
-    fresh = Engine.open(EngineConfig(bundled_path, n_ctx=w.host.model.n_ctx, n_threads=w.host.model.n_threads))
+    fresh = Engine.open(EngineConfig(bundled_path, n_ctx=w.host.model.n_ctx, n_threads=w.host.model.local.n_threads))
     try:
         final = [ev for ev in fresh.stream(history, w.settings.sampling_params()) if ev.kind != "delta"][-1]
     finally:

@@ -34,7 +34,7 @@ def wait_loaded(qtbot, w: MainWindow, model: Path) -> None:
 
 def load_of(w: MainWindow) -> tuple:
     m = w.host.model
-    return m.kv_type, m.exactness, m.n_threads, m.draft
+    return m.local.kv_type, m.local.exactness, m.local.n_threads, m.local.draft
 
 
 def test_apply_best_follows_model_a_and_not_model_b(qtbot, make_window, models):

@@ -34,7 +34,7 @@ def test_fast_profile_is_chosen_in_settings_and_the_window_says_what_it_means(qt
     from app.settings_ui.settings_dialog import SettingsDialog
 
     w = window
-    assert w.settings.exactness == "exact" and w.host.model.exactness == "exact"  # the default
+    assert w.settings.exactness == "exact" and w.host.model.local.exactness == "exact"  # the default
     assert "fast" not in w.model_label.text()
     dlg = SettingsDialog(w.settings, w)
     qtbot.addWidget(dlg)
@@ -42,7 +42,7 @@ def test_fast_profile_is_chosen_in_settings_and_the_window_says_what_it_means(qt
     dlg.exactness.setCurrentIndex(dlg.exactness.findData("fast"))
     assert "may differ slightly" in dlg.exactness_note.text()
     w.apply_settings(dlg.build())
-    qtbot.waitUntil(lambda: w.host.ready and w.host.model.exactness == "fast", timeout=60_000)
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model.local.exactness == "fast", timeout=60_000)
     assert w.model_label.text().endswith("fast kernels") and FAST_NOTE in w.model_label.toolTip()
     assert FAST_NOTE in w.info.messages()
     assert SettingsFile().load()[0].exactness == "fast"  # saved, so the next start loads it too
@@ -158,7 +158,7 @@ def test_a_replys_performance_button_opens_its_panel(qtbot, window):
     panel = w.performance_panel
     assert panel is not None and panel.isVisible()
     assert panel.stats.generated_tokens == reply["metrics"]["generated_tokens"]
-    assert panel.model_bytes == w.host.model.memory["weights"]
+    assert panel.model_bytes == w.host.model.local.memory["weights"]
     assert len(_colors(panel.grab().toImage())) > 20
     panel.close()
     w.act_performance.trigger()  # the menu opens the newest reply's panel

@@ -218,8 +218,8 @@ def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbo
     plan = plan_for(None, hw)
     w = make_window()
     m = w.host.model
-    assert (m.n_ctx, m.n_gpu_layers, m.kv_type) == (plan.n_ctx, plan.n_gpu_layers, plan.kv_type)
-    assert m.plan["summary"] == plan.summary() and m.prefix_budget == plan.prefix_cache
+    assert (m.n_ctx, m.local.n_gpu_layers, m.local.kv_type) == (plan.n_ctx, plan.n_gpu_layers, plan.kv_type)
+    assert m.local.plan["summary"] == plan.summary() and m.local.prefix_budget == plan.prefix_cache
     assert "GPU layers: 4, KV cache: q8_0" in w.model_label.toolTip()
     assert (w.settings.gpu_layers, w.settings.kv_type, w.settings.context) == (AUTO, AUTO, AUTO)  # still Auto
 
@@ -240,15 +240,15 @@ def test_the_window_loads_the_plan_and_the_dialog_shows_what_auto_runs_with(qtbo
     assert (built.gpu_layers, built.kv_type) == (5, "q4_0")
     w.apply_settings(built)
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
-    assert (w.host.model.n_gpu_layers, w.host.model.kv_type) == (5, "q4_0")
+    assert (w.host.model.local.n_gpu_layers, w.host.model.local.kv_type) == (5, "q4_0")
 
 
 def test_memory_figure_counts_what_the_plan_counts_and_each_load_is_recorded(qtbot, make_window, data_dir):
     w = make_window()
     m = w.host.model
-    plan = m.plan
+    plan = m.local.plan
     measured = plan["actual"]
-    assert m.memory_total == measured["weights"] + measured["kv"] + measured["compute"] == measured["total"]
+    assert m.local.memory_total == measured["weights"] + measured["kv"] + measured["compute"] == measured["total"]
     assert w.memory_label.text().startswith("Memory ")
     tip = w.memory_label.toolTip()
     assert "Weights + KV cache + compute buffers" in tip and "predicted" in tip and "Not in this figure" in tip
@@ -285,7 +285,7 @@ def test_a_load_that_runs_out_of_memory_retries_with_a_smaller_plan(qtbot, make_
     assert w.host.ready, w.info.messages()
     assert len(calls) == 2 and calls[0]["n_gpu_layers"] == 31 and calls[1]["kv_type"] == "q8_0"
     m = w.host.model
-    assert (m.n_gpu_layers, m.kv_type) == (25, "q8_0")
+    assert (m.local.n_gpu_layers, m.local.kv_type) == (25, "q8_0")
     msgs = " ".join(w.info.messages())
     assert "Out of memory with the first plan; loaded with GPU layers 30/30 + head -> 24/30 + head, " \
            "KV cache f16 -> q8_0 instead." in msgs
@@ -330,7 +330,7 @@ def test_the_dialog_refuses_a_set_up_that_does_not_fit_unless_confirmed(qtbot, m
     assert (dlg.result_settings.gpu_layers, dlg.result_settings.kv_type) == ("all", "f16")
     w.apply_settings(dlg.result_settings)
     qtbot.waitUntil(lambda: w.host.ready, timeout=60_000)
-    assert w.host.model.n_gpu_layers == 31 and w.host.model.kv_type == "f16"  # as chosen
+    assert w.host.model.local.n_gpu_layers == 31 and w.host.model.local.kv_type == "f16"  # as chosen
     assert any("it loads with your choices as they are" in m for m in w.info.messages())
 
 
@@ -339,13 +339,13 @@ def test_a_reply_that_runs_out_of_memory_reloads_a_smaller_plan_and_keeps_the_te
 
     gpu("1GiB")
     w = make_window()
-    assert w.host.model.kv_type == "f16"
+    assert w.host.model.local.kv_type == "f16"
     fail_first_reply(monkeypatch, HearthError("not enough memory for the compute buffer (CUDA0: failed to allocate)"))
     w.chat.input.setPlainText("Hello")
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
     assert w.chat.input_text() == "Hello"  # the failed send gave the text back
-    qtbot.waitUntil(lambda: w.host.ready and w.host.model.kv_type == "q8_0", timeout=60_000)
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model.local.kv_type == "q8_0", timeout=60_000)
     msgs = " ".join(w.info.messages())
     assert "The reply ran out of memory" in msgs and "reloaded with" in msgs and "KV cache f16 -> q8_0" in msgs
     assert w.settings.kv_type == "auto"
@@ -414,7 +414,7 @@ def test_a_start_after_stopping_with_the_model_on_a_gpu_runs_on_the_cpu_once_and
     monkeypatch.setattr(Engine, "open", classmethod(lambda cls, config, **kw: calls.append(asdict(config))
                                                     or real(config, **kw)))
     w = make_window()
-    assert calls[0]["n_gpu_layers"] == 0 and w.host.model.n_gpu_layers == 0
+    assert calls[0]["n_gpu_layers"] == 0 and w.host.model.local.n_gpu_layers == 0
     bars = [b for b in w.info.bars() if "stopped unexpectedly" in b.text()]
     assert len(bars) == 1 and "was running on CUDA0" in bars[0].text() and "your chats are all here" in bars[0].text()
     assert not guard.path.exists()  # taken: the start after this one is a normal one
@@ -468,7 +468,7 @@ def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_
 
     hw = gpu("8GiB")
     w = make_window()
-    assert w.host.model.n_gpu_layers == plan_for(None, hw).n_gpu_layers > 0
+    assert w.host.model.local.n_gpu_layers == plan_for(None, hw).n_gpu_layers > 0
     # Where the layers went comes from llama.cpp's log; this CPU build has no device to fail, so the
     # window is told the model runs on one, and the engine fails as ggml-vulkan does on a lost device.
     w.host.model = replace(w.host.model, runtime="vulkan", device="Vulkan0")
@@ -477,7 +477,7 @@ def test_a_device_that_fails_under_a_reply_moves_the_model_to_the_cpu_and_keeps_
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
     assert w.chat.input_text() == "Hello"  # the failed send gave the text back
-    qtbot.waitUntil(lambda: w.host.ready and w.host.model.n_gpu_layers == 0, timeout=60_000)
+    qtbot.waitUntil(lambda: w.host.ready and w.host.model.local.n_gpu_layers == 0, timeout=60_000)
     assert "Vulkan0 failed during the reply" in " ".join(w.info.messages())
     assert w.settings.gpu_layers is AUTO  # Auto stays Auto
     QTest.keyClick(w.chat.input, Qt.Key.Key_Return)  # now the reply comes, from the CPU

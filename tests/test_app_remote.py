@@ -152,7 +152,7 @@ def test_a_server_that_cannot_be_reached_leaves_the_model_that_worked(qtbot, mak
     w.models_dock.load_remote("http://127.0.0.1:9/v1#nothing")
     qtbot.waitUntil(lambda: any("refused the connection" in m for m in w.info.messages()), timeout=30_000)
     qtbot.waitUntil(lambda: w.host.ready and w.settings.source == "bundled", timeout=30_000)
-    assert w.host.model.label == before.label and w.host.model.load_ms == before.load_ms  # not loaded again
+    assert w.host.model.label == before.label and w.host.model.local == before.local  # not loaded again
     mid = send(w, "Hi")
     qtbot.waitUntil(lambda: w.stream is None, timeout=60_000)
     assert w.store.message(mid).metrics["backend"] != "remote"

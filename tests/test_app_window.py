@@ -425,9 +425,9 @@ def test_the_model_info_says_where_the_model_runs(qtbot, make_window):
     w = make_window()
     m = w.host.model
     assert (m.backend, m.runtime, m.device) == ("llama_cpp", "cpu", "CPU")
-    assert m.quant.startswith("Q4_1") and m.n_threads >= 1 and m.draft_model is None
+    assert m.quant.startswith("Q4_1") and m.local.n_threads >= 1 and m.local.draft_model is None
     tip = w.model_label.toolTip()
-    assert "backend: llama_cpp" in tip and "runs on: cpu (CPU)" in tip and f"CPU threads: {m.n_threads}" in tip
+    assert "backend: llama_cpp" in tip and "runs on: cpu (CPU)" in tip and f"CPU threads: {m.local.n_threads}" in tip
 
 
 def test_unexpected_errors_reach_the_window(qtbot, make_window, monkeypatch):

@@ -169,9 +169,9 @@ def window_worker() -> dict:
         marker = json.loads(marker_path.read_text()) if marker_path.exists() else None
         reply = send_and_wait(win, Q, timeout_s=900)
         log = [json.loads(line) for line in plan_log_path().read_text().splitlines()]
-        out = {"model": {k: getattr(m, k) for k in ("runtime", "device", "n_gpu_layers", "n_ctx", "kv_type", "memory",
-                                                    "memory_total")},
-               "plan": {k: m.plan[k] for k in ("n_gpu_layers", "n_ctx", "hardware", "rel_error", "fits")},
+        out = {"model": {**{k: getattr(m, k) for k in ("runtime", "device", "n_ctx")},
+                         **{k: getattr(m.local, k) for k in ("n_gpu_layers", "kv_type", "memory", "memory_total")}},
+               "plan": {k: m.local.plan[k] for k in ("n_gpu_layers", "n_ctx", "hardware", "rel_error", "fits")},
                "tooltip": win.model_label.toolTip(), "memory_label": win.memory_label.text(), "reply": reply,
                "log": log, "messages": win.info.messages(), "marker_while_running": marker}
     finally:
@@ -214,7 +214,7 @@ def after_crash_worker(data: str) -> dict:
     win, *_ = _start_window()
     try:
         m = win.host.model
-        out = {"first": {"device": m.device, "n_gpu_layers": m.n_gpu_layers}, "messages": win.info.messages(),
+        out = {"first": {"device": m.device, "n_gpu_layers": m.local.n_gpu_layers}, "messages": win.info.messages(),
                "marker_after_cpu_load": marker_path.exists(),
                "reply": send_and_wait(win, Q, timeout_s=300)}
         bar = next(b for b in win.info.bars() if "stopped unexpectedly" in b.text())
@@ -222,7 +222,7 @@ def after_crash_worker(data: str) -> dict:
         from app.window.selftest import wait_until
 
         wait_until(lambda: not win.host.loading and win.host.ready and win.host.model.device != "CPU", 300)
-        out["again"] = {"device": win.host.model.device, "n_gpu_layers": win.host.model.n_gpu_layers}
+        out["again"] = {"device": win.host.model.device, "n_gpu_layers": win.host.model.local.n_gpu_layers}
         out["marker_on_gpu"] = marker_path.exists()
     finally:
         win.close()

@@ -96,7 +96,7 @@ def test_the_window_loads_the_default_profile_and_a_reply_s_details_name_it(unpi
     from app.window.selftest import send_and_wait
 
     w = make_window()
-    assert w.settings.exactness == "fast" and w.host.model.exactness == "fast"
+    assert w.settings.exactness == "fast" and w.host.model.local.exactness == "fast"
     assert w.model_label.text().endswith("fast kernels") and FAST_NOTE in w.model_label.toolTip()
     assert FAST_NOTE not in w.info.messages()  # the default is said in Settings, not at every start
     reply = send_and_wait(w, "Say hello.")

@@ -196,13 +196,13 @@ def test_the_app_asks_a_capability_never_the_backends_name():
     assert _backend_checks(ast.parse('if s.backend == "hf": pass')) == []
     bad = {name: found for name in MODULES if name.startswith("app")
            if (found := _backend_checks(ast.parse(MODULES[name].read_text())))}
-    assert bad == {}, "ask LoadedModel.capabilities instead"
+    assert bad == {}, "ask ModelInfo.capabilities instead"
 
 
 # The engine's face: the only engine modules app/ imports, and only the names in their __all__
 # (docs/layout.md, "The engine's face"). Each public package imports a name from its module when it is asked.
 PUBLIC = (
-    ("engine", "the engine, its interface (ChatEngine, LoadedModel), config, types, errors, a reply's record, "
+    ("engine", "the engine, its interface (ChatEngine, ModelInfo), config, types, errors, a reply's record, "
                "atomic writes, the data folders"),
     ("engine.library", "the models on disk, their files and downloads, each model's own settings"),
     ("engine.loading", "one load: what the user chose, its plan, the open, the GPU guard, threads, the disk cache"),

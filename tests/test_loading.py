@@ -11,7 +11,7 @@ import pytest
 from engine.errors import Cancelled, ModelFileError
 from engine.sizing import load_machine as planning
 from engine.loading.gpu_guard import GpuGuard
-from engine.interface import LoadedModel
+from engine.interface import ModelInfo
 from engine.loading.load import PLAN_LOG, load_model
 from engine.sizing.load_spec import AUTO, LoadSpec
 from engine.sizing.load_plan import PREFIX_STORE, carry_out, plan_spec
@@ -113,10 +113,12 @@ def test_load_model_plans_loads_and_records_in_the_data_folder(tmp_path, monkeyp
     result = load_model(LoadSpec(context=512, draft="none", n_threads=1), data_dir=tmp_path, n_threads=2)
     try:
         m = result.model
-        assert isinstance(m, LoadedModel) and m.bundled and m.runtime == "cpu" and m.device == "CPU"
-        assert (m.n_ctx, m.n_threads, m.n_gpu_layers, m.draft) == (512, 1, 0, "none")  # the request's threads win
-        assert result.plan is not None and result.plan.n_ctx == 512 and m.plan["summary"] == result.plan.summary()
-        assert m.memory_total == sum(result.check["actual"][k] for k in ("weights", "kv", "compute"))
+        assert isinstance(m, ModelInfo) and m.bundled and m.runtime == "cpu" and m.device == "CPU"
+        local = m.local  # the request's threads win
+        assert (m.n_ctx, local.n_threads, local.n_gpu_layers, local.draft) == (512, 1, 0, "none")
+        assert result.plan is not None and result.plan.n_ctx == 512
+        assert m.local.plan["summary"] == result.plan.summary()
+        assert m.local.memory_total == sum(result.check["actual"][k] for k in ("weights", "kv", "compute"))
         (entry,) = [json.loads(line) for line in (tmp_path / PLAN_LOG).read_text().splitlines()]
         assert (entry["runtime"], entry["device"], entry["n_ctx"], entry["retried"]) == ("cpu", "CPU", 512, False)
         assert result.engine.kv.store is not None  # the disk prefix store is on, in the data folder
@@ -129,7 +131,7 @@ def test_load_model_without_a_data_folder_keeps_no_records(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     result = load_model(LoadSpec(context=256, draft="none"), data_dir=None, n_threads=1)
     try:
-        assert result.engine.kv.store is None and result.model.n_threads == 1
+        assert result.engine.kv.store is None and result.model.local.n_threads == 1
     finally:
         result.engine.close()
     assert list(tmp_path.iterdir()) == []

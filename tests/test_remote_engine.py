@@ -55,7 +55,7 @@ def events_of(eng, messages=ASK, params=GREEDY, **kw):
 def test_a_remote_reply_is_the_local_engines_reply_with_the_servers_counts(engine, server):
     local = events_of(engine)
     eng = remote(server.url)
-    assert eng.describe().backend == "remote" and eng.n_ctx == engine.n_ctx  # the server's context_length
+    assert eng.describe().backend == "remote" and eng.describe().n_ctx == engine.n_ctx  # the server's context_length
     first = events_of(eng)
     again = events_of(eng)
     assert first[-1].kind == "final" and first[-1].text == local[-1].text != ""
@@ -278,7 +278,7 @@ def test_a_hearth_servers_think_control_is_offered_counted_and_sent(thinking_eng
     ask, off = [Message("user", "Say hi.")], {"enable_thinking": False}
     with local_server(thinking_engine) as srv:
         eng = remote(srv.url)
-        assert eng.think == thinking_engine.think and eng.capabilities().think  # the model list's, default included
+        assert eng.describe().think == thinking_engine.think and eng.capabilities().think  # the model list's
         assert eng.count_tokens(ask) == thinking_engine.count_tokens(ask)
         assert eng.count_tokens(ask, off) == thinking_engine.count_tokens(ask, off) > eng.count_tokens(ask)
         final = list(eng.stream(ask, SamplingParams(temperature=0.0, max_tokens=2), template_kwargs=off))[-1]

@@ -68,7 +68,7 @@ names = [add_worker(w) for w in {two_workers!r}]
 r = load_model(LoadSpec(model={str(bundled_path)!r}, context=2048, gpu_layers="all", exactness="exact"),
                data_dir=None, n_threads=1)
 b = list(r.engine.stream(m, p))[-1].text
-memory = r.engine.describe().memory
+memory = r.engine.describe().local.memory
 draft = r.engine.backend.open_draft({str(bundled_path)!r}).n_gpu_layers  # a draft never goes over the link
 print(repr((names, a, b, r.plan.tensor_split, device_errors(r.plan, memory), r.check["rel_error"], memory, draft)))
 '''

@@ -163,7 +163,7 @@ def test_load_request_carries_the_poll_level(bundled_path):
     # the request's own level wins over the caller's Auto; without one, the caller's applies
     loaded = load_model(req, data_dir=None, threads_poll=7)
     try:
-        assert loaded.engine.backend.threads_poll == 0 and loaded.model.threads_poll == 0
+        assert loaded.engine.backend.threads_poll == 0 and loaded.model.local.threads_poll == 0
     finally:
         loaded.engine.close()
     loaded = load_model(LoadSpec(n_threads=1), data_dir=None, threads_poll=7)

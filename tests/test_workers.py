@@ -16,6 +16,7 @@ from engine.sizing.load_spec import LoadSpec
 from engine.workers.child import WorkerLost, open_split, ready_line
 from engine.workers.connect import open_machine
 from engine.workers.machines import WorkerMachine, check_address
+from test_capabilities import SERVERS_OWN, assert_narrow
 from gguf_copy import with_metadata
 from rpc_workers import ROOT, free_port, kill_mid_reply, sshd, start_worker
 from test_serve_reasoning import QWEN3, thinking_engine  # noqa: F401 (a fixture: the same model, Qwen3's template)
@@ -40,12 +41,13 @@ def test_a_model_on_a_worker_and_an_ssh_machine_runs_apart_and_names_the_worker_
         try:
             m = eng.describe()
             # The plan put the layers on both machines (Auto: they count as devices), as llama.cpp did.
-            assert m.runtime == "rpc" and m.device.count("RPC0[") == 2 and m.n_gpu_layers > 0
+            assert m.runtime == "rpc" and m.device.count("RPC0[") == 2 and m.local.n_gpu_layers > 0
             assert any("other machines" in n and "laptop" in n for n in m.notes)
             # reached through the child's API: its count route (exact), its model list (the bundled model's
             # template has no Think control)
             assert m.capabilities == Capabilities(exact_tokens=True, images=False, think=False, batching=False,
-                                                  tunable=True, runs="workers")
+                                                  tunable=True, runs="workers", tools=True)
+            assert_narrow(eng, lacks=SERVERS_OWN)
             assert eng.count_tokens(ASK) == engine.count_tokens(ASK) > 0
             tunnel = next(lk for lk in eng.links if lk.machine is laptop)
             assert tunnel.endpoint != tunnel.remote and tunnel.round_trip_ms > 0
@@ -179,8 +181,11 @@ def test_a_split_models_think_control_and_counts_come_through_the_childs_api(tmp
         eng = open_split(LoadSpec(model=str(model), context=1024, exactness="exact"), [WorkerMachine(direct)],
                          data_dir=tmp_path, n_threads=1)
         try:
-            assert eng.think == thinking_engine.think and eng.think.variable == "enable_thinking"
-            assert eng.describe().capabilities.think and eng.describe().capabilities.exact_tokens
+            m = eng.describe()
+            assert m.think == thinking_engine.think and m.think is not None and m.think.variable == "enable_thinking"
+            assert m.capabilities.think and m.capabilities.exact_tokens
+            assert_narrow(eng, lacks=SERVERS_OWN)  # the child's queue, raw text and image count stay the child's
+            assert m.local is not None and m.local.n_gpu_layers > 0  # the child's own figures, for its process
             ask, off = [Message("user", "Say hi.")], {"enable_thinking": False}
             assert eng.count_tokens(ask) == thinking_engine.count_tokens(ask)
             assert eng.count_tokens(ask, off) == thinking_engine.count_tokens(ask, off) > eng.count_tokens(ask)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, QThread, Signal
 
-from engine import HearthError, LoadedModel
+from engine import HearthError, ModelInfo, count_image_tokens
 from engine.reply_formats import ThinkControl
 from engine.library import ModelEntry
 from engine.loading import LoadSpec
@@ -65,7 +65,7 @@ class EngineHost(QObject):
         self._generator.finished.connect(self._on_finished)
         self._generator.failed.connect(self._on_failed)
         self._thread.start()
-        self.model: LoadedModel | None = None   # what is loaded, and where it runs
+        self.model: ModelInfo | None = None   # what is loaded, and where it runs
         self.think: ThinkControl | None = None  # the loaded engine's Think control (None: its template has none)
         self.identity: ModelIdentity = NO_MODEL  # the loaded model as its own settings know it
         self._load: LoadJob | None = None
@@ -91,9 +91,9 @@ class EngineHost(QObject):
         whose server counts them). Call it off the GUI thread: the projector reads the image (it waits
         while the engine thread encodes one)."""
         engine, model = self._shared.engine, self.model
-        if engine is None or model is None or not self.sees_images or model.capabilities.on_server:
+        if engine is None or model is None or not self.sees_images:
             return None
-        return engine.count_image_tokens(data)
+        return count_image_tokens(engine, data)  # None where the model's server counts it
 
     @property
     def shared(self) -> SharedEngine:
@@ -144,7 +144,7 @@ class EngineHost(QObject):
         if self._current(rid) and not self._load.cancel.is_set():
             self.download_progress.emit(done, total, name)
 
-    def _on_loaded(self, rid: int, model: LoadedModel, think: ThinkControl | None, ident: ModelIdentity) -> None:
+    def _on_loaded(self, rid: int, model: ModelInfo, think: ThinkControl | None, ident: ModelIdentity) -> None:
         if not self._current(rid):
             return
         self._load = None

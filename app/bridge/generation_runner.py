@@ -19,7 +19,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine import ChatEngine, HearthError, Message, SamplingParams, ToolsUnsupported, is_complete, release_openmp
+from engine import (ChatEngine, HearthError, Message, SamplingParams, ToolsUnsupported, is_complete, plan_tools,
+                    release_openmp)
 from engine.reply_formats import Tool, ToolPlan
 
 from app.core.context_meter import covered
@@ -40,7 +41,7 @@ class GenerationJob:
     cancel: threading.Event = field(default_factory=threading.Event)
     context_policy: str = "drop_oldest"  # a chat longer than the context (engine/prompt/view.py)
     message_ids: tuple[int | None, ...] = ()  # each of ``messages``' stored id (None: the system prompt, a summary)
-    template_kwargs: dict[str, object] | None = None  # the Think control's choice (engine.think.kwargs)
+    template_kwargs: dict[str, object] | None = None  # the Think control's choice (ModelInfo.think.kwargs)
     notes: tuple[str, ...] = ()  # said in the reply's notes (which documents it was given, or which passages)
     sources: tuple[dict[str, str], ...] = ()  # the passages given (doc, where, text): the reply's citations
     tools: tuple[Tool, ...] = ()  # the MCP tools this step may call (app/core/tool_steps.py); none: no tools
@@ -54,7 +55,7 @@ def tool_plan(engine: ChatEngine, job: GenerationJob, notes: list[str]) -> ToolP
         return None
     try:
         # One call per step: the window asks before each call runs, so a step's calls come one at a time.
-        return engine.plan_tools(job.tools, job.tool_choice, parallel=False)
+        return plan_tools(engine, job.tools, job.tool_choice, parallel=False)
     except ToolsUnsupported as e:
         notes.append(f"the MCP tools were not offered: {e}")
         return None

@@ -20,7 +20,7 @@ from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine import ChatEngine, HearthError, LoadedModel
+from engine import ChatEngine, HearthError, ModelInfo
 from engine.loading import GpuGuard, LoadSpec, ThreadChoice, load_model, thread_option
 from engine.library import ModelEntry
 
@@ -71,10 +71,10 @@ class Opener(Protocol):
     interface, and what it says it is. Raises HearthError with the reason it cannot."""
 
     def __call__(self, req: LoadSpec, *, cancel: threading.Event,
-                 progress: Progress) -> tuple[ChatEngine, LoadedModel]: ...
+                 progress: Progress) -> tuple[ChatEngine, ModelInfo]: ...
 
 
-def open_local(req: LoadSpec, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+def open_local(req: LoadSpec, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, ModelInfo]:
     """The local engine, by the planned load: Auto settings come from the memory plan, and an
     out-of-memory load retries with a smaller one."""
     threads = app_threads()
@@ -85,7 +85,7 @@ def open_local(req: LoadSpec, *, cancel: threading.Event, progress: Progress) ->
 
 
 def open_server_model(req: LoadSpec, *, cancel: threading.Event,
-                      progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+                      progress: Progress) -> tuple[ChatEngine, ModelInfo]:
     """A model on a server (``req.model`` is ``url#id``): the remote engine, with the key the
     user stored for that server and the certificate pins of the data folder."""
     from engine.loading import split_remote
@@ -99,7 +99,7 @@ def open_server_model(req: LoadSpec, *, cancel: threading.Event,
 
 
 def open_split_model(req: LoadSpec, *, cancel: threading.Event,
-                     progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+                     progress: Progress) -> tuple[ChatEngine, ModelInfo]:
     """A model with layers on other machines (``req.workers``, as Settings → Machines saved them): planned
     and loaded in a private child process, which a machine lost mid-reply cannot take the window with."""
     from engine.workers import open_split
@@ -112,7 +112,7 @@ def open_split_model(req: LoadSpec, *, cancel: threading.Event,
     return engine, engine.describe()
 
 
-def open_model(req: LoadSpec, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, LoadedModel]:
+def open_model(req: LoadSpec, *, cancel: threading.Event, progress: Progress) -> tuple[ChatEngine, ModelInfo]:
     """The engine for ``req``: on a server for a remote model, in a child process for one that uses other
     machines, else here (open_local)."""
     if req.model_source == "remote":
@@ -126,7 +126,7 @@ class LoadRunner(QObject):
     # Each signal starts with the LoadJob's id.
     started = Signal(int, str)          # what is being loaded
     download_progress = Signal(int, object, object, str)  # bytes done, bytes total (can pass 2 GiB), file
-    # engine.loading.load.LoadedModel, the engine's Think control (engine.formats.ThinkControl or None) and
+    # engine.interface.ModelInfo, its Think control (engine.formats.ThinkControl or None) and
     # the model's identity (app/core/model_defaults.py ModelIdentity): plain frozen data, so the window may read it
     loaded = Signal(int, object, object, object)
     failed = Signal(int, str)           # one-line message
@@ -137,7 +137,7 @@ class LoadRunner(QObject):
         self._shared = shared
         self._open = opener
         # what the engine loaded: its request, what it is, and its identity
-        self._current: tuple[LoadSpec, LoadedModel, ModelIdentity] | None = None
+        self._current: tuple[LoadSpec, ModelInfo, ModelIdentity] | None = None
         self._kept = False  # a server model failed to open and the model before it is still loaded
 
     @Slot(object)
@@ -147,7 +147,7 @@ class LoadRunner(QObject):
         kept, self._kept = self._kept, False
         if kept and self._current is not None and self._shared.engine is not None and req == self._current[0]:
             # Going back to the model that worked, which a failed connection never closed: it is still here.
-            self.loaded.emit(rid, self._current[1], self._shared.engine.think, self._current[2])
+            self.loaded.emit(rid, self._current[1], self._current[1].think, self._current[2])
             return
         remote = req.model_source == "remote"
         if not remote:
@@ -193,7 +193,7 @@ class LoadRunner(QObject):
         self._shared.engine = engine
         if self._shared.serving is not None:
             self._shared.serving.engine_loaded(engine)
-        self.loaded.emit(rid, model, engine.think, ident)
+        self.loaded.emit(rid, model, model.think, ident)
 
     @Slot()
     def close_engine(self) -> None:

@@ -1,7 +1,7 @@
 """The Think control beside the input box: thinking on or off, or how hard (gpt-oss's effort).
 
 It is shown only where the loaded model's chat template offers one
-(``engine.think``, an engine.formats.ThinkControl); the window remembers the
+(``describe().think``, an engine.formats.ThinkControl); the window remembers the
 choice per conversation and shows the model's default where none was made.
 A switch (``enable_thinking``, ``thinking``), a budget (Seed-OSS: unlimited or
 off) and a system-prompt flag are a check box; an effort is a list.

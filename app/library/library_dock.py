@@ -143,7 +143,7 @@ class ModelsDock(QDockWidget):
         self.library_view.set_loaded(None)
 
     def loaded(self, model) -> None:
-        """The window loaded ``model`` (an engine.loading.load.LoadedModel): mark it used and selected."""
+        """The window loaded ``model`` (an engine.interface.ModelInfo): mark it used and selected."""
         path = model.path
         if path and not model.capabilities.on_server:  # a server's model is no file of the library
             self.library_view.library.mark_used(path)

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHBoxLayout, QLabel, Q
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from engine.loading import DEFAULT_DISK_BUDGET, clear_store, store_usage
-from engine import LoadedModel
+from engine import LocalDetails, ModelInfo
 
 from app.core.paths import plan_log_path, prefix_store_dir
 from app.core.text_utils import human_bytes
@@ -32,8 +32,8 @@ def _error(e: float | None) -> str:
     return "—" if e is None else f"{e:+.1%}"
 
 
-def details_rows(info: LoadedModel, disk_bytes: int) -> list[tuple[str, str, str, str]]:
-    """(part, planned, allocated, plan error) rows for the loaded model."""
+def details_rows(info: LocalDetails, disk_bytes: int) -> list[tuple[str, str, str, str]]:
+    """(part, planned, allocated, plan error) rows for the loaded model (its backend's figures)."""
     plan = info.plan
     rows: list[tuple[str, str, str, str]] = []
     if plan is None:
@@ -54,7 +54,7 @@ def details_rows(info: LoadedModel, disk_bytes: int) -> list[tuple[str, str, str
     return rows
 
 
-def device_lines(info: LoadedModel) -> list[str]:
+def device_lines(info: LocalDetails) -> list[str]:
     """'CPU: 21.7 GiB free of 23.5 GiB' for each ggml device, read after the load."""
     devs = info.devices
     names = [k.split(":", 1)[1] for k in devs if k.startswith("device_total:")]
@@ -66,7 +66,7 @@ MEMORY_TIP = ("Weights + KV cache + compute buffers of the loaded model, as the 
               "parts the memory plan predicts. Click for plan vs allocated, part by part.")
 
 
-def memory_tooltip(info: LoadedModel) -> str:
+def memory_tooltip(info: LocalDetails) -> str:
     """What the status bar's memory figure counts, and how far the plan was from it."""
     act = (info.plan or {}).get("actual") or {}
     lines = [f"Weights + KV cache + compute buffers, as allocated: {human_bytes(info.memory_total)}"]
@@ -110,15 +110,15 @@ class MemoryFigure(QLabel):
 class MemoryDetails(QDialog):
     """Plan vs allocated for the loaded model, the devices' memory, and the plan itself."""
 
-    def __init__(self, info: LoadedModel, parent: QWidget | None = None) -> None:
+    def __init__(self, model: ModelInfo, info: LocalDetails, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Memory details")
         self.setMinimumWidth(620)
         self._info = info
         lay = QVBoxLayout(self)
         plan = info.plan
-        head = QLabel(f"<b>{info.label}</b> · {info.quant} · context {info.n_ctx:,} · "
-                      f"runs on {info.runtime} ({info.device})<br>" +
+        head = QLabel(f"<b>{model.label}</b> · {model.quant} · context {model.n_ctx:,} · "
+                      f"runs on {model.runtime} ({model.device})<br>" +
                       (f"Plan: {plan['summary']}<br>Machine: {plan['hardware']}" if plan else
                        "No memory plan covers this set-up (a GGUF file on transformers)."))
         head.setWordWrap(True)

@@ -171,19 +171,21 @@ def run(model: str = "bundled", tokens: int = 256, threads: int | None = None, r
         w_tok = statistics.median(r["metrics"]["decode_tok_s"] for r in window)
         e_tok = statistics.median(r["metrics"]["decode_tok_s"] for r in direct)
         loaded = win.host.model
+        local = loaded.local
+        assert local is not None  # the window's own engine, here: the bench compares it with itself
         return {
             "ok": not problems, "problems": problems,
             "window_tok_s": round(w_tok, 2), "engine_tok_s": round(e_tok, 2),
             "ratio": round(w_tok / e_tok, 3) if e_tok else 0.0,
             "gui_cpu_fraction": round(statistics.median(r["gui_cpu_fraction"] for r in window), 3),
             "worst_gap_ms": round(statistics.median(r["worst_gap_ms"] for r in window), 1),
-            "model": loaded.label, "tokens": tokens, "threads": loaded.n_threads,
-            "threads_poll": loaded.threads_poll, "rounds": rounds,
-            "n_ctx": loaded.n_ctx, "draft": loaded.draft, "prompt": prompt,
+            "model": loaded.label, "tokens": tokens, "threads": local.n_threads,
+            "threads_poll": local.threads_poll, "rounds": rounds,
+            "n_ctx": loaded.n_ctx, "draft": local.draft, "prompt": prompt,
             "window": {**_side(window), "gui_cpu_fraction": [round(r["gui_cpu_fraction"], 3) for r in window],
                        "worst_gap_ms": [round(r["worst_gap_ms"], 1) for r in window]},
             "engine": _side(direct),
-            "same_text": all(w["text"] == e["text"] for w, e in zip(window, direct)), "profile": loaded.exactness,
+            "same_text": all(w["text"] == e["text"] for w, e in zip(window, direct)), "profile": local.exactness,
             "window_text": window[-1]["text"], "engine_text": direct[-1]["text"],
         }
     finally:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QProgressBar, QPushButton, QStatusBar, QWidget
 
-from engine import LoadedModel, default_exactness
+from engine import ModelInfo, default_exactness
 from engine.loading import GpuGuard, LoadSpec, crash_text
 from engine.sizing import is_device_failure, is_out_of_memory
 
@@ -192,27 +192,28 @@ class LoadingController:
         self.cancel_load_button.hide()
         self.status_bar.clearMessage()
 
-    def on_loaded(self, model: LoadedModel) -> None:
+    def on_loaded(self, model: ModelInfo) -> None:
         """The host's loaded: show what runs where, its notes, and remember it worked."""
         self._end_loading()
-        if model.capabilities.on_server:
+        local = model.local
+        if local is None:  # a server's model: its backend's figures are its server's
             self._remote_loaded(model)
             return
-        fast = model.exactness == "fast"
+        fast = local.exactness == "fast"
         self.model_label.setText(f"{model.label} · {model.quant} · context {model.n_ctx:,}"
                                  + (" · sees images" if model.sees_images else "")
                                  + (" · fast kernels" if fast else ""))
-        draft = model.draft + (f" ({model.draft_model})" if model.draft_model else "")
+        draft = local.draft + (f" ({local.draft_model})" if local.draft_model else "")
         self.model_label.setToolTip(f"{model.path}\nbackend: {model.backend}\n"
                                     f"runs on: {model.runtime} ({model.device})\n"
-                                    f"GPU layers: {model.n_gpu_layers}, KV cache: {model.kv_type}\n"
+                                    f"GPU layers: {local.n_gpu_layers}, KV cache: {local.kv_type}\n"
                                     f"speculative decoding: {draft}\n"
-                                    + (f"vision projector: {model.projector}\n" if model.projector else "") +
-                                    f"CPU threads: {model.n_threads}\n"
-                                    f"loaded in {model.load_ms:.0f} ms"
+                                    + (f"vision projector: {local.projector}\n" if local.projector else "") +
+                                    f"CPU threads: {local.n_threads}\n"
+                                    f"loaded in {local.load_ms:.0f} ms"
                                     + (f"\n{FAST_NOTE}" if fast else ""))
-        self.memory_label.setText(f"Memory {human_bytes(model.memory_total)}")
-        self.memory_label.setToolTip(memory_tooltip(model))
+        self.memory_label.setText(f"Memory {human_bytes(local.memory_total)}")
+        self.memory_label.setToolTip(memory_tooltip(local))
         if fast and default_exactness() != "fast":  # the default profile is said in Settings, not at every start
             self.info.show_message(FAST_NOTE, "info", tags=(MODEL_TAG,))
         for text in model.notes:
@@ -235,7 +236,7 @@ class LoadingController:
                 self.info.show_message(f"Could not save the settings: {e}", "error")
         st.rolling_back = False
 
-    def _remote_loaded(self, model: LoadedModel) -> None:
+    def _remote_loaded(self, model: ModelInfo) -> None:
         """A server's model: where it runs instead of this machine's memory, quant and kernels."""
         self.model_label.setText(f"{model.label} · on {model.device} · context {model.n_ctx:,}")
         self.model_label.setToolTip(f"{model.path}\nruns on {model.runtime} at {model.device}; images go to the "
@@ -285,12 +286,16 @@ class LoadingController:
 
     def show_memory_details(self) -> None:
         """Plan vs allocated, per part, for the loaded model (a window beside the chat)."""
-        if self.host.model is None:
+        model = self.host.model
+        if model is None:
             self.status_bar.showMessage("No model is loaded yet.", 3000)
+            return
+        if model.local is None:  # a server's model: its memory is its server's
+            self.status_bar.showMessage(f"{model.label} runs on {model.device}: its memory is its server's.", 3000)
             return
         if self.memory_details is not None:
             self.memory_details.close()
-        self.memory_details = MemoryDetails(self.host.model, self.parent)
+        self.memory_details = MemoryDetails(model, model.local, self.parent)
         self.memory_details.show()
 
     def on_reply_failed(self, mid: int, msg: str, _partial: str) -> None:

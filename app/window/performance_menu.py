@@ -78,11 +78,11 @@ class PerformanceMenu:
         from app.performance.performance_panel import PerformancePanel  # QtCharts: only loaded when asked for
 
         msg = self.store.message(mid)
-        model = self.host.model
-        weights = int(model.memory.get("weights") or 0) if model is not None else 0
+        local = self.host.model.local if self.host.model is not None else None  # this machine's figures
+        weights = int(local.memory.get("weights") or 0) if local is not None else 0
         try:
             panel = PerformancePanel(msg.metrics or {}, weights, parent=self.window,
-                                     threads=model.n_threads if model is not None else 1)
+                                     threads=local.n_threads if local is not None else 1)
         except ValueError as e:
             self.info.show_message(str(e), "info")
             return

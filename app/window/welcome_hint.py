@@ -12,7 +12,7 @@ import sys
 
 from PySide6.QtCore import QObject
 
-from engine import LoadedModel
+from engine import ModelInfo
 
 from app.bridge.background import Background
 from app.chat.welcome import WelcomePanel
@@ -35,7 +35,7 @@ class UpgradeHint:
         self.answered = 0  # the number of the last load whose hint came back
         self._bg = Background(owner)
 
-    def model_loaded(self, model: LoadedModel) -> None:
+    def model_loaded(self, model: ModelInfo) -> None:
         """Name ``model`` (the host's loaded) on the page and ask about it; a newer load's question
         supersedes an older one's."""
         self.panel.set_model(model.label, model.bundled)

@@ -51,8 +51,9 @@ def _say_loaded(m, *, machine_line: bool) -> None:
     the human summary and the plan's notes on stderr."""
     if machine_line:
         print("HEARTH-LOADED " + json.dumps(asdict(m)), flush=True)
-    print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}), "
-          f"{m.n_gpu_layers} layers offloaded, speculation {m.draft}", file=sys.stderr, flush=True)
+    local = f", {m.local.n_gpu_layers} layers offloaded, speculation {m.local.draft}" if m.local is not None else ""
+    print(f"loaded {m.label}: {m.quant}, context {m.n_ctx:,}, runs on {m.runtime} ({m.device}){local}",
+          file=sys.stderr, flush=True)
     for note in m.notes:
         print(f"note: {note}", file=sys.stderr, flush=True)
 

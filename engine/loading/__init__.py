@@ -1,7 +1,7 @@
 """The one planned load every caller uses: the window, ``engine serve``/``chat``/``plan``, the benchmarks.
 
 request.py      ModelCheck: what can be known about a model choice before it loads
-load.py         load_model(): resolve, plan, open, retry once on out-of-memory, check -> LoadedModel
+load.py         load_model(): resolve, plan, open, retry once on out-of-memory, check -> ModelInfo
 gpu_guard.py    the marker that says layers are on a device (a GPU that stops the process)
 estimate.py     a quick one-configuration memory estimate, for a dialog's first number
 

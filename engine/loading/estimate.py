@@ -42,7 +42,7 @@ class Estimate:
 
 
 def quick_estimate(info, n_ctx: int | None) -> Estimate:
-    """``info`` is an engine.models.gguf.ModelInfo; ``n_ctx`` None means Auto.
+    """``info`` is an engine.models.gguf.GgufInfo; ``n_ctx`` None means Auto.
 
     The planner's RAM pool for that file at that context, all on the CPU
     (``total`` is the pool's total, margin included)."""

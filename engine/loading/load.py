@@ -1,4 +1,4 @@
-"""The one planned load every caller uses: LoadSpec -> plan_load -> open -> LoadedModel.
+"""The one planned load every caller uses: LoadSpec -> plan_load -> open -> ModelInfo.
 
 The window's engine thread, ``engine serve``/``chat``, ``bench tune`` and the
 other benchmarks load through :func:`load_model`. It resolves the request's
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ..errors import Cancelled, HearthError, ModelLoadError
-from ..interface import LoadedModel
+from ..interface import ModelInfo
 from ..sizing.hardware import Hardware
 from ..sizing.plan import Plan
 from ..sizing import load_machine as planning  # planning.machine: tests put a simulated machine there
@@ -48,7 +48,7 @@ class LoadResult:
     check: dict[str, Any] | None = None
     messages: list[str] = field(default_factory=list)
     retried: bool = False      # an out-of-memory error moved the load to a smaller plan
-    model: LoadedModel | None = None
+    model: ModelInfo | None = None
 
 
 def load_model(req: LoadSpec, *, data_dir: Path | None, n_threads: int | None = None,
@@ -176,10 +176,12 @@ def _no_smaller(plan: Plan) -> str:
             "there is no smaller plan that fits") + "; choose a smaller context or model, or close other programs"
 
 
-def describe_load(engine, result: LoadResult | None = None, *, load_ms: float = 0.0) -> LoadedModel:
+def describe_load(engine, result: LoadResult | None = None, *, load_ms: float = 0.0) -> ModelInfo:
     """What a loaded engine is and where it runs, with the plan it was loaded with."""
-    return replace(engine.describe(), plan=plan_view(result) if result is not None else None,
-                   notes=tuple(result.messages) if result is not None else (), load_ms=load_ms)
+    info = engine.describe()
+    local = info.local and replace(info.local, plan=plan_view(result) if result is not None else None,
+                                   load_ms=load_ms)
+    return replace(info, notes=tuple(result.messages) if result is not None else (), local=local)
 
 
 def plan_view(result: LoadResult) -> dict[str, Any] | None:

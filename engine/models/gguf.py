@@ -1,4 +1,4 @@
-"""What Hearth knows about a GGUF model from its header alone: ModelInfo.
+"""What Hearth knows about a GGUF model from its header alone: GgufInfo.
 
 The header itself is read by gguf_header.py (strict: a truncated or corrupt file
 gets a clear message); this module distills the fields sizing, the draft check
@@ -18,7 +18,7 @@ from .gguf_header import FILE_TYPES, read_gguf
 
 
 @dataclass(slots=True, frozen=True)
-class ModelInfo:
+class GgufInfo:
     """What sizing, the draft check and ``engine info`` need to know about a model."""
 
     path: Path
@@ -76,7 +76,7 @@ def _first_int(v: Any) -> int:
     return int(v)
 
 
-def model_info(path: str | os.PathLike[str]) -> ModelInfo:
+def model_info(path: str | os.PathLike[str]) -> GgufInfo:
     """Read a GGUF file and distill the fields the rest of Hearth uses.
 
     Remembered per file version (path, size, mtime): the draft search plans a
@@ -91,11 +91,11 @@ def model_info(path: str | os.PathLike[str]) -> ModelInfo:
 
 
 @lru_cache(maxsize=4)  # a vocabulary of 150k strings is ~10 MB
-def _model_info_cached(path: str, size: int, mtime_ns: int) -> ModelInfo:
+def _model_info_cached(path: str, size: int, mtime_ns: int) -> GgufInfo:
     return _model_info(Path(path))
 
 
-def _model_info(path: Path) -> ModelInfo:
+def _model_info(path: Path) -> GgufInfo:
     g = read_gguf(path)
     m = g.metadata
     arch = m.get("general.architecture")
@@ -141,7 +141,7 @@ def _model_info(path: Path) -> ModelInfo:
         if i is not None and 0 <= i < len(tokens):
             special[nm] = tokens[i]
 
-    return ModelInfo(
+    return GgufInfo(
         path=g.path,
         name=str(m.get("general.name") or g.path.stem),
         architecture=arch,

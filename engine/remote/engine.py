@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..decode.metrics import SERVER_BACKEND, GenerationStats
 from ..errors import HearthError
-from ..interface import Capabilities, LoadedModel
+from ..interface import Capabilities, ModelInfo
 from ..kv.reuse import ProgressFn
 from ..prompt.messages import Message, ToolCall, ToolCallDelta
 from ..reply_formats import ThinkControl
@@ -79,31 +79,23 @@ class RemoteEngine:
 
     # -- what it is ---------------------------------------------------------------------
 
-    @property
-    def think(self) -> ThinkControl | None:
-        """The Think control the server describes for its model (a Hearth's model list); None elsewhere:
-        there the server's template decides, and a split reasoning_content is still shown."""
-        return self._think
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
-
-    def describe(self) -> LoadedModel:
+    def describe(self) -> ModelInfo:
+        """The model as its server lists it; its Think control where the server describes one (a Hearth's model
+        list; elsewhere the server's template decides, and a split reasoning_content is still shown). Nothing
+        of a backend's own: those figures are its server's (``local`` is None)."""
         ep = self.client.endpoint
-        return LoadedModel(
+        return ModelInfo(
             label=self.label, path=f"{ep.url}#{self.model.id}", bundled=False, backend="remote", quant="",
-            n_ctx=self._n_ctx, n_threads=None, runtime=f"remote ({self.model.owned_by or 'OpenAI-compatible'})",
-            device=ep.address, n_gpu_layers=0, kv_type="", exactness="", draft="none", draft_model=None,
-            draft_memory=0, memory={}, memory_total=0, prefix_budget=0,
-            notes=self._notes, capabilities=self.capabilities())
+            n_ctx=self._n_ctx, runtime=f"remote ({self.model.owned_by or 'OpenAI-compatible'})",
+            device=ep.address, think=self._think, capabilities=self.capabilities(), notes=self._notes)
 
     def capabilities(self) -> Capabilities:
         """Counts are exact where the server counts them (token_count.py), images are sent and its server
-        decides whether the model reads them, a Think control where the server describes one; batching is
-        the server's, and so are its settings."""
+        decides whether the model reads them (and counts them), a Think control where the server describes
+        one; batching, the queue and the settings are the server's. Tools are sent as OpenAI's, for the
+        server to parse; a raw-text continuation goes through the chat API (interface.continue_text)."""
         return Capabilities(exact_tokens=self.counter.exact, images=True, think=self._think is not None,
-                            batching=False, tunable=False, runs="server")
+                            batching=False, tunable=False, runs="server", tools=True)
 
     def plan_tools(self, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
         return ToolPlan(OPENAI_TOOLS, tuple(tools), choice, parallel)
@@ -113,18 +105,6 @@ class RemoteEngine:
         """The server's own count where it offers one (``capabilities().exact_tokens``), else an estimate
         (about 4 characters a token)."""
         return self.counter.count(messages, template_kwargs)
-
-    def count_image_tokens(self, data: bytes) -> int:
-        return 0  # the server counts an image's tokens; nothing of this side's context is spent on it
-
-    def capacity(self) -> int:
-        return 1  # counted as one: the server schedules and batches its own requests
-
-    def load(self) -> dict[str, Any]:
-        return {}  # the server keeps its own queue
-
-    def set_parallel(self, parallel: int, *, window: bool = True) -> None:
-        pass  # the server decides how many requests it runs at once
 
     def close(self) -> None:
         self._closed = True  # nothing is held between requests: each reply is one connection
@@ -161,12 +141,6 @@ class RemoteEngine:
             body["chat_template_kwargs"] = dict(template_kwargs)  # the Think choice, as Hearth and llama-server take it
         yield from RemoteReply(self, body, notes, cancel).events()
 
-    def complete(self, text: str, params: SamplingParams | None = None, *,
-                 cancel: threading.Event | None = None, priority: int = 0, max_wait_s: float | None = None,
-                 label: str = "") -> Iterator[StreamEvent]:
-        """A continuation through the chat API (most servers' /completions differ): ``text`` as a user turn."""
-        return self.stream([Message("user", text)], params, cancel=cancel)
-
 
 class RemoteReply:
     """One streamed reply: the server's chunks as the engine's events, timed on this side."""
@@ -174,7 +148,7 @@ class RemoteReply:
     def __init__(self, engine: RemoteEngine, body: dict[str, Any], notes: list[str],
                  cancel: threading.Event | None) -> None:
         self.engine, self.body, self.cancel = engine, body, cancel
-        self.stats = GenerationStats(backend=SERVER_BACKEND, n_ctx=engine.n_ctx, notes=list(notes))
+        self.stats = GenerationStats(backend=SERVER_BACKEND, n_ctx=engine._n_ctx, notes=list(notes))
         self.answer: list[str] = []
         self.thought: list[str] = []
         self.calls: dict[int, dict[str, str]] = {}

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Cancelled, HearthError
-from ..interface import Capabilities, LoadedModel
+from ..interface import Capabilities, ModelInfo
 from ..sizing.load_spec import LoadSpec
 from ..prompt.messages import Message
 from ..remote.connect import client_for
@@ -60,26 +60,29 @@ def lost_text(labels: Sequence[tuple[str, str]]) -> str:
 class SplitEngine(RemoteEngine):
     """The engine interface for a model split over workers, served by a child process of this one."""
 
-    def __init__(self, remote: RemoteEngine, *, proc: subprocess.Popen, links: list[Link], loaded: LoadedModel,
+    def __init__(self, remote: RemoteEngine, *, proc: subprocess.Popen, links: list[Link], loaded: ModelInfo,
                  log: Path, scratch: Path | None = None) -> None:
-        super().__init__(remote.client, remote.model, label=loaded.label, counter=remote.counter, think=remote.think)
+        super().__init__(remote.client, remote.model, label=loaded.label, counter=remote.counter,
+                         think=remote.describe().think)
         self.proc, self.links, self.log, self.scratch = proc, links, log, scratch
         self._n_ctx = loaded.n_ctx
         where = ", ".join(f"{lk.machine.label} ({lk.round_trip_ms:.1f} ms round trip)" for lk in links)
         self._loaded = replace(loaded, notes=(*loaded.notes, f"layers on other machines: {where}; the model runs in "
                                               "a process of its own, so a machine that goes away cannot take "
-                                              "the window with it"), capabilities=self.capabilities(loaded))
+                                              "the window with it"), think=self._think,
+                               capabilities=self.capabilities(loaded))
 
-    def capabilities(self, loaded: LoadedModel | None = None) -> Capabilities:
+    def capabilities(self, loaded: ModelInfo | None = None) -> Capabilities:
         """The child's model as this side reaches it: through the remote engine's client, which counts with
         the child's model (its count route) and sets the Think control the child's model list describes; it
-        sees images where the child loaded a projector; one request at a time from here; its settings are
-        this machine's (the child runs the file)."""
+        sees images where the child loaded a projector (and counts them there); one request at a time from
+        here; its settings are this machine's (the child runs the file). Tools go as OpenAI's, for the child
+        to parse, as the remote engine sends them."""
         loaded = self._loaded if loaded is None else loaded
         return Capabilities(exact_tokens=self.counter.exact, images=loaded.capabilities.images,
-                            think=self.think is not None, batching=False, tunable=True, runs="workers")
+                            think=self._think is not None, batching=False, tunable=True, runs="workers", tools=True)
 
-    def describe(self) -> LoadedModel:
+    def describe(self) -> ModelInfo:
         return self._loaded
 
     def stream(self, messages: Sequence[Message | Mapping[str, Any]], params: SamplingParams | None = None, *,
@@ -172,7 +175,7 @@ def _start_child(req: LoadSpec, links: list[Link], data_dir: Path | None, cancel
 
 
 def _wait_ready(proc: subprocess.Popen, log: Path,
-                cancel: threading.Event | None) -> tuple[dict[str, str], LoadedModel]:
+                cancel: threading.Event | None) -> tuple[dict[str, str], ModelInfo]:
     """Where the child serves (``{"url", "model"}``) and what it loaded, from its stdout's machine-readable
     lines as they come (read on a thread, so that two lines arriving together are both seen; Cancel stops
     the wait); the lines for people are passed over."""
@@ -200,7 +203,7 @@ def _wait_ready(proc: subprocess.Popen, log: Path,
             proc.wait(10)
             raise HearthError(f"the model could not be loaded over the machines: {_tail(log)}")
         if line.startswith(LOADED):
-            loaded = LoadedModel.from_dict(json.loads(line[len(LOADED):]))
+            loaded = ModelInfo.from_dict(json.loads(line[len(LOADED):]))
         elif line.startswith(READY) and loaded is not None:
             return ready_line(line), loaded
 

@@ -36,7 +36,7 @@ class HFBackend:
                  source: str = "", info: Any = None, prefill_chunk: int = 512) -> None:
         self.model = model.eval()
         self.tok = tokenizer
-        self.info = info  # a GGUF source's header (engine.models.gguf.ModelInfo), for draft-model checks
+        self.info = info  # a GGUF source's header (engine.models.gguf.GgufInfo), for draft-model checks
         self.quant = quant
         self.source = source
         self.prefill_chunk = prefill_chunk

@@ -21,7 +21,7 @@ DEFAULT_CTX = 8192
 @dataclass(slots=True)
 class HFModel:
     """A model ready to wrap: ``source`` is what the user gave (a folder or a .gguf file);
-    ``info`` is a GGUF source's header (engine.models.gguf.ModelInfo), else None."""
+    ``info`` is a GGUF source's header (engine.models.gguf.GgufInfo), else None."""
 
     model: Any
     tokenizer: Any

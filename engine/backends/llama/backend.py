@@ -20,7 +20,7 @@ from ...config import EXACTNESS, default_exactness
 from ...errors import HearthError, NoVisionError
 from ...inputs.images import DecodedImage
 from ...inputs.media import has_media
-from ...models.gguf import ModelInfo, model_info
+from ...models.gguf import GgufInfo, model_info
 from ...types import WANT_ALL, WANT_LAST, WANT_NONE
 from ..base import BackendInfo, Flag, Row
 from ...models.vocab import Vocab
@@ -41,7 +41,7 @@ class LlamaCppBackend:
     def __init__(self, path: str | os.PathLike[str], *, n_ctx: int = 4096, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, kv_type: str = "f16",
                  flash_attn: bool | None = None, repack: bool = False,
-                 info: ModelInfo | None = None, exactness: str | None = None, threads_poll: int | None = None,
+                 info: GgufInfo | None = None, exactness: str | None = None, threads_poll: int | None = None,
                  mmproj: str | os.PathLike[str] | None = None, tensor_split: tuple[float, ...] | None = None,
                  n_seq: int = 1) -> None:
         self._pool: ThreadPool | None = None

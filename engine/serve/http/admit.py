@@ -11,6 +11,7 @@ from typing import Any
 from starlette.requests import Request
 
 from ...errors import HearthError, ToolsUnsupported
+from ...interface import plan_tools
 from ...reply_formats.tools import ToolError
 from ...library.model_settings import Layered
 from ..protocols.dialect import anthropic_wire
@@ -52,7 +53,7 @@ def serve_request(req: ApiRequest, t: Target, base: Layered | None = None, *, pr
     None: the engine's defaults); raises ApiError (400) for what ``t``'s model cannot do as asked.
     ``priority``: its class when it names none (its key's default); ``max_wait_s``: the longest it may
     wait in the engine's queue (then QueueTimeout: a 503); ``label``: who asked (its key's name)."""
-    think = t.scheduler.engine.think
+    think = t.scheduler.think
     kwargs = req.template_kwargs
     if req.thinking is not None and think is not None and think.kind == "switch":
         kwargs = {**(kwargs or {}), think.variable: req.thinking}  # a protocol's own thinking switch
@@ -63,7 +64,7 @@ def serve_request(req: ApiRequest, t: Target, base: Layered | None = None, *, pr
     plan = None
     if req.tools:
         try:
-            plan = t.scheduler.engine.plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
+            plan = plan_tools(t.scheduler.engine, req.tools, req.tool_choice, req.parallel_tool_calls)
             if plan.calling() is not None:
                 plan.grammar()  # a schema the grammar cannot express is refused here, before any work
         except ToolError as e:

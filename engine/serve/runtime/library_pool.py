@@ -66,8 +66,9 @@ def library_pool(data_dir: Path, *, parallel: int, queue_limit: int, n_ctx: int 
     def open_model(model: str, held: int) -> Opened:
         req = request(model)
         loaded = load_model(req, data_dir=data_dir, hardware=reduced(planning.machine(req.plan_format), held))
-        assert loaded.model is not None  # load_model describes what it loaded
+        info = loaded.model
+        assert info is not None and info.local is not None  # load_model describes what it loaded, here
         return Opened(Scheduler(loaded.engine, parallel=parallel, queue_limit=queue_limit, window=False),
-                      loaded.model.memory_total, loaded.model.n_ctx)
+                      info.local.memory_total, info.n_ctx)
 
     return ModelPool(catalog, fits=fits, open_model=open_model, default_ttl=default_ttl)

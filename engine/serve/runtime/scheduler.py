@@ -18,7 +18,7 @@ import time
 from typing import Iterator
 
 from ...errors import HearthError
-from ...interface import ChatEngine
+from ...interface import ChatEngine, continue_text, scheduling
 from ...types import StreamEvent
 from .requests import CONTEXT_POLICIES, Priority, QueueFull, ServeRequest, Ticket
 
@@ -28,9 +28,10 @@ _RECENT = 16          # requests whose service time the retry estimate averages
 
 class Scheduler:
     """Serves requests for one engine (:class:`ChatEngine`). ``parallel``: API requests the engine
-    runs at once (its KV pool grows to hold them: engine.set_parallel), besides the window's own
-    where ``window`` (the app's engine; not ``engine serve``'s or a model the API loaded); beyond
-    them, at most ``queue_limit`` wait. Close the scheduler before its engine."""
+    runs at once (an engine that schedules its own: its KV pool grows to hold them, set_parallel),
+    besides the window's own where ``window`` (the app's engine; not ``engine serve``'s or a model the
+    API loaded); beyond them, at most ``queue_limit`` wait. An engine whose server schedules its
+    requests counts as running one at a time here. Close the scheduler before its engine."""
 
     def __init__(self, engine: ChatEngine, *, parallel: int = 4, queue_limit: int = 16, window: bool = True) -> None:
         if parallel < 1:
@@ -38,7 +39,12 @@ class Scheduler:
         if queue_limit < 0:
             raise HearthError(f"queue_limit must be >= 0, got {queue_limit}")
         self._engine = engine
-        engine.set_parallel(parallel, window=window)
+        self._queue = scheduling(engine)  # None: its server keeps the queue
+        if self._queue is not None:
+            self._queue.set_parallel(parallel, window=window)
+        info = engine.describe()  # fixed for the engine's life: read once, not per request
+        self.think = info.think
+        self.n_ctx = info.n_ctx
         self.parallel = parallel
         self.queue_limit = queue_limit
         self._lock = threading.Condition()
@@ -55,7 +61,7 @@ class Scheduler:
     @property
     def batching(self) -> bool:
         """Whether the engine runs several requests at once (else they take turns)."""
-        return self._engine.capacity() > 1
+        return self._capacity() > 1
 
     # -- callers ------------------------------------------------------------------
 
@@ -66,7 +72,7 @@ class Scheduler:
             if self._closed:
                 raise HearthError("the scheduler is closed")
             api = [t for t in self._active if t.request.priority != Priority.WINDOW]
-            waiting = len(api) - self._engine.capacity()
+            waiting = len(api) - self._capacity()
             if req.priority != Priority.WINDOW and waiting >= self.queue_limit:
                 raise QueueFull(f"{waiting} requests are already waiting; try again shortly",
                                 retry_after_s=self._retry_after(waiting))
@@ -79,10 +85,10 @@ class Scheduler:
     def stats(self) -> dict:
         """Counts for a status indicator: running, queued and served requests; and the tokens the
         engine's KV sequences hold, of what they can hold (0 of 0 where its server keeps them)."""
-        load = self._engine.load()  # the engine's own counts, where it keeps a queue
+        load = self._queue.load() if self._queue is not None else {}  # the engine's own counts, where it keeps a queue
         with self._lock:
             active = len(self._active)
-            capacity = self._engine.capacity()
+            capacity = self._capacity()
             running = load.get("running", min(active, capacity))
             queued = load.get("waiting", max(0, active - capacity))
             return {"running": running, "queued": queued, "served": self._served, "parallel": self.parallel,
@@ -103,6 +109,9 @@ class Scheduler:
         for t in active:
             t.cancel()
 
+    def _capacity(self) -> int:
+        return self._queue.capacity() if self._queue is not None else 1  # a server batches its own requests
+
     def _count(self, ticket: Ticket) -> None:
         with self._lock:
             self._active.discard(ticket)
@@ -122,8 +131,8 @@ class Scheduler:
         if req.grammar is not None:  # GBNF the reply (or its answer) follows
             params = dataclasses.replace(params, grammar=req.grammar, grammar_scope=req.grammar_scope)
         if req.prompt is not None:
-            return self._engine.complete(req.prompt, params, cancel=ticket.cancel_flag, priority=req.priority,
-                                         max_wait_s=req.max_wait_s, label=req.label)
+            return continue_text(self._engine, req.prompt, params, cancel=ticket.cancel_flag, priority=req.priority,
+                                 max_wait_s=req.max_wait_s, label=req.label)
         assert req.messages is not None  # ServeRequest checks exactly one is set
         return self._engine.stream(req.messages, params, cancel=ticket.cancel_flag,
                                    context_policy=CONTEXT_POLICIES[req.context_policy],

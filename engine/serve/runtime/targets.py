@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from ...interface import LoadedModel
+from ...interface import ModelInfo
 from ...models.catalogue import ModelRef
 from ...reply_formats import ThinkControl
 from ..protocols.openai import ApiError
@@ -40,7 +40,7 @@ def api_model_id(ref: ModelRef | None) -> str:
     return file_model_id(ref.path)
 
 
-def loaded_model_id(model: LoadedModel) -> str:
+def loaded_model_id(model: ModelInfo) -> str:
     """The API id of a loaded model: its file's or folder's name (``api_model_id`` of its file)."""
     return file_model_id(model.path) if model.path else "model"
 
@@ -76,7 +76,7 @@ class Targets:
         with self._lock:
             self._own = t
         if self.pool is not None:
-            self.pool.pin(t.model_id, scheduler, model.memory_total, t.n_ctx)
+            self.pool.pin(t.model_id, scheduler, model.local.memory_total if model.local is not None else 0, t.n_ctx)
 
     def detach(self, reason: str) -> None:
         with self._lock:
@@ -130,11 +130,11 @@ class Targets:
         """``GET /v1/models``: the server's own model, then (with a pool) every library model,
         each marked loaded or not."""
         t = self._own
-        own = [] if t is None else [_card(t.model_id, t.created, t.n_ctx, True, t.scheduler.engine.think)]
+        own = [] if t is None else [_card(t.model_id, t.created, t.n_ctx, True, t.scheduler.think)]
         if self.pool is None:
             return own
         held = {h.model_id: h for h in self.pool.held()}
-        out = own + [_card(h.model_id, h.created, h.n_ctx, True, h.scheduler.engine.think) for h in held.values()
+        out = own + [_card(h.model_id, h.created, h.n_ctx, True, h.scheduler.think) for h in held.values()
                      if t is None or h.model_id != t.model_id]
         listed = {c["id"] for c in out}
         out += [_card(mid, 0, None, False) for mid in self.pool.catalog() if mid not in listed]
