@@ -8,8 +8,9 @@ The reply's stats name the policy, the messages summarized and what the summary 
 """
 from __future__ import annotations
 
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence
 
 from ..decode.metrics import GenerationStats
 from ..decode.prepare import Compaction
@@ -19,13 +20,38 @@ from ..prompt.summary import summary_message, summary_params, summary_request
 from ..types import StreamEvent
 
 if TYPE_CHECKING:
-    from ..engine import Engine
     from ..kv.reuse import ProgressFn
+    from ..prompt.summary import Summaries
     from ..reply_formats.tools import ToolPlan
+    from ..types import SamplingParams
+    from .job import Handle
     from .reply import ReplyRequest
 
 
-def compacting(engine: "Engine", reply: "ReplyRequest", messages: Sequence[Message | Mapping[str, Any]],
+class Compacts(Protocol):
+    """What compaction asks of the engine it runs in (engine.Engine is one): the engine module imports
+    this one, so this one names the engine's few members it uses rather than the engine."""
+
+    summaries: "Summaries"
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def stream(self, messages: Sequence[Message | Mapping[str, Any]], params: "SamplingParams | None" = None, *,
+               cancel: threading.Event | None = None, progress: "ProgressFn | None" = None,
+               context_policy: str | None = None, template_kwargs: Mapping[str, object] | None = None,
+               tools: "ToolPlan | None" = None, priority: int = ..., max_wait_s: float | None = None,
+               label: str = "") -> Iterator[StreamEvent]: ...
+
+    def prepare(self, messages: Sequence[Message | Mapping[str, Any]], params: "SamplingParams", *,
+                context_policy: str = ..., template_kwargs: Mapping[str, object] | None = ...,
+                tools: "ToolPlan | None" = ..., compaction: Compaction | None = ...) -> "ReplyRequest": ...
+
+    def submit(self, reply: "ReplyRequest", *, priority: int = ..., cancel: threading.Event | None = None,
+               max_wait_s: float | None = None, label: str = "") -> "Handle": ...
+
+
+def compacting(engine: Compacts, reply: "ReplyRequest", messages: Sequence[Message | Mapping[str, Any]],
                tools: "ToolPlan | None", progress: "ProgressFn | None", ask: dict[str, Any]) -> Iterator[StreamEvent]:
     """The events of ``reply`` (prepared under ``compact``, its cut leaving turns out) after its summary."""
     req = reply.req

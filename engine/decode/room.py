@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .metrics import GenerationStats
     from .prepare import Prepared
     from .resample import Redraws
-    from .stream import StopRules
+    from .stop_rules import StopRules
 
 
 class RoomKeeper:

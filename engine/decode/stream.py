@@ -12,7 +12,7 @@ through it to the engine core, and its events go to the reader:
   (decode/resample.py) a few times before its text is given back as text;
 - :class:`ThinkingBudget`: the most reasoning tokens a reply may spend, after which
   the family's closing text is fed to the model, read, not sampled;
-- :class:`StopRules`: end of generation, ``max_tokens`` (finishing a cut character),
+- :class:`StopRules` (stop_rules.py): end of generation, ``max_tokens`` (finishing a cut character),
   Stop, and a context with no room for the next token (a forced tool call is closed within
   that budget by its sampler, call_closing.py, and one that cannot fit ends the reply at once,
   with a note);
@@ -45,6 +45,7 @@ from .generate import Steering, Steps
 from .metrics import GenerationStats
 from .reply_events import ReplyEvents
 from .resample import Redraws, Rewind
+from .stop_rules import StopRules
 from .timeline import NO_TIMELINE, Recorder
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     from ..backends.base import Backend, SeqView
     from ..speculative.stats import SpecStats
 
-FINISH_CHAR_TOKENS = 3  # byte tokens a reply may run past max_tokens to complete its last character
 
 
 class ThinkingBudget:
@@ -110,40 +110,6 @@ class ThinkingBudget:
         self.stats.generated_tokens = len(generated)
         self.stats.notes.append(f"thinking budget of {self.params.reasoning_budget} tokens reached; "
                                 "closed the block")
-
-
-class StopRules:
-    """When a reply ends, besides a stop string (the detokenizer's): end of generation,
-    ``max_tokens`` (a cut character is finished first), Stop, and a full context."""
-
-    def __init__(self, backend: "Backend", params: SamplingParams, prompt_len: int,
-                 cancel: threading.Event | None) -> None:
-        self.eos = frozenset() if params.ignore_eos else backend.eos_ids
-        self.n_ctx = backend.n_ctx
-        self.max_tokens = params.limit
-        self.prompt_len = prompt_len
-        self.cancel = cancel
-        self.extra = 0  # tokens past max_tokens spent finishing a character
-
-    def room(self, generated: int) -> int:
-        """The context's free positions after the prompt and ``generated`` tokens."""
-        return self.n_ctx - self.prompt_len - generated
-
-    def after(self, generated: int, detok: IncrementalDetokenizer) -> str | None:
-        """The finish reason after the reply's ``generated``-th token, or None to go on."""
-        if generated >= self.max_tokens + self.extra:
-            # Cut inside a character: finish it (a UTF-8 character is at most
-            # 4 bytes) rather than end the reply on half of one.
-            if detok.incomplete and self.extra < FINISH_CHAR_TOKENS:
-                self.extra += 1
-            else:
-                return "max_tokens"
-        if self.cancel is not None and self.cancel.is_set():
-            return "cancelled"
-        # The newest token must be fed back before the next one: no room, no next.
-        if self.prompt_len + generated > self.n_ctx:
-            return "context_full"
-        return None
 
 
 class StatsClock:

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from .json_grammar import FORMATS, Grammar, literal
-
-if TYPE_CHECKING:
-    from .tools import Tool
 
 KV_VALUE_CAP = 2048   # characters in a bare string without its own maxLength
 PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
 
 
-def kv_arguments(g: Grammar, t: "Tool", name: str) -> str:
-    """The grammar of ``t``'s arguments as GLM's pairs, each property in declared order, the required ones
-    always written."""
-    props = t.parameters.get("properties", {}) or {}
-    required = set(t.parameters.get("required", []) or [])
+def kv_arguments(g: Grammar, parameters: Mapping[str, Any], name: str) -> str:
+    """The grammar of a tool's arguments (its ``parameters`` schema) as GLM's pairs, each property in
+    declared order, the required ones always written."""
+    props = parameters.get("properties", {}) or {}
+    required = set(parameters.get("required", []) or [])
     pairs = []
     for k, sch in props.items():
         if isinstance(sch, dict) and sch.get("type") == "string":
@@ -52,9 +49,10 @@ def bare_string(g: Grammar, schema: Mapping[str, Any], name: str, path: str) -> 
     return g.add(f"kv-text-{lo}-{hi}" if (lo, hi) != (0, KV_VALUE_CAP) else "kv-text", f"[^<]{{{lo},{hi}}}")
 
 
-def read_kv(tool: "Tool | None", raw: str) -> dict[str, Any]:
-    """GLM's pairs as a JSON object: a string property's value as written, any other's as JSON where it is."""
-    props = (tool.parameters.get("properties", {}) if tool else {}) or {}
+def read_kv(parameters: Mapping[str, Any] | None, raw: str) -> dict[str, Any]:
+    """GLM's pairs as a JSON object (``parameters``: the tool's schema, None for a tool not offered): a string
+    property's value as written, any other's as JSON where it is."""
+    props = (parameters.get("properties", {}) if parameters else {}) or {}
     out: dict[str, Any] = {}
     for m in PAIR.finditer(raw):
         k, v = m.group(1).strip(), m.group(2)

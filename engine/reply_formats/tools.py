@@ -278,7 +278,7 @@ class ToolPlan:
         pre = literal(s.call_open) + " " if s.call_open else ""
         post = " " + literal(s.call_close) if s.call_close else ""
         if s.body == "kv":
-            return g.add(f"{name}-call", f"{pre}{literal(t.name)} {kv_arguments(g, t, name)}{post}")
+            return g.add(f"{name}-call", f"{pre}{literal(t.name)} {kv_arguments(g, t.parameters, name)}{post}")
         args = g.value(dict(t.parameters), f"{name}-args")
         if s.body == "name-args":
             return g.add(f"{name}-call", f"{pre}{literal(t.name)} {literal(s.args_sep)} {args}{post}")
@@ -291,7 +291,7 @@ class ToolPlan:
 def parse_arguments(syntax: ToolSyntax, tool: Tool | None, raw: str) -> dict[str, Any]:
     """A call body's arguments as a JSON object (GLM's pairs converted to their schema types)."""
     if syntax.body == "kv":
-        return read_kv(tool, raw)
+        return read_kv(tool.parameters if tool else None, raw)
     value = json.loads(raw)
     if not isinstance(value, dict):
         raise ValueError("the arguments are not a JSON object")

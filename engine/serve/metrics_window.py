@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..decode.metrics import percentile
 
 if TYPE_CHECKING:
-    from .metrics import FinishedRequest
+    from .request_record import FinishedRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ imported from its module when first asked, so a window without voice never loads
 """
 from __future__ import annotations
 
-from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from ..exports import lazy_exports
@@ -23,14 +22,15 @@ if TYPE_CHECKING:
     from .audio import SAMPLE_RATE, level_dbfs, pcm16_to_float
     from .kit import VoiceChoice, VoiceKit
     from .listen import Dictation
-    from .models import BUNDLED, SETUP_HINT, SpeechModel, on_hub, piper_voice, whisper_model
+    from .models import BUNDLED, SETUP_HINT, SpeechModel, on_hub, piper_voice, voice_installed, whisper_model
     from .on_disk import delete_speech_model, speech_fit, speech_models_on_disk
     from .sentences import SentenceCutter
 
 _WHERE = {
     **dict.fromkeys(["SAMPLE_RATE", "level_dbfs", "pcm16_to_float"], ".audio"),
     "VoiceChoice": ".kit", "VoiceKit": ".kit", "Dictation": ".listen",
-    **dict.fromkeys(["BUNDLED", "SETUP_HINT", "SpeechModel", "on_hub", "piper_voice", "whisper_model"], ".models"),
+    **dict.fromkeys(["BUNDLED", "SETUP_HINT", "SpeechModel", "on_hub", "piper_voice", "voice_installed",
+                    "whisper_model"], ".models"),
     **dict.fromkeys(["delete_speech_model", "speech_fit", "speech_models_on_disk"], ".on_disk"),
     "SentenceCutter": ".sentences",
 }
@@ -38,8 +38,3 @@ __all__ = ["BUNDLED", "Dictation", "SAMPLE_RATE", "SETUP_HINT", "SentenceCutter"
            "VoiceKit", "delete_speech_model", "level_dbfs", "on_hub", "pcm16_to_float", "piper_voice", "speech_fit",
            "speech_models_on_disk", "voice_installed", "whisper_model"]
 __getattr__ = lazy_exports(__name__, _WHERE)
-
-
-def voice_installed() -> bool:
-    """Whether the optional voice libraries are installed (without importing them)."""
-    return find_spec("faster_whisper") is not None and find_spec("piper") is not None

@@ -17,16 +17,22 @@ import importlib
 import json
 import threading
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import HearthError
 from ..library.local import ORIGIN_BUNDLED, ORIGIN_HF, ORIGIN_MODELS
 from ..models.catalogue import is_hub_id
-from . import voice_installed
 
 if TYPE_CHECKING:
     from ..models.hub import ProgressFn
+
+
+def voice_installed() -> bool:
+    """Whether the optional voice libraries are installed (without importing them)."""
+    return find_spec("faster_whisper") is not None and find_spec("piper") is not None
+
 
 BUNDLED = "bundled"
 # A faster-whisper repository's files (Systran/faster-whisper-*): "?" where only some repositories have one.

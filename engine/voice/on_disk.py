@@ -13,8 +13,7 @@ from typing import Iterable
 
 from ..library.local import FIT_CPU, FIT_NO, ORIGIN_BUNDLED, ORIGIN_HF, ORIGIN_MODELS, LibraryError, \
     cached_model_repos, delete_cached
-from . import voice_installed
-from .models import BUNDLED, SpeechModel, VoiceUnavailable, on_hub, piper_voice, whisper_model
+from .models import BUNDLED, SpeechModel, VoiceUnavailable, on_hub, piper_voice, voice_installed, whisper_model
 
 # Memory a speech model takes while it works, per byte on disk, measured on the bundled models on this
 # project's CPU machine (peak resident memory over the libraries' own): Whisper tiny.en's 78 MB folder
