@@ -9,6 +9,8 @@ and an estimate, said so, on a server that cannot count.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 import time
 
@@ -244,6 +246,12 @@ def test_required_with_one_tool_is_sent_as_that_tool_and_what_is_not_sent_is_not
     assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}  # llama_cpp.server: no "required"
     body, _ = eng.payload(ASK, GREEDY, eng.plan_tools([one, two], "required"))
     assert body["tool_choice"] == "required" and [t["function"]["name"] for t in body["tools"]] == ["add", "mul"]
+    # A thinking budget goes to a Hearth (its models are owned_by hearth), and is noted as not sent elsewhere.
+    body, notes = eng.payload(ASK, SamplingParams(reasoning_budget=5), None)
+    assert eng.model.owned_by == "hearth" and body["reasoning_budget_tokens"] == 5 and notes == []
+    eng.model = dataclasses.replace(eng.model, owned_by="llamacpp")
+    body, notes = eng.payload(ASK, SamplingParams(reasoning_budget=5), None)
+    assert "reasoning_budget_tokens" not in body and any("thinking budget" in n for n in notes)
     eng.extras = False  # a server that takes OpenAI's fields only
     body, notes = eng.payload(ASK, SamplingParams(temperature=0.5, top_k=20, grammar="root ::= \"x\""), None)
     assert "top_k" not in body and "grammar" not in body and body["temperature"] == 0.5
@@ -284,6 +292,11 @@ def test_a_hearth_servers_think_control_is_offered_counted_and_sent(thinking_eng
         final = list(eng.stream(ask, SamplingParams(temperature=0.0, max_tokens=2), template_kwargs=off))[-1]
         assert srv.finished[-1].request.template_kwargs == off  # sent as chat_template_kwargs
         assert final.stats.prompt_tokens == thinking_engine.count_tokens(ask, off)
+        # A thinking budget goes to a Hearth as reasoning_budget_tokens, which its engine closes the block at.
+        budgeted = SamplingParams(temperature=0.0, max_tokens=24, reasoning_budget=3)
+        final = list(eng.stream(ask, budgeted))[-1]
+        assert srv.finished[-1].request.params.reasoning_budget == 3
+        assert not any("budget" in n for n in final.stats.notes), final.stats.notes
 
 
 @pytest.fixture(scope="module")

@@ -114,7 +114,8 @@ class RemoteEngine:
     def payload(self, messages: Sequence[Message | Mapping[str, Any]], params: SamplingParams,
                 tools: ToolPlan | None) -> tuple[dict[str, Any], list[str]]:
         """The request body for a reply, and the notes on what was not sent."""
-        fields, notes = sampling_fields(params, self.extras)
+        # A Hearth closes the model's reasoning at the budget as the window does here (its models are owned_by hearth).
+        fields, notes = sampling_fields(params, self.extras, budget=self.model.owned_by == "hearth")
         body: dict[str, Any] = {"model": self.model.id, "messages": [wire_message(m) for m in messages],
                                 "stream_options": {"include_usage": True}, **fields}
         if tools is not None:

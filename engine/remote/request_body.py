@@ -41,9 +41,10 @@ def wire_message(m: Message | Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def sampling_fields(params: SamplingParams, extras: bool) -> tuple[dict[str, Any], list[str]]:
+def sampling_fields(params: SamplingParams, extras: bool, *, budget: bool = False) -> tuple[dict[str, Any], list[str]]:
     """``params`` as request fields, and notes on what the server may not honour. ``extras``: send
-    llama.cpp's and vLLM's own fields (top_k, min_p, repeat_penalty), which OpenAI itself refuses."""
+    llama.cpp's and vLLM's own fields (top_k, min_p, repeat_penalty), which OpenAI itself refuses.
+    ``budget``: the server closes a thinking block at ``reasoning_budget_tokens`` (a Hearth does)."""
     f: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p}
     if params.max_tokens is not None:  # none: the server's own default, until the model stops (as here)
         f["max_tokens"] = params.max_tokens
@@ -70,6 +71,8 @@ def sampling_fields(params: SamplingParams, extras: bool) -> tuple[dict[str, Any
         f["grammar"] = params.grammar  # llama-server's and llama-cpp-python's field (GBNF)
     elif params.grammar:
         notes.append("the grammar was not sent: this server takes OpenAI's fields only")
-    if params.reasoning_budget is not None:
-        notes.append("the thinking budget applies to local models only")
+    if params.reasoning_budget is not None and budget:
+        f["reasoning_budget_tokens"] = params.reasoning_budget
+    elif params.reasoning_budget is not None:
+        notes.append("the thinking budget was not sent: only a Hearth server is known to take it")
     return f, notes
