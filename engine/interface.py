@@ -230,7 +230,8 @@ def continue_text(engine: ChatEngine, text: str, params: SamplingParams | None =
     raw = cast("Completion | None", _claimed(engine, "completion"))
     if raw is not None:
         return raw.complete(text, params, cancel=cancel, priority=priority, max_wait_s=max_wait_s, label=label)
-    return engine.stream([Message("user", text)], params, cancel=cancel)
+    return engine.stream([Message("user", text)], params, cancel=cancel, priority=priority, max_wait_s=max_wait_s,
+                         label=label)
 
 
 def plan_tools(engine: ChatEngine, tools: Sequence[Tool], choice: str = "auto", parallel: bool = True) -> ToolPlan:
