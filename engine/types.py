@@ -36,11 +36,14 @@ class Compute:
     beside every other sequence's rows. ``prompt``: prompt tokens, read in chunks under each step's
     token budget by priority, with progress; a decode step's tokens (a sampled token, drafts to
     verify, a thinking budget's closing text) run whole in the next step. ``done``: how many of the
-    tokens the core has computed so far."""
+    tokens the core has computed so far. ``spent_s``: this compute's share of the steps that ran it
+    (each step's seconds split by its rows), so a pipeline that times its rounds (speculation) pays
+    for its own rows, not for the rows other sequences put in the same batch."""
     tokens: list[int]
     want: int = WANT_LAST
     prompt: bool = False
     done: int = 0
+    spent_s: float = 0.0
 
 
 @dataclass(slots=True, frozen=True)

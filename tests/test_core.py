@@ -229,3 +229,43 @@ def test_the_share_holds_others_to_a_tenth_of_the_window():
     assert s.allows(True)
     assert s.allows(False)  # no window: everyone, and the account starts again
     assert s.window_s == 0.0
+
+
+def test_a_decode_beside_a_prompt_chunk_is_charged_its_rows_share_of_the_step(bundled_path):
+    """Compute.spent_s: a step's seconds split by rows. A one-token decode in the same step as another
+    request's 256-token prompt chunk waits for the whole step but is charged 1/257 of it, and the
+    chunk the rest: what a speculative round learns its cost from (tests/test_speculative.py)."""
+    from engine.core.job import Job
+    from engine.types import WANT_LAST, WANT_NONE, Compute
+
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, cache_budget=0))
+    e.set_parallel(2, window=False)
+    words = e.backend.tokenize(" ".join(["hearth"] * 1200), add_bos=True)[:1100]
+    seen: dict[str, list[tuple[float, float]]] = {"reader": [], "decoder": []}
+
+    def pipeline(name: str, prompt: list[int], decodes: int):
+        def make(lease):
+            def steps():
+                todo = [Compute(prompt[lease.cached:], WANT_NONE if decodes else WANT_LAST, prompt=True)]
+                todo += [Compute([prompt[-1]]) for _ in range(decodes)]
+                for c in todo:
+                    t0 = time.perf_counter()
+                    yield c
+                    seen[name].append((c.spent_s, time.perf_counter() - t0))
+            return steps()
+        return Job(prompt, make, priority=Priority.INTERACTIVE)
+
+    try:
+        reader = e.core.submit(pipeline("reader", words, 0))
+        decoder = e.core.submit(pipeline("decoder", words[:3], 12))
+        list(decoder.events())
+        list(reader.events())
+    finally:
+        e.close()
+    (chunk_spent, chunk_wall), = seen["reader"]
+    assert 0 < chunk_spent <= chunk_wall
+    decodes = seen["decoder"][1:]
+    assert all(0 < s <= w for s, w in decodes), decodes
+    # Beside a chunk, a decode waited the whole step and was charged a sliver of it.
+    assert any(w > 20 * s for s, w in decodes), decodes
+    assert sum(s for s, _ in decodes) < chunk_spent

@@ -4,6 +4,7 @@ cancel inside an accepted run, and the automatic choice of draft."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -166,9 +167,9 @@ def test_auto_holds_back_ngram_drafts_that_do_not_pay_and_says_so(bundled_path):
         # above look cheap, the gate opened, and the test failed in a busy full run.
         record = ctl.record
 
-        def modeled(mode, drafted, accepted, produced, seconds, stats, fit_seconds=None, bucket=None):
+        def modeled(mode, drafted, accepted, produced, seconds, stats, fit_seconds=None, bucket=None, run=None):
             cost = 0.01 * (1 + drafted)
-            return record(mode, drafted, accepted, produced, cost, stats, fit_seconds=cost, bucket=bucket)
+            return record(mode, drafted, accepted, produced, cost, stats, fit_seconds=cost, bucket=bucket, run=run)
         ctl.record = modeled
         _, ev = collect(e, g, prose)
         st = ev.stats.spec
@@ -228,3 +229,61 @@ def test_auto_leaves_out_a_model_draft_that_cannot_pay_without_touching_the_conv
     finally:
         e.close()
         plain.close()
+
+
+WAIT_S = 0.3  # what a round waits for other sequences' rows in its step (another request's prompt chunk)
+
+
+def test_a_round_is_charged_for_its_own_rows_not_for_the_batch_it_waited_in(bundled_path):
+    """In the engine core a round waits for every row of its step: beside another request's prompt
+    chunk, a one-token step takes a second. The controller learns from the round's own share of the
+    steps (Compute.spent_s) plus its own work, so a draft that pays is not retired for the session
+    because of what another request was reading. A driver stands in for the core here: it computes
+    each Compute on the real model, charges it that forward, then waits as if for other rows."""
+    from engine.backends.base import SeqView
+    from engine.decode.sampling import make_sampler
+    from engine.speculative.controller import SpecController, SpecStats
+    from engine.speculative.drafts import NgramDraft
+    from engine.speculative.step import speculative_step
+    from engine.types import Compute, WANT_ALL
+
+    eng = Engine.open(EngineConfig(bundled_path, n_ctx=256, n_threads=2, cache_budget=0))
+
+    def run() -> tuple[SpecController, list[float], int]:
+        b = eng.backend
+        view = SeqView(b, b.pool(), 0)
+        ctl = SpecController(["ngram", "plain"], k_fixed=4, explore_rounds=2)
+        prompt = b.tokenize("one two three four five one two three four five one two three four", add_bos=True)
+        history = list(prompt)
+        steps = speculative_step(view, {"ngram": NgramDraft()}, ctl, prompt, make_sampler(
+            SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)), history, SpecStats())
+        forwards, made = [], 0
+        item = next(steps)
+        while made < 16:
+            if isinstance(item, Compute):
+                t0 = time.perf_counter()
+                logits = view.forward(item.tokens, all_logits=item.want == WANT_ALL)
+                item.spent_s = time.perf_counter() - t0
+                forwards.append(item.spent_s)
+                time.sleep(WAIT_S)  # the other rows of the step
+                item = steps.send(logits)
+            else:
+                made += 1
+                item = next(steps)
+        steps.close()
+        return ctl, forwards, made
+
+    try:
+        ctl, forwards, _made = eng.core.call(run)
+    finally:
+        eng.close()
+    rounds = ctl._cost["ngram"]
+    assert rounds, "the n-gram draft was verified"
+    assert ctl.rounds["plain"] >= 1  # both modes were measured
+    slowest = max(forwards)
+    # Each round cost its forward and a little own work, never the wait beside it.
+    assert all(s < WAIT_S for _k, s in rounds), rounds
+    assert all(s < slowest + WAIT_S / 2 for _k, s in rounds), (rounds, forwards)
+    plain_rate = ctl.rate["plain"]
+    assert plain_rate is not None and plain_rate > 1 / WAIT_S
+    assert "ngram" not in ctl.retired

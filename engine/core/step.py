@@ -68,9 +68,13 @@ class Stepper:
             if only_prompt:
                 self.pool.set_abort(None)
         self.steps += 1
-        self.share.record(time.perf_counter() - t0, window=any(r.job.priority == Priority.WINDOW for r, _ in plan),
+        dt = time.perf_counter() - t0
+        row_s = dt / max(1, sum(n for _r, n in plan))  # each row's share of the step
+        self.share.record(dt, window=any(r.job.priority == Priority.WINDOW for r, _ in plan),
                           others=any(r.job.priority != Priority.WINDOW for r, _ in plan))
         for (r, n), (_seq, tokens, _want), got in zip(plan, rows, logits):
+            assert r.want is not None
+            r.want.spent_s += row_s * n
             self._computed(r, n, tokens, got)
         return True
 

@@ -9,6 +9,7 @@ a backend of its own instead (a test, a benchmark's bare loop). Everything else
 """
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence
 
 import numpy as np
@@ -100,7 +101,9 @@ def drive(backend: "Backend", gen: Generator[Any, Any, Any]) -> Iterator[Any]:
         item = next(gen)
         while True:
             if isinstance(item, Compute):
+                t0 = time.perf_counter()
                 logits = backend.forward(item.tokens, all_logits=item.want == WANT_ALL)
+                item.spent_s += time.perf_counter() - t0
                 item = gen.send(logits)
             else:
                 yield item

@@ -66,6 +66,24 @@ class _Rounds:
         self.pick, self.verify = pick_and_verify(sampler)
         self.end = len(history) + sampler.params.limit  # history holds the prompt: its length at the limit
         self.free = drafts.get(ctl.free) if ctl.free else None
+        self.run = ctl.new_run()  # this reply's own copy length and hold-back count
+        self.waited = 0.0   # this round's seconds suspended at its Computes (other sequences' work too)
+        self.charged = 0.0  # and its Computes' own share of the steps that ran them (Compute.spent_s)
+
+    def compute(self, c: Compute) -> Generator[Compute, Any, Any]:
+        """Yield ``c`` to the engine core, keeping what the round waited and what it is charged."""
+        t = time.perf_counter()
+        out = yield c
+        self.waited += time.perf_counter() - t
+        self.charged += c.spent_s
+        return out
+
+    def spent(self, t0: float) -> float:
+        """The round's cost since ``t0``: its own work (drafting, sampling) plus its rows' share of the
+        batches. In a batch beside other sequences, a round waits for their rows too (another request's
+        prompt chunk takes a second); timing it by the clock would make a draft that pays look like a loss
+        and retire it for the session. Alone, the two are the same."""
+        return time.perf_counter() - t0 - self.waited + self.charged
 
     def room(self, cap: int) -> int:
         """Drafts a round may verify: the verify pass needs ``len(history) + k`` KV
@@ -73,14 +91,14 @@ class _Rounds:
         return min(cap, self.target.n_ctx - len(self.history), self.end - len(self.history) - 1)
 
     def plain(self, tok: int, mode: str) -> Round:
-        logits = yield Compute([tok])
+        logits = yield from self.compute(Compute([tok]))
         self.stats.target_passes += 1
         return [(self.sampler(self.history, logits), False)], 0, 0, 0.0
 
     def _verify(self, tok: int, proposal: list[int], q: list) -> Generator[Compute, Any, tuple[Produced, int]]:
         """Feed ``tok`` and the proposal in one pass; keep the accepted drafts and the target's next token."""
         base = len(self.history)
-        rows = yield Compute([tok] + proposal, WANT_ALL)
+        rows = yield from self.compute(Compute([tok] + proposal, WANT_ALL))
         self.stats.target_passes += 1
         n, nxt = self.verify(self.history, proposal, q, rows)
         self.target.truncate(base + n)  # rejected drafts leave the KV here
@@ -107,7 +125,7 @@ class _Rounds:
             return None
         proposal, q = self.free.propose(self.history, most, self.pick)
         bucket = getattr(self.free, "matched", None)
-        k = self.ctl.free_len(len(proposal), bucket) if proposal else 0
+        k = self.ctl.free_len(len(proposal), bucket, self.run) if proposal else 0
         if not k:
             return None
         produced, n = yield from self._verify(tok, proposal[:k], q[:k])
@@ -117,7 +135,7 @@ class _Rounds:
         """One round after ``tok``, recorded with the controller: (its mode, the tokens, drafts made)."""
         ctl, stats, free = self.ctl, self.stats, self.free
         mode = ctl.current
-        t0 = time.perf_counter()
+        t0, self.waited, self.charged = time.perf_counter(), 0.0, 0.0
         got = (yield from self.free_round(tok)) if free is not None else None
         # The lookup indexing a new reply's history is a one-off too (see below).
         lookup = free.catchup_s if free is not None else 0.0
@@ -125,13 +143,13 @@ class _Rounds:
             assert ctl.free is not None
             mode = ctl.free
             produced, drafted, accepted, bucket = got
-            spent = time.perf_counter() - t0
+            spent = self.spent(t0)
             ctl.record(mode, drafted, accepted, len(produced), spent, stats, bucket=bucket,
-                       fit_seconds=spent - lookup)
+                       fit_seconds=spent - lookup, run=self.run)
         else:
             round_ = self.plain if mode == "plain" else self.drafted
             produced, drafted, accepted, catchup = yield from round_(tok, mode)
-            spent = time.perf_counter() - t0
+            spent = self.spent(t0)
             # The mode's rate pays for a draft's catch-up prefill (the user waits
             # for it too); the per-k cost fit does not, it is a one-off.
             ctl.record(mode, drafted, accepted, len(produced), spent, stats, fit_seconds=spent - catchup - lookup)
