@@ -166,7 +166,7 @@ def test_the_match_length_decides_which_hits_are_verified():
     for i in range(300):
         n = 4 if i % 2 else 2
         _free_round(ctl, st, (lambda k: k) if n == 4 else (lambda k: 0), c1=0.030, bucket=n)
-    ctl.hold_probe = ctl._hold_interval = 10**6  # no probe now: the decisions themselves
+    ctl.hold_probe = ctl.hold_interval = 10**6  # no probe now: the decisions themselves
     assert ctl.free_len(8, 4) >= 4
     assert ctl.free_len(8, 2) == 0
 
@@ -288,7 +288,7 @@ def test_match_classes_learn_separately():
         else:
             _copy_round(ctl, st, lambda k: 0, 3)   # a 3-token match: a coincidence
     assert ctl._match_rates(3, 1)[0] <= 0.6 < 0.95 < ctl._match_rates(24, 1)[0]
-    ctl.hold_probe = ctl._hold_interval = 10**6  # no probe now: the decisions themselves
+    ctl.hold_probe = ctl.hold_interval = 10**6  # no probe now: the decisions themselves
     assert ctl.free_len(32, 3) == 0 and ctl.free_len(32, 24) > 4
 
 
@@ -320,7 +320,7 @@ def test_the_gate_opens_on_a_clear_gain_and_closes_at_break_even():
     # held-back gate, but it keeps an open one open.
     from engine.speculative.controller import OPEN_MARGIN, match_class
     ctl = _seeded()
-    ctl.hold_probe = ctl._hold_interval = 10**6  # no probe: the decisions themselves
+    ctl.hold_probe = ctl.hold_interval = 10**6  # no probe: the decisions themselves
     c0, a, b = ctl.free_costs()
     cls = match_class(8)
 
@@ -350,7 +350,7 @@ def test_a_one_token_draft_is_costed_at_what_a_two_token_pass_measured():
 
     def fed(extra):
         ctl = SpecController(["plain"], free="ngram")
-        ctl.hold_probe = ctl._hold_interval = 10**6
+        ctl.hold_probe = ctl.hold_interval = 10**6
         ctl.seed_costs(0.05, {})
         for _ in range(10):
             ctl._cost["ngram"].extend((k, 0.05 * steps[k]) for k in (4, 8, 16))
@@ -374,3 +374,19 @@ def test_short_passes_do_not_steepen_the_first_slope():
         ctl.record("ngram", 2, 2, 3, 0.05 * 2.6, SpecStats(), bucket=32)
     c0, a, b = ctl.free_costs()
     assert a == c0 and 0.6 < b / c0 < 0.66
+
+
+def test_each_reply_in_a_batch_grows_its_own_copy():
+    """Sequences in one batch share what the controller learns (costs, acceptance by match length)
+    but each keeps its own copy length: one reply's miss does not cut another's long copy short."""
+    st = SpecStats()
+    ctl = SpecController(["plain"], free="ngram")
+    for _ in range(40):  # a copy accepted whole, learnt in the shared figures
+        _free_round(ctl, st, lambda k: k, avail=32, bucket=16)
+    copying, missing = ctl.new_run(), ctl.new_run()
+    ctl.record("ngram", 4, 4, 5, 0.05 + 0.04 * 4, st, bucket=16, run=copying)
+    ctl.record("ngram", 4, 0, 1, 0.05 + 0.04 * 4, st, bucket=16, run=missing)
+    assert ctl.free_len(32, 16, copying) == 8  # 4 accepted: may grow by 4
+    assert ctl.free_len(32, 16, missing) == 4  # its own miss keeps it short
+    ctl.record("ngram", 8, 8, 9, 0.05 + 0.04 * 8, st, bucket=16, run=copying)
+    assert ctl.free_len(32, 16, missing) == 4  # another reply's long copy does not lengthen it

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import bisect
 import statistics
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .costs import full_acceptance_rate
 from .stats import SpecStats
 
-__all__ = ["SpecController", "SpecStats", "MATCH_CLASSES", "MATCH_PRIORS", "match_class"]
+__all__ = ["SpecController", "SpecStats", "FreeRun", "MATCH_CLASSES", "MATCH_PRIORS", "match_class"]
 
 
 # Match lengths (tokens of context a copied draft continues), grouped: the
@@ -26,6 +27,18 @@ MATCH_PRIORS = tuple((n + 1) / (n + 2) for n in MATCH_CLASSES)
 # noise, and verifying it would cost a pass of several steps for nothing.
 OPEN_MARGIN = 1.05
 SHORT_KS = 3  # verifying up to this many drafts costs at least what was measured at that k
+
+
+@dataclass
+class FreeRun:
+    """One reply's own state of the free draft: how long its last verified copy ran (the next may grow
+    from there) and how many hits it has held back since it last verified one. What the controller
+    learns (costs, acceptance by match length, how long to hold back between probes) is shared by
+    every reply; this is not: four sequences in one batch each copy their own text, and one
+    sequence's miss must not cut another's copy short."""
+    last_accepted: int = 0
+    held: int = 0
+    probing: bool = False
 
 
 def match_class(length: int) -> int:
@@ -83,8 +96,8 @@ class SpecController:
         self.gated = gated
         self.gate_open: bool | None = None
         self.hold_probe = hold_probe
-        self._held, self._hold_interval, self._probing = 0, hold_probe, False
-        self._last_accepted = 0
+        self.hold_interval = hold_probe  # held-back hits between two probes (doubles while probes lose)
+        self.run = FreeRun()  # a caller's own FreeRun (one per reply) takes its place
         self.grow = 4  # how much longer than the last accepted run a free draft may be
         self._plain_s: list[float] = []  # seconds of recent one-token target steps, any mode
         # A copied draft's acceptance by how much context it matches: a draft from an
@@ -260,7 +273,11 @@ class SpecController:
         self._plain_s.append(step)
         self._cost[self.free].extend(sorted(verify.items()))
 
-    def free_len(self, available: int, bucket: int | None = None) -> int:
+    def new_run(self) -> FreeRun:
+        """A reply's own free-draft state (``free_len``, ``record``)."""
+        return FreeRun()
+
+    def free_len(self, available: int, bucket: int | None = None, run: FreeRun | None = None) -> int:
         """How many of the free draft's ``available`` proposed tokens to verify this
         round; 0 makes it a round of ``current`` instead. ``bucket``: the matched
         n-gram's length, which predicts acceptance.
@@ -270,14 +287,16 @@ class SpecController:
         expected accepted tokens pay for that, by ``OPEN_MARGIN`` to open the
         gate. While held back, the ``hold_probe``-th hit is verified anyway (then
         the 16th, 32nd, ... after it, until the gate opens), so a text that
-        starts repeating itself in short matches is noticed too.
+        starts repeating itself in short matches is noticed too. ``run``: the reply's own state
+        (``new_run``); without one, the controller's.
         """
         assert self.free is not None
+        run = run or self.run
         # Grow slowly: at most 4 more than the last verified round accepted, so a copy
         # that stops (an edit, the end of a quote) costs a short draft, not a 32-token one.
         cap = min(available, self.free_k_max)
         if not self.k_fixed:  # a length the user fixed is kept
-            cap = min(cap, self._last_accepted + self.grow)
+            cap = min(cap, run.last_accepted + self.grow)
         costs = self.free_costs() if self.gated else None
         if costs is None:  # forced, or the costs are not measured yet: draft what there is
             if self.gated and not self.k_fixed:  # lengths 4 apart, so a line can be fitted
@@ -297,16 +316,17 @@ class SpecController:
                 f"{self.free} drafts {verb}: accepted {rates[0]:.2f} at the first position, a verified token "
                 f"costs {b / c0:.2f} of a step")
         if opened:
-            self._held, self._hold_interval = 0, self.hold_probe
+            run.held, self.hold_interval = 0, self.hold_probe
             return k
-        self._held += 1
-        if self._held < self._hold_interval:
+        run.held += 1
+        if run.held < self.hold_interval:
             return 0
-        self._held, self._probing = 0, True
+        run.held, run.probing = 0, True
         return min(cap, 2)  # a probe: its outcome sets the next interval (record)
 
     def record(self, mode: str, drafted: int, accepted: int, produced: int, seconds: float,
-               stats: SpecStats, fit_seconds: float | None = None, bucket: int | None = None) -> None:
+               stats: SpecStats, fit_seconds: float | None = None, bucket: int | None = None,
+               run: FreeRun | None = None) -> None:
         if self.pending_notes:
             stats.note(self.pending_notes)
             self.pending_notes.clear()
@@ -314,11 +334,12 @@ class SpecController:
             self._plain_s.append(seconds if fit_seconds is None else fit_seconds)
             del self._plain_s[:-64]
         if mode == self.free and mode not in self.modes:
-            self._last_accepted = accepted
-            if self._probing:  # a held-back lookup's probe: the next waits twice as long (the
+            run = run or self.run
+            run.last_accepted = accepted
+            if run.probing:  # a held-back lookup's probe: the next waits twice as long (the
                 # gate opening starts the count again); what it measured may open the gate
-                self._probing = False
-                self._hold_interval = min(self._hold_interval * 2, 1024)
+                run.probing = False
+                self.hold_interval = min(self.hold_interval * 2, 1024)
             self.rounds[mode] += 1
             self._learn(mode, drafted, accepted, seconds if fit_seconds is None else fit_seconds, bucket)
             return
