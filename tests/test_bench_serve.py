@@ -195,11 +195,11 @@ def test_the_speculation_row_runs_servers_with_and_without_drafts(tmp_path, bund
     assert text.startswith("Make three small changes to this file")  # bench speculative's rewrite set
     monkeypatch.setattr(serve_rows, "rewrite_prompt", lambda: text[:1200])  # a shorter file: a quicker read
     spec = serve_rows.spec_row(quick(tmp_path, bundled_path, None))
-    assert spec["streams"] == 4 and set(spec["decode_tok_s"]) == {"plain", "ngram"}
-    assert spec["tokens_per_reply"]["plain"] > 1 and spec["ngram_vs_plain"]["median"] > 0
+    assert spec["streams"] == 4 and set(spec["decode_tok_s"]) == {"plain", "auto"}
+    assert spec["tokens_per_reply"]["plain"] > 1 and spec["auto_vs_plain"]["median"] > 0
     assert 0 <= spec["same_text"] <= 1 and spec["verdict"] == "too few rounds"
-    drafts = spec["drafts"]  # the n-gram server's own counters (GET /metrics)
+    drafts = spec["drafts"]  # the speculating server's own counters (GET /metrics)
     assert set(drafts) >= {"num_drafts_total", "num_draft_tokens_total", "num_accepted_tokens_total"}
     assert 0 <= drafts["num_accepted_tokens_total"] <= drafts["num_draft_tokens_total"]
     logs = {p.name: p.read_text() for p in tmp_path.glob("hearth-*.log")}
-    assert "speculation none" in logs["hearth-plain.log"] and "speculation ngram" in logs["hearth-ngram.log"]
+    assert "speculation none" in logs["hearth-plain.log"] and "speculation auto" in logs["hearth-auto.log"]
