@@ -390,3 +390,22 @@ def test_each_reply_in_a_batch_grows_its_own_copy():
     assert ctl.free_len(32, 16, missing) == 4  # its own miss keeps it short
     ctl.record("ngram", 8, 8, 9, 0.05 + 0.04 * 8, st, bucket=16, run=copying)
     assert ctl.free_len(32, 16, missing) == 4  # another reply's long copy does not lengthen it
+
+
+def test_a_replys_gate_and_its_notes_are_its_own():
+    """A batch's replies decide their gates apart (each its own match lengths), and a reply's note
+    ("held back", "verified") reaches that reply's stats, not whichever reply records next."""
+    st = SpecStats()
+    ctl = SpecController(["plain"], free="ngram", hold_probe=10**6)
+    for i in range(300):  # four-token matches continue the text, two-token ones are coincidences
+        n = 4 if i % 2 else 2
+        _free_round(ctl, st, (lambda k: k) if n == 4 else (lambda k: 0), c1=0.030, bucket=n)
+    copying, guessing = ctl.new_run(), ctl.new_run()
+    assert ctl.free_len(8, 4, copying) >= 4 and copying.gate_open
+    assert ctl.free_len(8, 2, guessing) == 0 and guessing.gate_open is False
+    mine, theirs = SpecStats(), SpecStats()
+    ctl.record("plain", 0, 0, 1, 0.05, theirs, run=guessing)
+    ctl.record("plain", 0, 0, 1, 0.05, mine, run=copying)
+    assert any(n.startswith("ngram drafts verified") for n in mine.notes)
+    assert any(n.startswith("ngram drafts held back") for n in theirs.notes)
+    assert not any("held back" in n for n in mine.notes)

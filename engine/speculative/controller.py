@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .costs import full_acceptance_rate
@@ -32,13 +32,16 @@ SHORT_KS = 3  # verifying up to this many drafts costs at least what was measure
 @dataclass
 class FreeRun:
     """One reply's own state of the free draft: how long its last verified copy ran (the next may grow
-    from there) and how many hits it has held back since it last verified one. What the controller
-    learns (costs, acceptance by match length, how long to hold back between probes) is shared by
-    every reply; this is not: four sequences in one batch each copy their own text, and one
-    sequence's miss must not cut another's copy short."""
+    from there), how many hits it has held back since it last verified one, whether its gate is open
+    (the margin to open it is higher than to keep it open), and the notes it owes its reply. What
+    the controller learns (costs, acceptance by match length, how long to hold back between probes)
+    is shared by every reply; this is not: four sequences in one batch each copy their own text, one
+    sequence's miss must not cut another's copy short, and each reply's notes are its own."""
     last_accepted: int = 0
     held: int = 0
     probing: bool = False
+    gate_open: bool | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def match_class(length: int) -> int:
@@ -94,7 +97,6 @@ class SpecController:
         # verify, 0 when verifying is expected to cost more than it brings.
         self.free = free
         self.gated = gated
-        self.gate_open: bool | None = None
         self.hold_probe = hold_probe
         self.hold_interval = hold_probe  # held-back hits between two probes (doubles while probes lose)
         self.run = FreeRun()  # a caller's own FreeRun (one per reply) takes its place
@@ -273,6 +275,15 @@ class SpecController:
         self._plain_s.append(step)
         self._cost[self.free].extend(sorted(verify.items()))
 
+    @property
+    def gate_open(self) -> bool | None:
+        """The gate of the controller's own run (callers that pass no FreeRun)."""
+        return self.run.gate_open
+
+    @gate_open.setter
+    def gate_open(self, value: bool | None) -> None:
+        self.run.gate_open = value
+
     def new_run(self) -> FreeRun:
         """A reply's own free-draft state (``free_len``, ``record``)."""
         return FreeRun()
@@ -308,11 +319,11 @@ class SpecController:
             base = max(base, self.rate[self.current] or 0.0)
         rates = self._accept_rates(self.free, cap, bucket)
         k, rate = self._best_rate(rates, self._verify_cost(a, b))
-        opened = rate > base * (1.0 if self.gate_open else OPEN_MARGIN)
-        if opened != self.gate_open:
-            verb = "held back" if not opened else "verified again" if self.gate_open is False else "verified"
-            self.gate_open = opened
-            self.pending_notes.append(
+        opened = rate > base * (1.0 if run.gate_open else OPEN_MARGIN)
+        if opened != run.gate_open:
+            verb = "held back" if not opened else "verified again" if run.gate_open is False else "verified"
+            run.gate_open = opened
+            run.notes.append(
                 f"{self.free} drafts {verb}: accepted {rates[0]:.2f} at the first position, a verified token "
                 f"costs {b / c0:.2f} of a step")
         if opened:
@@ -327,14 +338,15 @@ class SpecController:
     def record(self, mode: str, drafted: int, accepted: int, produced: int, seconds: float,
                stats: SpecStats, fit_seconds: float | None = None, bucket: int | None = None,
                run: FreeRun | None = None) -> None:
-        if self.pending_notes:
-            stats.note(self.pending_notes)
-            self.pending_notes.clear()
+        run = run or self.run
+        for notes in (self.pending_notes, run.notes):
+            if notes:
+                stats.note(notes)
+                notes.clear()
         if not drafted and produced == 1 and seconds > 0:  # a plain step, less any one-off catch-up
             self._plain_s.append(seconds if fit_seconds is None else fit_seconds)
             del self._plain_s[:-64]
         if mode == self.free and mode not in self.modes:
-            run = run or self.run
             run.last_accepted = accepted
             if run.probing:  # a held-back lookup's probe: the next waits twice as long (the
                 # gate opening starts the count again); what it measured may open the gate

@@ -152,7 +152,8 @@ class _Rounds:
             spent = self.spent(t0)
             # The mode's rate pays for a draft's catch-up prefill (the user waits
             # for it too); the per-k cost fit does not, it is a one-off.
-            ctl.record(mode, drafted, accepted, len(produced), spent, stats, fit_seconds=spent - catchup - lookup)
+            ctl.record(mode, drafted, accepted, len(produced), spent, stats, fit_seconds=spent - catchup - lookup,
+                       run=self.run)
         return mode, produced, drafted
 
 
