@@ -318,7 +318,7 @@ def test_a_plain_step_is_timed_without_the_lookups_one_off_indexing():
 def test_the_gate_opens_on_a_clear_gain_and_closes_at_break_even():
     # A predicted gain of 2.5% is within the prediction's own noise: it does not open a
     # held-back gate, but it keeps an open one open.
-    from engine.speculative.controller import OPEN_MARGIN, match_class
+    from engine.speculative.gate import OPEN_MARGIN, best_rate, match_class
     ctl = _seeded()
     ctl.hold_probe = ctl.hold_interval = 10**6  # no probe: the decisions themselves
     c0, a, b = ctl.free_costs()
@@ -326,7 +326,7 @@ def test_the_gate_opens_on_a_clear_gain_and_closes_at_break_even():
 
     def gain(r):  # predicted tokens per step of a copy after an 8-token match, class rate r
         ctl._len_tries[cls], ctl._len_acc[cls] = 100000, round(r * 100000)
-        return ctl._best_rate(ctl._match_rates(8, 4), ctl._verify_cost(a, b))[1] * c0
+        return best_rate(ctl._match_rates(8, 4), ctl._verify_cost(a, b))[1] * c0
 
     lo, hi = 0.5, 1.0
     for _ in range(40):  # the class rate that predicts a 2.5% gain

@@ -5,8 +5,10 @@ alone would produce.
 - ``accept``: the pure accept rules (greedy, and rejection sampling);
 - ``drafts``: where proposals come from (a small model, or n-gram lookup in
   the history) and whether a draft model can propose for a target;
+- ``gate``: whether, and how much of, a proposal that costs nothing to make (the
+  n-gram lookup) is worth verifying this round; each reply's own state of it;
 - ``controller``: per round, which mode (a draft kind, or plain) and how many
-  drafts, from this engine's own measurements;
+  drafts, from this engine's own measurements (it holds the gate's state too);
 - ``costs``: what a step, a verified token and a draft step cost here,
   measured once before speculation starts;
 - ``step``: ``speculative_step``, a sibling of ``generate.generate_step`` with
