@@ -4,15 +4,18 @@ One job per module; each imports only modules listed above it, so there are no c
 
 - ``load_spec``: LoadSpec, what the user chose for a load, with one AUTO for "let Hearth choose".
 - ``hardware``: what this machine has (GPUs, RAM, cores), or a simulated machine.
-- ``spec``: the memory-relevant shape of a model (GGUF header, safetensors headers, catalogue).
+- ``bandwidth``: this machine's memory read bandwidth, measured (the roofline of a decode step).
+- ``shape``: the memory-relevant shape of a model (GGUF header, safetensors headers).
+- ``resolve``: what a model reference names for the planner (a file, a folder, a catalogue model).
+- ``drafts``: a draft model on disk for speculative decoding, and a draft's vocabulary.
 - ``memory``: bytes per pool for one concrete configuration.
 - ``search``: the give-up order and the greedy search over the knobs; it records, for each
   knob it did not set to its best, the better value and that value's shortfall.
 - ``plan``: ``plan_for(model, hardware, choices)`` -> ``Plan``, the search's result as plain data.
 - ``report``: rendering only: one-line reasons, the breakdown table, JSON.
 - ``reality``: the plan against what the backend allocated; the next smaller plan after out-of-memory.
+- ``load_machine``: the machine a load is planned for, as the backend will see it; a shortfall in words.
 - ``load_plan``: ``plan_load(spec, hardware)`` -> (EngineConfig, Plan): the one shape change of a load.
-- ``cli``: ``python -m engine plan``.
 
 Inside the engine, import from the module that defines a name (``from engine.sizing.plan import
 plan_for``). This package is public: the app uses the names below (docs/layout.md, "The engine's

@@ -15,7 +15,7 @@ from ..config import EngineConfig
 from ..kv.disk_store import DEFAULT_DISK_BUDGET
 from ..models.catalogue import ModelRef
 from .hardware import Hardware, probe
-from .load_spec import AUTO, BUNDLED, LoadSpec
+from .load_spec import AUTO, BUNDLED, LoadSpec, chosen
 from .plan import Choices, Plan, plan_for
 
 ALL_LAYERS = 1 << 20       # "all": the planner clamps it to every block plus the output head
@@ -45,7 +45,7 @@ def plan_load(spec: LoadSpec, hardware: Hardware | None, *, ref: ModelRef | None
     if backend is None:
         from ..models.catalogue import default_backend
 
-        backend = default_backend(ref) if spec.backend is AUTO else spec.backend
+        backend = chosen(spec.backend) or default_backend(ref)
     return carry_out(plan, spec, ref, backend, data_dir=data_dir, n_threads=n_threads,
                      threads_poll=threads_poll), plan
 
@@ -65,12 +65,12 @@ def choices(spec: LoadSpec, fmt: str) -> Choices:
     """The spec's fixed choices as the search reads them (None: AUTO) for a ``fmt`` ("gguf" or "hf") plan."""
     gl = spec.gpu_layers
     return Choices(quant=None if fmt == "gguf" or spec.quant is AUTO else spec.quant,
-                   n_ctx=None if spec.context is AUTO else spec.context,
+                   n_ctx=chosen(spec.context),
                    n_gpu_layers=None if gl is AUTO else ALL_LAYERS if gl == "all" else gl,
-                   kv_type=None if spec.kv_type is AUTO else spec.kv_type,
+                   kv_type=chosen(spec.kv_type),
                    # transformers drafts come from the catalogue only; Hearth drafts with n-gram there
-                   draft="none" if fmt == "hf" or spec.draft == "none" else None if spec.draft is AUTO else spec.draft,
-                   prefix_cache=None if spec.prefix_cache is AUTO else spec.prefix_cache, n_batch=spec.n_batch,
+                   draft="none" if fmt == "hf" or spec.draft == "none" else chosen(spec.draft),
+                   prefix_cache=chosen(spec.prefix_cache), n_batch=spec.n_batch,
                    parallel=spec.server_parallel, exactness=spec.exactness)
 
 
@@ -79,14 +79,14 @@ def carry_out(plan: Plan | None, spec: LoadSpec, ref: ModelRef, backend: str, *,
     """``plan`` carried out for ``spec`` on the resolved ``ref`` and ``backend``: the spec as chosen,
     then the plan's values (``Plan.to_config``; they hold every fixed choice). The out-of-memory retry
     calls this again with a smaller plan. Threads: the spec's, else ``n_threads``/``threads_poll``."""
-    draft = "auto" if spec.draft is AUTO else spec.draft
+    draft = chosen(spec.draft, "auto")
     base = EngineConfig(
-        model=ref, backend=backend, n_threads=n_threads if spec.n_threads is AUTO else spec.n_threads,
-        threads_poll=threads_poll if spec.threads_poll is AUTO else spec.threads_poll, exactness=spec.exactness,
+        model=ref, backend=backend, n_threads=chosen(spec.n_threads, n_threads),
+        threads_poll=chosen(spec.threads_poll, threads_poll), exactness=spec.exactness,
         mmproj="auto" if spec.mmproj is AUTO or backend == "hf" else spec.mmproj,
-        n_ctx=None if spec.context is AUTO else spec.context, draft=draft,
+        n_ctx=chosen(spec.context), draft=draft,
         n_gpu_layers=-1 if spec.gpu_layers == "all" else 0 if spec.gpu_layers is AUTO else spec.gpu_layers,
-        kv_type="f16" if spec.kv_type is AUTO else spec.kv_type,
+        kv_type=chosen(spec.kv_type, "f16"),
         quant="none" if backend != "hf" or spec.quant is AUTO else spec.quant,
         disk_cache=prefix_store_dir(data_dir) if data_dir is not None else None,
         disk_cache_bytes=DEFAULT_DISK_BUDGET)

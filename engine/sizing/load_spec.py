@@ -116,7 +116,6 @@ def effective_backend(source: str, model: str, backend: str) -> str:
     return "llama_cpp" if runs_gguf(source, model) else "hf"
 
 
-
 # The fields where "let Hearth choose" exists; each holds AUTO or a fixed choice.
 AUTO_FIELDS = ("backend", "quant", "context", "draft", "mmproj", "n_threads", "threads_poll", "gpu_layers",
                "kv_type", "prefix_cache")
@@ -272,6 +271,11 @@ class LoadSpec:
 def or_auto(v: Any) -> Any:
     """A value a caller may leave out (a command line's flag not given, None) as a spec takes it: AUTO."""
     return AUTO if v is None else v
+
+
+def chosen(v: Any, auto: Any = None) -> Any:
+    """The other way: a spec's value as the planner and the config take it, ``auto`` where it is AUTO."""
+    return auto if v is AUTO else v
 
 
 def _plain(v: Any) -> Any:
