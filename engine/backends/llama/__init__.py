@@ -1,8 +1,12 @@
 """GGUF models on llama.cpp, through llama-cpp-python's low-level API.
 
-backend.py is the Backend the shared loop drives; batch.py the several-sequence
-context the server batches in; grammar.py GBNF constraints; log.py llama.cpp's
-captured log and the errors read from it; devices.py the devices ggml reports.
+backend.py is the Backend the engine core drives; sequences.py the context's KV
+streams and the step's one batch; params.py a load's parameters and the exactness
+switches; state.py a sequence's snapshot; grammar.py GBNF constraints; mtmd.py a
+vision projector (images into token positions and encoded rows); image_decode.py
+those rows read into the context; log.py llama.cpp's captured log and the errors
+read from it; devices.py the devices ggml reports; threadpool.py the CPU thread
+pool; rpc.py the RPC workers.
 
 ``init()`` starts llama.cpp once per process, in the one order that works: the
 log callback first (so the load's buffer lines are captured), then the backend.

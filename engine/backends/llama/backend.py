@@ -27,7 +27,8 @@ from ...models.vocab import Vocab
 from . import devices, init, state
 from .grammar import LlamaGrammar
 from .log import _log_mark, _log_since, load_failure, parse_buffer_sizes
-from .mtmd import Projector, forward_mixed
+from .image_decode import forward_mixed
+from .mtmd import Projector
 from .params import KV_TYPES, ExactKernels, context_params, model_params
 from .sequences import SeqPositions, Streams, check_room
 from .threadpool import ThreadPool, check_poll, default_threads

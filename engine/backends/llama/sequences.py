@@ -25,7 +25,7 @@ from ...types import WANT_ALL, WANT_LAST
 from ..base import Row
 from . import state
 from .log import _log_mark, decode_error
-from .mtmd import decode_rows
+from .image_decode import decode_rows
 
 
 class SeqPositions:
