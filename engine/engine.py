@@ -40,7 +40,8 @@ from .prompt.chat_template import CHATML_FALLBACK, ChatTemplate
 from .prompt.messages import Message
 from .prompt.summary import Summaries
 from .reply_formats import Layout, ThinkControl, detect
-from .reply_formats.tools import Tool, ToolPlan, ToolSyntax, detect_tools, unsupported_tools
+from .reply_formats.tools import Tool, ToolPlan
+from .reply_formats.tool_syntax import ToolSyntax, detect_tools, unsupported_tools
 from .sizing.reality import buffers_total
 from .speculative.controller import SpecController
 from .speculative.drafts import ModelDraft

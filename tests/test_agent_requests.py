@@ -25,7 +25,8 @@ from serving import local_server, qwen_tool_engine
 from engine.bench.agent_proxy import RecordingProxy, recorded_request, recorded_tools
 from engine.bench.agents import read_exchange
 from engine.prompt.messages import Message
-from engine.reply_formats.tools import Tool, ToolPlan, syntax_by_name
+from engine.reply_formats.tools import Tool, ToolPlan
+from engine.reply_formats.tool_syntax import syntax_by_name
 from engine.types import SamplingParams
 
 FIXTURES = Path(__file__).parent / "fixtures"

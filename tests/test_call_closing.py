@@ -22,7 +22,8 @@ from engine.decode.constraint import ConstrainedSampler
 from engine.decode.prepare import Prepared
 from engine.prompt.messages import Message
 from engine.reply_formats.tool_parser import ToolCallParser
-from engine.reply_formats.tools import ToolPlan, syntax_by_name
+from engine.reply_formats.tools import ToolPlan
+from engine.reply_formats.tool_syntax import syntax_by_name
 from engine.types import SamplingParams
 
 THREE = TOOLS[:3]   # get_weather, create_user (nested, optional fields), convert (number, enums)

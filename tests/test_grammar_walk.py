@@ -14,7 +14,8 @@ from engine.bench.tools import TOOLS, check
 from engine.reply_formats.gbnf import CHAR, REF, REP, GbnfError, parse_gbnf
 from engine.reply_formats.grammar_walk import Walk, WalkError, walk_for
 from engine.reply_formats.tool_parser import ToolCallParser
-from engine.reply_formats.tools import SYNTAXES, ToolPlan, syntax_by_name
+from engine.reply_formats.tools import ToolPlan
+from engine.reply_formats.tool_syntax import SYNTAXES, syntax_by_name
 
 RECORDED = tuple(t for group in recorded_tools(Path(__file__).parent / "fixtures").values() for t in group)
 # What a random walk tries to write: structure first (so it gets deep), then text, non-ASCII included.

@@ -15,7 +15,8 @@ from serving import qwen_tool_engine
 
 from engine.prompt.messages import Message
 from engine.reply_formats.tool_parser import ToolCallParser, fence_call
-from engine.reply_formats.tools import Tool, ToolPlan, syntax_by_name
+from engine.reply_formats.tools import Tool, ToolPlan
+from engine.reply_formats.tool_syntax import syntax_by_name
 from engine.serve.runtime.requests import ServeRequest
 from engine.serve.runtime.scheduler import Scheduler
 from engine.types import SamplingParams

@@ -12,7 +12,8 @@ from grammar_check import accepts, value_grammar
 from engine.reply_formats.json_grammar import SchemaError, check_schema
 from engine.reply_formats.number_grammar import integer_rule
 from engine.reply_formats.regex_grammar import PatternError, pattern_rule
-from engine.reply_formats.tools import Tool, ToolError, ToolPlan, strict_problem, syntax_by_name
+from engine.reply_formats.tools import Tool, ToolError, ToolPlan, strict_problem
+from engine.reply_formats.tool_syntax import syntax_by_name
 
 
 def ok(backend, schema, *values) -> None:

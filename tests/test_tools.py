@@ -19,7 +19,8 @@ from grammar_check import accepts
 from engine.prompt.chat_template import ChatTemplate
 from engine.reply_formats.json_grammar import STRING_CAP, SchemaError
 from engine.reply_formats.tool_parser import ToolCallError, ToolCallParser
-from engine.reply_formats.tools import Tool, ToolError, ToolPlan, syntax_by_name, detect_tools, unsupported_tools
+from engine.reply_formats.tools import Tool, ToolError, ToolPlan
+from engine.reply_formats.tool_syntax import syntax_by_name, detect_tools, unsupported_tools
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
 FAMILIES = {

@@ -22,7 +22,8 @@ from ..interface import Capabilities, ModelInfo
 from ..kv.reuse import ProgressFn
 from ..prompt.messages import Message, ToolCall, ToolCallDelta
 from ..reply_formats import ThinkControl
-from ..reply_formats.tools import Tool, ToolPlan, ToolSyntax
+from ..reply_formats.tools import Tool, ToolPlan
+from ..reply_formats.tool_syntax import ToolSyntax
 from ..types import SamplingParams, StreamEvent
 from .client import Client, RemoteModel
 from .request_body import sampling_fields, wire_message

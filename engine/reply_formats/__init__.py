@@ -5,6 +5,9 @@
   template and the vocabulary, never from the file name;
 - ``parser``: ``ReasoningParser`` turns a token stream into reasoning, text and
   markup events and a ``ReplySummary``; ``force_close`` and ``opens_in_prompt``.
+- ``tool_syntax``: how each family writes a tool call (``ToolSyntax``), known from the template;
+  ``tools``: one request's tools (``Tool``, ``ToolPlan``) and their grammar (``json_grammar``);
+  ``tool_parser``: the calls read back out of the answer.
 
 How a caller uses it, once per model and once per reply::
 

@@ -20,10 +20,22 @@ from typing import Any, NamedTuple
 
 from ..errors import HearthError
 from ..prompt.messages import ToolCall
+from .glm_args import read_kv
 from .parser import held
-from .tools import Tool, ToolPlan, ToolSyntax, parse_arguments
+from .tool_syntax import ToolSyntax
+from .tools import Tool, ToolPlan
 
 _DECODER = json.JSONDecoder()
+
+
+def parse_arguments(syntax: ToolSyntax, tool: Tool | None, raw: str) -> dict[str, Any]:
+    """A call body's arguments as a JSON object (GLM's pairs converted to their schema types)."""
+    if syntax.body == "kv":
+        return read_kv(tool.parameters if tool else None, raw)
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise ValueError("the arguments are not a JSON object")
+    return value
 
 
 class ToolCallError(HearthError):
