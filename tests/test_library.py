@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.library import hf_cache
 from engine.library import local as lib
 from engine.sizing.hardware import simulated
 from model_files import write_model_gguf
@@ -190,10 +191,10 @@ def test_deleting_a_snapshot_takes_only_that_repository_s(tmp_path):
     old = b.parents[1] / ("f" * 40)
     old.mkdir()
     (old / "b.Q8_0.gguf").symlink_to(os.readlink(b))
-    lib.delete_cached(a.parent, cache, snapshot=True)
+    hf_cache.delete_cached(a.parent, cache, snapshot=True)
     assert not (cache / "models--acme--a-GGUF").exists() and b.is_file()
-    lib.delete_cached(b.parent, cache, snapshot=True)  # the other snapshot keeps the blob; refs/main goes
+    hf_cache.delete_cached(b.parent, cache, snapshot=True)  # the other snapshot keeps the blob; refs/main goes
     assert (old / "b.Q8_0.gguf").is_file() and not b.parent.exists()
     assert not (cache / "models--acme--b-GGUF" / "refs" / "main").exists()
     with pytest.raises(lib.LibraryError, match="not a snapshot"):
-        lib.delete_cached(tmp_path, cache, snapshot=True)
+        hf_cache.delete_cached(tmp_path, cache, snapshot=True)

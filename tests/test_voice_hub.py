@@ -62,7 +62,8 @@ def test_a_download_reports_its_bytes_and_a_cancelled_one_resumes(speech_hub):
 
 
 def test_the_library_lists_speech_models_with_their_size_and_fit_and_deletes_downloads(speech_hub, tmp_path):
-    from engine.library.local import FIT_CPU, FIT_NO, LibraryError
+    from engine.library.errors import LibraryError
+    from engine.library.local import FIT_CPU, FIT_NO
     from engine.sizing.hardware import simulated
     from engine.voice.on_disk import delete_speech_model, speech_fit, speech_models_on_disk
 

@@ -1,5 +1,6 @@
-"""The model library: every model on disk and whether it fits this machine (local.py), browsing the
-Hugging Face Hub before downloading (hub_search.py), and each model's own settings (model_settings,
+"""The model library: every model on disk and whether it fits this machine (local.py; the Hugging Face
+cache's models listed and deleted in hf_cache.py, errors.py its error), browsing the Hugging Face Hub
+before downloading (hub_search.py), and each model's own settings (model_settings,
 model_store, model_defaults, preset_files). It stands above sizing, which it asks.
 
 This package is public: the app uses the library through the names below (docs/layout.md, "The

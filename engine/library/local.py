@@ -2,10 +2,9 @@
 
 Sources, in this order: the bundled model, GGUF files in Hearth's models folder
 (``catalogue.model_dir()``), GGUF files in folders the user added, and the
-Hugging Face cache (``huggingface_hub.scan_cache_dir``: GGUF files and
-transformers checkpoints). Every figure comes from the model's own header
-(GGUF metadata or config.json + safetensors headers through engine.sizing.shape),
-never from a file name.
+Hugging Face cache (hf_cache.py: GGUF files and transformers checkpoints).
+Every figure comes from the model's own header (GGUF metadata or config.json +
+safetensors headers through engine.sizing.shape), never from a file name.
 
 The library's own state (added folders, when each model was last used) is a
 small JSON file the caller names; a damaged one is moved aside, never trusted.
@@ -29,15 +28,13 @@ from ..errors import HearthError
 from ..models.catalogue import bundled_model_path, model_dir
 from ..models.gguf import model_info
 from ..models.projector import find_projector, is_projector
+from .errors import LibraryError
+from .hf_cache import delete_cached, hf_cache_models
 
 ORIGIN_BUNDLED, ORIGIN_MODELS, ORIGIN_ADDED, ORIGIN_HF = "bundled", "models folder", "added folder", "HF cache"
 FIT_GPU, FIT_OFFLOAD, FIT_CPU, FIT_NO = "fits on the GPU", "partly offloaded", "CPU only", "won't fit"
 RECENT_MAX = 5
 LIBRARY_FILE = "library.json"   # the library's own state (added folders, last use), in the data folder
-
-
-class LibraryError(HearthError):
-    """A library action that cannot be done (delete the bundled model, import a non-GGUF file, ...)."""
 
 
 @dataclass(slots=True)
@@ -231,64 +228,6 @@ def read_details(m: LibraryModel) -> None:
     except (HearthError, OSError, ValueError, KeyError) as e:
         m.name = m.name or m.path.name
         m.error = str(e)
-
-
-def cached_model_repos(cache: Path) -> list:
-    """The model repositories in the Hugging Face cache (huggingface_hub's CachedRepoInfo), by id;
-    none for a cache that is missing or that huggingface_hub cannot read."""
-    if not cache.is_dir():
-        return []
-    from huggingface_hub import scan_cache_dir
-
-    try:
-        info = scan_cache_dir(cache)
-    except Exception:  # huggingface_hub raises CacheNotFound and friends; an odd cache lists nothing
-        return []
-    return sorted((r for r in info.repos if r.repo_type == "model"), key=lambda r: r.repo_id)
-
-
-def hf_cache_models(cache: Path) -> list[tuple[Path, str, str]]:
-    """(path, kind, repo id) for each model in the Hugging Face cache: each GGUF file
-    of a model repo's snapshots, and each snapshot that is a transformers checkpoint."""
-    out: list[tuple[Path, str, str]] = []
-    for repo in cached_model_repos(cache):
-        for rev in sorted(repo.revisions, key=lambda r: r.commit_hash):
-            names = {f.file_name for f in rev.files}
-            for f in sorted(rev.files, key=lambda f: str(f.file_path)):
-                if f.file_name.endswith(".gguf") and not is_projector(f.file_path):
-                    out.append((f.file_path, "gguf", repo.repo_id))
-            if "config.json" in names and any(n.endswith(".safetensors") for n in names):
-                out.append((rev.snapshot_path, "hf_dir", repo.repo_id))
-    return out
-
-
-def delete_cached(path: Path, cache: Path, *, snapshot: bool) -> None:
-    """Delete from the Hugging Face cache one file of a snapshot (its link, and its blob unless another
-    snapshot uses it) or a whole snapshot folder: each of its files so, then the folder and the refs
-    that name it; the repository's folder goes with its last snapshot. (huggingface_hub's own deletion
-    takes commit hashes for the whole cache, so it would also take the same commit of another repository.)"""
-    if not snapshot:
-        blob = path.resolve()
-        path.unlink()
-        repo_dir = next((p for p in path.parents if p.name.startswith("models--")), None)
-        others = [p for p in repo_dir.glob("snapshots/*/**/*") if p.is_symlink() and p.resolve() == blob] \
-            if repo_dir else []
-        if not others and blob != path and blob.is_file():
-            blob.unlink()
-        return
-    repo_dir = path.parent.parent
-    if not repo_dir.name.startswith("models--") or path.parent.name != "snapshots":
-        raise LibraryError(f"{path} is not a snapshot in the Hugging Face cache")
-    for f in sorted(path.rglob("*")):
-        if f.is_symlink() or f.is_file():
-            delete_cached(f, cache, snapshot=False)
-    shutil.rmtree(path)
-    if not any((repo_dir / "snapshots").iterdir()):
-        shutil.rmtree(repo_dir)
-        return
-    for ref in (repo_dir / "refs").rglob("*") if (repo_dir / "refs").is_dir() else []:
-        if ref.is_file() and ref.read_text(encoding="utf-8").strip() == path.name:
-            ref.unlink()
 
 
 def fit_badge(model: LibraryModel | str | os.PathLike[str], hardware=None) -> tuple[str, str]:

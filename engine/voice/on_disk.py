@@ -11,8 +11,9 @@ import dataclasses
 from pathlib import Path
 from typing import Iterable
 
-from ..library.local import FIT_CPU, FIT_NO, ORIGIN_BUNDLED, ORIGIN_HF, ORIGIN_MODELS, LibraryError, \
-    cached_model_repos, delete_cached
+from ..library.errors import LibraryError
+from ..library.hf_cache import cached_model_repos, delete_cached
+from ..library.local import FIT_CPU, FIT_NO, ORIGIN_BUNDLED, ORIGIN_HF, ORIGIN_MODELS
 from .models import BUNDLED, SpeechModel, VoiceUnavailable, on_hub, piper_voice, voice_installed, whisper_model
 
 # Memory a speech model takes while it works, per byte on disk, measured on the bundled models on this
