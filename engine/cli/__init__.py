@@ -1,4 +1,6 @@
-"""``python -m engine chat|info|bench|serve|launch|doctor``: the terminal face of the engine.
+"""``python -m engine chat|info|plan|serve|keys|worker|launch|models|voice|bench|doctor``: the terminal face of
+the engine: the command line's parser and each command's call into the module that does its work (chat.py,
+plan.py, serve.py, keys.py, worker.py, launch.py, models.py, voice.py, doctor.py).
 
 Expected failures (bad file, prompt too long, ...) print one line and exit
 non-zero; tracebacks are for bugs only.
@@ -11,6 +13,7 @@ import sys
 from typing import Sequence
 
 from ..errors import HearthError
+from .keys import add_keys_parser
 from .models import cmd_models
 from .voice import add_voice_parser
 
@@ -196,7 +199,7 @@ def _serve_parser(sub) -> None:
 
 
 def _worker_parser(sub) -> None:
-    """``worker`` and ``keys``: a machine's device for another Hearth, and the keys of a served one."""
+    """``worker``: this machine's device for a Hearth elsewhere."""
     p = sub.add_parser("worker", help="this machine's device for a Hearth elsewhere (llama.cpp RPC; 127.0.0.1 "
                                       "unless --unsafe-listen)")
     p.add_argument("--host", default="127.0.0.1")
@@ -211,15 +214,6 @@ def _worker_parser(sub) -> None:
                         "every other is refused (repeatable, required)")
     p.add_argument("--until-stdin-closes", action="store_true", help=argparse.SUPPRESS)  # started over SSH
     p.set_defaults(func=cmd_worker)
-
-    p = sub.add_parser("keys", help="API keys other devices use with `serve --listen`: new NAME, list, revoke ID, "
-                                    "set ID --priority CLASS")
-    p.add_argument("action", choices=["new", "list", "revoke", "set"])
-    p.add_argument("name", nargs="?", default=None, help="new: what the key is for; revoke, set: its id")
-    p.add_argument("--priority", choices=["interactive", "background"], default=None,
-                   help="new, set: the class of the key's requests that name no priority of their own "
-                        "(new: interactive unless given)")
-    p.set_defaults(func=cmd_keys)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve_parser(sub)
     add_voice_parser(sub)
     _worker_parser(sub)
+    add_keys_parser(sub)
     p = sub.add_parser("launch", help="start a coding agent (claude, codex, opencode) pointed at Hearth's server")
     p.add_argument("agent", choices=["claude", "codex", "opencode"])
     p.add_argument("--model", default=None, help="the model the server loads when it is not running yet")
@@ -328,38 +323,6 @@ def cmd_worker(a: argparse.Namespace) -> int:
 
     return run_worker(a.host, a.port, device=a.device, threads=a.threads, cache=not a.no_cache,
                       unsafe_listen=a.unsafe_listen, allow=tuple(a.allow), until_stdin_closes=a.until_stdin_closes)
-
-
-def cmd_keys(a: argparse.Namespace) -> int:
-    import time
-
-    from ..paths import data_dir
-    from ..serve.http.other_devices import key_ring
-
-    ring = key_ring(data_dir())
-    if a.priority is not None and a.action not in ("new", "set"):
-        raise HearthError(f"--priority goes with `keys new` or `keys set`, not `keys {a.action}`")
-    if a.action == "new":
-        entry, key = ring.create(a.name or "key", a.priority or "interactive")
-        print(key)
-        print(f"key {entry.id} ({entry.name}, {entry.priority}) made; it is shown this once and stored only as a "
-              "hash. Give it to the device that will use this server.", file=sys.stderr)
-    elif a.action in ("revoke", "set"):
-        if not a.name:
-            raise HearthError(f"{a.action} needs a key's id: `python -m engine keys list` shows them")
-        if a.action == "revoke":
-            entry = ring.revoke(a.name)
-            print(f"revoked {entry.id} ({entry.name})", file=sys.stderr)
-        else:
-            if a.priority is None:
-                raise HearthError("set needs what to set: --priority interactive or --priority background")
-            entry = ring.set_priority(a.name, a.priority)
-            print(f"key {entry.id} ({entry.name}): its requests are {entry.priority} unless they say otherwise",
-                  file=sys.stderr)
-    else:
-        for e in ring.entries():
-            print(f"{e.id}  {time.strftime('%Y-%m-%d', time.localtime(e.created))}  {e.priority:<11}  {e.name}")
-    return 0
 
 
 def cmd_launch(a: argparse.Namespace) -> int:
