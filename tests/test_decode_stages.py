@@ -12,7 +12,9 @@ from engine.decode.generate import Steering
 from engine.decode.metrics import GenerationStats
 from engine.decode.prepare import prepare_request
 from engine.decode.reply_events import ReplyEvents
-from engine.decode.stream import StatsClock, StopRules, ThinkingBudget
+from engine.decode.stop_rules import StopRules
+from engine.decode.stream import StatsClock
+from engine.decode.thinking_budget import ThinkingBudget
 from engine.decode.timeline import NO_TIMELINE
 from engine.errors import HearthError
 from engine.kv.slots import MIN_SHARE, SlotTable
