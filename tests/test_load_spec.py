@@ -14,8 +14,8 @@ from engine.errors import HearthError
 from engine.kv.disk_store import DEFAULT_DISK_BUDGET
 from engine.models.catalogue import resolve
 from engine.sizing.hardware import simulated
-from engine.sizing.load_plan import prefix_store_dir, plan_load
-from engine.sizing.load_spec import AUTO, LoadSpec
+from engine.sizing.load_plan import choices as spec_choices, prefix_store_dir, plan_load
+from engine.sizing.load_spec import AUTO, LoadSpec, or_auto
 from engine.sizing.plan import Choices, plan_for
 
 CPU = simulated("none", "16GiB", cores=2)
@@ -26,10 +26,11 @@ GPU = simulated("8GiB", "16GiB", cores=2)
 def older_path(hw, data_dir, *, context=None, gpu_layers=None, kv_type="auto", n_threads=None, threads_poll=None,
                draft="auto", server_parallel=0, exactness="fast"):
     """The bundled GGUF's load as the older path made it (loading/request_plan.py's choices_for and
-    engine_config before LoadSpec, with None for Auto and the caller's threads 2 and poll 10)."""
+    engine_config before LoadSpec, with None for Auto, which Choices now spells AUTO as the spec does, and
+    the caller's threads 2 and poll 10)."""
     gl = gpu_layers
-    choices = Choices(quant=None, n_ctx=context, n_gpu_layers=(1 << 20) if gl == "all" else gl,
-                      kv_type=None if kv_type == "auto" else kv_type, draft=None if draft == "auto" else draft,
+    choices = Choices(quant=AUTO, n_ctx=or_auto(context), n_gpu_layers=(1 << 20) if gl == "all" else or_auto(gl),
+                      kv_type=AUTO if kv_type == "auto" else kv_type, draft=AUTO if draft == "auto" else draft,
                       parallel=server_parallel, exactness=exactness)
     plan = plan_for(None, hw, choices)
     base = EngineConfig(model=resolve(None), backend="llama_cpp", n_threads=n_threads or 2,
@@ -91,3 +92,18 @@ def test_a_spec_reads_what_older_files_wrote():
                               "threads_poll": None, "backend": None, "exactness": None, "future_knob": 3})
     assert old == LoadSpec()
     assert LoadSpec.from_dict({"model": "bundled", "context": 1024}) == LoadSpec(context=1024)
+
+
+def test_the_planner_spells_auto_as_the_spec_does():
+    """One spelling of Auto from Settings to the search: a spec's AUTO reaches Choices as AUTO, only a
+    value the user fixed is explicit, and "all" GPU layers become llama.cpp's count."""
+    auto = spec_choices(LoadSpec(), "gguf")
+    knobs = ("quant", "n_ctx", "n_gpu_layers", "kv_type", "draft", "prefix_cache")
+    assert all(getattr(auto, k) is AUTO for k in knobs) and auto.explicit() == frozenset()
+    fixed = spec_choices(LoadSpec(context=2048, gpu_layers="all", draft="none", quant="int4"), "gguf")
+    assert fixed.n_ctx == 2048 and fixed.n_gpu_layers > 1000 and fixed.draft == "none"
+    assert fixed.quant is AUTO  # a GGUF carries its own quantization
+    assert fixed.explicit() == {"context", "gpu_layers", "draft"}
+    assert spec_choices(LoadSpec(quant="int4"), "hf").explicit() == {"quant", "draft"}  # hf: n-gram only
+    plan = plan_for(None, CPU, fixed)
+    assert plan.config.n_ctx == 2048 and plan.choices is fixed

@@ -33,7 +33,7 @@ def cli_plan(args) -> int:
                     server_parallel=args.parallel, exactness=args.exactness or default_exactness())
     fmt = spec.plan_format or "gguf"
     # --quant picks a catalogue model's GGUF quantization too, which a window's spec never does.
-    plan = plan_for(args.model, hw or machine(fmt), replace(choices(spec, fmt), quant=args.quant))
+    plan = plan_for(args.model, hw or machine(fmt), replace(choices(spec, fmt), quant=or_auto(args.quant)))
     if args.json:
         print(json.dumps(plan_dict(plan), indent=2))
     else:

@@ -62,16 +62,14 @@ def plan_spec(spec: LoadSpec, hardware: Hardware | None, ref: ModelRef | None = 
 
 
 def choices(spec: LoadSpec, fmt: str) -> Choices:
-    """The spec's fixed choices as the search reads them (None: AUTO) for a ``fmt`` ("gguf" or "hf") plan."""
+    """The spec's fixed choices as the search reads them (AUTO stays AUTO) for a ``fmt`` ("gguf" or "hf")
+    plan: "all" GPU layers as llama.cpp's count, no quantization choice for a GGUF (its file carries one),
+    no model draft on transformers (its drafts come from the catalogue only; Hearth drafts with n-gram)."""
     gl = spec.gpu_layers
-    return Choices(quant=None if fmt == "gguf" or spec.quant is AUTO else spec.quant,
-                   n_ctx=chosen(spec.context),
-                   n_gpu_layers=None if gl is AUTO else ALL_LAYERS if gl == "all" else gl,
-                   kv_type=chosen(spec.kv_type),
-                   # transformers drafts come from the catalogue only; Hearth drafts with n-gram there
-                   draft="none" if fmt == "hf" or spec.draft == "none" else chosen(spec.draft),
-                   prefix_cache=chosen(spec.prefix_cache), n_batch=spec.n_batch,
-                   parallel=spec.server_parallel, exactness=spec.exactness)
+    return Choices(quant=AUTO if fmt == "gguf" else spec.quant, n_ctx=spec.context,
+                   n_gpu_layers=ALL_LAYERS if gl == "all" else gl, kv_type=spec.kv_type,
+                   draft="none" if fmt == "hf" else spec.draft, prefix_cache=spec.prefix_cache,
+                   n_batch=spec.n_batch, parallel=spec.server_parallel, exactness=spec.exactness)
 
 
 def carry_out(plan: Plan | None, spec: LoadSpec, ref: ModelRef, backend: str, *, data_dir: Path | None = None,

@@ -19,6 +19,7 @@ from typing import Any
 from ..config import HF_QUANTS, EngineConfig
 from ..errors import HearthError
 from .hardware import Hardware, probe
+from .load_spec import AUTO, chosen
 from .memory import Breakdown, Config, estimate
 from .search import CTX_FLOOR, Choices, Search, Shortfall
 from .resolve import KnownModel, Resolved, known_models, resolve_spec
@@ -164,7 +165,7 @@ def plan_for(model: str | os.PathLike[str] | None | Resolved, hardware: Hardware
     variants = _pick_variants(res, ch)
     hw = hardware or probe(allow_torch=variants[0].format == "hf")
     draft, draft_src, draft_note = _pick_draft(res, variants[0], ch)
-    search = Search(variants, hw, ch, draft, draft_auto=ch.draft is None)
+    search = Search(variants, hw, ch, draft, draft_auto=ch.draft is AUTO)
     state = search.run()
     cfg = search.config(state)
     bd = estimate(cfg, hw)
@@ -186,7 +187,7 @@ def _pick_variants(res: Resolved, ch: Choices) -> list[ModelSpec]:
     """The variants the search may choose from, best quality first (the search
     treats the last one as the cheapest)."""
     vs = sorted(res.variants, key=lambda s: (-s.weight_bytes, s.format != "gguf"))
-    if ch.quant:
+    if ch.quant is not AUTO:
         want = ch.quant.lower()
         hit = [v for v in vs if v.quant.lower() == want]
         if not hit:
@@ -205,9 +206,9 @@ def _pick_variants(res: Resolved, ch: Choices) -> list[ModelSpec]:
 
 def _pick_draft(res: Resolved, target: ModelSpec, ch: Choices) -> tuple[ModelSpec | None, str | None, str]:
     """The draft model to plan for, its source, and a note when there is none."""
-    if ch.draft is not None and ch.draft.lower() == "none":
+    if ch.draft is not AUTO and ch.draft.lower() == "none":
         return None, None, "off (your choice)"
-    if ch.draft is not None:
+    if ch.draft is not AUTO:
         r = resolve_spec(ch.draft)
         d = min((v for v in r.variants if v.format == target.format), key=lambda v: v.weight_bytes, default=None)
         if d is None:
@@ -240,8 +241,9 @@ def _pick_draft(res: Resolved, target: ModelSpec, ch: Choices) -> tuple[ModelSpe
 
 def _add_notes(plan: Plan) -> None:
     s, hw = plan.spec, plan.hardware
-    if plan.choices.n_ctx and s.n_ctx_train and plan.choices.n_ctx > s.n_ctx_train:
-        plan.notes.append(f"context {plan.choices.n_ctx} is beyond what the model was trained on "
+    asked = chosen(plan.choices.n_ctx)
+    if asked and s.n_ctx_train and asked > s.n_ctx_train:
+        plan.notes.append(f"context {asked} is beyond what the model was trained on "
                           f"({s.n_ctx_train}); answers may degrade past that point")
     if s.format == "hf" and s.quant in ("int8", "int4") and not hw.gpus:
         plan.notes.append("bitsandbytes int8/int4 on the CPU is slow; a GGUF file runs much faster there")
@@ -257,10 +259,10 @@ def _alternatives(res: Resolved, hw: Hardware, ch: Choices) -> list[str]:
     fields = {"quant": "quantization", "n_ctx": "context", "n_gpu_layers": "GPU layers",
               "kv_type": "KV cache type", "draft": "draft model", "prefix_cache": "prefix cache"}
     for f, label in fields.items():
-        if getattr(ch, f) is None:
+        if getattr(ch, f) is AUTO:
             continue
         try:
-            auto: dict[str, Any] = {f: None}
+            auto: dict[str, Any] = {f: AUTO}
             p = plan_for(res, hw, replace(ch, **auto), _alternatives_too=False)
         except HearthError:
             continue

@@ -35,6 +35,7 @@ from typing import Any
 from ..config import default_exactness
 from ..errors import HearthError
 from .hardware import MiB, Hardware
+from .load_spec import AUTO, Auto, chosen
 from .memory import Breakdown, Config, estimate
 from .shape import ModelSpec
 
@@ -47,28 +48,32 @@ KV_AUTO = ("f16", "q8_0")   # q4_0 costs visible quality; only by explicit choic
 
 @dataclass(slots=True, frozen=True)
 class Choices:
-    """The search's knobs that a LoadSpec fixed, for one planner format; None: the search decides.
+    """The search's knobs that a LoadSpec fixed, for one planner format; AUTO: the search decides.
 
     Not a second spelling of the user's choice: ``load_plan.choices(spec, fmt)`` makes it from the spec
     and holds what the search works in: llama.cpp's layer count ("all" is a count the search clamps), a
     quantization as a variant's label (a GGUF's Q4_K_M as well, for ``engine plan --quant``), no model
-    draft on transformers. A plan keeps it so the retry can plan again with the same fixed knobs."""
+    draft on transformers. Auto is the spec's own AUTO here too. A plan keeps it so the retry can plan
+    again with the same fixed knobs."""
 
-    quant: str | None = None
-    n_ctx: int | None = None
-    n_gpu_layers: int | None = None    # llama.cpp meaning; > n_layers puts the head on the GPU too
-    kv_type: str | None = None
-    draft: str | None = None           # None: Auto; "none"; or a path / catalogue id
-    prefix_cache: int | None = None    # bytes
+    quant: str | Auto = AUTO
+    n_ctx: int | Auto = AUTO
+    n_gpu_layers: int | Auto = AUTO    # llama.cpp meaning; > n_layers puts the head on the GPU too
+    kv_type: str | Auto = AUTO
+    draft: str | Auto = AUTO           # "none", or a path / catalogue id
+    prefix_cache: int | Auto = AUTO    # bytes
     n_batch: int = 512
     parallel: int = 0                  # API sequences beside the window's (not a knob: planned for)
     exactness: str = field(default_factory=default_exactness)  # the profile decides flash attention
 
     def explicit(self) -> frozenset[str]:
         """The knobs the user fixed, by the names the plan's reasons use."""
-        names = {"quant": "quant", "n_ctx": "context", "n_gpu_layers": "gpu_layers", "kv_type": "kv",
-                 "draft": "draft", "prefix_cache": "prefix_cache"}
-        return frozenset(v for k, v in names.items() if getattr(self, k) is not None)
+        return frozenset(v for k, v in KNOB_NAMES.items() if getattr(self, k) is not AUTO)
+
+
+# Choices' fixed knobs -> the names the plan's reasons use.
+KNOB_NAMES = {"quant": "quant", "n_ctx": "context", "n_gpu_layers": "gpu_layers", "kv_type": "kv",
+              "draft": "draft", "prefix_cache": "prefix_cache"}
 
 
 @dataclass(slots=True, frozen=True)
@@ -122,24 +127,24 @@ class Search:
                  draft: ModelSpec | None, draft_auto: bool) -> None:
         self.hw, self.ch = hw, ch
         spec0 = variants[0]
-        target = ch.n_ctx or _ctx_target(spec0)
+        target = chosen(ch.n_ctx) or _ctx_target(spec0)
         comfort = min(CTX_COMFORT, target)
         self.comfort = comfort
         v: dict[str, list[Any]] = {}
-        v["ctx_floor"] = [ch.n_ctx] if ch.n_ctx else sorted({comfort, *[c for c in (4096, CTX_FLOOR) if c < comfort]},
-                                                           reverse=True)
-        v["ctx_high"] = [ch.n_ctx] if ch.n_ctx else _halvings(target, comfort)
+        floors = sorted({comfort, *[c for c in (4096, CTX_FLOOR) if c < comfort]}, reverse=True)
+        v["ctx_floor"] = [ch.n_ctx] if ch.n_ctx is not AUTO else floors
+        v["ctx_high"] = [ch.n_ctx] if ch.n_ctx is not AUTO else _halvings(target, comfort)
         max_ngl = spec0.n_layers + 1
-        v["gpu_layers"] = ([min(ch.n_gpu_layers, max_ngl)] if ch.n_gpu_layers is not None and hw.gpus
+        v["gpu_layers"] = ([min(ch.n_gpu_layers, max_ngl)] if ch.n_gpu_layers is not AUTO and hw.gpus
                            else list(range(max_ngl, -1, -1)) if hw.gpus else [0])
         v["quant"] = list(range(len(variants)))
         # transformers keeps the KV cache in its compute dtype (see config()); not a choice there.
-        if ch.kv_type and spec0.format == "hf":
+        if ch.kv_type is not AUTO and spec0.format == "hf":
             raise HearthError("the transformers backend keeps the KV cache in the model's compute dtype; "
                               "the KV cache type is a choice for GGUF models")
-        v["kv"] = [ch.kv_type] if ch.kv_type else list(KV_AUTO if spec0.format == "gguf" else ("f16",))
+        v["kv"] = [ch.kv_type] if ch.kv_type is not AUTO else list(KV_AUTO if spec0.format == "gguf" else ("f16",))
         v["draft"] = [draft, None] if draft is not None and draft_auto else [draft]
-        v["prefix_cache"] = [ch.prefix_cache] if ch.prefix_cache is not None else list(PREFIX_CACHE_STEPS)
+        v["prefix_cache"] = [ch.prefix_cache] if ch.prefix_cache is not AUTO else list(PREFIX_CACHE_STEPS)
         self.values, self.variants = v, variants
         self.state: dict[str, Any] = {k: vals[-1] for k, vals in v.items()}
         self.decided: set[str] = set()
