@@ -394,18 +394,34 @@ def test_each_reply_in_a_batch_grows_its_own_copy():
 
 def test_a_replys_gate_and_its_notes_are_its_own():
     """A batch's replies decide their gates apart (each its own match lengths), and a reply's note
-    ("held back", "verified") reaches that reply's stats, not whichever reply records next."""
+    ("held back") reaches that reply's stats, not whichever reply records next."""
     st = SpecStats()
     ctl = SpecController(["plain"], free="ngram", hold_probe=10**6)
     for i in range(300):  # four-token matches continue the text, two-token ones are coincidences
         n = 4 if i % 2 else 2
         _free_round(ctl, st, (lambda k: k) if n == 4 else (lambda k: 0), c1=0.030, bucket=n)
     copying, guessing = ctl.new_run(), ctl.new_run()
+    assert copying.gate_open and guessing.gate_open  # both start from the latest decision: open
     assert ctl.free_len(8, 4, copying) >= 4 and copying.gate_open
     assert ctl.free_len(8, 2, guessing) == 0 and guessing.gate_open is False
+    assert copying.gate_open  # the other's decision leaves this one's gate alone
     mine, theirs = SpecStats(), SpecStats()
     ctl.record("plain", 0, 0, 1, 0.05, theirs, run=guessing)
     ctl.record("plain", 0, 0, 1, 0.05, mine, run=copying)
-    assert any(n.startswith("ngram drafts verified") for n in mine.notes)
     assert any(n.startswith("ngram drafts held back") for n in theirs.notes)
-    assert not any("held back" in n for n in mine.notes)
+    assert not any("ngram drafts" in n for n in mine.notes)
+
+
+def test_a_new_reply_starts_its_copies_where_the_last_reply_left_off():
+    """A 128-token reply that copies its input would spend its first rounds growing its drafts 4 at a
+    time from nothing; it starts from the latest reply's copy length instead."""
+    st = SpecStats()
+    ctl = SpecController(["plain"], free="ngram")
+    first = ctl.new_run()
+    for _ in range(40):
+        k = ctl.free_len(32, 16, first)
+        ctl.record("ngram", k, k, k + 1, 0.05 + 0.005 * k, st, bucket=16, run=first)  # long drafts pay
+    assert first.last_accepted >= 16
+    second = ctl.new_run()
+    assert second.last_accepted == first.last_accepted and second.gate_open
+    assert ctl.free_len(32, 16, second) > 4 + 4

@@ -159,7 +159,7 @@ class SpecController(FreeGate):
             self._plain_s.append(seconds if fit_seconds is None else fit_seconds)
             del self._plain_s[:-64]
         if mode == self.free and mode not in self.modes:
-            run.last_accepted = accepted
+            run.last_accepted = self.run.last_accepted = accepted
             if run.probing:  # a held-back lookup's probe: the next waits twice as long (the
                 # gate opening starts the count again); what it measured may open the gate
                 run.probing = False

@@ -180,8 +180,10 @@ class FreeGate:
         self.run.gate_open = value
 
     def new_run(self) -> FreeRun:
-        """A reply's own free-draft state (``free_len``, ``record``)."""
-        return FreeRun()
+        """A reply's own free-draft state (``free_len``, ``record``). It starts where the latest reply
+        left off (its last copy's length, its gate): a conversation that copies goes on copying, and
+        a 128-token reply that started its copies at 4 drafts would spend its first rounds growing."""
+        return FreeRun(last_accepted=self.run.last_accepted, gate_open=self.run.gate_open)
 
     def free_len(self, available: int, bucket: int | None = None, run: FreeRun | None = None) -> int:
         """How many of the free draft's ``available`` proposed tokens to verify this
@@ -217,7 +219,7 @@ class FreeGate:
         opened = rate > base * (1.0 if run.gate_open else OPEN_MARGIN)
         if opened != run.gate_open:
             verb = "held back" if not opened else "verified again" if run.gate_open is False else "verified"
-            run.gate_open = opened
+            run.gate_open = self.run.gate_open = opened  # the next reply starts from the latest decision
             run.notes.append(
                 f"{self.free} drafts {verb}: accepted {rates[0]:.2f} at the first position, a verified token "
                 f"costs {b / c0:.2f} of a step")
