@@ -154,7 +154,7 @@ def test_a_free_draft_that_is_accepted_drafts_long():
     ctl = SpecController(["plain"], free="ngram")
     ks = [_free_round(ctl, st, lambda k: k) for _ in range(100)]
     assert min(ks[10:]) >= 6  # copying text: long drafts pay even at 0.8 of a step per token
-    assert ctl.gate_open and not any("held back" in n for n in st.notes)
+    assert ctl.run.gate_open and not any("held back" in n for n in st.notes)
     assert any(n.startswith("ngram drafts verified: ") for n in st.notes)  # the first decision: not "again"
     assert not any("verified again" in n for n in st.notes)
 
@@ -193,7 +193,7 @@ def test_a_held_back_lookup_that_starts_paying_says_it_is_verified_again():
     ctl = SpecController(["plain"], free="ngram", hold_probe=2)
     for _ in range(40):
         _free_round(ctl, st, lambda k: 0, bucket=2)  # prose: two-token coincidences, all rejected
-    assert ctl.gate_open is False
+    assert ctl.run.gate_open is False
     # Then the reply starts copying its input: each token copied makes the match one
     # longer (the lookup finds the place), and a long match is verified without
     # waiting for a probe.
@@ -216,7 +216,7 @@ def test_probes_thin_out_until_the_gate_opens():
     ks = [_free_round(ctl, st, lambda k: k, c1=0.060, bucket=2) for _ in range(600)]
     probes = [i for i, k in enumerate(ks[50:]) if k]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
-    assert 0 < len(probes) <= 6 and gaps == sorted(gaps) and ctl.gate_open is False
+    assert 0 < len(probes) <= 6 and gaps == sorted(gaps) and ctl.run.gate_open is False
 
 
 # This CPU's verification costs, in steps (bench pair 1.5B, exact kernels): feeding
@@ -333,12 +333,12 @@ def test_the_gate_opens_on_a_clear_gain_and_closes_at_break_even():
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if gain(mid) < 1.025 else (lo, mid)
     assert 1.02 < gain(hi) < OPEN_MARGIN
-    ctl.gate_open = False
+    ctl.run.gate_open = False
     assert ctl.free_len(32, 8) == 0
-    ctl.gate_open = True
+    ctl.run.gate_open = True
     assert ctl.free_len(32, 8) > 0
     gain(0.3)
-    assert ctl.free_len(32, 8) == 0 and ctl.gate_open is False
+    assert ctl.free_len(32, 8) == 0 and ctl.run.gate_open is False
 
 
 def test_a_one_token_draft_is_costed_at_what_a_two_token_pass_measured():

@@ -53,7 +53,9 @@ class SpecController(FreeGate):
         self.gated = gated
         self.hold_probe = hold_probe
         self.hold_interval = hold_probe  # held-back hits between two probes (doubles while probes lose)
-        self.run = FreeRun()  # a caller's own FreeRun (one per reply) takes its place
+        # The run of callers that pass none (one reply at a time); a reply that has its own (new_run) takes
+        # its place, and this one keeps the latest reply's copy length and gate, where the next reply starts.
+        self.run = FreeRun()
         self.grow = 4  # how much longer than the last accepted run a free draft may be
         self._plain_s: list[float] = []  # seconds of recent one-token target steps, any mode
         # A copied draft's acceptance by how much context it matches: a draft from an

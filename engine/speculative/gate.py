@@ -170,15 +170,6 @@ class FreeGate:
         self._plain_s.append(step)
         self._cost[self.free].extend(sorted(verify.items()))
 
-    @property
-    def gate_open(self) -> bool | None:
-        """The gate of the controller's own run (callers that pass no FreeRun)."""
-        return self.run.gate_open
-
-    @gate_open.setter
-    def gate_open(self, value: bool | None) -> None:
-        self.run.gate_open = value
-
     def new_run(self) -> FreeRun:
         """A reply's own free-draft state (``free_len``, ``record``). It starts where the latest reply
         left off (its last copy's length, its gate): a conversation that copies goes on copying, and

@@ -66,7 +66,7 @@ class _Rounds:
         self.pick, self.verify = pick_and_verify(sampler)
         self.end = len(history) + sampler.params.limit  # history holds the prompt: its length at the limit
         self.free = drafts.get(ctl.free) if ctl.free else None
-        self.run = ctl.new_run()  # this reply's own copy length and hold-back count
+        self.run = ctl.new_run()  # this reply's own free-draft state: copy length, hold-backs, gate, notes
         self.waited = 0.0   # this round's seconds suspended at its Computes (other sequences' work too)
         self.charged = 0.0  # and its Computes' own share of the steps that ran them (Compute.spent_s)
 
