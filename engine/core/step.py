@@ -73,9 +73,7 @@ class Stepper:
         self.share.record(dt, window=any(r.job.priority == Priority.WINDOW for r, _ in plan),
                           others=any(r.job.priority != Priority.WINDOW for r, _ in plan))
         for (r, n), (_seq, tokens, _want), got in zip(plan, rows, logits):
-            assert r.want is not None
-            r.want.spent_s += row_s * n
-            self._computed(r, n, tokens, got)
+            self._computed(r, n, tokens, got, row_s * n)
         return True
 
     def _plan(self, runs: list[Run]) -> list[tuple[Run, int]]:
@@ -105,13 +103,15 @@ class Stepper:
                 self.ended)
         return False
 
-    def _computed(self, r: Run, n: int, tokens: list[int], logits: Any) -> None:
-        """A step computed ``n`` tokens of ``r``'s pending compute: record them, report a prompt's
-        progress, and hand the pipeline its logits once the whole compute is done."""
+    def _computed(self, r: Run, n: int, tokens: list[int], logits: Any, spent_s: float) -> None:
+        """A step computed ``n`` tokens of ``r``'s pending compute in ``spent_s`` (their rows' share of the
+        step): record them, report a prompt's progress, and hand the pipeline its logits once the whole
+        compute is done."""
         c = r.want
         assert c is not None and r.seq is not None
         self.reuse.extend(r.seq, tokens)
         c.done += n
+        c.spent_s += spent_s
         if c.prompt and r.parked is None:
             r.handle.put(Progress(self.pool.seq_len(r.seq), len(r.job.prompt)))
         if c.done < len(c.tokens):
