@@ -287,3 +287,47 @@ def test_a_round_is_charged_for_its_own_rows_not_for_the_batch_it_waited_in(bund
     plain_rate = ctl.rate["plain"]
     assert plain_rate is not None and plain_rate > 1 / WAIT_S
     assert "ngram" not in ctl.retired
+
+
+def test_a_model_draft_follows_a_preempted_reply_to_the_sequence_it_resumes_on(bundled_path):
+    """A background reply preempted on one sequence resumes on another: its drafts must come from the draft
+    model's sequence for the new one. Bound once, it went on drafting on its old draft sequence, which the
+    request that took its sequence over drafts on too, and each re-read its whole history at every round."""
+    from engine.core.job import Priority
+
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=512, n_threads=2, cache_budget=0))
+    try:
+        e.set_parallel(2, window=False)  # two sequences, neither kept for the window
+        e.set_speculation(str(bundled_path), k=4, force=True)
+        short = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+        long = SamplingParams(temperature=0.0, max_tokens=90, ignore_eos=True)
+        asks = {name: [Message("user", f"{name}: tell me about the sea and the ships on it.")]
+                for name in ("first", "background", "urgent")}
+        first = e.stream(asks["first"], short, priority=Priority.INTERACTIVE)
+        assert next(first).kind == "delta"
+        background = e.stream(asks["background"], long, priority=Priority.BACKGROUND)
+        for _ in range(3):
+            assert next(background).kind == "delta"
+        seqs = e.core.requests()
+        was_on = {r["seq"] for r in e.core.requests() if r["priority"] == Priority.BACKGROUND}
+        urgent = e.stream(asks["urgent"], long, priority=Priority.INTERACTIVE)  # no free sequence: preempts
+        assert next(urgent).kind == "delta"
+        assert [r["state"] for r in e.core.requests() if r["priority"] == Priority.BACKGROUND] == ["preempted"]
+        final_of = lambda events: [ev for ev in events][-1]  # noqa: E731
+        final_of(first)  # its sequence is free: the background reply resumes there, beside the urgent one
+        deadline = time.monotonic() + 60
+        while (moved_to := {r["seq"] for r in e.core.requests() if r["priority"] == Priority.BACKGROUND}) == {None}:
+            assert time.monotonic() < deadline, "the preempted reply never resumed"
+            time.sleep(0.01)
+        assert moved_to != was_on, (seqs, was_on, moved_to)
+        done = {name: final_of(ev) for name, ev in (("background", background), ("urgent", urgent))}
+        assert all(d.finish_reason == "max_tokens" for d in done.values())
+        # Each draft sequence drafted for the reply on its target sequence: the background reply's history on
+        # the sequence it ended on, the urgent one's on the sequence it took over.
+        for name, seq in (("background", moved_to.pop()), ("urgent", was_on.pop())):
+            prompt = e.prompt_tokens(asks[name])
+            held = e.speculation.draft_on(seq)._kv
+            assert held[:len(prompt)] == prompt, name
+            assert held[len(prompt):] == list(done[name].token_ids[:len(held) - len(prompt)]), name
+    finally:
+        e.close()

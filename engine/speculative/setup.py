@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import HearthError
 from ..models.vocab import Vocab, check_draft_compatible
@@ -89,10 +89,10 @@ class Speculation:
             ctl = SpecController(["plain"], k_fixed=ctl.k_fixed, free="ngram")
             ctl.pending_notes.append("the draft model cannot see images: n-gram drafts only")
         elif self.draft is not None:
-            drafts["model"] = self._draft_on(target.seq)
+            drafts["model"] = FollowingDraft(self, target)
         return speculative_step(target, drafts, ctl, pending, sampler, history, spec), spec
 
-    def _draft_on(self, seq: int) -> ModelDraft:
+    def draft_on(self, seq: int) -> ModelDraft:
         """The draft model on the sequence that drafts for the target's sequence ``seq``."""
         assert self.draft is not None
         if seq == 0:
@@ -161,3 +161,23 @@ class Speculation:
         why = check_draft_compatible(target, draft_vocab)
         if why:
             raise HearthError(f"{Path(path).name} cannot draft for {target.name}: {why}")
+
+
+class FollowingDraft:
+    """The draft model on the draft sequence of whichever sequence the target is on now. A reply that is
+    preempted resumes on another sequence (its view moves); bound once, it would go on drafting on its old
+    draft sequence beside the request that took that sequence over, and each of the two would re-read its
+    whole history into the draft at every round."""
+
+    kind = "model"
+
+    def __init__(self, speculation: Speculation, target: "SeqView") -> None:
+        self.speculation, self.target = speculation, target
+        self.catchup_s = 0.0
+
+    def propose(self, history: Sequence[int], k: int, pick: Callable) -> tuple[list[int], list]:
+        draft = self.speculation.draft_on(self.target.seq)
+        try:
+            return draft.propose(history, k, pick)
+        finally:
+            self.catchup_s = draft.catchup_s
