@@ -355,3 +355,27 @@ def test_a_server_that_cannot_count_is_marked_as_estimating_and_asked_once():
         assert script.other == ["/apply-template"] and script.requests == []  # one try, at open; no reply asked
     finally:
         script.close()
+
+
+def test_background_work_reaches_a_hearth_server_as_background_and_the_window_keeps_the_keys_default(server):
+    """The class a caller gives (a title, a batch job: background) crosses to a Hearth server, whose core then
+    queues it behind the people it serves; interactive work and the window's send none (the key's default)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from engine.core.job import Priority
+
+    def finished(priority: str) -> float:
+        text = httpx.get(server.url.removesuffix("/v1") + "/metrics", timeout=30).text
+        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == "hearth:request_success_total" and s.labels.get("priority") == priority)
+
+    eng = remote(server.url)
+    short = SamplingParams(temperature=0.0, max_tokens=2)
+    before = {p: finished(p) for p in ("background", "interactive")}
+    events_of(eng, ASK, short, priority=Priority.BACKGROUND)
+    assert finished("background") == before["background"] + 1
+    events_of(eng, ASK, short, priority=Priority.INTERACTIVE)
+    events_of(eng, ASK, short)  # the window's (0)
+    assert finished("background") == before["background"] + 1
+    assert finished("interactive") == before["interactive"] + 2

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any, Iterator, Mapping, Sequence
 
+from ..core.job import Priority
 from ..decode.metrics import SERVER_BACKEND, GenerationStats
 from ..errors import HearthError
 from ..interface import Capabilities, ModelInfo
@@ -141,6 +142,10 @@ class RemoteEngine:
         body, notes = self.payload(messages, params, tools)
         if template_kwargs and self.extras:
             body["chat_template_kwargs"] = dict(template_kwargs)  # the Think choice, as Hearth and llama-server take it
+        if priority >= Priority.BACKGROUND and self.model.owned_by == "hearth":
+            # Work nobody waits on (a title, a batch job) queues behind the people a Hearth serves. Only lowered,
+            # never raised past the key's default; other servers reject the field or ignore it.
+            body["priority"] = "background"
         yield from RemoteReply(self, body, notes, cancel).events()
 
 
