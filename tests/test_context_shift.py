@@ -70,6 +70,25 @@ def test_a_reply_that_fills_the_context_equals_llama_servers_context_shift(fast)
     assert got.token_ids == want
 
 
+@pytest.mark.parametrize("kind", ["ngram", "model"])
+def test_a_speculative_reply_shifts_the_context_at_the_same_token_as_plain_decoding(fast, bundled_path, kind):
+    """A round never drafts past the room left, so the shift comes at the same token with drafts as without
+    (the model drafting for itself: every draft accepted; n-gram: hits and misses), and the reply is again
+    llama-server's context shift, token for token."""
+    msgs = [Message("system", "You are a storyteller."), Message("user", "Write a very long story about a dragon.")]
+    fast.set_speculation(str(bundled_path) if kind == "model" else kind, k=4, force=True)
+    try:
+        fast.reset()
+        got = final_of(fast.stream(msgs, LONG, context_policy="shift"))
+    finally:
+        fast.set_speculation("none")
+    assert got.finish_reason == "max_tokens" and got.stats.shifted_tokens > 0
+    assert got.stats.spec["drafted"] > 0
+    prompt, keep = fast.prompt_tokens(msgs), fast.prompts.keep_tokens(msgs)
+    want = fast.core.call(lambda: greedy_with_context_shift(fast.backend, prompt, keep, 400))
+    assert got.token_ids == want
+
+
 # -- step drop, and replies that fill the context -------------------------------------------
 
 
