@@ -241,6 +241,31 @@ def test_disk_store_survives_restart_and_rejects_corruption(bundled_path, tmp_pa
     e3.close()
 
 
+def test_turning_the_server_on_and_off_keeps_the_disk_snapshots_of_each_context(bundled_path, tmp_path, cold):
+    """A snapshot restores only into a context with as many sequences as the one it came from. Turning the
+    local server on (more sequences) then off again must neither restore the other context's snapshots nor
+    throw them away: each context saves and finds its own, so the window's cached system prompts and
+    documents are read from disk again once the server is off. (The store kept the count it was opened
+    with: every toggle rejected and deleted the entries the other context had saved.)"""
+    conv = [Message("system", SHORT_SYSTEM), Message("user", "What is hail?")]
+    want = fresh(cold, conv).token_ids
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path))
+    try:
+        cached = []
+        for parallel, window in ((1, False), (3, False), (1, False), (3, False)):
+            e.set_parallel(parallel, window=window)
+            e.cache.clear()  # the memory cache is dropped on a resize anyway; here every turn goes to disk
+            e.reset()
+            got = run(e, conv)
+            assert got.token_ids == want, (e.n_seq, cached)
+            cached.append((e.n_seq, got.stats.cached_tokens > 0))
+        assert cached == [(1, False), (3, False), (1, True), (3, True)]
+        assert e.store.rejected == 0
+        assert len(list(tmp_path.glob("*.kv"))) == 2  # one per context
+    finally:
+        e.close()
+
+
 def test_a_restart_keeps_the_disk_snapshot_in_memory_as_read(bundled_path, tmp_path, cold):
     # The state read from disk is what the KV now holds: the memory cache keeps that buffer
     # rather than copying the KV out of llama.cpp again (tens of MB on a long system prompt,

@@ -61,9 +61,17 @@ class PrefixStore:
         self.root = Path(root)
         self.max_bytes = max_bytes
         self.evictions = 0
-        self.identity = dict(sorted(identity.items()))
-        self._id_digest = hashlib.sha256(json.dumps(self.identity).encode()).hexdigest()
+        self.identity: dict[str, str] = {}
+        self._id_digest = ""
+        self.rekey(identity)
         self.rejected = 0
+
+    def rekey(self, changes: dict[str, str]) -> None:
+        """The context's settings changed (``changes``: the fields that differ, say another number of
+        sequences): from now on entries are saved and found under the new identity. Entries of the old one
+        stay on disk, untouched, for when the context is made as it was again."""
+        self.identity = dict(sorted({**self.identity, **changes}.items()))
+        self._id_digest = hashlib.sha256(json.dumps(self.identity).encode()).hexdigest()
 
     def _path(self, tokens: np.ndarray, images: Sequence[str] = ()) -> Path:
         named = "\n".join(images).encode()

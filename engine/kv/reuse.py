@@ -67,11 +67,14 @@ class KVReuse:
 
     def resized(self) -> None:
         """The pool now holds another number of sequences, all empty. Snapshots record their
-        context's stream count, so the in-memory ones are dropped (the disk store is keyed by it)."""
+        context's stream count, so the in-memory ones are dropped, and the disk store keys what it
+        saves and finds by the new count (what the old one saved stays there for when it is back)."""
         self.table = SlotTable(self.pool.n_seq)
         self._live_prompt_len = [0] * self.pool.n_seq
         self.moved = [0] * self.pool.n_seq
         self.cache.clear()
+        if self.store is not None:
+            self.store.rekey(self.backend.state_identity())
 
     def checkpoint(self, prompt: Sequence[int], *shared: Sequence[int] | None) -> list[int]:
         """Prompt lengths worth snapshotting on the way through the prompt: for each of ``shared``
