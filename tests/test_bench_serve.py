@@ -203,3 +203,12 @@ def test_the_speculation_row_runs_servers_with_and_without_drafts(tmp_path, bund
     assert 0 <= drafts["num_accepted_tokens_total"] <= drafts["num_draft_tokens_total"]
     logs = {p.name: p.read_text() for p in tmp_path.glob("hearth-*.log")}
     assert "speculation none" in logs["hearth-plain.log"] and "speculation auto" in logs["hearth-auto.log"]
+    # Its limit, from this machine's step times: every sequence drafting k a round, every draft accepted.
+    limit = spec["limit"]
+    assert set(limit["by_k"]) == set(serve_rows.LIMIT_KS) and limit["limit"] == max(limit["by_k"].values())
+    assert limit["by_k"][limit["at_k"]] == limit["limit"] > 0 and limit["prompt_tokens"] > 200
+    steps = limit["step_ms"]
+    assert steps[16] > steps[0] > 0  # 68 rows take longer than 4
+    for k in serve_rows.LIMIT_KS:  # (1 + k) tokens for the step of (1 + k) rows each, against 1 for the plain one
+        assert limit["by_k"][k] == pytest.approx((1 + k) * steps[0] / steps[k], rel=0.02)  # ms are rounded
+    assert f"limit {limit['limit']:.2f}x" in spec["line"]

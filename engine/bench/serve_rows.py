@@ -17,7 +17,11 @@
   mean of the four; the bar: at least 1.3x plain. Replies are not cut at the end of the answer
   (speculation only pays on what the model writes), and whether both sides wrote the same text is
   reported (the fast profile's kernels may round a near tie the other way), with the drafts the
-  speculating server verified and accepted (its ``/metrics``, warm-up included).
+  speculating server verified and accepted (its ``/metrics``, warm-up included). Its **limit** is
+  measured in the same run, before the servers start (``spec_limit``): what the four requests would
+  gain if every draft were accepted, from the step times of this machine. On a CPU that is bound by
+  compute, not by reading the weights, a verified row costs nearly what a step does, and the limit
+  can sit under the bar: then the bar cannot be met here, whatever the drafts.
 Every prompt of the hol row opens with words of its own, so no server reads it from an earlier one's cache.
 """
 from __future__ import annotations
@@ -41,6 +45,8 @@ ARRIVE_AT = 0.3      # the short request arrives this far into the long prompt's
 HOL_BAR = 2.0        # the short request's TTFT over (alone + one chunk), at most
 SPEC_BAR = 1.3       # a batched request's decode speed with speculation (auto) over without, at least
 SPEC_STREAMS = 4
+LIMIT_KS = (2, 4, 8, 16)  # draft lengths the limit is measured at (every sequence drafting that many a round)
+LIMIT_REPS = 7           # steps timed per shape (the median; 3 with --quick)
 SHORT = "Question {tag}: what is the capital of France? Answer in one word."
 
 
@@ -140,10 +146,55 @@ def mean_decode(replies: list[StreamedReply]) -> float:
     return statistics.fmean(speeds) if speeds else 0.0
 
 
+def spec_limit(s: Setup, text: str) -> dict[str, Any]:
+    """The most speculation can give the spec row on this machine: each of the ``SPEC_STREAMS``
+    sequences drafting k tokens a round, every draft accepted, so a round yields 1 + k tokens each for
+    one step of ``SPEC_STREAMS`` x (1 + k) rows, against one token each for a plain step of
+    ``SPEC_STREAMS`` rows: (1 + k) x plain step / that step, at the best k of ``LIMIT_KS``. Timed
+    in-process on the same model, threads and profile, every sequence holding the rewrite prompt, as
+    the row's requests do (the median of ``LIMIT_REPS`` steps per shape)."""
+    from ..config import EngineConfig
+    from ..engine import Engine
+    from ..types import WANT_ALL, WANT_LAST
+
+    e = Engine.open(EngineConfig(s.model, n_ctx=per_sequence(2048 + s.spec_tokens), n_threads=s.threads,
+                                 exactness=s.exactness, cache_budget=0, draft="none"))
+    try:
+        e.set_parallel(SPEC_STREAMS, window=False)
+        prompt = e.prompt_tokens([{"role": "user", "content": text}])
+        pool = e.kv.pool
+
+        def steps() -> dict[int, float]:  # on the engine core's thread, where the servers compute too
+            pool.batch([(0, prompt, WANT_LAST)])
+            for seq in range(1, SPEC_STREAMS):
+                pool.seq_copy(0, seq, len(prompt))
+            out = {}
+            for k in (0, *LIMIT_KS):
+                rows = [(seq, prompt[-1 - k:], WANT_ALL if k else WANT_LAST) for seq in range(SPEC_STREAMS)]
+                times = []
+                for _ in range(3 if s.quick else LIMIT_REPS):
+                    for seq in range(SPEC_STREAMS):
+                        pool.seq_truncate(seq, len(prompt) - 1 - k)
+                    t0 = time.perf_counter()
+                    pool.batch(rows)
+                    times.append(time.perf_counter() - t0)
+                out[k] = statistics.median(times)
+            return out
+
+        step_s = e.core.call(steps)
+    finally:
+        e.close()
+    by_k = {k: (1 + k) * step_s[0] / step_s[k] for k in LIMIT_KS}
+    best = max(by_k, key=lambda k: by_k[k])
+    return {"limit": round(by_k[best], 3), "at_k": best, "by_k": {k: round(v, 3) for k, v in by_k.items()},
+            "step_ms": {k: round(v * 1e3, 1) for k, v in step_s.items()}, "prompt_tokens": len(prompt)}
+
+
 def spec_row(s: Setup) -> dict[str, Any]:
     """Speculation inside the batch: four rewrite requests at once, speculation as shipped against none."""
     text = rewrite_prompt()
     tokens = s.spec_tokens
+    limit = spec_limit(s, text)  # before any server runs: nothing else computes meanwhile
     names = ("plain", "auto")
     servers: dict[str, Server] = {}
     try:
@@ -179,10 +230,12 @@ def spec_row(s: Setup) -> dict[str, Any]:
         "tokens_per_reply": {k: sorted(v)[len(v) // 2] for k, v in n_tokens.items()},
         "same_text": sum(a == b for a, b in zip(texts["plain"], texts["auto"])) / max(1, len(texts["plain"])),
         "auto_vs_plain": ratio, "aggregate_auto_vs_plain": paired(tok_s["auto"], tok_s["plain"]),
-        "drafts": drafts, "bar": f">= {SPEC_BAR}x",
+        "drafts": drafts, "bar": f">= {SPEC_BAR}x", "limit": limit,
         "verdict": verdict(ratio["ci"][0], ratio["ci"][1], SPEC_BAR, ratio["coverage"])}
+    beyond = " (the bar is over this machine's limit)" if limit["limit"] < SPEC_BAR else ""
     out["line"] = (f"speculation in a batch of {SPEC_STREAMS}: decode {out['decode_tok_s']['auto']} tok/s with "
                    f"speculation (auto), {out['decode_tok_s']['plain']} without: {ratio['median']:.2f}x "
-                   f"[{ratio['ci'][0]:.2f}, {ratio['ci'][1]:.2f}] (bar >= {SPEC_BAR}x) {out['verdict']}")
+                   f"[{ratio['ci'][0]:.2f}, {ratio['ci'][1]:.2f}] (bar >= {SPEC_BAR}x) {out['verdict']}; limit "
+                   f"{limit['limit']:.2f}x, every draft accepted at k={limit['at_k']}{beyond}")
     say(out["line"])
     return out
