@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..serve.runtime.quiet_gc import settle
 from .pairing import at_most, paired, run_order, verdict
 from .serve_client import StreamedReply, make_client, story, wave_figures, wave
 from .serve_sides import Server, Setup, check_matched, per_sequence, say, start_hearth, start_llama_server
@@ -177,6 +178,7 @@ def bench_serve(a: argparse.Namespace) -> dict[str, Any]:
     rows = wanted_rows(a)
     with tempfile.TemporaryDirectory(prefix="hearth-bench-serve-") as tmp:
         s = setup_for(a, Path(tmp), rows)
+        settle()  # this client's own full collections out of the requests it times (serve/runtime/quiet_gc.py)
         out: dict[str, Any] = {"model": s.model.name, "threads": s.threads, "exactness": s.exactness,
                                "rounds": s.rounds, "quick": s.quick, "n_ctx_seq": s.n_ctx_seq}
         if "throughput" in rows:

@@ -21,6 +21,7 @@ from ..sizing.load_spec import AUTO, Auto, LoadSpec, or_auto
 from ..remote.errors import fingerprint_text
 from ..serve.http.other_devices import exposure
 from ..serve.http.server import DEFAULT_PORT, LocalServer
+from ..serve.runtime.quiet_gc import settle
 
 
 READY = "HEARTH-READY "  # the machine-readable line a parent process waits for (engine/workers/child.py)
@@ -113,6 +114,7 @@ def serve(model: str | None = None, *, port: int = DEFAULT_PORT, parallel: int =
     try:
         server.attach(scheduler)
         server.start()
+        settle()  # what the load left alive goes out of the cyclic GC's reach (quiet_gc.py)
         key = " (API key required)" if api_key or server.exposed else ""
         if server.tls is not None:
             print(f"TLS certificate fingerprint {fingerprint_text(server.tls.fingerprint())}: a client that "

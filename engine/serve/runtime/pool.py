@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from ...errors import HearthError
 from ..protocols.openai import ApiError
+from .quiet_gc import settle
 
 DEFAULT_TTL_S = 600.0
 LOAD_WAIT_S = 600.0        # a request waits this long for models in use to free room
@@ -212,6 +213,7 @@ class ModelPool:
         except HearthError as e:
             raise ApiError(503, f"{model_id} could not be loaded: {e}", type="server_error",
                            code="model_load_failed") from None
+        settle()  # the new model's objects out of the cyclic GC's reach (quiet_gc.py)
         h = Held(model_id, opened.scheduler, opened.memory, opened.n_ctx, False, int(time.time()),
                  self.default_ttl if ttl is None else ttl, self._clock(), busy=1)
         with self._cv:
