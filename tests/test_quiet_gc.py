@@ -29,3 +29,19 @@ def test_settle_collects_the_garbage_so_far_and_freezes_what_lives():
         assert any(o is newer for o in gc.get_objects())  # and what is made later is collected as ever
     finally:
         gc.unfreeze()
+
+
+def test_what_an_earlier_settle_froze_is_collected_by_the_next_once_it_is_garbage():
+    # A model the pool unloads was frozen when it loaded: its cycles must not stay for good.
+    gc.unfreeze()
+    try:
+        model = Node()
+        gone = weakref.ref(model)
+        settle()  # loaded: frozen
+        del model  # unloaded: garbage, but out of every collection's reach while frozen
+        gc.collect()
+        assert gone() is not None
+        settle()  # the next load
+        assert gone() is None
+    finally:
+        gc.unfreeze()

@@ -16,6 +16,8 @@ import gc
 def settle() -> None:
     """Once what lives long is made (a model loaded; a benchmark's client set up): collect the garbage
     made so far now, not during a reply, then freeze everything alive, so later collections walk only
-    newer objects."""
+    newer objects. What an earlier call froze is thawed and collected first: a model the pool has
+    unloaded since may have left reference cycles there, which no collection reaches while frozen."""
+    gc.unfreeze()
     gc.collect()
     gc.freeze()
