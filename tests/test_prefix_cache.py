@@ -1,6 +1,7 @@
 """Prefix cache: unit rules on fake states, then exactness on the real model."""
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -241,29 +242,43 @@ def test_disk_store_survives_restart_and_rejects_corruption(bundled_path, tmp_pa
     e3.close()
 
 
-def test_turning_the_server_on_and_off_keeps_the_disk_snapshots_of_each_context(bundled_path, tmp_path, cold):
-    """A snapshot restores only into a context with as many sequences as the one it came from. Turning the
-    local server on (more sequences) then off again must neither restore the other context's snapshots nor
-    throw them away: each context saves and finds its own, so the window's cached system prompts and
-    documents are read from disk again once the server is off. (The store kept the count it was opened
-    with: every toggle rejected and deleted the entries the other context had saved.)"""
+def test_turning_the_server_on_and_off_keeps_serving_the_disk_snapshots(bundled_path, tmp_path, cold):
+    """Turning the local server on gives the context more sequences, one KV stream each, and llama.cpp
+    restores a sequence's state only into a context with as many streams as the one it came from. The
+    state is laid out again for the context's count as it is restored (state.restream), so what was saved
+    with the server off is read from disk with it on, and back, exactly as a cold read. (Before, the store
+    kept the count it was opened with: every toggle restored states llama.cpp refused, and each refusal
+    deleted the entry.)"""
     conv = [Message("system", SHORT_SYSTEM), Message("user", "What is hail?")]
     want = fresh(cold, conv).token_ids
     e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2, disk_cache=tmp_path))
     try:
         cached = []
-        for parallel, window in ((1, False), (3, False), (1, False), (3, False)):
-            e.set_parallel(parallel, window=window)
+        for parallel in (1, 3, 1, 3):
+            e.set_parallel(parallel, window=False)
             e.cache.clear()  # the memory cache is dropped on a resize anyway; here every turn goes to disk
             e.reset()
             got = run(e, conv)
             assert got.token_ids == want, (e.n_seq, cached)
             cached.append((e.n_seq, got.stats.cached_tokens > 0))
-        assert cached == [(1, False), (3, False), (1, True), (3, True)]
+        assert cached == [(1, False), (3, True), (1, True), (3, True)]
         assert e.store.rejected == 0
-        assert len(list(tmp_path.glob("*.kv"))) == 2  # one per context
+        assert len(list(tmp_path.glob("*.kv"))) == 1  # one entry serves both contexts
     finally:
         e.close()
+
+
+def test_a_state_not_laid_out_as_a_plain_kv_caches_is_restored_as_taken():
+    from engine.backends.llama.state import IO_MAGIC, restream
+
+    one = bytearray(struct.pack("<IiII", IO_MAGIC, 0, 1, 2) + b"cells")  # one stream: the sequence's cells
+    three = restream(one, 3)
+    assert three == struct.pack("<IiII", IO_MAGIC, 0, 3, 2) + b"cells" + bytes(8)
+    assert restream(three, 1) == one and restream(one, 1) is one
+    for odd in (bytearray(b"short"), bytearray(struct.pack("<IiII", 1234, 0, 1, 2) + b"cells"),  # another magic
+                bytearray(struct.pack("<IiIII", IO_MAGIC, 0, 2, 2, 7) + b"x"),  # something after the cells
+                bytearray(struct.pack("<IiIII", IO_MAGIC, 0, 2, 0, 0))):  # no stream holds cells
+        assert restream(odd, 3) is odd
 
 
 def test_a_restart_keeps_the_disk_snapshot_in_memory_as_read(bundled_path, tmp_path, cold):

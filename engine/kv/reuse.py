@@ -66,9 +66,10 @@ class KVReuse:
         return list(self.table.kv[seq])
 
     def resized(self) -> None:
-        """The pool now holds another number of sequences, all empty. Snapshots record their
-        context's stream count, so the in-memory ones are dropped, and the disk store keys what it
-        saves and finds by the new count (what the old one saved stays there for when it is back)."""
+        """The pool now holds another number of sequences, all empty. The in-memory snapshots are
+        dropped, and the disk store keys what it saves and finds by the backend's identity for the new
+        count: a plain KV cache's states restore into any count (the identity stays), another memory's
+        only into a context alike (what the old count saved stays on disk for when it is back)."""
         self.table = SlotTable(self.pool.n_seq)
         self._live_prompt_len = [0] * self.pool.n_seq
         self.moved = [0] * self.pool.n_seq

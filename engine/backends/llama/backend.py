@@ -29,7 +29,7 @@ from .grammar import LlamaGrammar
 from .log import _log_mark, _log_since, load_failure, parse_buffer_sizes
 from .image_decode import forward_mixed
 from .mtmd import Projector
-from .params import KV_TYPES, ExactKernels, context_params, model_params
+from .params import KV_TYPES, ExactKernels, context_params, kv_streams, model_params
 from .sequences import SeqPositions, Streams, check_room
 from .threadpool import ThreadPool, check_poll, default_threads
 
@@ -125,7 +125,8 @@ class LlamaCppBackend:
         self._mem = lc.llama_get_memory(self._ctx)
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self._at = SeqPositions(n_seq)
-        self._streams = Streams(self._ctx, self._mem, self._batch, n_batch, self.n_vocab, self.n_ctx, self._at)
+        self._streams = Streams(self._ctx, self._mem, self._batch, n_batch, self.n_vocab, self.n_ctx, self._at,
+                                n_stream=kv_streams(n_seq) if self._plain_kv else None)
 
     def _free_context(self) -> None:
         if self._batch is not None:
@@ -326,10 +327,18 @@ class LlamaCppBackend:
             raise NoVisionError(f"{self.info.name} has read no images")
         return self._projector.name(slot)
 
+    @property
+    def _plain_kv(self) -> bool:
+        """Whether the model's memory is one plain KV cache (no recurrent state, no sliding-window
+        cache beside it): its sequence states restore into a context of any stream count (state.restream)."""
+        m = self._model
+        return not (lc.llama_model_is_recurrent(m) or lc.llama_model_is_hybrid(m) or lc.llama_model_n_swa(m) > 0)
+
     def state_identity(self) -> dict[str, str]:
-        # A sequence's state records how many streams its context had: it restores only into one alike.
+        # A sequence's state records how many streams its context had. A plain KV cache's is laid out
+        # again for this context's count as it is restored; any other restores only into a context alike.
         return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__} {state.FORMAT}",
-                "n_seq": str(self.n_seq),
+                "n_seq": "any" if self._plain_kv else str(self.n_seq),
                 "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack),
                 # The exact profile never runs the tiled matmul (ExactKernels, or the variable init() sets).
                 "tiled_mm": "0" if self.exactness == "exact" else os.environ.get("GGML_CPU_TILED_MM", "1")}

@@ -41,6 +41,12 @@ def model_params(n_gpu_layers: int, repack: bool, tensor_split: tuple[float, ...
     return mparams
 
 
+def kv_streams(n_seq: int) -> int:
+    """The KV streams llama.cpp makes for a context of ``n_seq`` sequences here: one (a unified cache) for
+    one sequence, else one per sequence (``context_params`` says why)."""
+    return 1 if n_seq == 1 else n_seq
+
+
 def context_params(*, n_ctx: int, n_batch: int, n_threads: int, kv_type: str, flash_attn: bool | None,
                    n_gpu_layers: int, n_seq: int = 1):
     """The context's parameters, and whether flash attention is on (None: chosen here).
@@ -54,7 +60,7 @@ def context_params(*, n_ctx: int, n_batch: int, n_threads: int, kv_type: str, fl
     cparams = lc.llama_context_default_params()
     cparams.n_ctx = n_ctx * n_seq
     cparams.n_seq_max = n_seq
-    cparams.kv_unified = n_seq == 1
+    cparams.kv_unified = kv_streams(n_seq) == 1
     cparams.n_batch = n_batch
     cparams.n_ubatch = min(n_batch, 512)
     cparams.n_threads = n_threads

@@ -67,9 +67,10 @@ class Streams:
     call), an image's rows into one, and each sequence cut back, copied, snapshotted and restored."""
 
     def __init__(self, ctx: object, mem: object, batch: object, n_batch: int, n_vocab: int, n_ctx: int,
-                 at: SeqPositions) -> None:
+                 at: SeqPositions, *, n_stream: int | None = None) -> None:
         self.ctx, self.mem, self.batch, self.n_batch, self.n_vocab, self.at = ctx, mem, batch, n_batch, n_vocab, at
         self.n_ctx = n_ctx
+        self.n_stream = n_stream  # the KV streams a restored state is laid out for (None: restored as taken)
 
     def truncate(self, seq: int, n: int) -> None:
         at = self.at
@@ -124,7 +125,7 @@ class Streams:
         self.at.cut(seq, 0)
         if snap[0] == 0:
             return
-        state.put(self.ctx, snap[1], seq)
+        state.put(self.ctx, snap[1], seq, self.n_stream)
         self.at.past[seq] = snap[0]
         self.at.shifts[seq] = list(snap[2]) if len(snap) > 2 else []
 

@@ -20,6 +20,9 @@ from ...errors import HearthError
 # The bytes' layout: a count, then (token index, lag) pairs, then llama.cpp's state.
 FORMAT = "shifts1"
 _COUNT = struct.Struct("<I")
+_HEAD = struct.Struct("<IiI")  # llama.cpp's sequence state: io magic, sequence id, KV stream count
+IO_MAGIC = 0xAF143CD8
+MAX_STREAMS = 256
 _PAIR = struct.Struct("<qq")
 
 Shifts = tuple[tuple[int, int], ...]
@@ -36,8 +39,39 @@ def take(ctx: object, n_past: int, shifts: Shifts, seq: int = 0) -> State:
     return (n_past, data, shifts)
 
 
-def put(ctx: object, data: bytearray, seq: int = 0) -> None:
-    """Write a state back into sequence ``seq`` (which the caller emptied)."""
+def restream(data: bytearray, n_stream: int) -> bytearray:
+    """A one-sequence state of a plain KV cache, laid out for a context of ``n_stream`` KV streams.
+
+    llama.cpp writes such a state as its io magic, the sequence's id, the context's stream count,
+    then per stream a cell count and, for the one stream that holds the sequence, its cells; and it
+    restores only into a context with as many streams, though the cells land in the sequence's own
+    stream whatever their place. A context of one sequence has one stream and a context of N has N,
+    so without this a snapshot taken before the local server was turned on or off would not restore
+    after. ``data`` itself is returned where its count is ``n_stream`` already, or where it is not
+    laid out so (llama.cpp then refuses it, and the caller says so)."""
+    if len(data) < _HEAD.size:
+        return data
+    magic, seq, n_from = _HEAD.unpack_from(data, 0)
+    if magic != IO_MAGIC or n_from == n_stream or not 1 <= n_from <= MAX_STREAMS:
+        return data
+    start, skipped = _HEAD.size, 0
+    while skipped < n_from and start + 4 <= len(data) and _COUNT.unpack_from(data, start)[0] == 0:
+        start, skipped = start + 4, skipped + 1
+    after = 4 * (n_from - skipped - 1)  # the empty streams after the sequence's: a zero count each
+    end = len(data) - max(after, 0)
+    if skipped == n_from or end <= start or any(data[end:]):
+        return data
+    out = bytearray(_HEAD.pack(magic, seq, n_stream))
+    out += memoryview(data)[start:end]
+    out += bytes(4 * (n_stream - 1))
+    return out
+
+
+def put(ctx: object, data: bytearray, seq: int = 0, n_stream: int | None = None) -> None:
+    """Write a state back into sequence ``seq`` (which the caller emptied). ``n_stream``: the context's
+    KV streams where its states are a plain KV cache's (``restream``); None leaves the state as taken."""
+    if n_stream is not None:
+        data = restream(data, n_stream)
     ok = lc.llama_state_seq_set_data(ctx, (ctypes.c_uint8 * len(data)).from_buffer(data), len(data), seq)
     if not ok:
         raise HearthError("could not restore a KV snapshot (it was taken from another model or context)")
