@@ -126,7 +126,7 @@ class LlamaCppBackend:
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self._at = SeqPositions(n_seq)
         self._streams = Streams(self._ctx, self._mem, self._batch, n_batch, self.n_vocab, self.n_ctx, self._at,
-                                n_stream=kv_streams(n_seq) if self._plain_kv else None)
+                                n_stream=kv_streams(n_seq) if state.restreamable(self._model) else None)
 
     def _free_context(self) -> None:
         if self._batch is not None:
@@ -327,18 +327,11 @@ class LlamaCppBackend:
             raise NoVisionError(f"{self.info.name} has read no images")
         return self._projector.name(slot)
 
-    @property
-    def _plain_kv(self) -> bool:
-        """Whether the model's memory is one plain KV cache (no recurrent state, no sliding-window
-        cache beside it): its sequence states restore into a context of any stream count (state.restream)."""
-        m = self._model
-        return not (lc.llama_model_is_recurrent(m) or lc.llama_model_is_hybrid(m) or lc.llama_model_n_swa(m) > 0)
-
     def state_identity(self) -> dict[str, str]:
         # A sequence's state records how many streams its context had. A plain KV cache's is laid out
         # again for this context's count as it is restored; any other restores only into a context alike.
         return {"backend": self.name, "format": f"llama-cpp-python {lc.__version__} {state.FORMAT}",
-                "n_seq": "any" if self._plain_kv else str(self.n_seq),
+                "n_seq": "any" if state.restreamable(self._model) else str(self.n_seq),
                 "kv_type": self.kv_type, "flash_attn": str(self.flash_attn), "repack": str(self.repack),
                 # The exact profile never runs the tiled matmul (ExactKernels, or the variable init() sets).
                 "tiled_mm": "0" if self.exactness == "exact" else os.environ.get("GGML_CPU_TILED_MM", "1")}

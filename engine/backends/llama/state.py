@@ -39,6 +39,13 @@ def take(ctx: object, n_past: int, shifts: Shifts, seq: int = 0) -> State:
     return (n_past, data, shifts)
 
 
+def restreamable(model: object) -> bool:
+    """Whether ``model``'s sequence states restore into a context of any stream count (``restream``):
+    its memory is one plain KV cache, with no recurrent state and no sliding-window cache beside it."""
+    return not (lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model)
+                or lc.llama_model_n_swa(model) > 0)
+
+
 def restream(data: bytearray, n_stream: int) -> bytearray:
     """A one-sequence state of a plain KV cache, laid out for a context of ``n_stream`` KV streams.
 
