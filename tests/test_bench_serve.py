@@ -212,3 +212,8 @@ def test_the_speculation_row_runs_servers_with_and_without_drafts(tmp_path, bund
     for k in serve_rows.LIMIT_KS:  # (1 + k) tokens for the step of (1 + k) rows each, against 1 for the plain one
         assert limit["by_k"][k] == pytest.approx((1 + k) * steps[0] / steps[k], rel=0.02)  # ms are rounded
     assert f"limit {limit['limit']:.2f}x" in spec["line"]
+    # And on the text the speculating server's replies wrote (copy_limit.py): never past the machine's.
+    on_text = spec["text_limit"]
+    assert on_text["tokens"] > 0 and 1.0 <= on_text["limit"] <= limit["limit"] + 0.01 and 0 <= on_text["copied"] < 1
+    assert f"on the text the replies wrote {on_text['limit']:.2f}x" in spec["line"]
+    assert len(on_text["rounds"]) == len(spec["decode_tok_s_rounds"]["auto"]) == 1

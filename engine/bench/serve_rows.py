@@ -21,7 +21,10 @@
   measured in the same run, before the servers start (``spec_limit``): what the four requests would
   gain if every draft were accepted, from the step times of this machine. On a CPU that is bound by
   compute, not by reading the weights, a verified row costs nearly what a step does, and the limit
-  can sit under the bar: then the bar cannot be met here, whatever the drafts.
+  can sit under the bar: then the bar cannot be met here, whatever the drafts. A second limit reads
+  the text the speculating server's replies wrote (``text_limit``, copy_limit.py): what the n-gram
+  lookup could give on it with a gate that knows the future, at this machine's step times. A reply
+  copies its prompt only in places, and what it does not copy no draft can bring.
 Every prompt of the hol row opens with words of its own, so no server reads it from an earlier one's cache.
 """
 from __future__ import annotations
@@ -134,11 +137,37 @@ def rewrite_prompt() -> str:
     return str(sets["rewrite"][0])
 
 
-def spec_wave(server: Server, client, text: str, tag: str, tokens: int) -> tuple[list[StreamedReply], float]:
-    """The four requests at once: the rewrite prompt, each with its own last words (the figure is decode
+def spec_prompts(text: str, tag: str) -> list[str]:
+    """The four requests' prompts: the rewrite prompt, each with its own last words (the figure is decode
     speed: the file they share comes from the prefix cache on both sides, read by the warm-up wave)."""
-    prompts = [[{"role": "user", "content": f"{text}\n\n(Task {tag}-{i}.)"}] for i in range(SPEC_STREAMS)]
+    return [f"{text}\n\n(Task {tag}-{i}.)" for i in range(SPEC_STREAMS)]
+
+
+def spec_wave(server: Server, client, text: str, tag: str, tokens: int) -> tuple[list[StreamedReply], float]:
+    """The four requests at once."""
+    prompts = [[{"role": "user", "content": p}] for p in spec_prompts(text, tag)]
     return wave(client, server.model_id, prompts, SPEC_STREAMS, tokens, ignore_eos=False)
+
+
+def text_limit(s: Setup, prompts: list[str], replies: list[str], step_ms: dict[int, float]) -> dict[str, Any]:
+    """``copy_limit`` on what the speculating server's replies wrote: the most the n-gram lookup could
+    give on that text with this machine's step times (the prompts and replies tokenized by the model's
+    own vocabulary; the chat template's few tokens left out, which the lookup does not copy from), over
+    every reply and each round's (``rounds``, beside the round's figure)."""
+    from llama_cpp import Llama
+
+    from .copy_limit import copy_limit
+
+    vocab = Llama(model_path=str(s.model), vocab_only=True, verbose=False)
+
+    def tok(t: str) -> list[int]:
+        return list(vocab.tokenize(t.encode(), add_bos=False, special=False))
+
+    pairs = [(tok(p), tok(r)) for p, r in zip(prompts, replies)]
+    out = copy_limit(pairs, step_ms, max(LIMIT_KS))
+    out["rounds"] = [copy_limit(pairs[i:i + SPEC_STREAMS], step_ms, max(LIMIT_KS))["limit"]
+                     for i in range(0, len(pairs), SPEC_STREAMS)]  # a wave's four replies each
+    return out
 
 
 def mean_decode(replies: list[StreamedReply]) -> float:
@@ -209,6 +238,7 @@ def spec_row(s: Setup) -> dict[str, Any]:
         speed: dict[str, list[float]] = {k: [] for k in names}
         tok_s: dict[str, list[float]] = {k: [] for k in names}
         texts: dict[str, list[str]] = {k: [] for k in names}
+        asked: list[str] = []
         n_tokens: dict[str, list[int]] = {k: [] for k in names}
         for r in range(s.rounds):
             for k in run_order(list(names), r):
@@ -217,11 +247,13 @@ def spec_row(s: Setup) -> dict[str, Any]:
                 tok_s[k].append(sum(x.tokens for x in replies) / wall)
                 texts[k] += [x.text for x in replies]
                 n_tokens[k] += [x.tokens for x in replies]
+            asked += spec_prompts(text, str(r))
         drafts = counters(servers["auto"])
     finally:
         for v in servers.values():
             v.close()
     ratio = paired(speed["auto"], speed["plain"])
+    on_text = text_limit(s, asked, texts["auto"], limit["step_ms"])
     out: dict[str, Any] = {
         "streams": SPEC_STREAMS, "max_tokens": tokens,
         "decode_tok_s": {k: round(statistics.median(v), 2) for k, v in speed.items()},
@@ -230,12 +262,15 @@ def spec_row(s: Setup) -> dict[str, Any]:
         "tokens_per_reply": {k: sorted(v)[len(v) // 2] for k, v in n_tokens.items()},
         "same_text": sum(a == b for a, b in zip(texts["plain"], texts["auto"])) / max(1, len(texts["plain"])),
         "auto_vs_plain": ratio, "aggregate_auto_vs_plain": paired(tok_s["auto"], tok_s["plain"]),
-        "drafts": drafts, "bar": f">= {SPEC_BAR}x", "limit": limit,
+        "drafts": drafts, "bar": f">= {SPEC_BAR}x", "limit": limit, "text_limit": on_text,
         "verdict": verdict(ratio["ci"][0], ratio["ci"][1], SPEC_BAR, ratio["coverage"])}
-    beyond = " (the bar is over this machine's limit)" if limit["limit"] < SPEC_BAR else ""
+    beyond = (" (the bar is over this machine's limit)" if limit["limit"] < SPEC_BAR else
+              " (the bar is over what this text allows here)" if on_text["limit"] < SPEC_BAR else "")
     out["line"] = (f"speculation in a batch of {SPEC_STREAMS}: decode {out['decode_tok_s']['auto']} tok/s with "
                    f"speculation (auto), {out['decode_tok_s']['plain']} without: {ratio['median']:.2f}x "
                    f"[{ratio['ci'][0]:.2f}, {ratio['ci'][1]:.2f}] (bar >= {SPEC_BAR}x) {out['verdict']}; limit "
-                   f"{limit['limit']:.2f}x, every draft accepted at k={limit['at_k']}{beyond}")
+                   f"{limit['limit']:.2f}x, every draft accepted at k={limit['at_k']}; on the text the replies wrote "
+                   f"{on_text['limit']:.2f}x ({on_text['copied']:.0%} of it copied, a gate that knows the future)"
+                   f"{beyond}")
     say(out["line"])
     return out
