@@ -319,8 +319,9 @@ class Engine:
         """Run ``parallel`` requests at once besides the window's own (``window``: the window uses this
         engine too, and keeps a sequence for itself): llama.cpp holds ``parallel + 1`` sequences in the
         one context; a backend with one sequence serves every request in turn. A change waits for the
-        requests in flight to end and empties the KV (the prefix cache in memory too; the disk store's
-        snapshots restore into the new context, llama.cpp's states laid out again for its streams)."""
+        requests in flight to end and empties the KV. The prefix cache's snapshots, in memory and on disk,
+        restore into the new context where llama.cpp's states can be laid out again for its streams (a
+        plain KV cache); another memory's in-memory snapshots are dropped."""
         want = min(max(1, parallel) + (1 if window else 0), self.kv.pool.max_seq)
         self.core.reserve = 1 if window and want > 1 else 0
         if want == self.n_seq:

@@ -256,7 +256,7 @@ def test_turning_the_server_on_and_off_keeps_serving_the_disk_snapshots(bundled_
         cached = []
         for parallel in (1, 3, 1, 3):
             e.set_parallel(parallel, window=False)
-            e.cache.clear()  # the memory cache is dropped on a resize anyway; here every turn goes to disk
+            e.cache.clear()  # the memory cache would serve it (next test): here every turn goes to disk
             e.reset()
             got = run(e, conv)
             assert got.token_ids == want, (e.n_seq, cached)
@@ -264,6 +264,32 @@ def test_turning_the_server_on_and_off_keeps_serving_the_disk_snapshots(bundled_
         assert cached == [(1, False), (3, True), (1, True), (3, True)]
         assert e.store.rejected == 0
         assert len(list(tmp_path.glob("*.kv"))) == 1  # one entry serves both contexts
+    finally:
+        e.close()
+
+
+def test_turning_the_server_on_and_off_keeps_the_memory_snapshots(bundled_path, cold, monkeypatch):
+    """The in-memory snapshots survive a resize too, for the same reason: the window's system prompt is
+    restored from memory right after the local server is turned on or off, not read again (before, a
+    resize dropped them: with no disk store the next turn read the whole prompt). A memory whose states
+    restore only into a context alike still drops them."""
+    conv = [Message("system", SHORT_SYSTEM), Message("user", "What is sleet?")]
+    want = fresh(cold, conv).token_ids
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2))
+    try:
+        assert e.store is None
+        cached = []
+        for parallel in (1, 3, 1):
+            e.set_parallel(parallel, window=False)
+            e.reset()  # the sequences hold nothing: only a snapshot can serve the prompt
+            got = run(e, conv)
+            assert got.token_ids == want, (e.n_seq, cached)
+            cached.append((e.n_seq, got.stats.cached_tokens > 0))
+        assert cached == [(1, False), (3, True), (1, True)]
+        identity = e.backend.state_identity()
+        monkeypatch.setattr(e.backend, "state_identity", lambda: {**identity, "n_seq": str(e.n_seq)})
+        e.set_parallel(3, window=False)
+        assert e.cache.stats()["entries"] == 0
     finally:
         e.close()
 

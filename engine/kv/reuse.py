@@ -66,16 +66,19 @@ class KVReuse:
         return list(self.table.kv[seq])
 
     def resized(self) -> None:
-        """The pool now holds another number of sequences, all empty. The in-memory snapshots are
-        dropped, and the disk store keys what it saves and finds by the backend's identity for the new
-        count: a plain KV cache's states restore into any count (the identity stays), another memory's
-        only into a context alike (what the old count saved stays on disk for when it is back)."""
+        """The pool now holds another number of sequences, all empty. A plain KV cache's states restore
+        into any count (the backend's identity says ``n_seq: any``): the in-memory snapshots stay, and the
+        disk store's identity with them. Another memory's restore only into a context alike: the memory
+        snapshots go, and the disk store keys what it saves and finds by the identity for the new count
+        (what the old count saved stays on disk for when it is back)."""
         self.table = SlotTable(self.pool.n_seq)
         self._live_prompt_len = [0] * self.pool.n_seq
         self.moved = [0] * self.pool.n_seq
-        self.cache.clear()
+        identity = self.backend.state_identity()
+        if identity.get("n_seq") != "any":
+            self.cache.clear()
         if self.store is not None:
-            self.store.rekey(self.backend.state_identity())
+            self.store.rekey(identity)
 
     def checkpoint(self, prompt: Sequence[int], *shared: Sequence[int] | None) -> list[int]:
         """Prompt lengths worth snapshotting on the way through the prompt: for each of ``shared``

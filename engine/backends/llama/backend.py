@@ -285,7 +285,8 @@ class LlamaCppBackend:
 
     def set_n_seq(self, n_seq: int) -> None:
         """Hold ``n_seq`` sequences from now on: the context is made again on the loaded weights
-        (its KV is emptied; snapshots of the old one no longer restore into it)."""
+        (its KV is emptied; a plain KV cache's snapshots of the old one restore into it, laid out again for
+        its streams by state.put, another memory's do not)."""
         if n_seq < 1:
             raise HearthError(f"a context holds at least one sequence, not {n_seq}")
         if n_seq == self.n_seq:
