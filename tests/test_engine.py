@@ -103,13 +103,55 @@ def test_cancel_stops_within_one_step_and_engine_is_reusable(engine):
         else:
             final = ev
     assert final.finish_reason == "cancelled"
-    # The engine core steps on its own thread, one step ahead of the reader: the step in flight when
-    # Stop came may still deliver its token, and nothing after it.
+    # The engine core steps on its own thread, one step ahead of the reader: a token it had handed on
+    # before Stop may still come (never one of the step in flight: the next test), and nothing after it.
     assert seen - at_cancel <= 1
     assert final.text == "".join(texts)
     # Used again at once, and the partial reply left no stale state behind.
     _, again = collect(engine.stream(Q, GREEDY))
     assert again.text == ref.text
+
+
+@pytest.mark.parametrize("draft", [None, "ngram"])
+def test_stop_during_a_step_hands_on_nothing_that_step_computed(bundled_path, draft):
+    """Stop pressed while llama.cpp computes a step: the reply ends with what it had before that step.
+    Before, the step's token came out after Stop, and with speculation a whole verified draft did."""
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=1024, n_threads=2))
+    try:
+        if draft:  # forced: drafts every round, never switched off for being slower on this machine
+            e.set_speculation(draft, k=4, force=True)
+        words = "the cat sat on the mat and the dog lay on the rug " * 4
+        q = [Message("user", f"Repeat this exactly: {words}")]
+        prompt_len = len(e.prompt_tokens(q))
+        short = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+        _, ref = collect(e.stream(q, short))
+        cancel = threading.Event()
+        pool, real = e.kv.pool, e.kv.pool.batch
+        before: list[int] = []
+
+        def batch(rows):
+            ((seq, tokens, _want),) = rows
+            held = pool.seq_len(seq)
+            out = real(rows)
+            # The first step after the prompt's that feeds several tokens (a draft to verify), or the
+            # fourth decode step without speculation: Stop comes while it runs.
+            if not cancel.is_set() and held >= prompt_len and (len(tokens) > 1 if draft else held == prompt_len + 3):
+                before.append(held - prompt_len + 1)  # tokens the reply had made: the last is fed in this step
+                cancel.set()
+            return out
+
+        pool.batch = batch
+        _, final = collect(e.stream(q, SamplingParams(temperature=0, max_tokens=120, ignore_eos=True), cancel=cancel))
+        assert before, "no step of the kind looked for ran"
+        assert final.finish_reason == "cancelled"
+        assert final.stats.generated_tokens == len(final.token_ids) == before[0]
+        assert ref.token_ids[:before[0]] == final.token_ids
+        # What the stopped step left in the KV (its token, a draft not verified) misleads no later reply.
+        pool.batch = real
+        _, again = collect(e.stream(q, short))
+        assert again.token_ids == ref.token_ids
+    finally:
+        e.close()
 
 
 def test_abandoned_generator_leaves_engine_consistent(engine):

@@ -119,5 +119,8 @@ class Stepper:
         if r.parked is not None:  # a preempted request's tokens are back: its pipeline's own compute goes on
             r.want, r.parked = r.parked, None
             return
+        if r.job.cancel.is_set():  # Stop came while the step ran: nothing it computed is handed on
+            r.throw(Cancelled("stopped"), self.ended)
+            return
         r.want = None
         r.advance(logits if c.want != WANT_ALL or logits is None or logits.ndim == 2 else logits[None, :], self.ended)
