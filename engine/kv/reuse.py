@@ -55,6 +55,7 @@ class KVReuse:
         self.table = SlotTable(pool.n_seq)
         self._live_prompt_len = [0] * pool.n_seq  # the prompt part of each sequence's last request
         self.moved = [0] * pool.n_seq  # tokens of KV the last placement moved into place (shift), per sequence
+        self._identity = backend.state_identity()  # what the in-memory snapshots restore into (resized)
 
     @property
     def enabled(self) -> bool:
@@ -66,17 +67,18 @@ class KVReuse:
         return list(self.table.kv[seq])
 
     def resized(self) -> None:
-        """The pool now holds another number of sequences, all empty. A plain KV cache's states restore
-        into any count (the backend's identity says ``n_seq: any``): the in-memory snapshots stay, and the
-        disk store's identity with them. Another memory's restore only into a context alike: the memory
-        snapshots go, and the disk store keys what it saves and finds by the identity for the new count
-        (what the old count saved stays on disk for when it is back)."""
+        """The pool now holds another number of sequences, all empty. Snapshots, in memory and on disk,
+        follow the backend's state identity: where it did not change (a plain KV cache's states restore
+        into any count: ``n_seq: any``), the in-memory ones stay; where it did (another memory's restore
+        only into a context alike), they go, and the disk store keys what it saves and finds by the new
+        identity (what the old one saved stays on disk for when it is back)."""
         self.table = SlotTable(self.pool.n_seq)
         self._live_prompt_len = [0] * self.pool.n_seq
         self.moved = [0] * self.pool.n_seq
         identity = self.backend.state_identity()
-        if identity.get("n_seq") != "any":
+        if identity != self._identity:
             self.cache.clear()
+            self._identity = identity
         if self.store is not None:
             self.store.rekey(identity)
 
