@@ -29,7 +29,7 @@ def round_cost(step_ms: Mapping[int, float]) -> Callable[[int], float]:
 
     def cost(k: int) -> float:
         if k >= ks[-1]:
-            return step_ms[ks[-1]] / plain * ((1 + k) / (1 + ks[-1]) if len(ks) > 1 else 1 + k)
+            return step_ms[ks[-1]] / plain * (1 + k) / (1 + ks[-1])
         j = bisect.bisect_right(ks, k)
         lo, hi = ks[j - 1], ks[j]
         t = step_ms[lo] + (step_ms[hi] - step_ms[lo]) * (k - lo) / (hi - lo)
