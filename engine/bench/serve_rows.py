@@ -36,7 +36,7 @@ import threading
 import time
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..kv.reuse import PREFILL_CHUNK
 from .pairing import at_most, paired, run_order, verdict
@@ -64,21 +64,28 @@ def long_prompt(tag: str, chars: int) -> list[dict]:
     return [{"role": "user", "content": f"Document {tag}. Summarize it in one line.\n\n{manual_text()[:chars]}"}]
 
 
+def text_tokenizer(path: Path) -> Callable[[str], list[int]]:
+    """Plain text to the model's token ids, by its own tokenizer (llama.cpp, the vocabulary alone; no BOS,
+    no special tokens)."""
+    from llama_cpp import Llama
+
+    vocab = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    return lambda t: list(vocab.tokenize(t.encode(), add_bos=False, special=False))
+
+
 def calibrate(client, model: str, path: Path, want: int) -> int:
     """How many characters of the documentation make the long prompt ``want`` tokens: the chat template's
     share measured on the server (one short request, which also warms it up), the text's counted by the
-    model's own tokenizer (llama.cpp, the vocabulary alone); the rounds report the length it made."""
-    from llama_cpp import Llama
-
+    model's own tokenizer (``text_tokenizer``); the rounds report the length it made."""
     from .documents import manual_text
 
     base = stream_one(client, model, long_prompt("calibration", 0), 1, ignore_eos=True).prompt_tokens
-    vocab = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    tok = text_tokenizer(path)
     text = manual_text()
     lo, hi = 0, min(len(text), 16 * want)
     while lo < hi:  # the longest cut whose tokens fit
         mid = (lo + hi + 1) // 2
-        if len(vocab.tokenize(text[:mid].encode(), add_bos=False, special=False)) <= want - base:
+        if len(tok(text[:mid])) <= want - base:
             lo = mid
         else:
             hi = mid - 1
@@ -154,15 +161,9 @@ def text_limit(s: Setup, prompts: list[str], replies: list[str], step_ms: dict[i
     give on that text with this machine's step times (the prompts and replies tokenized by the model's
     own vocabulary; the chat template's few tokens left out, which the lookup does not copy from), over
     every reply and each round's (``rounds``, beside the round's figure)."""
-    from llama_cpp import Llama
-
     from .copy_limit import copy_limit
 
-    vocab = Llama(model_path=str(s.model), vocab_only=True, verbose=False)
-
-    def tok(t: str) -> list[int]:
-        return list(vocab.tokenize(t.encode(), add_bos=False, special=False))
-
+    tok = text_tokenizer(s.model)
     pairs = [(tok(p), tok(r)) for p, r in zip(prompts, replies)]
     out = copy_limit(pairs, step_ms, max(LIMIT_KS))
     out["rounds"] = [copy_limit(pairs[i:i + SPEC_STREAMS], step_ms, max(LIMIT_KS))["limit"]
