@@ -319,15 +319,16 @@ class Engine:
         """Run ``parallel`` requests at once besides the window's own (``window``: the window uses this
         engine too, and keeps a sequence for itself): llama.cpp holds ``parallel + 1`` sequences in the
         one context; a backend with one sequence serves every request in turn. A change waits for the
-        requests in flight to end and empties the KV. The prefix cache's snapshots, in memory and on disk,
-        restore into the new context where llama.cpp's states can be laid out again for its streams (a
-        plain KV cache); another memory's in-memory snapshots are dropped."""
+        requests in flight to end and empties the KV. What the sequences held, and the prefix cache's
+        snapshots, in memory and on disk, restore into the new context where llama.cpp's states can be
+        laid out again for its streams (a plain KV cache); another memory's in-memory snapshots are dropped."""
         want = min(max(1, parallel) + (1 if window else 0), self.kv.pool.max_seq)
         self.core.reserve = 1 if window and want > 1 else 0
         if want == self.n_seq:
             return
 
         def resize() -> None:
+            self.kv.resizing()
             self.kv.pool.set_n_seq(want)
             self.kv.resized()
             self.speculation.set_n_seq(want)

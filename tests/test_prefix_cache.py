@@ -294,6 +294,24 @@ def test_turning_the_server_on_and_off_keeps_the_memory_snapshots(bundled_path, 
         e.close()
 
 
+def test_turning_the_server_on_keeps_the_conversation_the_window_was_having(bundled_path, cold):
+    """What a sequence held when the context is made again (the window's conversation, with no system prompt
+    to checkpoint) is kept in memory first: the next turn after the server is turned on restores it and reads
+    only the new message, and says what a cold engine says. Before, the resize dropped it and the whole
+    conversation was read again."""
+    first = [Message("user", "What is rain?")]
+    e = Engine.open(EngineConfig(bundled_path, n_ctx=2048, n_threads=2))
+    try:
+        r1 = run(e, first)
+        conv = [*first, Message("assistant", r1.text), Message("user", "And snow?")]
+        e.set_parallel(2, window=True)
+        got = run(e, conv)
+        assert got.token_ids == fresh(cold, conv).token_ids
+        assert got.stats.cached_tokens >= r1.stats.prompt_tokens  # the first turn, at least, from memory
+    finally:
+        e.close()
+
+
 def test_a_state_not_laid_out_as_a_plain_kv_caches_is_restored_as_taken():
     from engine.backends.llama.state import IO_MAGIC, restream
 

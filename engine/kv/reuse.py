@@ -66,6 +66,13 @@ class KVReuse:
         """The tokens sequence ``seq`` holds now (a copy)."""
         return list(self.table.kv[seq])
 
+    def resizing(self) -> None:
+        """The pool is about to be made again with another number of sequences: what each sequence holds
+        (the window's conversation above all) goes into the memory cache first, so the next turn is
+        restored, not read again, where the snapshots outlive the resize (``resized``)."""
+        for seq in range(self.pool.n_seq):
+            self._save(seq)
+
     def resized(self) -> None:
         """The pool now holds another number of sequences, all empty. Snapshots, in memory and on disk,
         follow the backend's state identity: where it did not change (a plain KV cache's states restore
